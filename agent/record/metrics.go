@@ -1,0 +1,59 @@
+package record
+
+// Metric names shared by the tracer, the samplers, the stress workloads and the analyzer.
+// Counters ending in _total and histograms are cumulative since the producer started: a window
+// is the difference of two snapshots. Seconds and bytes are base units.
+const (
+	// Run-queue tracer (cgroup in the cpu hierarchy on v1 hosts).
+	MetricRunqLatency     = "runq_latency_seconds"            // hist: wakeup/preemption to running
+	MetricRunqPreemptions = "runq_preemptions_total"          // labels preemptor: involuntary switches of cgroup by preemptor
+	MetricRunqPreemptWait = "runq_preempt_wait_seconds_total" // labels preemptor: time the preempted tasks then waited
+
+	// fsync tracer (cgroup in the blkio hierarchy on v1 hosts).
+	MetricFsyncLatency = "fsync_latency_seconds" // hist, labels syscall (fsync|fdatasync|sync_file_range), device
+
+	// Block tracer (cgroup that issued the I/O, blkio hierarchy on v1 hosts).
+	MetricBlkQueue    = "blk_queue_seconds"   // hist, labels device, op: insert to issue
+	MetricBlkService  = "blk_service_seconds" // hist, labels device, op: issue to complete
+	MetricBlkBytes    = "blk_bytes_total"     // labels device, op
+	MetricBlkRequests = "blk_requests_total"  // labels device, op
+
+	// Tracer health.
+	MetricBPFDrops = "bpf_drops_total" // labels program, reason
+
+	// cgroup samplers.
+	MetricCPUUsage           = "cpu_usage_seconds_total"
+	MetricCPUPeriods         = "cpu_periods_total"
+	MetricCPUThrottled       = "cpu_throttled_periods_total"
+	MetricCPUThrottledTime   = "cpu_throttled_seconds_total"
+	MetricMemoryUsage        = "memory_usage_bytes"
+	MetricCgroupPressure     = "cgroup_pressure_seconds_total" // labels resource (cpu|memory|io), kind (some|full)
+	MetricSystemPressure     = "pressure_seconds_total"        // labels resource, kind; no cgroup
+	MetricVmstat             = "vmstat"                        // labels name: a /proc/vmstat counter
+	MetricDiskIOs            = "disk_ios_total"                // labels device, op (read|write)
+	MetricDiskBytes          = "disk_bytes_total"              // labels device, op
+	MetricDiskIOTime         = "disk_io_seconds_total"         // labels device: time the device was busy
+	MetricDiskWeightedIOTime = "disk_weighted_io_seconds_total"
+
+	// Victim probe: one value per iteration, recorded by the probe itself.
+	MetricProbeCPUWork = "probe_cpu_work_seconds"
+	MetricProbeWrite   = "probe_write_seconds"
+	MetricProbeFsync   = "probe_fsync_seconds"
+)
+
+// Label keys and special label values.
+const (
+	LabelPreemptor = "preemptor"
+	LabelSyscall   = "syscall"
+	LabelDevice    = "device" // MAJ:MIN of the whole disk
+	LabelOp        = "op"
+	LabelProgram   = "program"
+	LabelReason    = "reason"
+	LabelResource  = "resource"
+	LabelKind      = "kind"
+	LabelName      = "name"
+
+	// CgroupIdle is the preemptor recorded when a CPU went idle while the task stayed
+	// runnable: its cgroup was throttled, not preempted by anyone.
+	CgroupIdle = "<idle>"
+)

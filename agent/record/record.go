@@ -1,0 +1,77 @@
+// Package record defines the run directory's records and reads and writes them. The format is
+// documented in docs/run-format.md; this file is its reference.
+package record
+
+import (
+	"time"
+
+	"github.com/nodectl/nodectl/agent/hist"
+)
+
+// FormatVersion names the run directory format; readers refuse a major version they do not know.
+const FormatVersion = "nodectl-run/1"
+
+// Record types (the "type" field of each line of records.jsonl).
+const (
+	TypeSample = "sample" // a metric value or histogram at a time
+	TypePhase  = "phase"  // a phase started or ended
+	TypeEvent  = "event"  // a discrete event: an OOM kill, a workload exit, a drop report
+)
+
+// Record is one line of records.jsonl.
+type Record struct {
+	Type string    `json:"type"`
+	Time time.Time `json:"t"`
+
+	// Samples.
+	Metric   string            `json:"metric,omitempty"`
+	Cgroup   string            `json:"cgroup,omitempty"`   // path below the hierarchy root, e.g. /nodectl/<run>/victim
+	Workload string            `json:"workload,omitempty"` // role in a stress run, when known
+	Labels   map[string]string `json:"labels,omitempty"`
+	Value    *float64          `json:"value,omitempty"`
+	Hist     *hist.Log2        `json:"hist,omitempty"`
+
+	// Phases: Name is baseline|stress|recovery, Event is start|end.
+	Name  string `json:"name,omitempty"`
+	Event string `json:"event,omitempty"`
+
+	// Events.
+	Message string `json:"message,omitempty"`
+}
+
+// Workload is a role of a stress run and where it lives.
+type Workload struct {
+	Name   string `json:"name"`             // victim, cpu-hog-0, ...
+	Kind   string `json:"kind"`             // victim, cpu, disk, memory, fsync
+	Cgroup string `json:"cgroup"`           // path below each hierarchy's root
+	CPU    string `json:"cpu,omitempty"`    // limit in Kubernetes notation, empty when unlimited
+	Memory string `json:"memory,omitempty"` // limit in Kubernetes notation, empty when unlimited
+	Target string `json:"target,omitempty"` // directory the workload writes to
+	Device string `json:"device,omitempty"` // MAJ:MIN of the whole disk behind Target
+}
+
+// Meta is meta.json: what ran, where, and how it was configured.
+type Meta struct {
+	Format    string            `json:"format"`
+	ID        string            `json:"id"`
+	Scenario  string            `json:"scenario"` // noisy, record, ...
+	Node      string            `json:"node"`
+	Kernel    string            `json:"kernel"`
+	CgroupV1  bool              `json:"cgroup_v1"`
+	Start     time.Time         `json:"start"`
+	Interval  Duration          `json:"interval"`
+	Args      []string          `json:"args,omitempty"`
+	Workloads []Workload        `json:"workloads,omitempty"`
+	Tracer    map[string]string `json:"tracer,omitempty"` // program -> "attached" or why not
+}
+
+// Duration marshals as a Go duration string.
+type Duration time.Duration
+
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	*d = Duration(v)
+	return err
+}
