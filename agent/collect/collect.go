@@ -1,0 +1,103 @@
+// Package collect runs the sources of a recording (the tracer and the samplers) on an interval
+// and appends what they return to a run's records.
+package collect
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+// Source returns the samples of one producer at now.
+type Source interface {
+	Sample(now time.Time) ([]record.Record, error)
+}
+
+// SourceFunc adapts a function to Source.
+type SourceFunc func(now time.Time) ([]record.Record, error)
+
+// Sample calls f.
+func (f SourceFunc) Sample(now time.Time) ([]record.Record, error) { return f(now) }
+
+// Appender is where records go (a record.Writer).
+type Appender interface {
+	Append(recs ...record.Record) error
+}
+
+// Collector samples every source on an interval and on demand.
+type Collector struct {
+	sources  map[string]Source
+	out      Appender
+	interval time.Duration
+	log      *slog.Logger
+
+	mu       sync.Mutex // serialises snapshots: sources are not safe for concurrent use
+	failures map[string]int
+	observe  func([]record.Record)
+}
+
+// New returns a collector; observe, if not nil, sees every batch appended (progress display,
+// discovering cgroups to sample).
+func New(sources map[string]Source, out Appender, interval time.Duration, observe func([]record.Record), log *slog.Logger) *Collector {
+	return &Collector{sources: sources, out: out, interval: interval, log: log, failures: map[string]int{}, observe: observe}
+}
+
+// Snapshot samples every source now and appends the result. A failing source is logged and
+// skipped so one bad sampler does not stop the recording; only a failed append is returned.
+func (c *Collector) Snapshot(now time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var batch []record.Record
+	for name, s := range c.sources {
+		recs, err := s.Sample(now)
+		if err != nil {
+			c.failures[name]++
+			if c.failures[name] <= 3 { // say it, but do not flood the log every interval
+				c.log.Warn("sampling failed", "source", name, "err", err)
+			}
+			continue
+		}
+		batch = append(batch, recs...)
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	if err := c.out.Append(batch...); err != nil {
+		return fmt.Errorf("appending samples: %w", err)
+	}
+	if c.observe != nil {
+		c.observe(batch)
+	}
+	return nil
+}
+
+// Run snapshots on every tick until ctx is done.
+func (c *Collector) Run(ctx context.Context) error {
+	t := time.NewTicker(c.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			if err := c.Snapshot(now); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// Failures reports how many times each source failed.
+func (c *Collector) Failures() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.failures))
+	for k, v := range c.failures {
+		out[k] = v
+	}
+	return out
+}

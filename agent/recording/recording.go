@@ -1,0 +1,136 @@
+// Package recording traces and samples the whole node for a while, with no workloads of its
+// own, into a run directory (`nodectl record`): the user runs their own load meanwhile.
+package recording
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/agent/collect"
+	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/agent/sample"
+	"github.com/nodectl/nodectl/agent/trace"
+)
+
+// Config configures a recording.
+type Config struct {
+	Duration time.Duration
+	Interval time.Duration
+	Out      string
+	Cgroupfs string
+	Procfs   string
+	Sysfs    string
+	Args     []string
+	// MaxCgroups bounds how many cgroups the cgroup sampler follows (those the tracer saw, in
+	// order of first appearance), so a node with thousands of cgroups stays cheap.
+	MaxCgroups int
+	Progress   func(elapsed time.Duration, records int)
+	Log        *slog.Logger
+}
+
+// Run records until cfg.Duration has passed or ctx is done (an interrupted recording is kept:
+// it is the user's data). It returns the run directory.
+func Run(ctx context.Context, cfg Config) (string, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxCgroups <= 0 {
+		cfg.MaxCgroups = 1000
+	}
+	layout, err := cgroup.Detect(cfg.Cgroupfs)
+	if err != nil {
+		return "", err
+	}
+	host, _ := os.Hostname()
+	id := fmt.Sprintf("record-%s", time.Now().UTC().Format("20060102-150405"))
+	kernel, _ := os.ReadFile(filepath.Join(cfg.Procfs, "sys/kernel/osrelease"))
+	meta := record.Meta{Format: record.FormatVersion, ID: id, Scenario: "record", Node: host,
+		Kernel: strings.TrimSpace(string(kernel)), CgroupV1: layout.V1, Start: time.Now().UTC(),
+		Interval: record.Duration(cfg.Interval), Args: cfg.Args}
+	w, err := record.Create(cfg.Out, meta)
+	if err != nil {
+		return "", err
+	}
+	defer w.Close()
+	tr, err := trace.New(trace.Config{CgroupV1: layout.V1, Sysfs: cfg.Sysfs}, cgroup.NewResolver(layout), cfg.Log.With("component", "trace"))
+	if err != nil {
+		return cfg.Out, fmt.Errorf("starting the tracer: %w", err)
+	}
+	defer tr.Close()
+	if err := w.UpdateMeta(func(m *record.Meta) { m.Tracer = tr.Status() }); err != nil {
+		return cfg.Out, err
+	}
+
+	// Follow with the cgroup sampler the cgroups the tracer sees.
+	var mu sync.Mutex
+	var paths []string
+	seen := map[string]bool{}
+	records := 0
+	observe := func(batch []record.Record) {
+		mu.Lock()
+		defer mu.Unlock()
+		records += len(batch)
+		for _, r := range batch {
+			if r.Cgroup == "" || seen[r.Cgroup] || strings.HasPrefix(r.Cgroup, "<") || len(paths) >= cfg.MaxCgroups {
+				continue
+			}
+			seen[r.Cgroup] = true
+			paths = append(paths, r.Cgroup)
+		}
+	}
+	cgroupPaths := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(paths)
+	}
+	sources := map[string]collect.Source{
+		"trace":   collect.SourceFunc(tr.Collect),
+		"cgroups": sample.NewCgroups(layout, cgroupPaths),
+		"system":  sample.NewSystem(cfg.Procfs, nil),
+	}
+	c := collect.New(sources, w, cfg.Interval, observe, cfg.Log.With("component", "collect"))
+	start := time.Now()
+	if err := w.Append(record.Record{Type: record.TypePhase, Time: start, Name: "record", Event: "start"}); err != nil {
+		return cfg.Out, err
+	}
+	if err := c.Snapshot(start); err != nil {
+		return cfg.Out, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	tick := time.NewTicker(cfg.Interval)
+	defer tick.Stop()
+loop:
+	for {
+		select {
+		case <-rctx.Done():
+			break loop
+		case now := <-tick.C:
+			if err := c.Snapshot(now); err != nil {
+				return cfg.Out, err
+			}
+			if cfg.Progress != nil {
+				mu.Lock()
+				n := records
+				mu.Unlock()
+				cfg.Progress(time.Since(start), n)
+			}
+		}
+	}
+	end := time.Now()
+	if err := c.Snapshot(end); err != nil {
+		return cfg.Out, err
+	}
+	if err := w.Append(record.Record{Type: record.TypePhase, Time: end, Name: "record", Event: "end"}); err != nil {
+		return cfg.Out, err
+	}
+	return cfg.Out, w.Close()
+}

@@ -1,0 +1,94 @@
+// Package clix holds what the command groups share: output format flags, privilege checks,
+// signal handling and the analyzer's report rendering.
+package clix
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
+
+	"github.com/nodectl/nodectl/analyzer"
+)
+
+// Capabilities a command may need, by number (linux/capability.h).
+const (
+	CapSysAdmin = 21
+	CapPerfmon  = 38
+	CapBPF      = 39
+)
+
+var capNames = map[int]string{CapSysAdmin: "CAP_SYS_ADMIN", CapPerfmon: "CAP_PERFMON", CapBPF: "CAP_BPF"}
+
+// Need returns an error naming each missing capability and what needs it, or nil. why maps a
+// capability to the reason it is needed.
+func Need(cmd string, why map[int]string) error {
+	var hdr unix.CapUserHeader
+	hdr.Version = unix.LINUX_CAPABILITY_VERSION_3
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("reading this process's capabilities: %w", err)
+	}
+	var missing []string
+	for c, reason := range why {
+		word, bit := c/32, uint(c%32)
+		if data[word].Effective&(1<<bit) == 0 {
+			missing = append(missing, fmt.Sprintf("%s (%s)", capNames[c], reason))
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s needs root: missing %s; run it with sudo", cmd, strings.Join(missing, ", "))
+}
+
+// CheckOutput validates an -o value.
+func CheckOutput(o string) error {
+	if o != "text" && o != "json" {
+		return fmt.Errorf("-o %q: allowed values are text and json", o)
+	}
+	return nil
+}
+
+// SignalContext is cancelled on SIGINT or SIGTERM, with the signal as the cause, so long runs
+// stop, clean up and say why.
+func SignalContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		select {
+		case s := <-ch:
+			cancel(fmt.Errorf("received %s", s))
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { signal.Stop(ch); cancel(nil) }
+}
+
+// IsTerminal reports whether f is a terminal (live progress lines are rewritten in place).
+func IsTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+
+// Logger is the CLI's logger: text on stderr, debug with --verbose.
+func Logger(w io.Writer, verbose bool) *slog.Logger {
+	lvl := slog.LevelWarn
+	if verbose {
+		lvl = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl}))
+}
+
+// Render prints a report in the chosen format.
+func Render(w io.Writer, rep *analyzer.Report, output string) error {
+	if output == "json" {
+		return analyzer.RenderJSON(w, rep)
+	}
+	return analyzer.RenderText(w, rep)
+}

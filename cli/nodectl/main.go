@@ -1,0 +1,37 @@
+// Command nodectl traces, stresses, tunes and explains a Kubernetes node from the kernel's side.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodectl/nodectl/cli/analyze"
+	"github.com/nodectl/nodectl/cli/record"
+	"github.com/nodectl/nodectl/cli/stress"
+	"github.com/nodectl/nodectl/cli/version"
+	"github.com/nodectl/nodectl/cli/workload"
+	st "github.com/nodectl/nodectl/stress"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:   "nodectl",
+		Short: "Explain, from the kernel's side, why a dense node hits its ceilings",
+		Long: `nodectl runs stress scenarios on a node, traces them with eBPF (run-queue latency with
+the preempting cgroup, fsync and block I/O per cgroup) and cgroup/procfs samplers, records
+everything in a run directory, and explains which neighbour or limit slowed whom.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(stress.New(), record.New(), analyze.New(), version.New(), workload.New())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintf(os.Stderr, "nodectl: %v\n", err)
+		if errors.Is(err, st.ErrInterrupted) {
+			os.Exit(130)
+		}
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,180 @@
+// Package stress is the `nodectl stress` command group.
+package stress
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/cli/internal/clix"
+	st "github.com/nodectl/nodectl/stress"
+)
+
+// New returns the stress command group.
+func New() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "stress",
+		Short: "Run stress scenarios on this node and explain what slowed the victim",
+	}
+	cmd.AddCommand(noisy(), clean())
+	return cmd
+}
+
+func noisy() *cobra.Command {
+	var (
+		hogs                 []string
+		victimCPU, victimMem string
+		cfg                  = st.NoisyConfig{Paths: st.DefaultPaths()}
+		output               string
+		verbose              bool
+	)
+	cmd := &cobra.Command{
+		Use:   "noisy",
+		Short: "Victim probe alone, then next to CPU, disk, memory or fsync neighbours",
+		Long: `Runs the victim probe (a fixed piece of CPU work and a 64 MiB write + fsync every
+second, each timed by the probe) alone for --baseline, then next to the hogs for --duration.
+Every workload runs in its own cgroup under nodectl/<run-id>/ with its CPU and memory limits.
+With --trace, eBPF programs record run-queue latency with the preempting cgroup, fsync latency
+and block I/O per cgroup; the analyzer then names what slowed the victim.
+
+Hog kinds: cpu (busy threads), disk (512 MiB sequential writes + fsync, like dd conv=fsync),
+memory (allocates up to its limit and keeps touching it), fsync (4 KiB writes, fsync each).
+LIMIT and SIZE use Kubernetes notation (250m, 1, 512Mi). No --hog is a quiet run.`,
+		Example: `  sudo nodectl stress noisy --hog cpu,count=2 --hog disk --trace
+  sudo nodectl stress noisy --victim-cpu 250m --hog cpu,count=4,cpu=1 --trace -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := clix.CheckOutput(output); err != nil {
+				return err
+			}
+			for _, h := range hogs {
+				spec, err := st.ParseHog(h)
+				if err != nil {
+					return err
+				}
+				cfg.Hogs = append(cfg.Hogs, spec)
+			}
+			var err error
+			if victimCPU != "" {
+				if cfg.VictimCPUMilli, err = st.ParseCPU(victimCPU); err != nil {
+					return fmt.Errorf("--victim-cpu: %w", err)
+				}
+			}
+			if victimMem != "" {
+				if cfg.VictimMemBytes, err = st.ParseSize(victimMem); err != nil {
+					return fmt.Errorf("--victim-memory: %w", err)
+				}
+			}
+			if cfg.Baseline < time.Second || cfg.Duration < time.Second {
+				return errors.New("--baseline and --duration must be at least 1s")
+			}
+			why := map[int]string{clix.CapSysAdmin: "creating cgroups and moving workloads into them"}
+			if cfg.Trace {
+				why[clix.CapBPF] = "loading the --trace eBPF programs"
+				why[clix.CapPerfmon] = "attaching them to tracepoints"
+			}
+			if err := clix.Need("nodectl stress noisy", why); err != nil {
+				return err
+			}
+			ctx, stop := clix.SignalContext(cmd.Context())
+			defer stop()
+			cfg.Args = os.Args
+			cfg.Progress = cmd.ErrOrStderr()
+			cfg.ProgressTTY = clix.IsTerminal(os.Stderr)
+			cfg.Log = clix.Logger(cmd.ErrOrStderr(), verbose)
+			fmt.Fprintf(cmd.ErrOrStderr(), "noisy: baseline %s, stress %s, %d hog(s)\n", cfg.Baseline, cfg.Duration, countHogs(cfg.Hogs))
+			dir, runErr := st.Noisy(ctx, cfg)
+			if dir != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "run directory: %s\n", dir)
+			}
+			if runErr != nil {
+				return runErr
+			}
+			return analyzeAndPrint(cmd, dir, output)
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&hogs, "hog", nil, "a neighbour: KIND[,count=N][,cpu=LIMIT][,memory=SIZE][,target=PATH][,threads=N]; KIND is cpu, disk, memory or fsync (repeatable)")
+	f.StringVar(&victimCPU, "victim-cpu", "", "victim CPU limit (Kubernetes notation, e.g. 250m); unlimited if empty")
+	f.StringVar(&victimMem, "victim-memory", "", "victim memory limit (e.g. 512Mi); unlimited if empty")
+	f.DurationVar(&cfg.Baseline, "baseline", 20*time.Second, "how long the victim runs alone")
+	f.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long the victim runs next to the hogs")
+	f.BoolVar(&cfg.Trace, "trace", false, "trace with eBPF (run-queue, fsync, block I/O per cgroup)")
+	f.StringVar(&cfg.Out, "out", "", "run directory to write (must not exist or be empty); default "+st.DefaultRunsDir+"/<run-id>")
+	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
+	f.DurationVar(&cfg.Interval, "interval", time.Second, "sampling interval of the tracer and samplers")
+	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
+	return cmd
+}
+
+func countHogs(hs []st.HogSpec) int {
+	n := 0
+	for _, h := range hs {
+		n += h.Count
+	}
+	return n
+}
+
+// analyzeAndPrint analyzes a finished run, stores findings.json in it and prints the report.
+func analyzeAndPrint(cmd *cobra.Command, dir, output string) error {
+	run, err := record.Open(dir)
+	if err != nil {
+		return err
+	}
+	rep, err := analyzer.Analyze(run)
+	if err != nil {
+		return err
+	}
+	if err := record.WriteFindings(dir, rep); err != nil {
+		return err
+	}
+	return clix.Render(cmd.OutOrStdout(), rep, output)
+}
+
+func clean() *cobra.Command {
+	var all bool
+	var output string
+	paths := st.DefaultPaths()
+	cmd := &cobra.Command{
+		Use:   "clean",
+		Short: "Remove what killed runs left behind: cgroups under nodectl/, their processes, scratch files",
+		Long: `Removes every run's cgroups under the nodectl parent (killing any process still in
+them), its scratch directory and its state. Runs whose nodectl process is still alive are left
+alone unless --all is given.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := clix.CheckOutput(output); err != nil {
+				return err
+			}
+			if err := clix.Need("nodectl stress clean", map[int]string{clix.CapSysAdmin: "removing cgroups and killing their processes"}); err != nil {
+				return err
+			}
+			rep, err := st.Clean(cmd.Context(), paths, all, clix.Logger(cmd.ErrOrStderr(), false))
+			if output == "json" {
+				if jerr := json.NewEncoder(cmd.OutOrStdout()).Encode(rep); jerr != nil {
+					return jerr
+				}
+			} else {
+				for _, r := range rep.Removed {
+					fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", r)
+				}
+				for _, s := range rep.Skipped {
+					fmt.Fprintf(cmd.OutOrStdout(), "skipped live run %s (use --all to remove it too)\n", s)
+				}
+				if len(rep.Removed) == 0 && len(rep.Skipped) == 0 && err == nil {
+					fmt.Fprintln(cmd.OutOrStdout(), "nothing to clean")
+				}
+			}
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "also remove runs whose nodectl process is still alive")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}

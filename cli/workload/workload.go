@@ -1,0 +1,114 @@
+// Package workload is the hidden `nodectl workload` command group: the bodies of stress
+// workloads, run by the launcher as children of nodectl in their own cgroups.
+package workload
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodectl/nodectl/stress/launch"
+	wl "github.com/nodectl/nodectl/stress/workload"
+)
+
+// New returns the hidden workload command group.
+func New() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:    "workload",
+		Short:  "Run one stress workload in this process (used by the stress driver)",
+		Hidden: true,
+	}
+	cmd.AddCommand(victim(), cpuHog(), diskHog(), fsyncHog(), memoryHog())
+	return cmd
+}
+
+// run waits for the launcher's go, then runs body until SIGTERM or SIGINT.
+func run(body func(ctx context.Context) error) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := launch.WaitStart(ctx); err != nil {
+		return err
+	}
+	return body(ctx)
+}
+
+func victim() *cobra.Command {
+	cfg := wl.VictimConfig{}
+	cmd := &cobra.Command{
+		Use:   "victim",
+		Short: "The victim probe: fixed CPU work and a write + fsync every interval, timed",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			e := wl.NewEmitter(os.Stdout)
+			return run(func(ctx context.Context) error { return wl.Victim(ctx, cfg, e) })
+		},
+	}
+	cmd.Flags().StringVar(&cfg.Dir, "dir", os.TempDir(), "directory to write the probe file in")
+	cmd.Flags().DurationVar(&cfg.Interval, "interval", time.Second, "one iteration per interval")
+	cmd.Flags().IntVar(&cfg.WorkRounds, "work-rounds", wl.DefaultWorkRounds, "size of the fixed CPU work")
+	cmd.Flags().Int64Var(&cfg.WriteBytes, "write-bytes", 64<<20, "bytes written and fsynced per iteration")
+	return cmd
+}
+
+func cpuHog() *cobra.Command {
+	var threads int
+	cmd := &cobra.Command{
+		Use:   "cpu-hog",
+		Short: "Keep threads busy",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return run(func(ctx context.Context) error { return wl.CPUHog(ctx, threads) })
+		},
+	}
+	cmd.Flags().IntVar(&threads, "threads", 1, "busy threads")
+	return cmd
+}
+
+func diskHog() *cobra.Command {
+	cfg := wl.DiskHogConfig{}
+	cmd := &cobra.Command{
+		Use:   "disk-hog",
+		Short: "Write large files sequentially and fsync each, in a loop",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return run(func(ctx context.Context) error { return wl.DiskHog(ctx, cfg) })
+		},
+	}
+	cmd.Flags().StringVar(&cfg.Dir, "dir", os.TempDir(), "directory to write in")
+	cmd.Flags().Int64Var(&cfg.FileBytes, "file-bytes", 512<<20, "bytes per file before its fsync")
+	return cmd
+}
+
+func fsyncHog() *cobra.Command {
+	var dir string
+	var block int
+	cmd := &cobra.Command{
+		Use:   "fsync-hog",
+		Short: "Write small blocks and fsync each, in a loop",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return run(func(ctx context.Context) error { return wl.FsyncHog(ctx, dir, block) })
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", os.TempDir(), "directory to write in")
+	cmd.Flags().IntVar(&block, "block-bytes", 4096, "bytes written before each fsync")
+	return cmd
+}
+
+func memoryHog() *cobra.Command {
+	var size int64
+	cmd := &cobra.Command{
+		Use:   "memory-hog",
+		Short: "Allocate memory and keep touching every page",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return run(func(ctx context.Context) error { return wl.MemoryHog(ctx, size) })
+		},
+	}
+	cmd.Flags().Int64Var(&size, "bytes", 256<<20, "bytes to allocate and keep touching")
+	return cmd
+}

@@ -1,0 +1,497 @@
+package stress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/blockdev"
+	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/agent/collect"
+	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/agent/sample"
+	"github.com/nodectl/nodectl/agent/trace"
+	"github.com/nodectl/nodectl/stress/launch"
+	"github.com/nodectl/nodectl/stress/workload"
+)
+
+// NoisyConfig configures `nodectl stress noisy`.
+type NoisyConfig struct {
+	Hogs           []HogSpec
+	VictimCPUMilli int64 // 0 = unlimited
+	VictimMemBytes int64 // 0 = unlimited
+	Baseline       time.Duration
+	Duration       time.Duration
+	Trace          bool
+	Out            string        // run directory; "" = DefaultRunsDir/<run-id>
+	Interval       time.Duration // sampling interval
+	Exe            string        // the nodectl binary that runs workloads; "" = this executable
+	Args           []string      // the command line, recorded in meta.json
+	Paths          Paths
+	Progress       io.Writer // live progress line; nil = none
+	ProgressTTY    bool
+	Log            *slog.Logger
+
+	// VictimWorkRounds and VictimWriteBytes size the probe's fixed work (defaults below).
+	VictimWorkRounds int
+	VictimWriteBytes int64
+}
+
+// ErrInterrupted is returned when a run was stopped by a signal; it was cleaned up all the same.
+var ErrInterrupted = errors.New("interrupted")
+
+// DefaultRunsDir is where runs are written when --out is not given.
+const DefaultRunsDir = "/var/lib/nodectl/runs"
+
+// DefaultVictimWrite is the probe's write + fsync size, as in the seed reports.
+const DefaultVictimWrite = 64 << 20
+
+// defaultHogFile is the size of each disk hog file, written then fsynced, as `dd bs=1M
+// count=512 conv=fsync` does in the seed report.
+const defaultHogFile = 512 << 20
+
+// Noisy runs the noisy-neighbour scenario: the victim probe alone (baseline), then with the
+// hogs (stress). It returns the run directory, which holds everything recorded; the caller
+// analyzes it. Everything the run created on the host is removed before Noisy returns, also
+// when ctx is cancelled (SIGINT, SIGTERM) or a step fails.
+func Noisy(ctx context.Context, cfg NoisyConfig) (dir string, err error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Baseline <= 0 || cfg.Duration <= 0 {
+		return "", errors.New("--baseline and --duration must be positive")
+	}
+	if cfg.VictimWorkRounds == 0 {
+		cfg.VictimWorkRounds = workload.DefaultWorkRounds
+	}
+	if cfg.VictimWriteBytes == 0 {
+		cfg.VictimWriteBytes = DefaultVictimWrite
+	}
+	if cfg.Exe == "" {
+		if cfg.Exe, err = os.Executable(); err != nil {
+			return "", fmt.Errorf("finding the nodectl binary: %w", err)
+		}
+	}
+	layout, err := cgroup.Detect(cfg.Paths.Cgroupfs)
+	if err != nil {
+		return "", err
+	}
+	id := NewRunID("noisy")
+	dir = cfg.Out
+	if dir == "" {
+		dir = filepath.Join(DefaultRunsDir, id)
+	}
+
+	r := &noisyRun{cfg: cfg, id: id, layout: layout, scratch: filepath.Join(cfg.Paths.Scratch, id),
+		progress: &progressWriter{w: cfg.Progress, tty: cfg.ProgressTTY}, last: map[string]float64{}}
+	defer func() {
+		if cerr := r.cleanup(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	if err := r.setup(dir); err != nil {
+		return dir, err
+	}
+	return dir, r.phases(ctx)
+}
+
+type noisyRun struct {
+	cfg     NoisyConfig
+	id      string
+	layout  *cgroup.Layout
+	scratch string
+
+	unclaim   func()
+	writer    *record.Writer
+	tracer    *trace.Tracer
+	collector *collect.Collector
+	stopColl  func()
+	workloads []record.Workload
+	specs     map[string]HogSpec // hog workload name -> the --hog it came from
+	dir       string
+	procs     []*launch.Process
+	logs      []*os.File
+	created   bool
+
+	progress *progressWriter
+	mu       sync.Mutex
+	last     map[string]float64 // latest probe values, for the progress line
+	phase    string
+	phaseEnd time.Time
+}
+
+func (r *noisyRun) setup(dir string) error {
+	cfg := r.cfg
+	r.dir = dir
+	unclaim, err := claim(cfg.Paths, r.id)
+	if err != nil {
+		return err
+	}
+	r.unclaim = unclaim
+	if err := os.MkdirAll(r.scratch, 0o755); err != nil {
+		return fmt.Errorf("making scratch directory: %w", err)
+	}
+	host, _ := os.Hostname()
+	meta := record.Meta{
+		Format:   record.FormatVersion,
+		ID:       r.id,
+		Scenario: "noisy",
+		Node:     host,
+		Kernel:   kernelRelease(cfg.Paths.Procfs),
+		CgroupV1: r.layout.V1,
+		Start:    time.Now().UTC(),
+		Interval: record.Duration(cfg.Interval),
+		Args:     cfg.Args,
+	}
+	if r.writer, err = record.Create(dir, meta); err != nil {
+		return err
+	}
+	if err := r.planWorkloads(); err != nil {
+		return err
+	}
+	r.created = true
+	if err := r.layout.Create(RunCgroup(r.id), cgroup.Limits{}); err != nil {
+		return fmt.Errorf("creating the run's cgroup: %w", err)
+	}
+	for _, w := range r.workloads {
+		if err := r.layout.Create(w.Cgroup, limitsOf(w)); err != nil {
+			return fmt.Errorf("creating cgroup of %s: %w", w.Name, err)
+		}
+	}
+
+	sources := map[string]collect.Source{
+		"cgroups": sample.NewCgroups(r.layout, r.cgroupPaths),
+		"system":  sample.NewSystem(cfg.Paths.Procfs, r.devices),
+	}
+	status := map[string]string{}
+	if cfg.Trace {
+		res := cgroup.NewResolver(r.layout)
+		r.tracer, err = trace.New(trace.Config{CgroupV1: r.layout.V1, Sysfs: cfg.Paths.Sysfs}, res, cfg.Log.With("component", "trace"))
+		if err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		status = r.tracer.Status()
+		sources["trace"] = collect.SourceFunc(r.tracer.Collect)
+	}
+	if err := r.writer.UpdateMeta(func(m *record.Meta) { m.Workloads = r.workloads; m.Tracer = status }); err != nil {
+		return err
+	}
+	r.collector = collect.New(sources, r.writer, cfg.Interval, nil, cfg.Log.With("component", "collect"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := r.collector.Run(ctx); err != nil {
+			cfg.Log.Error("recording stopped", "err", err)
+		}
+	}()
+	r.stopColl = func() { cancel(); <-done }
+	return nil
+}
+
+// planWorkloads names the victim and every hog and decides their cgroups, limits and targets.
+func (r *noisyRun) planWorkloads() error {
+	cfg := r.cfg
+	base := RunCgroup(r.id)
+	victim := record.Workload{Name: "victim", Kind: "victim", Cgroup: base + "/victim",
+		CPU: FormatCPU(cfg.VictimCPUMilli), Memory: FormatSize(cfg.VictimMemBytes), Target: filepath.Join(r.scratch, "victim")}
+	dev, err := blockdev.ForPath(r.cfg.Paths.Sysfs, r.cfg.Paths.Scratch)
+	if err != nil {
+		r.cfg.Log.Warn("no block device behind the scratch directory", "err", err)
+	}
+	victim.Device = dev
+	r.workloads = []record.Workload{victim}
+	seen := map[string]int{}
+	r.specs = map[string]HogSpec{}
+	for _, h := range cfg.Hogs {
+		for range h.Count {
+			i := seen[h.Kind]
+			seen[h.Kind]++
+			name := fmt.Sprintf("%s-hog-%d", h.Kind, i)
+			w := record.Workload{Name: name, Kind: h.Kind, Cgroup: base + "/" + name,
+				CPU: FormatCPU(h.CPUMilli), Memory: FormatSize(h.MemBytes)}
+			if h.Kind == "disk" || h.Kind == "fsync" {
+				w.Target = filepath.Join(r.scratch, name)
+				if h.Target != "" {
+					w.Target = filepath.Join(h.Target, "nodectl-"+r.id, name)
+				}
+				d, err := blockdev.ForPath(cfg.Paths.Sysfs, filepath.Dir(filepath.Dir(w.Target)))
+				if err != nil && h.Target != "" {
+					return fmt.Errorf("--hog %s: target=%s: %w", h.raw, h.Target, err)
+				}
+				w.Device = d
+			}
+			r.workloads = append(r.workloads, w)
+			r.specs[name] = h
+		}
+	}
+	return nil
+}
+
+func limitsOf(w record.Workload) cgroup.Limits {
+	var l cgroup.Limits
+	if w.CPU != "" {
+		l.CPUMilli, _ = ParseCPU(w.CPU)
+	}
+	if w.Memory != "" {
+		l.MemoryBytes, _ = ParseSize(w.Memory)
+	}
+	return l
+}
+
+func (r *noisyRun) cgroupPaths() []string {
+	paths := make([]string, 0, len(r.workloads))
+	for _, w := range r.workloads {
+		paths = append(paths, w.Cgroup)
+	}
+	return paths
+}
+
+func (r *noisyRun) devices() []string {
+	var devs []string
+	for _, w := range r.workloads {
+		if w.Device != "" && !slices.Contains(devs, w.Device) {
+			devs = append(devs, w.Device)
+		}
+	}
+	return devs
+}
+
+// phases runs baseline then stress, marking each in the records with a snapshot at its edges.
+func (r *noisyRun) phases(ctx context.Context) error {
+	victim := r.workloads[0]
+	if err := r.start(victim, r.victimArgs(victim)); err != nil {
+		return err
+	}
+	// Let the probe finish one iteration before the baseline counts, so start-up is not in it.
+	if err := r.wait(ctx, "warm-up", r.cfg.Interval); err != nil {
+		return err
+	}
+	if err := r.phase(ctx, "baseline", r.cfg.Baseline, nil); err != nil {
+		return err
+	}
+	hogs := func() error {
+		for _, w := range r.workloads[1:] {
+			if err := r.start(w, r.hogArgs(w)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := r.phase(ctx, "stress", r.cfg.Duration, hogs); err != nil {
+		return err
+	}
+	return nil
+}
+
+// phase marks a phase start, runs before (starting its workloads), waits d, and marks its end.
+func (r *noisyRun) phase(ctx context.Context, name string, d time.Duration, before func() error) error {
+	if err := r.mark(name, "start"); err != nil {
+		return err
+	}
+	if before != nil {
+		if err := before(); err != nil {
+			return err
+		}
+	}
+	if err := r.wait(ctx, name, d); err != nil {
+		return err
+	}
+	return r.mark(name, "end")
+}
+
+func (r *noisyRun) mark(name, event string) error {
+	now := time.Now()
+	if err := r.collector.Snapshot(now); err != nil {
+		return err
+	}
+	return r.writer.Append(record.Record{Type: record.TypePhase, Time: now, Name: name, Event: event})
+}
+
+// wait sleeps d while showing progress, returning early with an error when ctx is cancelled or
+// a workload died.
+func (r *noisyRun) wait(ctx context.Context, phase string, d time.Duration) error {
+	r.mu.Lock()
+	r.phase, r.phaseEnd = phase, time.Now().Add(d)
+	r.mu.Unlock()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			r.progress.done()
+			return fmt.Errorf("%w during %s: %v", ErrInterrupted, phase, context.Cause(ctx))
+		case <-deadline.C:
+			r.showProgress()
+			return nil
+		case <-tick.C:
+			r.showProgress()
+			for _, p := range r.procs {
+				select {
+				case <-p.Done():
+					r.progress.done()
+					return fmt.Errorf("workload %s exited during %s: %v (see %s)", p.Name, phase, p.Err(), r.logPath(p.Name))
+				default:
+				}
+			}
+		}
+	}
+}
+
+func (r *noisyRun) showProgress() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	left := max(0, time.Until(r.phaseEnd).Round(time.Second))
+	line := fmt.Sprintf("%-8s %4s left | %d workloads | victim cpu-work %s  write+fsync %s",
+		r.phase, left, len(r.procs), fmtSecs(r.last[record.MetricProbeCPUWork]),
+		fmtSecs(r.last[record.MetricProbeWrite]+r.last[record.MetricProbeFsync]))
+	r.progress.update(line)
+}
+
+func fmtSecs(s float64) string {
+	if s == 0 {
+		return "-"
+	}
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+}
+
+func (r *noisyRun) logPath(name string) string {
+	return filepath.Join(r.dir, "workloads", name+".log")
+}
+
+// start launches a workload in its cgroup; its measurements become samples of the run.
+func (r *noisyRun) start(w record.Workload, args []string) error {
+	if err := os.MkdirAll(filepath.Dir(r.logPath(w.Name)), 0o755); err != nil {
+		return err
+	}
+	logf, err := os.Create(r.logPath(w.Name))
+	if err != nil {
+		return fmt.Errorf("creating log of %s: %w", w.Name, err)
+	}
+	r.logs = append(r.logs, logf)
+	onMeasure := func(name string, m workload.Measurement) {
+		v := m.Value
+		rec := record.Record{Type: record.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: w.Cgroup, Workload: name, Value: &v}
+		if err := r.writer.Append(rec); err != nil {
+			r.cfg.Log.Warn("recording a measurement", "workload", name, "err", err)
+		}
+		r.mu.Lock()
+		r.last[m.Metric] = m.Value
+		r.mu.Unlock()
+	}
+	p, err := launch.Start(r.cfg.Exe, r.layout, launch.Spec{Name: w.Name, Cgroup: w.Cgroup, Args: args, Log: logf}, onMeasure)
+	if err != nil {
+		return err
+	}
+	r.procs = append(r.procs, p)
+	return nil
+}
+
+func (r *noisyRun) victimArgs(w record.Workload) []string {
+	return []string{"workload", "victim", "--dir", w.Target,
+		"--interval", r.cfg.Interval.String(),
+		"--work-rounds", strconv.Itoa(r.cfg.VictimWorkRounds),
+		"--write-bytes", strconv.FormatInt(r.cfg.VictimWriteBytes, 10)}
+}
+
+func (r *noisyRun) hogArgs(w record.Workload) []string {
+	switch w.Kind {
+	case "cpu":
+		threads := threadsFor(r.specs[w.Name], runtime.NumCPU())
+		return []string{"workload", "cpu-hog", "--threads", strconv.Itoa(threads)}
+	case "disk":
+		return []string{"workload", "disk-hog", "--dir", w.Target, "--file-bytes", strconv.Itoa(defaultHogFile)}
+	case "fsync":
+		return []string{"workload", "fsync-hog", "--dir", w.Target}
+	case "memory":
+		size, _ := ParseSize(w.Memory)
+		// Stay a little under the limit: the hog is to hold memory, not to be OOM-killed.
+		return []string{"workload", "memory-hog", "--bytes", strconv.FormatInt(size-size/16, 10)}
+	}
+	return nil
+}
+
+// cleanup stops the workloads, takes the last snapshot, and removes cgroups, scratch files and
+// run state. It runs on every exit path.
+func (r *noisyRun) cleanup() error {
+	r.progress.done()
+	var errs []error
+	for _, p := range r.procs {
+		p.Stop(5 * time.Second)
+	}
+	if r.collector != nil {
+		r.stopColl()
+		if err := r.collector.Snapshot(time.Now()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.tracer != nil {
+		if err := r.tracer.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.created {
+		if err := r.layout.Remove(RunCgroup(r.id)); err != nil {
+			errs = append(errs, err)
+		}
+		// The shared parent goes too when no other run is under it.
+		if kids, err := r.layout.Children(CgroupParent); err == nil && len(kids) == 0 {
+			_ = r.layout.Remove(CgroupParent)
+		}
+	}
+	for _, f := range r.logs {
+		f.Close()
+	}
+	for _, w := range r.workloads {
+		if w.Target != "" && !isUnder(w.Target, r.scratch) {
+			// A user target: remove only what the run made inside it.
+			os.RemoveAll(filepath.Dir(w.Target))
+		}
+	}
+	if err := os.RemoveAll(r.scratch); err != nil {
+		errs = append(errs, fmt.Errorf("removing scratch %s: %w", r.scratch, err))
+	}
+	if r.writer != nil {
+		if err := r.writer.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if r.unclaim != nil {
+		r.unclaim()
+	}
+	return errors.Join(errs...)
+}
+
+func isUnder(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !filepath.IsAbs(rel) && (len(rel) < 3 || rel[:3] != "../")
+}
+
+func kernelRelease(procfs string) string {
+	b, err := os.ReadFile(filepath.Join(procfs, "sys/kernel/osrelease"))
+	if err != nil {
+		return ""
+	}
+	return string(trimNL(b))
+}
+
+func trimNL(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
+		b = b[:len(b)-1]
+	}
+	return b
+}

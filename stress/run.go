@@ -1,0 +1,178 @@
+package stress
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/cgroup"
+)
+
+// Paths are the host locations a run uses; configuration, never literals, so the same code
+// works on /host in a DaemonSet and on a scratch tree in tests.
+type Paths struct {
+	Cgroupfs string // cgroup filesystem root
+	Procfs   string
+	Sysfs    string
+	Scratch  string // parent of each run's scratch directory (files workloads write)
+	State    string // parent of each live run's state directory (owner pid)
+}
+
+// DefaultPaths are the host's own.
+func DefaultPaths() Paths {
+	return Paths{
+		Cgroupfs: "/sys/fs/cgroup",
+		Procfs:   "/proc",
+		Sysfs:    "/sys",
+		Scratch:  "/var/tmp/nodectl",
+		State:    "/run/nodectl/runs",
+	}
+}
+
+// CgroupParent is the cgroup every run lives under, in every hierarchy.
+const CgroupParent = "/nodectl"
+
+// NewRunID returns a sortable, unique run id for a scenario.
+func NewRunID(scenario string) string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%s-%s", scenario, time.Now().UTC().Format("20060102-150405"), hex.EncodeToString(b))
+}
+
+// RunCgroup is the cgroup path of a run.
+func RunCgroup(id string) string { return CgroupParent + "/" + id }
+
+// claim marks a run as live: its state directory holds the owner's pid, so `stress clean`
+// leaves it alone while the owner runs.
+func claim(p Paths, id string) (func(), error) {
+	dir := filepath.Join(p.State, id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("making run state %s: %w", dir, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("writing run state: %w", err)
+	}
+	return func() { os.RemoveAll(dir) }, nil
+}
+
+// ownerAlive reports whether the process that claimed run id still runs.
+func ownerAlive(p Paths, id string) bool {
+	b, err := os.ReadFile(filepath.Join(p.State, id, "pid"))
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return false
+	}
+	err = syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// CleanReport lists what Clean removed or left.
+type CleanReport struct {
+	Removed []string `json:"removed"`
+	Skipped []string `json:"skipped,omitempty"` // live runs, left alone
+	Errors  []string `json:"errors,omitempty"`
+}
+
+// Clean removes what runs left behind: their cgroups (killing what still runs in them), scratch
+// files and state. Runs whose owner is alive are skipped unless all is set.
+func Clean(ctx context.Context, p Paths, all bool, log *slog.Logger) (CleanReport, error) {
+	var rep CleanReport
+	layout, err := cgroup.Detect(p.Cgroupfs)
+	if err != nil {
+		return rep, err
+	}
+	ids := map[string]bool{}
+	runs, err := layout.Children(CgroupParent)
+	if err != nil {
+		return rep, fmt.Errorf("listing runs under %s: %w", CgroupParent, err)
+	}
+	for _, r := range runs {
+		ids[filepath.Base(r)] = true
+	}
+	for _, dir := range []string{p.Scratch, p.State} {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if e.IsDir() {
+				ids[e.Name()] = true
+			}
+		}
+	}
+	for id := range ids {
+		if ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+		if !all && ownerAlive(p, id) {
+			rep.Skipped = append(rep.Skipped, id)
+			continue
+		}
+		if err := layout.Remove(RunCgroup(id)); err != nil {
+			rep.Errors = append(rep.Errors, err.Error())
+		} else {
+			rep.Removed = append(rep.Removed, "cgroup "+RunCgroup(id))
+		}
+		for _, dir := range []string{filepath.Join(p.Scratch, id), filepath.Join(p.State, id)} {
+			if _, err := os.Stat(dir); err == nil {
+				if err := os.RemoveAll(dir); err != nil {
+					rep.Errors = append(rep.Errors, err.Error())
+				} else {
+					rep.Removed = append(rep.Removed, dir)
+				}
+			}
+		}
+		log.Debug("cleaned run", "id", id)
+	}
+	// The parent itself goes when it is empty; a live run keeps it.
+	if len(rep.Skipped) == 0 {
+		_ = layout.Remove(CgroupParent)
+	}
+	if len(rep.Errors) > 0 {
+		return rep, fmt.Errorf("could not remove everything: %s", strings.Join(rep.Errors, "; "))
+	}
+	return rep, nil
+}
+
+// progressWriter writes a live progress line: rewritten in place on a terminal, a line every
+// few seconds otherwise.
+type progressWriter struct {
+	w     io.Writer
+	tty   bool
+	last  time.Time
+	width int
+}
+
+func (p *progressWriter) update(line string) {
+	if p.w == nil {
+		return
+	}
+	if p.tty {
+		pad := max(0, p.width-len(line))
+		fmt.Fprintf(p.w, "\r%s%s", line, strings.Repeat(" ", pad))
+		p.width = len(line)
+		return
+	}
+	if time.Since(p.last) >= 5*time.Second {
+		fmt.Fprintln(p.w, line)
+		p.last = time.Now()
+	}
+}
+
+func (p *progressWriter) done() {
+	if p.w != nil && p.tty && p.width > 0 {
+		fmt.Fprintln(p.w)
+		p.width = 0
+	}
+}

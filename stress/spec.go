@@ -1,0 +1,137 @@
+// Package stress drives stress scenarios on the local node: it starts workloads (the victim
+// probe and hogs) in their own cgroups under nodectl/<run-id>/, runs phases, records what the
+// tracer and samplers see, and cleans everything up.
+package stress
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// HogKinds are the neighbour kinds `--hog` accepts.
+var HogKinds = []string{"cpu", "disk", "memory", "fsync"}
+
+// HogSpec is one `--hog KIND[,count=N][,cpu=LIMIT][,memory=SIZE][,target=PATH][,threads=N]`.
+type HogSpec struct {
+	Kind     string
+	Count    int
+	CPUMilli int64  // 0 = unlimited
+	MemBytes int64  // 0 = unlimited (memory hogs default to DefaultMemoryHog)
+	Target   string // directory disk and fsync hogs write to; "" = the run's scratch directory
+	Threads  int    // busy threads of a cpu hog; 0 = one per CPU of its limit, or per online CPU
+	raw      string
+}
+
+// DefaultMemoryHog caps a memory hog that was given no memory limit, so a run never exhausts
+// the machine.
+const DefaultMemoryHog = 512 << 20
+
+// ParseHog parses one --hog value, naming the offending key and what is allowed on error.
+func ParseHog(s string) (HogSpec, error) {
+	parts := strings.Split(s, ",")
+	h := HogSpec{Kind: strings.TrimSpace(parts[0]), Count: 1, raw: s}
+	if !slices.Contains(HogKinds, h.Kind) {
+		return h, fmt.Errorf("--hog %q: unknown kind %q (allowed: %s)", s, h.Kind, strings.Join(HogKinds, ", "))
+	}
+	for _, kv := range parts[1:] {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || v == "" {
+			return h, fmt.Errorf("--hog %q: %q is not key=value (keys: count, cpu, memory, target, threads)", s, kv)
+		}
+		var err error
+		switch k {
+		case "count":
+			h.Count, err = positiveInt(v, 1000)
+		case "threads":
+			h.Threads, err = positiveInt(v, 1024)
+		case "cpu":
+			h.CPUMilli, err = ParseCPU(v)
+		case "memory":
+			h.MemBytes, err = ParseSize(v)
+		case "target":
+			if !strings.HasPrefix(v, "/") {
+				err = fmt.Errorf("must be an absolute directory path")
+			}
+			h.Target = v
+		default:
+			err = fmt.Errorf("unknown key (keys: count, cpu, memory, target, threads)")
+		}
+		if err != nil {
+			return h, fmt.Errorf("--hog %q: %s=%s: %w", s, k, v, err)
+		}
+	}
+	if h.Kind == "memory" && h.MemBytes == 0 {
+		h.MemBytes = DefaultMemoryHog
+	}
+	return h, nil
+}
+
+func positiveInt(v string, maxV int) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxV {
+		return 0, fmt.Errorf("want an integer from 1 to %d", maxV)
+	}
+	return n, nil
+}
+
+// ParseCPU parses a CPU LIMIT in Kubernetes notation ("250m", "1", "1.5") into millicores.
+func ParseCPU(v string) (int64, error) {
+	q, err := resource.ParseQuantity(v)
+	if err != nil {
+		return 0, fmt.Errorf("bad CPU limit %q: want Kubernetes notation such as 250m or 1", v)
+	}
+	m := q.MilliValue()
+	if m < 1 {
+		return 0, fmt.Errorf("bad CPU limit %q: must be at least 1m", v)
+	}
+	if m > 1024*1000 {
+		return 0, fmt.Errorf("bad CPU limit %q: more than 1024 CPUs", v)
+	}
+	return m, nil
+}
+
+// ParseSize parses a SIZE in Kubernetes notation ("512Mi", "2Gi", "100M") into bytes.
+func ParseSize(v string) (int64, error) {
+	q, err := resource.ParseQuantity(v)
+	if err != nil {
+		return 0, fmt.Errorf("bad size %q: want Kubernetes notation such as 512Mi or 2Gi", v)
+	}
+	b, ok := q.AsInt64()
+	if !ok || b < 1<<20 {
+		return 0, fmt.Errorf("bad size %q: must be a whole number of bytes, at least 1Mi", v)
+	}
+	return b, nil
+}
+
+// FormatCPU renders millicores back in Kubernetes notation ("" for unlimited).
+func FormatCPU(m int64) string {
+	if m == 0 {
+		return ""
+	}
+	return resource.NewMilliQuantity(m, resource.DecimalSI).String()
+}
+
+// FormatSize renders bytes in Kubernetes binary notation ("" for unlimited).
+func FormatSize(b int64) string {
+	if b == 0 {
+		return ""
+	}
+	return resource.NewQuantity(b, resource.BinarySI).String()
+}
+
+// threadsFor is the default busy-thread count of a cpu hog: enough to use its whole limit, or
+// every online CPU when unlimited.
+func threadsFor(h HogSpec, ncpu int) int {
+	if h.Threads > 0 {
+		return h.Threads
+	}
+	if h.CPUMilli == 0 {
+		return ncpu
+	}
+	return max(1, int(math.Ceil(float64(h.CPUMilli)/1000)))
+}

@@ -1,0 +1,46 @@
+package workload
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+func TestVictimEmitsItsMeasurements(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	err := Victim(ctx, VictimConfig{Dir: dir, Interval: 500 * time.Millisecond, WorkRounds: 1000, WriteBytes: 2 << 20}, NewEmitter(&out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		var m Measurement
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("bad line %q: %v", sc.Text(), err)
+		}
+		if m.Value < 0 || m.T.IsZero() {
+			t.Errorf("bad measurement %+v", m)
+		}
+		counts[m.Metric]++
+	}
+	for _, m := range []string{record.MetricProbeCPUWork, record.MetricProbeWrite, record.MetricProbeFsync} {
+		if counts[m] < 2 {
+			t.Errorf("%s: %d measurements, want at least 2 (one per 500ms iteration)", m, counts[m])
+		}
+	}
+}
+
+func BenchmarkCPUWork(b *testing.B) {
+	for b.Loop() {
+		cpuWork(DefaultWorkRounds)
+	}
+}
