@@ -84,7 +84,7 @@ func Noisy(ctx context.Context, cfg NoisyConfig) (dir string, err error) {
 			return "", fmt.Errorf("finding the nodectl binary: %w", err)
 		}
 	}
-	layout, err := cgroup.Detect(cfg.Paths.Cgroupfs)
+	layout, err := cgroup.DetectProcfs(cfg.Paths.Cgroupfs, cfg.Paths.Procfs)
 	if err != nil {
 		return "", err
 	}
@@ -128,7 +128,7 @@ type noisyRun struct {
 	progress *progressWriter
 	mu       sync.Mutex
 	last     map[string]float64 // latest probe values, for the progress line
-	phase    string
+	curPhase string
 	phaseEnd time.Time
 }
 
@@ -324,7 +324,7 @@ func (r *noisyRun) mark(name, event string) error {
 // a workload died.
 func (r *noisyRun) wait(ctx context.Context, phase string, d time.Duration) error {
 	r.mu.Lock()
-	r.phase, r.phaseEnd = phase, time.Now().Add(d)
+	r.curPhase, r.phaseEnd = phase, time.Now().Add(d)
 	r.mu.Unlock()
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
@@ -357,7 +357,7 @@ func (r *noisyRun) showProgress() {
 	defer r.mu.Unlock()
 	left := max(0, time.Until(r.phaseEnd).Round(time.Second))
 	line := fmt.Sprintf("%-8s %4s left | %d workloads | victim cpu-work %s  write+fsync %s",
-		r.phase, left, len(r.procs), fmtSecs(r.last[record.MetricProbeCPUWork]),
+		r.curPhase, left, len(r.procs), fmtSecs(r.last[record.MetricProbeCPUWork]),
 		fmtSecs(r.last[record.MetricProbeWrite]+r.last[record.MetricProbeFsync]))
 	r.progress.update(line)
 }
@@ -393,6 +393,7 @@ func (r *noisyRun) start(w record.Workload, args []string) error {
 		r.last[m.Metric] = m.Value
 		r.mu.Unlock()
 	}
+	args = append(args, "--run", r.id)
 	p, err := launch.Start(r.cfg.Exe, r.layout, launch.Spec{Name: w.Name, Cgroup: w.Cgroup, Args: args, Log: logf}, onMeasure)
 	if err != nil {
 		return err

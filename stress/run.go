@@ -91,7 +91,7 @@ type CleanReport struct {
 // files and state. Runs whose owner is alive are skipped unless all is set.
 func Clean(ctx context.Context, p Paths, all bool, log *slog.Logger) (CleanReport, error) {
 	var rep CleanReport
-	layout, err := cgroup.Detect(p.Cgroupfs)
+	layout, err := cgroup.DetectProcfs(p.Cgroupfs, p.Procfs)
 	if err != nil {
 		return rep, err
 	}

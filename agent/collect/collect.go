@@ -46,8 +46,9 @@ func New(sources map[string]Source, out Appender, interval time.Duration, observ
 	return &Collector{sources: sources, out: out, interval: interval, log: log, failures: map[string]int{}, observe: observe}
 }
 
-// Snapshot samples every source now and appends the result. A failing source is logged and
-// skipped so one bad sampler does not stop the recording; only a failed append is returned.
+// Snapshot samples every source now and appends the result. A source that fails is logged and
+// what it did return is kept, so one bad cgroup or sampler does not stop the recording; only a
+// failed append is returned.
 func (c *Collector) Snapshot(now time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -59,7 +60,6 @@ func (c *Collector) Snapshot(now time.Time) error {
 			if c.failures[name] <= 3 { // say it, but do not flood the log every interval
 				c.log.Warn("sampling failed", "source", name, "err", err)
 			}
-			continue
 		}
 		batch = append(batch, recs...)
 	}

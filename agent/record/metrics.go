@@ -54,6 +54,9 @@ const (
 	LabelName      = "name"
 
 	// CgroupIdle is the preemptor recorded when a CPU went idle while the task stayed
-	// runnable: its cgroup was throttled, not preempted by anyone.
+	// runnable: nobody preempted it (typically its cgroup was throttled).
 	CgroupIdle = "<idle>"
+	// CgroupThrottled is the preemptor recorded when the task's cgroup, or an ancestor, ran
+	// out of CPU quota: its own limit, not a neighbour, stopped it.
+	CgroupThrottled = "<throttled>"
 )

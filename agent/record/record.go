@@ -18,6 +18,16 @@ const (
 	TypeEvent  = "event"  // a discrete event: an OOM kill, a workload exit, a drop report
 )
 
+// Phase names and phase events (the Name and Event fields of a phase record).
+const (
+	PhaseBaseline = "baseline" // the victim alone
+	PhaseStress   = "stress"   // the victim with its neighbours
+	PhaseRecovery = "recovery" // after the neighbours stopped
+
+	EventStart = "start"
+	EventEnd   = "end"
+)
+
 // Record is one line of records.jsonl.
 type Record struct {
 	Type string    `json:"type"`

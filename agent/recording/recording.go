@@ -45,7 +45,7 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 	if cfg.MaxCgroups <= 0 {
 		cfg.MaxCgroups = 1000
 	}
-	layout, err := cgroup.Detect(cfg.Cgroupfs)
+	layout, err := cgroup.DetectProcfs(cfg.Cgroupfs, cfg.Procfs)
 	if err != nil {
 		return "", err
 	}

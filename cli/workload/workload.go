@@ -22,6 +22,9 @@ func New() *cobra.Command {
 		Short:  "Run one stress workload in this process (used by the stress driver)",
 		Hidden: true,
 	}
+	// The run a workload belongs to; unused by the bodies, it makes each process of a run
+	// recognisable in ps.
+	cmd.PersistentFlags().String("run", "", "id of the run this workload belongs to")
 	cmd.AddCommand(victim(), cpuHog(), diskHog(), fsyncHog(), memoryHog())
 	return cmd
 }

@@ -1,0 +1,52 @@
+//go:build linux
+
+package cgroup
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// fileIDKernfs is the file handle type of kernfs (cgroupfs v1 and v2): the node's 64-bit id.
+const fileIDKernfs = 0xfe
+
+// byHandle opens the cgroup with id in the hierarchy mounted at root by file handle and
+// returns its path below root. errGone means there is no such cgroup; other errors mean the
+// kernel would not say (no CAP_DAC_READ_SEARCH, no export support, outside this mount).
+func byHandle(root string, id uint64) (string, error) {
+	mfd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(mfd)
+	b := make([]byte, 8)
+	binary.NativeEndian.PutUint64(b, id)
+	fd, err := unix.OpenByHandleAt(mfd, unix.NewFileHandle(fileIDKernfs, b), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if errors.Is(err, unix.ESTALE) || errors.Is(err, unix.ENOENT) {
+		return "", errGone
+	}
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(fd)
+	// Both through /proc/self/fd, so symlinks in root (cpu -> cpu,cpuacct) resolve alike.
+	top, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", mfd))
+	if err != nil {
+		return "", err
+	}
+	p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return "", err
+	}
+	rel, err := filepath.Rel(top, p)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", fmt.Errorf("cgroup %d at %s is outside %s", id, p, top)
+	}
+	return filepath.Join("/", rel), nil
+}

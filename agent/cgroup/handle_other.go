@@ -1,0 +1,8 @@
+//go:build !linux
+
+package cgroup
+
+import "errors"
+
+// byHandle needs Linux; the resolver walks instead.
+func byHandle(string, uint64) (string, error) { return "", errors.ErrUnsupported }

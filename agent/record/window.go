@@ -1,0 +1,258 @@
+package record
+
+import (
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/hist"
+)
+
+// Window is a span of a run, (Start, End]: a phase, or the whole run.
+type Window struct {
+	Name  string    `json:"name"`
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+}
+
+// Seconds is the window's length.
+func (w Window) Seconds() float64 { return w.End.Sub(w.Start).Seconds() }
+
+// Phases returns the run's phase windows ordered by start. A phase that started and never
+// ended (the run crashed or was interrupted) ends at the last record's time.
+func (r *Run) Phases() []Window {
+	var windows []Window
+	open := map[string]int{} // phase name -> index of its unended window
+	for _, rec := range r.Records {
+		if rec.Type != TypePhase {
+			continue
+		}
+		switch rec.Event {
+		case EventStart:
+			open[rec.Name] = len(windows)
+			windows = append(windows, Window{Name: rec.Name, Start: rec.Time})
+		case EventEnd:
+			if i, ok := open[rec.Name]; ok {
+				windows[i].End = rec.Time
+				delete(open, rec.Name)
+			}
+		}
+	}
+	last := r.lastTime()
+	for _, i := range open {
+		windows[i].End = last
+	}
+	slices.SortStableFunc(windows, func(a, b Window) int { return a.Start.Compare(b.Start) })
+	return windows
+}
+
+// Phase returns the first window of the named phase.
+func (r *Run) Phase(name string) (Window, bool) {
+	for _, w := range r.Phases() {
+		if w.Name == name {
+			return w, true
+		}
+	}
+	return Window{}, false
+}
+
+// Span is the whole run as one window named "run": from the run's start (or its first record,
+// if earlier) to its last record.
+func (r *Run) Span() Window {
+	w := Window{Name: "run", Start: r.Meta.Start, End: r.lastTime()}
+	for _, rec := range r.Records {
+		if w.Start.IsZero() || rec.Time.Before(w.Start) {
+			w.Start = rec.Time
+		}
+	}
+	return w
+}
+
+func (r *Run) lastTime() time.Time {
+	var last time.Time
+	for _, rec := range r.Records {
+		if rec.Time.After(last) {
+			last = rec.Time
+		}
+	}
+	return last
+}
+
+// Series is the samples of one metric for one cgroup and one label set, ordered by time.
+type Series struct {
+	Metric  string
+	Cgroup  string
+	Labels  map[string]string
+	Samples []Record
+}
+
+// at returns the last sample at or before t, nil if there is none.
+func (s *Series) at(t time.Time) *Record {
+	i := sort.Search(len(s.Samples), func(i int) bool { return s.Samples[i].Time.After(t) })
+	if i == 0 {
+		return nil
+	}
+	return &s.Samples[i-1]
+}
+
+// Delta is how much a cumulative counter grew over w: the last value at or before w.End minus
+// the last value at or before w.Start, a missing value counting as zero. A counter that went
+// backwards (its producer restarted) yields zero.
+func (s *Series) Delta(w Window) float64 {
+	return max(0, value(s.at(w.End))-value(s.at(w.Start)))
+}
+
+// HistDelta is the events a cumulative histogram gained over w, by the rule of Delta.
+func (s *Series) HistDelta(w Window) hist.Log2 {
+	return histOf(s.at(w.End)).Sub(histOf(s.at(w.Start)))
+}
+
+func value(r *Record) float64 {
+	if r == nil || r.Value == nil {
+		return 0
+	}
+	return *r.Value
+}
+
+func histOf(r *Record) hist.Log2 {
+	if r == nil || r.Hist == nil {
+		return hist.Log2{}
+	}
+	return *r.Hist
+}
+
+// SeriesSet is a selection of series; its sums run over all of them.
+type SeriesSet []*Series
+
+// Series returns every series of metric, ordered by cgroup and labels.
+func (r *Run) Series(metric string) SeriesSet {
+	if r.series == nil {
+		r.series = indexSeries(r.Records)
+	}
+	return r.series[metric]
+}
+
+func indexSeries(recs []Record) map[string]SeriesSet {
+	byKey := map[string]*Series{}
+	for _, rec := range recs {
+		if rec.Type != TypeSample || rec.Metric == "" {
+			continue
+		}
+		key := seriesKey(rec)
+		s, ok := byKey[key]
+		if !ok {
+			s = &Series{Metric: rec.Metric, Cgroup: rec.Cgroup, Labels: rec.Labels}
+			byKey[key] = s
+		}
+		s.Samples = append(s.Samples, rec)
+	}
+	index := map[string]SeriesSet{}
+	for _, key := range slices.Sorted(maps.Keys(byKey)) {
+		s := byKey[key]
+		// Producers append concurrently, so samples may be slightly out of order.
+		slices.SortStableFunc(s.Samples, func(a, b Record) int { return a.Time.Compare(b.Time) })
+		index[s.Metric] = append(index[s.Metric], s)
+	}
+	return index
+}
+
+// seriesKey identifies a series: metric, cgroup and the sorted label pairs.
+func seriesKey(rec Record) string {
+	var b strings.Builder
+	b.WriteString(rec.Metric)
+	b.WriteByte(0)
+	b.WriteString(rec.Cgroup)
+	for _, k := range slices.Sorted(maps.Keys(rec.Labels)) {
+		b.WriteByte(0)
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(rec.Labels[k])
+	}
+	return b.String()
+}
+
+// Cgroup selects the series of one cgroup ("" selects series without a cgroup).
+func (ss SeriesSet) Cgroup(path string) SeriesSet {
+	return ss.filter(func(s *Series) bool { return s.Cgroup == path })
+}
+
+// Label selects the series whose label key has value.
+func (ss SeriesSet) Label(key, value string) SeriesSet {
+	return ss.filter(func(s *Series) bool { return s.Labels[key] == value })
+}
+
+func (ss SeriesSet) filter(keep func(*Series) bool) SeriesSet {
+	var out SeriesSet
+	for _, s := range ss {
+		if keep(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// ByCgroup groups the series by cgroup.
+func (ss SeriesSet) ByCgroup() map[string]SeriesSet {
+	return ss.group(func(s *Series) string { return s.Cgroup })
+}
+
+// ByLabel groups the series by the value of a label ("" for series without it).
+func (ss SeriesSet) ByLabel(key string) map[string]SeriesSet {
+	return ss.group(func(s *Series) string { return s.Labels[key] })
+}
+
+func (ss SeriesSet) group(key func(*Series) string) map[string]SeriesSet {
+	out := map[string]SeriesSet{}
+	for _, s := range ss {
+		k := key(s)
+		out[k] = append(out[k], s)
+	}
+	return out
+}
+
+// Delta sums Series.Delta over the set.
+func (ss SeriesSet) Delta(w Window) float64 {
+	var sum float64
+	for _, s := range ss {
+		sum += s.Delta(w)
+	}
+	return sum
+}
+
+// HistDelta sums Series.HistDelta over the set.
+func (ss SeriesSet) HistDelta(w Window) hist.Log2 {
+	var sum hist.Log2
+	for _, s := range ss {
+		sum = sum.Add(s.HistDelta(w))
+	}
+	return sum
+}
+
+// Samples returns the samples of the set inside w (after Start, at or before End) that carry a
+// value, ordered by time: the readings of a gauge such as a probe's per-iteration latency.
+func (ss SeriesSet) Samples(w Window) []Record {
+	var out []Record
+	for _, s := range ss {
+		lo := sort.Search(len(s.Samples), func(i int) bool { return s.Samples[i].Time.After(w.Start) })
+		hi := sort.Search(len(s.Samples), func(i int) bool { return s.Samples[i].Time.After(w.End) })
+		for _, rec := range s.Samples[lo:hi] {
+			if rec.Value != nil {
+				out = append(out, rec)
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Record) int { return a.Time.Compare(b.Time) })
+	return out
+}
+
+// Values returns the values of Samples(w).
+func (ss SeriesSet) Values(w Window) []float64 {
+	samples := ss.Samples(w)
+	out := make([]float64, len(samples))
+	for i, rec := range samples {
+		out[i] = *rec.Value
+	}
+	return out
+}

@@ -1,0 +1,172 @@
+package record
+
+import (
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/hist"
+)
+
+// openRecords writes recs through a Writer and reads them back.
+func openRecords(t *testing.T, meta Meta, recs ...Record) *Run {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "run")
+	w, err := Create(dir, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append(recs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	run, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+func phase(sec float64, name, event string) Record {
+	return Record{Type: TypePhase, Time: at(sec), Name: name, Event: event}
+}
+
+func counter(sec float64, metric, cgroup string, v float64, labels ...string) Record {
+	r := Record{Type: TypeSample, Time: at(sec), Metric: metric, Cgroup: cgroup, Value: f64(v)}
+	for i := 0; i+1 < len(labels); i += 2 {
+		if r.Labels == nil {
+			r.Labels = map[string]string{}
+		}
+		r.Labels[labels[i]] = labels[i+1]
+	}
+	return r
+}
+
+func TestPhases(t *testing.T) {
+	run := openRecords(t, Meta{Start: at(-1)},
+		phase(0, PhaseBaseline, EventStart),
+		phase(10, PhaseBaseline, EventEnd),
+		phase(10, PhaseStress, EventStart),
+		Record{Type: TypeEvent, Time: at(25), Message: "crash soon"},
+		phase(3, "ignored", EventEnd), // an end without a start
+	)
+	want := []Window{
+		{Name: PhaseBaseline, Start: at(0), End: at(10)},
+		{Name: PhaseStress, Start: at(10), End: at(25)}, // never ended: runs to the last record
+	}
+	if got := run.Phases(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Phases() = %+v, want %+v", got, want)
+	}
+	if w, ok := run.Phase(PhaseStress); !ok || w.Seconds() != 15 {
+		t.Errorf("Phase(stress) = %+v, %v", w, ok)
+	}
+	if _, ok := run.Phase(PhaseRecovery); ok {
+		t.Error("found a recovery phase that was never recorded")
+	}
+	if got, want := run.Span(), (Window{Name: "run", Start: at(-1), End: at(25)}); !reflect.DeepEqual(got, want) {
+		t.Errorf("Span() = %+v, want %+v", got, want)
+	}
+}
+
+func TestDelta(t *testing.T) {
+	// Samples at 2, 4, 6 and 8 s (written out of order); the producer restarted at 8 s.
+	run := openRecords(t, Meta{},
+		counter(4, MetricCPUUsage, "/a", 30),
+		counter(2, MetricCPUUsage, "/a", 10),
+		counter(6, MetricCPUUsage, "/a", 70),
+		counter(8, MetricCPUUsage, "/a", 5),
+	)
+	s := run.Series(MetricCPUUsage)
+	for name, tc := range map[string]struct {
+		start, end float64
+		want       float64
+	}{
+		"before_first_sample":   {start: 0, end: 1, want: 0},
+		"from_nothing":          {start: 0, end: 3, want: 10}, // zero before the first sample
+		"between_snapshots":     {start: 3, end: 5, want: 20}, // 30 at 4 s minus 10 at 2 s
+		"on_sample_times":       {start: 2, end: 6, want: 60}, // at-or-before on both ends
+		"after_last":            {start: 9, end: 12, want: 0},
+		"across_counter_reset":  {start: 6, end: 8, want: 0},
+		"window_inside_one_gap": {start: 4.5, end: 5.5, want: 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := s.Delta(Window{Start: at(tc.start), End: at(tc.end)}); got != tc.want {
+				t.Errorf("Delta = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestHistDelta(t *testing.T) {
+	h := func(slots ...uint64) *hist.Log2 {
+		var count, sum uint64
+		for i, c := range slots {
+			count += c
+			sum += c << i
+		}
+		v := hist.FromSlots(slots, count, sum)
+		return &v
+	}
+	run := openRecords(t, Meta{},
+		Record{Type: TypeSample, Time: at(1), Metric: MetricRunqLatency, Cgroup: "/a", Hist: h(1, 2)},
+		Record{Type: TypeSample, Time: at(2), Metric: MetricRunqLatency, Cgroup: "/a", Hist: h(1, 5, 4)},
+		Record{Type: TypeSample, Time: at(2), Metric: MetricRunqLatency, Cgroup: "/b", Hist: h(0, 0, 0, 8)},
+	)
+	got := run.Series(MetricRunqLatency).Cgroup("/a").HistDelta(Window{Start: at(1), End: at(3)})
+	if want := *h(0, 3, 4); !reflect.DeepEqual(got, want) {
+		t.Errorf("HistDelta(/a) = %+v, want %+v", got, want)
+	}
+	all := run.Series(MetricRunqLatency).HistDelta(Window{Start: at(0), End: at(3)})
+	if want := *h(1, 5, 4, 8); !reflect.DeepEqual(all, want) {
+		t.Errorf("HistDelta(all) = %+v, want %+v", all, want)
+	}
+}
+
+func TestSelection(t *testing.T) {
+	run := openRecords(t, Meta{},
+		counter(1, MetricBlkBytes, "/a", 100, LabelDevice, "254:0", LabelOp, "write"),
+		counter(1, MetricBlkBytes, "/a", 10, LabelDevice, "254:0", LabelOp, "read"),
+		counter(1, MetricBlkBytes, "/a", 1000, LabelDevice, "8:0", LabelOp, "write"),
+		counter(1, MetricBlkBytes, "/b", 7, LabelDevice, "254:0", LabelOp, "write"),
+		counter(1, MetricCPUUsage, "/a", 3),
+	)
+	w := Window{Start: at(0), End: at(2)}
+	bytes := run.Series(MetricBlkBytes)
+	if got := bytes.Cgroup("/a").Label(LabelDevice, "254:0").Delta(w); got != 110 {
+		t.Errorf("/a on 254:0 = %v, want 110", got)
+	}
+	perCgroup := map[string]float64{}
+	for cg, ss := range bytes.Label(LabelDevice, "254:0").ByCgroup() {
+		perCgroup[cg] = ss.Delta(w)
+	}
+	if want := map[string]float64{"/a": 110, "/b": 7}; !reflect.DeepEqual(perCgroup, want) {
+		t.Errorf("per cgroup = %v, want %v", perCgroup, want)
+	}
+	if got := len(bytes.ByLabel(LabelOp)["write"]); got != 3 {
+		t.Errorf("write series = %d, want 3", got)
+	}
+	if got := run.Series("nothing").Delta(w); got != 0 {
+		t.Errorf("absent metric delta = %v", got)
+	}
+}
+
+func TestValues(t *testing.T) {
+	run := openRecords(t, Meta{},
+		counter(1, MetricProbeFsync, "/v", 0.1),
+		counter(2, MetricProbeFsync, "/v", 0.2),
+		counter(3, MetricProbeFsync, "/v", 0.3),
+		counter(2.5, MetricProbeFsync, "/other", 9),
+	)
+	// (Start, End]: a reading at the boundary belongs to the window that ends there.
+	got := run.Series(MetricProbeFsync).Cgroup("/v").Values(Window{Start: at(1), End: at(3)})
+	if want := []float64{0.2, 0.3}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Values = %v, want %v", got, want)
+	}
+	merged := run.Series(MetricProbeFsync).Values(Window{Start: at(0), End: at(time.Minute.Seconds())})
+	if want := []float64{0.1, 0.2, 9, 0.3}; !reflect.DeepEqual(merged, want) {
+		t.Errorf("merged Values = %v, want %v (time order)", merged, want)
+	}
+}

@@ -1,0 +1,292 @@
+//go:build linux
+
+package sample
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+func TestParsePressure(t *testing.T) {
+	got, err := parsePressure([]byte("some avg10=1.50 avg60=0.00 avg300=0.00 total=2500000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=42\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["some"] != 2.5 || got["full"] != 42e-6 || len(got) != 2 {
+		t.Fatalf("got %v", got)
+	}
+}
+
+// testParent detects the host's cgroups and returns a fresh parent path /nodectl/<kind>-*,
+// removed with everything in it when the test ends.
+func testParent(tb testing.TB, kind string) (*cgroup.Layout, string) {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root to create cgroups")
+	}
+	l, err := cgroup.Detect("/sys/fs/cgroup")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	parent := fmt.Sprintf("/nodectl/%s-%d-%08x", kind, os.Getpid(), rand.Uint32())
+	tb.Cleanup(func() {
+		if err := l.Remove(parent); err != nil {
+			tb.Errorf("cleanup: %v", err)
+		}
+	})
+	return l, parent
+}
+
+// value finds the one record of metric for cgroup with the given labels (key, value pairs).
+func value(t *testing.T, recs []record.Record, cg, metric string, labels ...string) float64 {
+	t.Helper()
+	var found []float64
+	for _, r := range recs {
+		if r.Metric != metric || r.Cgroup != cg || r.Type != record.TypeSample || r.Value == nil {
+			continue
+		}
+		match := true
+		for i := 0; i+1 < len(labels); i += 2 {
+			match = match && r.Labels[labels[i]] == labels[i+1]
+		}
+		if match {
+			found = append(found, *r.Value)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d records of %s %v for cgroup %q, want 1", len(found), metric, labels, cg)
+	}
+	return found[0]
+}
+
+func TestCgroupThrottling(t *testing.T) {
+	l, parent := testParent(t, "test")
+	path := parent + "/hog"
+	if err := l.Create(path, cgroup.Limits{CPUMilli: 50}); err != nil {
+		t.Fatal(err)
+	}
+	hog := exec.Command("sh", "-c", "while :; do :; done")
+	if err := hog.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = hog.Process.Kill()
+		_ = hog.Wait()
+	})
+	if err := l.AddProc(path, hog.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	missing := parent + "/never-created"
+	s := NewCgroups(l, func() []string { return []string{path, missing} })
+
+	t0 := time.Now()
+	before, err := s.Sample(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	t1 := time.Now()
+	after, err := s.Sample(t1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range append(before, after...) {
+		if r.Cgroup != path {
+			t.Fatalf("record for %q: the missing cgroup must be skipped", r.Cgroup)
+		}
+	}
+	delta := func(metric string, labels ...string) float64 {
+		return value(t, after, path, metric, labels...) - value(t, before, path, metric, labels...)
+	}
+	wall := t1.Sub(t0).Seconds()
+	periods, throttled := delta(record.MetricCPUPeriods), delta(record.MetricCPUThrottled)
+	throttledTime, usage := delta(record.MetricCPUThrottledTime), delta(record.MetricCPUUsage)
+	t.Logf("over %.2fs: periods %v, throttled %v, throttled %.3fs, usage %.3fs", wall, periods, throttled, throttledTime, usage)
+	if periods <= 0 || throttled <= 0 || throttledTime <= 0 {
+		t.Fatalf("no throttling recorded: periods %v, throttled %v, throttled time %v", periods, throttled, throttledTime)
+	}
+	if throttled > periods {
+		t.Fatalf("throttled %v of %v periods", throttled, periods)
+	}
+	if usage <= 0 || usage >= 0.3*wall {
+		t.Fatalf("usage %.3fs over %.3fs wall; a 50m quota allows 0.05 of it", usage, wall)
+	}
+	// The hog allocates nothing after it moved in, and v1 does not move charges: any value.
+	value(t, after, path, record.MetricMemoryUsage)
+	if l.Unified != "" {
+		// The throttled hog waits for CPU it may not have: the cgroup's cpu pressure grows.
+		if delta(record.MetricCgroupPressure, record.LabelResource, "cpu", record.LabelKind, "some") <= 0 {
+			t.Fatal("no cpu pressure for a throttled cgroup")
+		}
+	}
+}
+
+func TestCgroupVanished(t *testing.T) {
+	l, parent := testParent(t, "test")
+	path := parent + "/gone"
+	if err := l.Create(path, cgroup.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	s := NewCgroups(l, func() []string { return []string{path} })
+	recs, err := s.Sample(time.Now())
+	if err != nil || len(recs) == 0 {
+		t.Fatalf("existing cgroup: %d records, %v", len(recs), err)
+	}
+	if err := l.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	recs, err = s.Sample(time.Now())
+	if err != nil || len(recs) != 0 {
+		t.Fatalf("removed cgroup: %d records, %v; want none and no error", len(recs), err)
+	}
+}
+
+// rootDisk is the MAJ:MIN of the whole disk behind /, or "" when / is not on a block device.
+func rootDisk(t *testing.T) string {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat("/", &st); err != nil {
+		t.Fatal(err)
+	}
+	dir := fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	if _, err := os.Stat(dir); err != nil {
+		return ""
+	}
+	if _, err := os.Stat(filepath.Join(dir, "partition")); err == nil {
+		dir = filepath.Join(dir, "..")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "dev"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func TestSystem(t *testing.T) {
+	disk := rootDisk(t)
+	if disk == "" {
+		t.Skip("/ is not on a block device")
+	}
+	recs, err := NewSystem("/proc", nil).Sample(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/proc/pressure/cpu"); err == nil {
+		for _, res := range []string{"cpu", "memory", "io"} {
+			value(t, recs, "", record.MetricSystemPressure, record.LabelResource, res, record.LabelKind, "some")
+		}
+		if value(t, recs, "", record.MetricSystemPressure, record.LabelResource, "cpu", record.LabelKind, "some") <= 0 {
+			t.Error("no cpu pressure since boot")
+		}
+	}
+	for _, name := range []string{"pgmajfault", "pswpout", "pgscan_direct", "oom_kill", "allocstall_normal"} {
+		value(t, recs, "", record.MetricVmstat, record.LabelName, name)
+	}
+	if value(t, recs, "", record.MetricDiskIOs, record.LabelDevice, disk, record.LabelOp, "read") <= 0 {
+		t.Error("the root disk has no reads since boot")
+	}
+	if value(t, recs, "", record.MetricDiskBytes, record.LabelDevice, disk, record.LabelOp, "read") <= 0 {
+		t.Error("the root disk has read no bytes since boot")
+	}
+	value(t, recs, "", record.MetricDiskIOTime, record.LabelDevice, disk)
+	value(t, recs, "", record.MetricDiskWeightedIOTime, record.LabelDevice, disk)
+	for _, r := range recs {
+		if dev := r.Labels[record.LabelDevice]; dev != "" && strings.HasPrefix(dev, "7:") {
+			t.Errorf("loop device %s sampled", dev)
+		}
+	}
+
+	// Only the configured devices.
+	recs, err = NewSystem("/proc", func() []string { return []string{disk} }).Sample(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if dev, ok := r.Labels[record.LabelDevice]; ok && dev != disk {
+			t.Errorf("device %s sampled, want only %s", dev, disk)
+		}
+	}
+	value(t, recs, "", record.MetricDiskWeightedIOTime, record.LabelDevice, disk)
+}
+
+func BenchmarkCgroupSampler(b *testing.B) {
+	l, parent := testParent(b, "bench")
+	const n = 100
+	paths := make([]string, n)
+	for i := range paths {
+		paths[i] = fmt.Sprintf("%s/c%03d", parent, i)
+		if err := l.Create(paths[i], cgroup.Limits{CPUMilli: 500, MemoryBytes: 256 << 20}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s := NewCgroups(l, func() []string { return paths })
+	start := time.Now()
+	for b.Loop() {
+		recs, err := s.Sample(time.Now())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(recs) < n {
+			b.Fatalf("%d records for %d cgroups", len(recs), n)
+		}
+	}
+	b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N*n), "ns/cgroup")
+}
+
+// TestCgroupV2Tree samples through the v2 code path on a hybrid host's cgroup2 mount, which has
+// no cpu or memory controller: usage and pressure only. A v2 host runs it in the tests above.
+func TestCgroupV2Tree(t *testing.T) {
+	host, parent := testParent(t, "test")
+	if !host.V1 || host.Unified == "" {
+		t.Skip("not a hybrid host")
+	}
+	l := &cgroup.Layout{Root: host.Root, Unified: host.Unified, Mounts: map[string]string{}}
+	path := parent + "/v2"
+	if err := l.Create(path, cgroup.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	hog := exec.Command("sh", "-c", "while :; do :; done")
+	if err := hog.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = hog.Process.Kill()
+		_ = hog.Wait()
+	})
+	if err := l.AddProc(path, hog.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	s := NewCgroups(l, func() []string { return []string{path, parent + "/never-created"} })
+	before, err := s.Sample(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	after, err := s.Sample(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := value(t, after, path, record.MetricCPUUsage) - value(t, before, path, record.MetricCPUUsage); d <= 0 {
+		t.Fatalf("usage grew by %v for a busy loop", d)
+	}
+	value(t, after, path, record.MetricCgroupPressure, record.LabelResource, "cpu", record.LabelKind, "some")
+	for _, r := range after {
+		if r.Metric == record.MetricCPUThrottled || r.Metric == record.MetricMemoryUsage {
+			t.Fatalf("%s recorded without its controller", r.Metric)
+		}
+		if r.Cgroup != path {
+			t.Fatalf("record for %q: the missing cgroup must be skipped", r.Cgroup)
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package sample
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/procfs"
+	"github.com/prometheus/procfs/blockdevice"
+
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+// vmstatPrefixes and vmstatNames select the /proc/vmstat counters that explain memory
+// trouble: reclaim scans and steals, direct-reclaim stalls, refaults, swap, major faults,
+// compaction stalls and OOM kills.
+var (
+	vmstatPrefixes = []string{"pgscan_", "pgsteal_", "allocstall_", "workingset_refault_", "workingset_activate_", "workingset_restore_"}
+	vmstatNames    = []string{"pswpin", "pswpout", "pgmajfault", "pgpgin", "pgpgout", "oom_kill", "compact_stall", "compact_fail", "compact_success"}
+)
+
+type system struct {
+	procfs  string
+	sysfs   string
+	devices func() []string
+}
+
+// NewSystem samples node-wide PSI, selected /proc/vmstat counters and /proc/diskstats of the
+// devices ("MAJ:MIN") devices returns, or of every whole disk when devices is nil. Whole disks
+// are those in <sysfs>/block, sysfs being procfs's sibling "sys" (/proc -> /sys,
+// /host/proc -> /host/sys); loop and ram devices are left out.
+func NewSystem(procfsDir string, devices func() []string) Sampler {
+	return &system{
+		procfs:  procfsDir,
+		sysfs:   filepath.Join(filepath.Dir(filepath.Clean(procfsDir)), "sys"),
+		devices: devices,
+	}
+}
+
+// Sample reads PSI, vmstat and diskstats; PSI is skipped where the kernel has it off.
+func (s *system) Sample(now time.Time) ([]record.Record, error) {
+	fs, err := procfs.NewFS(s.procfs)
+	if err != nil {
+		return nil, fmt.Errorf("opening procfs %s: %w", s.procfs, err)
+	}
+	var out []record.Record
+	for _, res := range pressureResources {
+		st, err := fs.PSIStatsForResource(res)
+		if vanished(err) || errors.Is(err, syscall.EOPNOTSUPP) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading %s pressure: %w", res, err)
+		}
+		for kind, line := range map[string]*procfs.PSILine{"some": st.Some, "full": st.Full} {
+			if line != nil {
+				out = append(out, sample(now, "", record.MetricSystemPressure, float64(line.Total)/1e6, map[string]string{
+					record.LabelResource: res, record.LabelKind: kind,
+				}))
+			}
+		}
+	}
+	if out, err = s.vmstat(out, now); err != nil {
+		return nil, err
+	}
+	if out, err = s.diskstats(out, now); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (s *system) vmstat(out []record.Record, now time.Time) ([]record.Record, error) {
+	b, err := os.ReadFile(filepath.Join(s.procfs, "vmstat"))
+	if err != nil {
+		return nil, fmt.Errorf("reading vmstat: %w", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !wantVmstat(name) {
+			continue
+		}
+		v, err := strconv.ParseUint(val, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("parsing vmstat %s: %w", name, err)
+		}
+		out = append(out, sample(now, "", record.MetricVmstat, float64(v), map[string]string{record.LabelName: name}))
+	}
+	return out, sc.Err()
+}
+
+func wantVmstat(name string) bool {
+	if slices.Contains(vmstatNames, name) {
+		return true
+	}
+	for _, p := range vmstatPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *system) diskstats(out []record.Record, now time.Time) ([]record.Record, error) {
+	bfs, err := blockdevice.NewFS(s.procfs, s.sysfs)
+	if err != nil {
+		return nil, fmt.Errorf("opening block devices: %w", err)
+	}
+	stats, err := bfs.ProcDiskstats()
+	if err != nil {
+		return nil, fmt.Errorf("reading diskstats: %w", err)
+	}
+	keep, err := s.keepDisk(bfs)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range stats {
+		dev := fmt.Sprintf("%d:%d", d.MajorNumber, d.MinorNumber)
+		if !keep(dev, d.DeviceName) {
+			continue
+		}
+		dl := map[string]string{record.LabelDevice: dev}
+		op := func(op string) map[string]string {
+			return map[string]string{record.LabelDevice: dev, record.LabelOp: op}
+		}
+		out = append(out,
+			sample(now, "", record.MetricDiskIOs, float64(d.ReadIOs), op("read")),
+			sample(now, "", record.MetricDiskIOs, float64(d.WriteIOs), op("write")),
+			sample(now, "", record.MetricDiskBytes, float64(d.ReadSectors*procfs.SectorSize), op("read")),
+			sample(now, "", record.MetricDiskBytes, float64(d.WriteSectors*procfs.SectorSize), op("write")),
+			sample(now, "", record.MetricDiskIOTime, float64(d.IOsTotalTicks)/1e3, dl),
+			sample(now, "", record.MetricDiskWeightedIOTime, float64(d.WeightedIOTicks)/1e3, dl),
+		)
+	}
+	return out, nil
+}
+
+// keepDisk picks the configured devices, or else the whole disks that are not loop or ram.
+func (s *system) keepDisk(bfs blockdevice.FS) (func(dev, name string) bool, error) {
+	if s.devices != nil {
+		want := s.devices()
+		return func(dev, _ string) bool { return slices.Contains(want, dev) }, nil
+	}
+	disks, err := bfs.SysBlockDevices()
+	if err != nil {
+		return nil, fmt.Errorf("listing block devices: %w", err)
+	}
+	return func(_, name string) bool {
+		return slices.Contains(disks, name) && !strings.HasPrefix(name, "loop") && !strings.HasPrefix(name, "ram")
+	}, nil
+}

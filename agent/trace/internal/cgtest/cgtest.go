@@ -1,0 +1,209 @@
+//go:build linux
+
+// Package cgtest makes real cgroups and processes for the tracers' tests: cgroups under
+// <mount>/nodectl/test-<random>/ in the hierarchy of one controller (the unified one on v2
+// hosts), removed with their processes when the test ends.
+package cgtest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const root = "/sys/fs/cgroup"
+
+// V1 reports whether the host uses v1 hierarchies (a hybrid or legacy layout).
+func V1() bool {
+	_, err := os.Stat(filepath.Join(root, "cgroup.controllers"))
+	return err != nil
+}
+
+// Mount returns the directory of controller's hierarchy: its v1 mount, or the unified root.
+func Mount(controller string) string {
+	if V1() {
+		return filepath.Join(root, controller)
+	}
+	return root
+}
+
+// RequireRoot skips the test when it cannot make cgroups or load BPF programs.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: makes cgroups and loads BPF programs")
+	}
+}
+
+// Group is a cgroup made for a test.
+type Group struct {
+	Dir  string // absolute directory
+	Path string // below the hierarchy's mount, e.g. /nodectl/test-ab12/a
+	ID   uint64 // kernfs id: the directory's inode number
+}
+
+// Make creates <mount>/nodectl/test-<random>/<name> for each name in controller's hierarchy
+// and removes them, killing their processes first, when the test ends.
+func Make(t testing.TB, controller string, names ...string) map[string]*Group {
+	t.Helper()
+	mount := Mount(controller)
+	suffix := make([]byte, 4)
+	if _, err := rand.Read(suffix); err != nil {
+		t.Fatalf("random suffix: %v", err)
+	}
+	parent := filepath.Join(mount, "nodectl", "test-"+hex.EncodeToString(suffix))
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		t.Fatalf("making cgroup %s: %v", parent, err)
+	}
+	if !V1() {
+		// Controllers must be enabled on the way down for the children's interface files.
+		for _, d := range []string{filepath.Dir(parent), parent} {
+			_ = os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte("+"+controller), 0)
+		}
+	}
+	groups := map[string]*Group{}
+	t.Cleanup(func() {
+		for _, g := range groups {
+			g.remove(t)
+		}
+		if err := os.Remove(parent); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("removing cgroup %s: %v", parent, err)
+		}
+	})
+	for _, n := range names {
+		dir := filepath.Join(parent, n)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatalf("making cgroup %s: %v", dir, err)
+		}
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatalf("stat %s: %v", dir, err)
+		}
+		groups[n] = &Group{
+			Dir:  dir,
+			Path: strings.TrimPrefix(dir, mount),
+			ID:   fi.Sys().(*syscall.Stat_t).Ino,
+		}
+	}
+	return groups
+}
+
+// Write writes an interface file of the group.
+func (g *Group) Write(t testing.TB, file, value string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(g.Dir, file), []byte(value), 0); err != nil {
+		t.Fatalf("writing %s to %s/%s: %v", value, g.Dir, file, err)
+	}
+}
+
+// Start runs argv inside the group, pinned to cpu when cpu >= 0. The command only starts
+// once it is in the group and pinned. It is killed when the test ends.
+func (g *Group) Start(t testing.TB, cpu int, argv ...string) *exec.Cmd {
+	t.Helper()
+	// The shell waits for a line on stdin before it execs the command.
+	cmd := exec.Command("sh", append([]string{"-c", `read x && exec "$@"`, "sh"}, argv...)...)
+	gate, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatalf("stdin pipe: %v", err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %v: %v", argv, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	g.Write(t, "cgroup.procs", strconv.Itoa(cmd.Process.Pid))
+	if cpu >= 0 {
+		var set unix.CPUSet
+		set.Set(cpu)
+		if err := unix.SchedSetaffinity(cmd.Process.Pid, &set); err != nil {
+			t.Fatalf("pinning %d to cpu %d: %v", cmd.Process.Pid, cpu, err)
+		}
+	}
+	if _, err := gate.Write([]byte("go\n")); err != nil {
+		t.Fatalf("releasing %v: %v", argv, err)
+	}
+	return cmd
+}
+
+// Busy starts a shell busy loop in the group, pinned to cpu.
+func (g *Group) Busy(t testing.TB, cpu int) *exec.Cmd {
+	t.Helper()
+	return g.Start(t, cpu, "sh", "-c", "while :; do :; done")
+}
+
+// Remove kills the group's processes and removes it; the test's cleanup then skips it.
+func (g *Group) Remove(t testing.TB) {
+	t.Helper()
+	g.remove(t)
+}
+
+func (g *Group) remove(t testing.TB) {
+	if _, err := os.Stat(g.Dir); errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	// rmdir fails while a killed process is still exiting: retry briefly.
+	var err error
+	for range 50 {
+		g.kill()
+		if err = os.Remove(g.Dir); err == nil || errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Errorf("removing cgroup %s: %v", g.Dir, err)
+}
+
+func (g *Group) kill() {
+	b, _ := os.ReadFile(filepath.Join(g.Dir, "cgroup.procs"))
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// LastCPU returns the highest CPU this process may run on, where tests pin their load.
+func LastCPU(t testing.TB) int {
+	t.Helper()
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatalf("reading affinity: %v", err)
+	}
+	for c := 1023; c >= 0; c-- {
+		if set.IsSet(c) {
+			return c
+		}
+	}
+	t.Fatal("no cpu in affinity mask")
+	return -1
+}
+
+// WithTracefs runs run (a TestMain's m.Run) with tracefs mounted at /sys/kernel/tracing, which
+// classic tracepoints need to be looked up. It always mounts its own instance over whatever is
+// there and unmounts only that one, so test binaries running side by side never take away
+// each other's mount.
+func WithTracefs(run func() int) int {
+	const dir = "/sys/kernel/tracing"
+	if os.Geteuid() != 0 {
+		return run()
+	}
+	if err := unix.Mount("nodev", dir, "tracefs", 0, ""); err != nil {
+		fmt.Fprintf(os.Stderr, "mounting tracefs at %s: %v\n", dir, err)
+		return run()
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	return run()
+}

@@ -1,0 +1,40 @@
+// Package runq loads bpf/runq.bpf.c and reads its maps: run-queue latency per cgroup (wakeup
+// or preemption to running) and, for each (victim, preemptor) pair of cgroups, the number of
+// involuntary switches and the time the victim then waited.
+package runq
+
+import "github.com/nodectl/nodectl/agent/hist"
+
+// Special preemptor ids. Kernfs ids start at 1 (a hierarchy's root) and never reach 2^63, so
+// neither collides with a cgroup.
+const (
+	PreemptorIdle      uint64 = 0          // the CPU went idle while the victim stayed runnable
+	PreemptorThrottled uint64 = ^uint64(0) // the victim's cgroup (or an ancestor) ran out of quota
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultMaxCgroups = 4096
+	DefaultMaxPairs   = 16384
+)
+
+// Config configures the tracer.
+type Config struct {
+	CgroupV1   bool   // ids from the cpu hierarchy instead of the unified one
+	MaxCgroups uint32 // latency map capacity; 0 means DefaultMaxCgroups
+	MaxPairs   uint32 // pairs map capacity; 0 means DefaultMaxPairs
+}
+
+// Pair is what one cgroup's preemptions of another cost it, cumulative.
+type Pair struct {
+	Victim, Preemptor uint64 // kernfs ids; Preemptor may be PreemptorIdle or PreemptorThrottled
+	Count             uint64 // involuntary switches of Victim's tasks in favour of Preemptor
+	WaitNs            uint64 // time those tasks then waited to run again
+}
+
+// Stats is a cumulative snapshot of the maps.
+type Stats struct {
+	Latency map[uint64]hist.Log2 // by cgroup id
+	Pairs   []Pair
+	Drops   map[string]uint64 // by reason, every reason present
+}

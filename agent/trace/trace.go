@@ -1,0 +1,337 @@
+// Package trace runs the BPF tracers (run queue, fsync, block I/O) side by side and turns their
+// maps into run-record samples keyed by cgroup path.
+package trace
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/hist"
+	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/agent/trace/blkio"
+	"github.com/nodectl/nodectl/agent/trace/fsync"
+	"github.com/nodectl/nodectl/agent/trace/runq"
+)
+
+// Program names, as in Config.Programs, Status and the program label of bpf_drops_total.
+const (
+	ProgramRunq  = "runq"
+	ProgramFsync = "fsync"
+	ProgramBlkio = "blkio"
+)
+
+// Programs lists every program in load order.
+var Programs = []string{ProgramRunq, ProgramFsync, ProgramBlkio}
+
+// StatusAttached is Status's value for a program that runs.
+const StatusAttached = "attached"
+
+// Resolver names cgroups. Path returns the cgroup's path below its hierarchy's root
+// (/nodectl/<run>/victim) given the v1 controller whose hierarchy the id is from ("cpu" or
+// "blkio"; ignored on v2 hosts). It must report false only for cgroups that no longer exist
+// (a cache looks again on a miss): the tracer forgets those ids.
+type Resolver interface {
+	Path(controller string, id uint64) (string, bool)
+}
+
+// Config selects what to load.
+type Config struct {
+	CgroupV1 bool     // the host has v1 hierarchies: ids are from the cpu and blkio ones
+	Programs []string // subset of Programs; nil means all
+	Sysfs    string   // sysfs mount, to map partitions to disks; "" means /sys
+}
+
+// source is one loaded concern: what it reads as series, how it forgets, how it closes.
+type source struct {
+	program    string
+	controller string // v1 hierarchy its cgroup ids are from
+	read       func(n namer) ([]series, error)
+	forget     func(live func(uint64) bool) (int, error)
+	close      func() error
+}
+
+// namer turns a cgroup id of the source's hierarchy into a path.
+type namer func(id uint64) string
+
+// series is one sample before it becomes a record.
+type series struct {
+	metric string
+	cgroup string // "" for node-wide series
+	labels map[string]string
+	value  float64
+	hist   *hist.Log2
+}
+
+func (s series) key() string {
+	var b strings.Builder
+	b.WriteString(s.metric)
+	b.WriteByte(0)
+	b.WriteString(s.cgroup)
+	for _, k := range slices.Sorted(maps.Keys(s.labels)) {
+		b.WriteByte(0)
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(s.labels[k])
+	}
+	return b.String()
+}
+
+// same reports whether s carries the value last emitted as o. Cumulative histograms only
+// change by gaining events, so count and sum tell.
+func (s series) same(o series) bool {
+	if s.hist != nil || o.hist != nil {
+		return s.hist != nil && o.hist != nil && s.hist.Count == o.hist.Count && s.hist.SumNs == o.hist.SumNs
+	}
+	return s.value == o.value
+}
+
+// Tracer runs the loaded concerns. It is safe for concurrent use.
+type Tracer struct {
+	mu      sync.Mutex
+	res     Resolver
+	log     *slog.Logger
+	sources []source
+	status  map[string]string
+	last    map[string]map[string]series // by program and series key, as last emitted
+	closed  bool
+}
+
+// New loads each requested program on its own, so that one the kernel refuses does not stop
+// the others; Status tells which run. It fails only when none could load.
+func New(cfg Config, res Resolver, log *slog.Logger) (*Tracer, error) {
+	want := cfg.Programs
+	if want == nil {
+		want = Programs
+	}
+	for _, p := range want {
+		if !slices.Contains(Programs, p) {
+			return nil, fmt.Errorf("unknown program %q (known: %s)", p, strings.Join(Programs, ", "))
+		}
+	}
+	t := &Tracer{res: res, log: log, status: map[string]string{}, last: map[string]map[string]series{}}
+	var errs []error
+	for _, p := range Programs {
+		if !slices.Contains(want, p) {
+			t.status[p] = "not requested"
+			continue
+		}
+		src, err := load(p, cfg, log)
+		if err != nil {
+			log.Warn("tracer program not loaded", "program", p, "err", err)
+			t.status[p] = err.Error()
+			errs = append(errs, err)
+			continue
+		}
+		t.status[p] = StatusAttached
+		t.sources = append(t.sources, src)
+	}
+	if len(t.sources) == 0 {
+		return nil, fmt.Errorf("no tracer program loaded: %w", errors.Join(errs...))
+	}
+	return t, nil
+}
+
+func load(program string, cfg Config, log *slog.Logger) (source, error) {
+	switch program {
+	case ProgramRunq:
+		tr, err := runq.New(runq.Config{CgroupV1: cfg.CgroupV1}, log)
+		if err != nil {
+			return source{}, err
+		}
+		return source{program: program, controller: "cpu", forget: tr.Forget, close: tr.Close,
+			read: func(n namer) ([]series, error) {
+				st, err := tr.Read()
+				return runqSeries(st, n), err
+			}}, nil
+	case ProgramFsync:
+		tr, err := fsync.New(fsync.Config{CgroupV1: cfg.CgroupV1, Sysfs: cfg.Sysfs}, log)
+		if err != nil {
+			return source{}, err
+		}
+		return source{program: program, controller: "blkio", forget: tr.Forget, close: tr.Close,
+			read: func(n namer) ([]series, error) {
+				st, err := tr.Read()
+				return fsyncSeries(st, n), err
+			}}, nil
+	case ProgramBlkio:
+		tr, err := blkio.New(blkio.Config{CgroupV1: cfg.CgroupV1, Sysfs: cfg.Sysfs}, log)
+		if err != nil {
+			return source{}, err
+		}
+		return source{program: program, controller: "blkio", forget: tr.Forget, close: tr.Close,
+			read: func(n namer) ([]series, error) {
+				st, err := tr.Read()
+				return blkioSeries(st, n), err
+			}}, nil
+	}
+	return source{}, fmt.Errorf("unknown program %q", program)
+}
+
+// Status maps each program to StatusAttached or the reason it does not run.
+func (t *Tracer) Status() map[string]string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.status)
+}
+
+// Collect reads every map and returns the samples whose value changed since the previous
+// Collect (all of them the first time), cumulative, at time now. It then forgets the cgroups
+// the resolver no longer knows, whose last values have just been emitted. On a partial failure
+// it returns what it could read and an error naming what failed.
+func (t *Tracer) Collect(now time.Time) ([]record.Record, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, errors.New("collecting traces: tracer closed")
+	}
+	var recs []record.Record
+	var errs []error
+	for _, src := range t.sources {
+		ss, err := src.read(func(id uint64) string { return t.path(src.controller, id) })
+		if err != nil {
+			// Nothing new is known: keep the last state, and the entries, for the next try.
+			errs = append(errs, fmt.Errorf("reading %s: %w", src.program, err))
+			continue
+		}
+		last := t.last[src.program]
+		current := make(map[string]series, len(ss))
+		for _, s := range ss {
+			k := s.key()
+			current[k] = s
+			if old, ok := last[k]; ok && s.same(old) {
+				continue
+			}
+			recs = append(recs, s.record(now))
+		}
+		// Series of entries forgotten below leave the state with them at the next read.
+		t.last[src.program] = current
+
+		n, err := src.forget(func(id uint64) bool {
+			_, ok := t.res.Path(src.controller, id)
+			return ok
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("forgetting removed cgroups in %s: %w", src.program, err))
+		}
+		if n > 0 {
+			t.log.Debug("forgot removed cgroups", "program", src.program, "entries", n)
+		}
+	}
+	return recs, errors.Join(errs...)
+}
+
+func (t *Tracer) path(controller string, id uint64) string {
+	if p, ok := t.res.Path(controller, id); ok {
+		return p
+	}
+	return fmt.Sprintf("<unknown:%d>", id)
+}
+
+func (s series) record(now time.Time) record.Record {
+	r := record.Record{Type: record.TypeSample, Time: now, Metric: s.metric, Cgroup: s.cgroup}
+	if len(s.labels) > 0 {
+		r.Labels = maps.Clone(s.labels)
+	}
+	if s.hist != nil {
+		h := *s.hist
+		r.Hist = &h
+	} else {
+		v := s.value
+		r.Value = &v
+	}
+	return r
+}
+
+// Close detaches and unloads every program. It is safe to call more than once.
+func (t *Tracer) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
+	t.closed = true
+	var errs []error
+	for _, src := range t.sources {
+		if err := src.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func runqSeries(st runq.Stats, name namer) []series {
+	var out []series
+	for id, h := range st.Latency {
+		out = append(out, series{metric: record.MetricRunqLatency, cgroup: name(id), hist: &h})
+	}
+	for _, p := range st.Pairs {
+		var by string
+		switch p.Preemptor {
+		case runq.PreemptorIdle:
+			by = record.CgroupIdle
+		case runq.PreemptorThrottled:
+			by = record.CgroupThrottled
+		default:
+			by = name(p.Preemptor)
+		}
+		labels := map[string]string{record.LabelPreemptor: by}
+		victim := name(p.Victim)
+		out = append(out,
+			series{metric: record.MetricRunqPreemptions, cgroup: victim, labels: labels, value: float64(p.Count)},
+			series{metric: record.MetricRunqPreemptWait, cgroup: victim, labels: labels, value: seconds(p.WaitNs)})
+	}
+	return append(out, dropSeries(ProgramRunq, st.Drops)...)
+}
+
+func fsyncSeries(st fsync.Stats, name namer) []series {
+	var out []series
+	for k, h := range st.Latency {
+		labels := map[string]string{record.LabelSyscall: k.Syscall}
+		if k.Dev != "" {
+			labels[record.LabelDevice] = k.Dev
+		}
+		out = append(out, series{metric: record.MetricFsyncLatency, cgroup: name(k.Cgroup), labels: labels, hist: &h})
+	}
+	return append(out, dropSeries(ProgramFsync, st.Drops)...)
+}
+
+func blkioSeries(st blkio.Stats, name namer) []series {
+	var out []series
+	labels := func(k blkio.Key) map[string]string {
+		l := map[string]string{record.LabelOp: k.Op}
+		if k.Dev != "" {
+			l[record.LabelDevice] = k.Dev
+		}
+		return l
+	}
+	for k, h := range st.Queue {
+		out = append(out, series{metric: record.MetricBlkQueue, cgroup: name(k.Cgroup), labels: labels(k), hist: &h})
+	}
+	for k, h := range st.Service {
+		out = append(out, series{metric: record.MetricBlkService, cgroup: name(k.Cgroup), labels: labels(k), hist: &h})
+	}
+	for k, c := range st.IO {
+		cg := name(k.Cgroup)
+		out = append(out,
+			series{metric: record.MetricBlkBytes, cgroup: cg, labels: labels(k), value: float64(c.Bytes)},
+			series{metric: record.MetricBlkRequests, cgroup: cg, labels: labels(k), value: float64(c.Requests)})
+	}
+	return append(out, dropSeries(ProgramBlkio, st.Drops)...)
+}
+
+func dropSeries(program string, drops map[string]uint64) []series {
+	var out []series
+	for reason, n := range drops {
+		out = append(out, series{metric: record.MetricBPFDrops,
+			labels: map[string]string{record.LabelProgram: program, record.LabelReason: reason}, value: float64(n)})
+	}
+	return out
+}
+
+func seconds(ns uint64) float64 { return float64(ns) / 1e9 }

@@ -1,0 +1,340 @@
+package trace
+
+import (
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/hist"
+	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/agent/trace/blkio"
+	"github.com/nodectl/nodectl/agent/trace/fsync"
+	"github.com/nodectl/nodectl/agent/trace/runq"
+)
+
+// fakeResolver knows cgroups by (controller, id).
+type fakeResolver map[string]map[uint64]string
+
+func (r fakeResolver) Path(controller string, id uint64) (string, bool) {
+	p, ok := r[controller][id]
+	return p, ok
+}
+
+// fakeSource serves stats set by the test and records what Forget was asked.
+type fakeSource struct {
+	runq    runq.Stats
+	fsync   fsync.Stats
+	blkio   blkio.Stats
+	readErr error
+	// asked maps program -> id -> what the liveness check answered.
+	asked map[string]map[uint64]bool
+}
+
+func (f *fakeSource) tracer(res Resolver) *Tracer {
+	f.asked = map[string]map[uint64]bool{}
+	forget := func(program string, ids func() []uint64) func(func(uint64) bool) (int, error) {
+		return func(live func(uint64) bool) (int, error) {
+			f.asked[program] = map[uint64]bool{}
+			n := 0
+			for _, id := range ids() {
+				f.asked[program][id] = live(id)
+				if !live(id) {
+					n++
+				}
+			}
+			return n, nil
+		}
+	}
+	noClose := func() error { return nil }
+	return &Tracer{
+		res:    res,
+		log:    slog.New(slog.DiscardHandler),
+		status: map[string]string{},
+		last:   map[string]map[string]series{},
+		sources: []source{
+			{program: ProgramRunq, controller: "cpu", close: noClose,
+				read: func(n namer) ([]series, error) { return runqSeries(f.runq, n), f.readErr },
+				forget: forget(ProgramRunq, func() []uint64 {
+					var ids []uint64
+					for id := range f.runq.Latency {
+						ids = append(ids, id)
+					}
+					return ids
+				})},
+			{program: ProgramFsync, controller: "blkio", close: noClose,
+				read: func(n namer) ([]series, error) { return fsyncSeries(f.fsync, n), nil },
+				forget: forget(ProgramFsync, func() []uint64 {
+					var ids []uint64
+					for k := range f.fsync.Latency {
+						ids = append(ids, k.Cgroup)
+					}
+					return ids
+				})},
+			{program: ProgramBlkio, controller: "blkio", close: noClose,
+				read: func(n namer) ([]series, error) { return blkioSeries(f.blkio, n), nil },
+				forget: forget(ProgramBlkio, func() []uint64 {
+					var ids []uint64
+					for k := range f.blkio.IO {
+						ids = append(ids, k.Cgroup)
+					}
+					return ids
+				})},
+		},
+	}
+}
+
+func histOf(ns ...uint64) hist.Log2 {
+	var slots [hist.Slots]uint64
+	var sum uint64
+	for _, v := range ns {
+		i := 0
+		for v>>(i+1) > 0 {
+			i++
+		}
+		slots[i]++
+		sum += v
+	}
+	return hist.FromSlots(slots[:], uint64(len(ns)), sum)
+}
+
+// find returns the records of metric for cgroup whose labels include want.
+func find(recs []record.Record, metric, cgroup string, want map[string]string) []record.Record {
+	var out []record.Record
+next:
+	for _, r := range recs {
+		if r.Metric != metric || r.Cgroup != cgroup {
+			continue
+		}
+		for k, v := range want {
+			if r.Labels[k] != v {
+				continue next
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func one(t *testing.T, recs []record.Record, metric, cgroup string, labels map[string]string) record.Record {
+	t.Helper()
+	got := find(recs, metric, cgroup, labels)
+	if len(got) != 1 {
+		t.Fatalf("%s{cgroup=%q %v}: %d records, want 1 (all: %+v)", metric, cgroup, labels, len(got), recs)
+	}
+	return got[0]
+}
+
+func newFake() (*fakeSource, fakeResolver) {
+	res := fakeResolver{
+		"cpu":   {1: "/", 10: "/nodectl/r/victim", 11: "/nodectl/r/cpu-hog-0"},
+		"blkio": {1: "/", 20: "/nodectl/r/victim", 21: "/nodectl/r/disk-hog-0"},
+	}
+	f := &fakeSource{
+		runq: runq.Stats{
+			Latency: map[uint64]hist.Log2{10: histOf(1000, 3000), 99: histOf(5)},
+			Pairs: []runq.Pair{
+				{Victim: 10, Preemptor: 11, Count: 7, WaitNs: 1_500_000_000},
+				{Victim: 10, Preemptor: runq.PreemptorIdle, Count: 1, WaitNs: 10},
+				{Victim: 10, Preemptor: runq.PreemptorThrottled, Count: 2, WaitNs: 250_000_000},
+				{Victim: 1, Preemptor: 99, Count: 3, WaitNs: 30},
+			},
+			Drops: map[string]uint64{"latency_map_full": 0, "pairs_map_full": 4},
+		},
+		fsync: fsync.Stats{
+			Latency: map[fsync.Key]hist.Log2{
+				{Cgroup: 20, Dev: "254:0", Syscall: "fsync"}: histOf(2_000_000),
+				{Cgroup: 20, Dev: "", Syscall: "fdatasync"}:  histOf(100),
+			},
+			Drops: map[string]uint64{"latency_map_full": 0},
+		},
+		blkio: blkio.Stats{
+			Queue:   map[blkio.Key]hist.Log2{{Cgroup: 21, Dev: "254:0", Op: "write"}: histOf(50_000)},
+			Service: map[blkio.Key]hist.Log2{{Cgroup: 21, Dev: "254:0", Op: "write"}: histOf(900_000)},
+			IO:      map[blkio.Key]blkio.Counters{{Cgroup: 21, Dev: "254:0", Op: "write"}: {Bytes: 4096, Requests: 1}},
+			Drops:   map[string]uint64{},
+		},
+	}
+	return f, res
+}
+
+func TestCollectConverts(t *testing.T) {
+	f, res := newFake()
+	tr := f.tracer(res)
+	now := time.Unix(1700000000, 0)
+	recs, err := tr.Collect(now)
+	if err != nil {
+		t.Fatalf("Collect: %v", err)
+	}
+	for _, r := range recs {
+		if r.Type != record.TypeSample || !r.Time.Equal(now) {
+			t.Errorf("record %+v: want type sample at %v", r, now)
+		}
+		if (r.Value == nil) == (r.Hist == nil) {
+			t.Errorf("record %+v: want exactly one of value and hist", r)
+		}
+	}
+
+	victim := "/nodectl/r/victim"
+	if h := one(t, recs, record.MetricRunqLatency, victim, nil).Hist; h.Count != 2 || h.SumNs != 4000 {
+		t.Errorf("victim runq latency %+v, want 2 waits summing 4000 ns", h)
+	}
+	one(t, recs, record.MetricRunqLatency, "<unknown:99>", nil)
+
+	for _, c := range []struct {
+		name      string
+		preemptor string
+		count     float64
+		wait      float64
+	}{
+		{"neighbour", "/nodectl/r/cpu-hog-0", 7, 1.5},
+		{"idle", record.CgroupIdle, 1, 1e-8},
+		{"throttled", record.CgroupThrottled, 2, 0.25},
+	} {
+		l := map[string]string{record.LabelPreemptor: c.preemptor}
+		if v := *one(t, recs, record.MetricRunqPreemptions, victim, l).Value; v != c.count {
+			t.Errorf("%s: preemptions %v, want %v", c.name, v, c.count)
+		}
+		if v := *one(t, recs, record.MetricRunqPreemptWait, victim, l).Value; v != c.wait {
+			t.Errorf("%s: wait %v s, want %v", c.name, v, c.wait)
+		}
+	}
+	one(t, recs, record.MetricRunqPreemptions, "/", map[string]string{record.LabelPreemptor: "<unknown:99>"})
+
+	one(t, recs, record.MetricFsyncLatency, victim, map[string]string{record.LabelSyscall: "fsync", record.LabelDevice: "254:0"})
+	if r := one(t, recs, record.MetricFsyncLatency, victim, map[string]string{record.LabelSyscall: "fdatasync"}); r.Labels[record.LabelDevice] != "" {
+		t.Errorf("unknown device labelled %q", r.Labels[record.LabelDevice])
+	}
+
+	hog := "/nodectl/r/disk-hog-0"
+	w := map[string]string{record.LabelDevice: "254:0", record.LabelOp: "write"}
+	one(t, recs, record.MetricBlkQueue, hog, w)
+	one(t, recs, record.MetricBlkService, hog, w)
+	if v := *one(t, recs, record.MetricBlkBytes, hog, w).Value; v != 4096 {
+		t.Errorf("bytes %v, want 4096", v)
+	}
+	if v := *one(t, recs, record.MetricBlkRequests, hog, w).Value; v != 1 {
+		t.Errorf("requests %v, want 1", v)
+	}
+
+	if v := *one(t, recs, record.MetricBPFDrops, "", map[string]string{record.LabelProgram: ProgramRunq, record.LabelReason: "pairs_map_full"}).Value; v != 4 {
+		t.Errorf("runq pairs_map_full drops %v, want 4", v)
+	}
+	one(t, recs, record.MetricBPFDrops, "", map[string]string{record.LabelProgram: ProgramFsync, record.LabelReason: "latency_map_full"})
+}
+
+func TestCollectEmitsChangesOnly(t *testing.T) {
+	f, res := newFake()
+	tr := f.tracer(res)
+	first, err := tr.Collect(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := tr.Collect(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 0 {
+		t.Errorf("unchanged maps emitted %d records: %+v", len(again), again)
+	}
+
+	f.runq.Latency[10] = f.runq.Latency[10].Add(histOf(8000))
+	f.runq.Pairs[0].Count++
+	f.runq.Pairs[0].WaitNs += 5
+	f.fsync.Latency[fsync.Key{Cgroup: 21, Dev: "254:0", Syscall: "fsync"}] = histOf(1)
+	changed, err := tr.Collect(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range changed {
+		got = append(got, r.Metric+" "+r.Cgroup)
+	}
+	want := map[string]bool{
+		record.MetricRunqLatency + " /nodectl/r/victim":      true,
+		record.MetricRunqPreemptions + " /nodectl/r/victim":  true,
+		record.MetricRunqPreemptWait + " /nodectl/r/victim":  true,
+		record.MetricFsyncLatency + " /nodectl/r/disk-hog-0": true,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("after changes emitted %v, want %d records (first collect had %d)", got, len(want), len(first))
+	}
+	for _, g := range got {
+		if !want[g] {
+			t.Errorf("unexpected record %s", g)
+		}
+	}
+}
+
+func TestCollectForgetsUnknown(t *testing.T) {
+	f, res := newFake()
+	tr := f.tracer(res)
+	if _, err := tr.Collect(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// Liveness is asked in each source's own hierarchy: 20 is a blkio id, unknown to cpu.
+	f.runq.Latency[20] = histOf(1)
+	if _, err := tr.Collect(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for program, want := range map[string]map[uint64]bool{
+		ProgramRunq:  {10: true, 99: false, 20: false},
+		ProgramFsync: {20: true},
+		ProgramBlkio: {21: true},
+	} {
+		for id, live := range want {
+			if got, ok := f.asked[program][id]; !ok || got != live {
+				t.Errorf("%s: liveness of %d = %v (asked %v), want %v", program, id, got, ok, live)
+			}
+		}
+	}
+}
+
+func TestCollectReadError(t *testing.T) {
+	f, res := newFake()
+	tr := f.tracer(res)
+	if _, err := tr.Collect(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	f.readErr = errors.New("map gone")
+	f.blkio.IO[blkio.Key{Cgroup: 21, Dev: "254:0", Op: "write"}] = blkio.Counters{Bytes: 8192, Requests: 2}
+	f.asked = map[string]map[uint64]bool{}
+	recs, err := tr.Collect(time.Now())
+	if err == nil {
+		t.Fatal("Collect hid the read error")
+	}
+	if len(find(recs, record.MetricBlkBytes, "/nodectl/r/disk-hog-0", nil)) != 1 {
+		t.Errorf("a failing source stopped the others: %+v", recs)
+	}
+	if _, ok := f.asked[ProgramRunq]; ok {
+		t.Errorf("forgot entries of a source that could not be read")
+	}
+	// The failed read left the state alone: nothing changed, nothing is emitted.
+	f.readErr = nil
+	recs, err = tr.Collect(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 0 {
+		t.Errorf("emitted %d unchanged records after a failed read: %+v", len(recs), recs)
+	}
+}
+
+func TestCloseTwiceAndCollectAfter(t *testing.T) {
+	f, res := newFake()
+	tr := f.tracer(res)
+	for i := range 2 {
+		if err := tr.Close(); err != nil {
+			t.Fatalf("Close #%d: %v", i+1, err)
+		}
+	}
+	if _, err := tr.Collect(time.Now()); err == nil {
+		t.Error("Collect after Close succeeded")
+	}
+}
+
+func TestNewRejectsUnknownProgram(t *testing.T) {
+	if _, err := New(Config{Programs: []string{"runq", "oom"}}, fakeResolver{}, slog.New(slog.DiscardHandler)); err == nil {
+		t.Error("New accepted an unknown program")
+	}
+}

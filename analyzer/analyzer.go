@@ -1,0 +1,195 @@
+// Package analyzer explains a recorded run: it compares each victim's stress phase with its
+// baseline, names the cgroups that caused a slowdown, and renders the report. The findings and
+// their thresholds are documented in docs/findings.md.
+package analyzer
+
+import (
+	"cmp"
+	"errors"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+// Finding ids (extend, never rename).
+const (
+	IDCPUContention  = "cpu-contention"
+	IDCPUThrottling  = "cpu-throttling"
+	IDDiskContention = "disk-contention"
+)
+
+// Severities.
+const (
+	SeverityCritical = "critical"
+	SeverityWarning  = "warning"
+	SeverityInfo     = "info"
+)
+
+// Evidence units.
+const (
+	UnitSeconds = "seconds"
+	UnitBytes   = "bytes"
+	UnitCount   = "count"
+	UnitRatio   = "ratio"
+)
+
+// Report is the analyzer's output: `nodectl analyze -o json` and findings.json.
+type Report struct {
+	Run      RunInfo   `json:"run"`
+	Findings []Finding `json:"findings"`
+	Summary  Summary   `json:"summary"`
+}
+
+// RunInfo identifies the analyzed run.
+type RunInfo struct {
+	ID       string `json:"id"`
+	Scenario string `json:"scenario"`
+	Node     string `json:"node"`
+	Kernel   string `json:"kernel"`
+}
+
+// Finding is one explained effect.
+type Finding struct {
+	ID       string     `json:"id"`
+	Severity string     `json:"severity"`
+	Victim   string     `json:"victim"`
+	Culprits []string   `json:"culprits"`
+	Summary  string     `json:"summary"`
+	Evidence []Evidence `json:"evidence"`
+}
+
+// Evidence is one measured number behind a finding: Value in Phase against Baseline, the same
+// measure in the baseline phase.
+type Evidence struct {
+	Metric   string  `json:"metric"`
+	Workload string  `json:"workload"`          // whose measure; empty for a device-wide one
+	Culprit  string  `json:"culprit,omitempty"` // the neighbour a per-culprit measure is charged to
+	Device   string  `json:"device,omitempty"`  // MAJ:MIN of a device-wide measure
+	Phase    string  `json:"phase"`
+	Baseline float64 `json:"baseline"`
+	Value    float64 `json:"value"`
+	Unit     string  `json:"unit"`
+}
+
+// Analyze applies every rule to the run and summarises it.
+func Analyze(run *record.Run) (*Report, error) {
+	if run == nil {
+		return nil, errors.New("analyzing run: no run")
+	}
+	a := newAnalysis(run)
+	rep := &Report{
+		Run: RunInfo{ID: run.Meta.ID, Scenario: run.Meta.Scenario, Node: run.Meta.Node, Kernel: run.Meta.Kernel},
+		// Never null in JSON: an empty list says "nothing found".
+		Findings: []Finding{},
+		Summary:  a.summary(),
+	}
+	for _, v := range run.Meta.Workloads {
+		if v.Kind != kindVictim {
+			continue
+		}
+		for _, rule := range []func(record.Workload) *Finding{a.cpuThrottling, a.cpuContention, a.diskContention} {
+			if f := rule(v); f != nil {
+				rep.Findings = append(rep.Findings, *f)
+			}
+		}
+	}
+	return rep, nil
+}
+
+// kindVictim is the Workload.Kind of a victim probe.
+const kindVictim = "victim"
+
+// analysis holds what every rule needs: the windows to compare and the cgroup names.
+type analysis struct {
+	run      *record.Run
+	windows  []record.Window // the phases, or the whole run when it has none
+	baseline record.Window
+	stress   record.Window
+	compare  bool              // both a baseline and a stress phase were recorded
+	names    map[string]string // cgroup -> workload name
+}
+
+func newAnalysis(run *record.Run) *analysis {
+	a := &analysis{run: run, windows: run.Phases(), names: map[string]string{}}
+	if len(a.windows) == 0 {
+		a.windows = []record.Window{run.Span()}
+	}
+	for _, w := range run.Meta.Workloads {
+		a.names[w.Cgroup] = w.Name
+	}
+	b, okB := run.Phase(record.PhaseBaseline)
+	s, okS := run.Phase(record.PhaseStress)
+	a.baseline, a.stress, a.compare = b, s, okB && okS
+	return a
+}
+
+// name is how a report calls a cgroup: its workload name, else its path.
+func (a *analysis) name(cgroup string) string {
+	if n, ok := a.names[cgroup]; ok {
+		return n
+	}
+	return cgroup
+}
+
+// within reports whether cgroup is root or one of its descendants.
+func within(cgroup, root string) bool {
+	return cgroup == root || strings.HasPrefix(cgroup, strings.TrimSuffix(root, "/")+"/")
+}
+
+// ratio is value/base; a rise from nothing is infinite, nothing from nothing is zero.
+func ratio(value, base float64) float64 {
+	if base <= 0 {
+		if value > 0 {
+			return math.Inf(1)
+		}
+		return 0
+	}
+	return value / base
+}
+
+// quantile is the q-quantile (0..1) of values by the nearest-rank method, 0 when empty.
+func quantile(values []float64, q float64) float64 {
+	if len(values) == 0 {
+		return 0
+	}
+	sorted := slices.Clone(values)
+	slices.Sort(sorted)
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// severity grades a slowdown factor.
+func severity(slowdown float64) string {
+	if slowdown >= criticalSlowdown {
+		return SeverityCritical
+	}
+	return SeverityWarning
+}
+
+// share is one cgroup's part of a total, for ranking culprits.
+type share struct {
+	cgroup string
+	value  float64
+}
+
+// culprits ranks shares by value and keeps the largest and every other holding at least
+// culpritMinShare of the total, so that two equal neighbours are both named, a minor one is
+// not, and a crowd of small ones still yields a name.
+func culprits(shares []share) []share {
+	var total float64
+	for _, s := range shares {
+		total += s.value
+	}
+	slices.SortFunc(shares, func(x, y share) int {
+		return cmp.Or(cmp.Compare(y.value, x.value), strings.Compare(x.cgroup, y.cgroup))
+	})
+	var out []share
+	for i, s := range shares {
+		if s.value > 0 && (i == 0 || s.value >= culpritMinShare*total) {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,151 @@
+package analyzer
+
+import (
+	"bytes"
+	"encoding/json"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+func keys(t *testing.T, v any) []string {
+	t.Helper()
+	m, ok := v.(map[string]any)
+	if !ok {
+		t.Fatalf("%v is not an object", v)
+	}
+	return slices.Sorted(maps.Keys(m))
+}
+
+func TestRenderJSONContract(t *testing.T) {
+	rep := diskBusy(t).analyze(t)
+	var buf bytes.Buffer
+	if err := RenderJSON(&buf, rep); err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, buf.String())
+	}
+	if got, want := keys(t, doc), []string{"findings", "run", "summary"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("report keys = %v, want %v", got, want)
+	}
+	run := doc["run"].(map[string]any)
+	if got, want := keys(t, run), []string{"id", "kernel", "node", "scenario"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("run keys = %v, want %v", got, want)
+	}
+	if run["id"] != "r1" || run["scenario"] != "noisy" || run["node"] != "node-a" || run["kernel"] != "6.18.0" {
+		t.Errorf("run = %v", run)
+	}
+	finding := doc["findings"].([]any)[0].(map[string]any)
+	if got, want := keys(t, finding), []string{"culprits", "evidence", "id", "severity", "summary", "victim"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("finding keys = %v, want %v", got, want)
+	}
+	if finding["id"] != "disk-contention" || finding["severity"] != "critical" || finding["victim"] != "victim" {
+		t.Errorf("finding = %v", finding)
+	}
+	if got := finding["culprits"].([]any); len(got) != 2 || got[0] != "disk-hog-0" {
+		t.Errorf("culprits = %v", got)
+	}
+	contract := []string{"baseline", "metric", "phase", "unit", "value", "workload"}
+	for _, e := range finding["evidence"].([]any) {
+		got := slices.DeleteFunc(keys(t, e), func(k string) bool { return k == "culprit" || k == "device" })
+		if !reflect.DeepEqual(got, contract) {
+			t.Errorf("evidence keys = %v, want %v (plus optional culprit, device)", keys(t, e), contract)
+		}
+	}
+	e := finding["evidence"].([]any)[0].(map[string]any)
+	if e["metric"] != "probe_fsync_p95" || e["workload"] != "victim" || e["phase"] != "stress" ||
+		e["baseline"] != 0.19 || e["value"] != 1.1 || e["unit"] != "seconds" {
+		t.Errorf("first evidence = %v", e)
+	}
+}
+
+func TestRenderJSONQuietRun(t *testing.T) {
+	var buf bytes.Buffer
+	if err := RenderJSON(&buf, newRun(victimWorkload()).analyze(t)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), `"findings": []`) {
+		t.Errorf("a quiet run's findings are not an empty list:\n%s", buf.String())
+	}
+}
+
+func TestFindingsFileRoundTrip(t *testing.T) {
+	b := cpuBusy(2).preempted(cpuHog0, 0, 1).preempted(cpuHog1, 0, 1)
+	run := b.open(t)
+	rep, err := Analyze(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := record.WriteFindings(run.Dir, rep); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(run.Dir, record.FindingsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back.Findings, rep.Findings) || back.Run != rep.Run {
+		t.Errorf("findings.json does not round-trip:\n%s", raw)
+	}
+}
+
+func TestRenderText(t *testing.T) {
+	b := cpuBusy(2).preempted(cpuHog0, 0, 1).preempted(cpuHog1, 0, 1).
+		counter(record.MetricCPUUsage, cpuHog0, 0, 20)
+	var buf bytes.Buffer
+	if err := RenderText(&buf, b.analyze(t)); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{
+		"run r1: scenario noisy on node-a, kernel 6.18.0",
+		"victim probe", "cpu work p50", "write+fsync p50",
+		"cpu-hog-0  stress", // the workload table
+		"WARNING cpu-contention: victim",
+		"culprits: cpu-hog-0, cpu-hog-1",
+		"runq_preempt_wait_seconds", "victim ← cpu-hog-0",
+		"top cgroups by run-queue wait in stress",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q:\n%s", want, out)
+		}
+	}
+
+	buf.Reset()
+	if err := RenderText(&buf, newRun(victimWorkload()).analyze(t)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "no findings") {
+		t.Errorf("quiet run text lacks 'no findings':\n%s", buf.String())
+	}
+}
+
+func TestFormatting(t *testing.T) {
+	for got, want := range map[string]string{
+		fmtSeconds(0):          "0",
+		fmtSeconds(1.234):      "1.23s",
+		fmtSeconds(0.192):      "192ms",
+		fmtSeconds(80e-6):      "80µs",
+		fmtBytes(2 << 30):      "2.0 GiB",
+		fmtBytes(512):          "512 B",
+		fmtPercent(0.925):      "92%",
+		factor(5.789):          "5.8x",
+		factor(ratio(1, 0)):    "from nothing",
+		fmtUnit(42, UnitCount): "42",
+	} {
+		if got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+}

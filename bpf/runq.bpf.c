@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause */
+/* Run-queue latency per cgroup (wakeup or preemption to running), and who preempted whom:
+ * for each (victim cgroup, preemptor cgroup) the number of involuntary switches and the time
+ * the victim then waited. Cgroups are in the cpu hierarchy on v1 hosts. */
+#include "common.h"
+
+#define TASK_RUNNING 0
+
+/* Preemptor ids that no cgroup can have: kernfs ids start at 1 (the root) and, on 64-bit,
+ * stay far below 2^63. */
+#define PREEMPTOR_IDLE 0ULL
+#define PREEMPTOR_THROTTLED (~0ULL)
+
+enum drop_reason {
+	DROP_HIST_FULL = 0,    /* latency map full: a new cgroup's wait was not recorded */
+	DROP_PAIR_FULL = 1,    /* pairs map full: a new (victim, preemptor) pair was not counted */
+	DROP_STORAGE_FAIL = 2, /* task storage could not be created or taken (recursion) */
+};
+
+struct pair_key {
+	__u64 victim;
+	__u64 preemptor;
+};
+
+struct pair_val {
+	__u64 count;   /* involuntary switches of victim in favour of preemptor */
+	__u64 wait_ns; /* time the victim's tasks then waited to run again */
+};
+
+/* Per-task: when it became runnable, and who switched it out if it was preempted. */
+struct stamp {
+	__u64 ts; /* 0 when the task is not waiting */
+	__u64 preemptor;
+	__u32 preempted;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct stamp);
+} stamps SEC(".maps");
+
+/* max_entries of both maps is set by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct hist);
+} latency SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct pair_key);
+	__type(value, struct pair_val);
+} pairs SEC(".maps");
+
+/* Keeps enum drop_reason in BTF so that bpf2go generates its Go constants. */
+const enum drop_reason *unused_drop_reason __attribute__((unused));
+
+/* The task's cgroup id, as task_cgroup_id in common.h, by direct BTF loads: tp_btf arguments
+ * are trusted pointers, and plain loads cost a fraction of the probe-read helper calls of
+ * BPF_CORE_READ on this hot path. A NULL on the way faults safely and yields 0. */
+static __always_inline __u64 cgroup_of(struct task_struct *t)
+{
+	if (cgroup_v1)
+		return t->cgroups->subsys[bpf_core_enum_value(enum cgroup_subsys_id, cpu_cgrp_id)]
+			->cgroup->kn->id;
+	return t->cgroups->dfl_cgrp->kn->id;
+}
+
+/* The task's CFS runqueue or one of its ancestors is out of quota. throttle_count is raised on
+ * every cfs_rq below a throttled one, both with the old throttling (which dequeues the group)
+ * and with 6.18's task-based one, where the task may be switched out before or after its
+ * throttle work dequeued it. */
+static __always_inline bool throttled(struct task_struct *t)
+{
+	if (!bpf_core_field_exists(t->se.cfs_rq) ||
+	    !bpf_core_field_exists(struct cfs_rq, throttle_count))
+		return false;
+	struct cfs_rq *cfs = t->se.cfs_rq;
+	return cfs && cfs->throttle_count > 0;
+}
+
+static __always_inline struct pair_val *pair_get(struct pair_key *k)
+{
+	struct pair_val *v = bpf_map_lookup_elem(&pairs, k);
+	if (v)
+		return v;
+	static const struct pair_val zero;
+	bpf_map_update_elem(&pairs, k, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&pairs, k);
+}
+
+static __always_inline void stamp_wakeup(struct task_struct *t)
+{
+	struct stamp *s = bpf_task_storage_get(&stamps, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!s) {
+		count_drop(DROP_STORAGE_FAIL);
+		return;
+	}
+	/* A task preempted while it was going to sleep can be woken while it waits: keep the
+	 * preemption, it is still waiting since then. */
+	if (s->ts && s->preempted)
+		return;
+	s->ts = bpf_ktime_get_ns();
+	s->preempted = 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(runq_wakeup, struct task_struct *p)
+{
+	stamp_wakeup(p);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(runq_wakeup_new, struct task_struct *p)
+{
+	stamp_wakeup(p);
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct stamp *s;
+
+	/* prev stays runnable: preempted, out of its slice, or throttled. The idle task never
+	 * waits. */
+	if (prev->pid && (preempt || prev_state == TASK_RUNNING)) {
+		s = bpf_task_storage_get(&stamps, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (s) {
+			struct pair_key k = { .victim = cgroup_of(prev) };
+			if (throttled(prev))
+				k.preemptor = PREEMPTOR_THROTTLED;
+			else if (!next->pid)
+				k.preemptor = PREEMPTOR_IDLE;
+			else
+				k.preemptor = cgroup_of(next);
+			s->ts = now;
+			s->preemptor = k.preemptor;
+			s->preempted = 1;
+			struct pair_val *v = pair_get(&k);
+			if (v)
+				v->count += 1;
+			else
+				count_drop(DROP_PAIR_FULL);
+		} else {
+			count_drop(DROP_STORAGE_FAIL);
+		}
+	}
+
+	if (!next->pid)
+		return 0;
+	s = bpf_task_storage_get(&stamps, next, 0, 0);
+	if (!s || !s->ts)
+		return 0;
+	__u64 delta = now - s->ts;
+	s->ts = 0;
+
+	__u64 cg = cgroup_of(next);
+	struct hist *h = hist_get(&latency, &cg);
+	if (h)
+		hist_add(h, delta);
+	else
+		count_drop(DROP_HIST_FULL);
+
+	if (s->preempted) {
+		s->preempted = 0;
+		struct pair_key k = { .victim = cg, .preemptor = s->preemptor };
+		struct pair_val *v = pair_get(&k);
+		if (v)
+			v->wait_ns += delta;
+		else
+			count_drop(DROP_PAIR_FULL);
+	}
+	return 0;
+}

@@ -1,0 +1,310 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+// The test binary doubles as nodectl: with this variable set it runs main(), so the end-to-end
+// tests drive the real CLI, and the workloads it launches (os.Executable) are the same code.
+const beMain = "NODECTL_E2E_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(beMain) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("end-to-end stress runs need root (cgroups, eBPF); run as root: sudo make test")
+	}
+}
+
+// nodectl runs the CLI and returns stdout; stderr goes to the test log.
+func nodectl(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), beMain+"=1")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	t.Logf("nodectl %s\n%s", strings.Join(args, " "), errb.String())
+	return out.String(), err
+}
+
+type report struct {
+	Run      map[string]string `json:"run"`
+	Findings []struct {
+		ID       string   `json:"id"`
+		Severity string   `json:"severity"`
+		Victim   string   `json:"victim"`
+		Culprits []string `json:"culprits"`
+		Summary  string   `json:"summary"`
+		Evidence []struct {
+			Metric   string  `json:"metric"`
+			Workload string  `json:"workload"`
+			Phase    string  `json:"phase"`
+			Baseline float64 `json:"baseline"`
+			Value    float64 `json:"value"`
+			Unit     string  `json:"unit"`
+		} `json:"evidence"`
+	} `json:"findings"`
+}
+
+func (r report) ids() []string {
+	var ids []string
+	for _, f := range r.Findings {
+		ids = append(ids, f.ID)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// noisyRun runs `stress noisy --trace` with args, then `analyze -o json`, and returns both the
+// report and the opened run.
+func noisyRun(t *testing.T, args ...string) (report, *record.Run) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "run")
+	full := append([]string{"stress", "noisy", "--trace", "--baseline", "8s", "--duration", "8s", "--out", dir}, args...)
+	if _, err := nodectl(t, full...); err != nil {
+		t.Fatalf("stress noisy: %v", err)
+	}
+	out, err := nodectl(t, "analyze", dir, "-o", "json")
+	if err != nil {
+		t.Fatalf("analyze: %v", err)
+	}
+	var rep report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("analyze -o json printed no report: %v\n%s", err, out)
+	}
+	run, err := record.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertClean(t, run.Meta.ID)
+	return rep, run
+}
+
+// probeValues are the victim probe's values of metric inside a phase.
+func probeValues(run *record.Run, metric, phase string) []float64 {
+	var start, end time.Time
+	for _, r := range run.Records {
+		if r.Type == record.TypePhase && r.Name == phase {
+			if r.Event == "start" {
+				start = r.Time
+			} else {
+				end = r.Time
+			}
+		}
+	}
+	var vs []float64
+	for _, r := range run.Records {
+		if r.Type == record.TypeSample && r.Metric == metric && r.Workload == "victim" && r.Value != nil &&
+			!r.Time.Before(start) && !r.Time.After(end) {
+			vs = append(vs, *r.Value)
+		}
+	}
+	return vs
+}
+
+func quantile(vs []float64, q float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Clone(vs)
+	sort.Float64s(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+func finding(rep report, id string) (int, bool) {
+	for i, f := range rep.Findings {
+		if f.ID == id {
+			return i, true
+		}
+	}
+	return -1, false
+}
+
+func TestNoisyCPUHogsCauseCPUContention(t *testing.T) {
+	requireRoot(t)
+	rep, run := noisyRun(t, "--hog", "cpu,count=2")
+	base := quantile(probeValues(run, record.MetricProbeCPUWork, "baseline"), 0.5)
+	stress := quantile(probeValues(run, record.MetricProbeCPUWork, "stress"), 0.5)
+	t.Logf("victim cpu work p50: baseline %.3fs stress %.3fs (x%.2f); findings %v", base, stress, stress/base, rep.ids())
+	if base == 0 || stress/base < 1.2 {
+		t.Errorf("CPU hogs slowed the victim's CPU work only x%.2f; want at least x1.2", stress/base)
+	}
+	i, ok := finding(rep, "cpu-contention")
+	if !ok {
+		t.Fatalf("no cpu-contention finding; got %v", rep.ids())
+	}
+	f := rep.Findings[i]
+	for _, hog := range []string{"cpu-hog-0", "cpu-hog-1"} {
+		if !slices.Contains(f.Culprits, hog) {
+			t.Errorf("cpu-contention culprits %v do not name %s", f.Culprits, hog)
+		}
+	}
+	if len(f.Evidence) == 0 {
+		t.Error("cpu-contention has no evidence")
+	}
+}
+
+func TestNoisyDiskHogCausesDiskContention(t *testing.T) {
+	requireRoot(t)
+	rep, run := noisyRun(t, "--hog", "disk")
+	base := quantile(probeValues(run, record.MetricProbeFsync, "baseline"), 0.95)
+	stress := quantile(probeValues(run, record.MetricProbeFsync, "stress"), 0.95)
+	t.Logf("victim fsync p95: baseline %.3fs stress %.3fs (x%.2f); findings %v", base, stress, stress/base, rep.ids())
+	if base == 0 || stress/base < 1.5 {
+		t.Errorf("a disk hog raised the victim's fsync p95 only x%.2f; want at least x1.5", stress/base)
+	}
+	i, ok := finding(rep, "disk-contention")
+	if !ok {
+		t.Fatalf("no disk-contention finding; got %v", rep.ids())
+	}
+	if f := rep.Findings[i]; len(f.Culprits) == 0 || f.Culprits[0] != "disk-hog-0" {
+		t.Errorf("disk-contention culprits %v, want disk-hog-0 first", f.Culprits)
+	}
+}
+
+func TestNoisyThrottledVictimIsThrottlingNotContention(t *testing.T) {
+	requireRoot(t)
+	rep, _ := noisyRun(t, "--victim-cpu", "100m")
+	if _, ok := finding(rep, "cpu-throttling"); !ok {
+		t.Errorf("a 100m victim was not reported as cpu-throttling; got %v", rep.ids())
+	}
+	if _, ok := finding(rep, "cpu-contention"); ok {
+		t.Errorf("a victim alone was reported as cpu-contention; got %v", rep.ids())
+	}
+}
+
+func TestNoisyQuietRunHasNoContention(t *testing.T) {
+	requireRoot(t)
+	rep, _ := noisyRun(t)
+	for _, id := range []string{"cpu-contention", "disk-contention", "cpu-throttling"} {
+		if _, ok := finding(rep, id); ok {
+			t.Errorf("quiet run reported %s; findings %v", id, rep.ids())
+		}
+	}
+}
+
+// startNoisy starts a long run in the background and waits until its stress phase runs.
+func startNoisy(t *testing.T) (*exec.Cmd, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "run")
+	cmd := exec.Command(os.Args[0], "stress", "noisy", "--trace", "--baseline", "2s", "--duration", "5m",
+		"--hog", "cpu", "--hog", "disk", "--hog", "fsync", "--hog", "memory,memory=64Mi", "--out", dir)
+	cmd.Env = append(os.Environ(), beMain+"=1")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_, _ = nodectl(t, "stress", "clean", "--all")
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if run, err := record.Open(dir); err == nil {
+			for _, r := range run.Records {
+				if r.Type == record.TypePhase && r.Name == "stress" && r.Event == "start" {
+					time.Sleep(2 * time.Second) // let every hog get going
+					return cmd, run.Meta.ID
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("the run never reached its stress phase:\n%s", errb.String())
+	return nil, ""
+}
+
+func TestInterruptedRunLeavesNothing(t *testing.T) {
+	requireRoot(t)
+	cmd, id := startNoisy(t)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if err == nil || !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("interrupted run exited with %v, want exit status 130", err)
+	}
+	assertClean(t, id)
+}
+
+func TestKilledRunIsCleanedByStressClean(t *testing.T) {
+	requireRoot(t)
+	cmd, id := startNoisy(t)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	out, err := nodectl(t, "stress", "clean", "-o", "json")
+	if err != nil {
+		t.Fatalf("stress clean: %v", err)
+	}
+	if !strings.Contains(out, id) {
+		t.Errorf("stress clean did not report removing run %s: %s", id, out)
+	}
+	assertClean(t, id)
+}
+
+// assertClean checks that nothing of run id is left: no cgroup in any hierarchy, no process
+// whose command line names the run, no scratch or state directory.
+func assertClean(t *testing.T, id string) {
+	t.Helper()
+	// Processes may take a moment to be reaped after SIGKILL.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := leftovers(id)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("run %s left behind: %v", id, left)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func leftovers(id string) []string {
+	var left []string
+	mounts, _ := filepath.Glob("/sys/fs/cgroup/*/nodectl/" + id)
+	left = append(left, mounts...)
+	if m, _ := filepath.Glob("/sys/fs/cgroup/nodectl/" + id); len(m) > 0 {
+		left = append(left, m...)
+	}
+	for _, d := range []string{"/var/tmp/nodectl/" + id, "/run/nodectl/runs/" + id} {
+		if _, err := os.Stat(d); err == nil {
+			left = append(left, d)
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		cmdline, _ := os.ReadFile(p + "/cmdline")
+		cg, _ := os.ReadFile(p + "/cgroup")
+		if bytes.Contains(cmdline, []byte(id)) || bytes.Contains(cg, []byte("/nodectl/"+id)) {
+			left = append(left, p+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+	return left
+}
