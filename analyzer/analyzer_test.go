@@ -197,7 +197,8 @@ func TestCPUContention(t *testing.T) {
 	rep := cpuBusy(2).
 		preempted(cpuHog0, 0, 1.9).
 		preempted(cpuHog1, 0, 1.8).
-		preempted("/system.slice/journald.service", 0.002, 0.2). // 5% of neighbour wait: not named
+		preempted("/system.slice/journald.service", 0.002, 0.2). // 5% of what neighbours added: not named
+		preempted("/", 0.3, 0.6).                                // 13% of the wait, but no more than in the baseline
 		preempted(record.CgroupIdle, 0.01, 0.3).
 		preempted(victim, 0.001, 0.05).
 		analyze(t)
@@ -272,6 +273,8 @@ func TestNoCPUContention(t *testing.T) {
 		"neighbour_wait_negligible": cpuBusy(0).
 			preempted("/system.slice/journald.service", 0, 0.004).
 			preempted(record.CgroupIdle, 0, 0.001),
+		// A neighbour preempted it as much in the baseline: it does not explain the rise.
+		"steady_neighbour": cpuBusy(0).preempted("/system.slice/build.service", 1, 2),
 		// Without the tracer there is nothing to attribute.
 		"no_attribution": cpuBusy(2),
 	} {
@@ -388,6 +391,7 @@ func diskBusy(t *testing.T) *builder {
 		counter(record.MetricBlkBytes, diskHog+"0", 0, 2<<30, record.LabelDevice, disk, record.LabelOp, "write").
 		counter(record.MetricBlkBytes, diskHog+"1", 0, 1900<<20, record.LabelDevice, disk, record.LabelOp, "write").
 		counter(record.MetricBlkBytes, "/", 10<<20, 100<<20, record.LabelDevice, disk, record.LabelOp, "write").
+		counter(record.MetricBlkBytes, "/steady", 1<<30, 2<<30, record.LabelDevice, disk, record.LabelOp, "write"). // as in the baseline
 		counter(record.MetricBlkBytes, "/elsewhere", 0, 8<<30, record.LabelDevice, "8:0", record.LabelOp, "write")
 }
 
@@ -412,7 +416,7 @@ func TestDiskContention(t *testing.T) {
 			}
 			f := rep.Findings[0]
 			if want := []string{"disk-hog-0", "disk-hog-1"}; !reflect.DeepEqual(f.Culprits, want) {
-				t.Errorf("culprits = %v, want %v (root writeback is under 10%%, 8:0 is another disk)", f.Culprits, want)
+				t.Errorf("culprits = %v, want %v (root writeback is under 10%%, /steady adds nothing, 8:0 is another disk)", f.Culprits, want)
 			}
 			if f.Severity != SeverityCritical {
 				t.Errorf("severity = %s, want critical (5.8x)", f.Severity)

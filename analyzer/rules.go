@@ -20,7 +20,7 @@ const (
 	runqRiseFactor          = 2.0   // run-queue p99 or mean, stress over baseline
 	cpuWorkRiseFactor       = 1.2   // probe CPU-work p50, stress over baseline
 	neighbourWaitMinShare   = 0.25  // neighbours' share of the victim's attributed waits
-	neighbourWaitMinSeconds = 0.010 // less wait caused by neighbours is noise
+	neighbourWaitMinSeconds = 0.010 // less wait added by neighbours is noise
 
 	// cpu-throttling.
 	throttledPeriodsMinShare = 0.20 // throttled share of the CFS periods the victim ran in
@@ -31,7 +31,7 @@ const (
 	// disk-contention.
 	fsyncRiseFactor     = 1.5      // fsync p95, stress over baseline
 	fsyncMinRiseSeconds = 0.005    // smaller rises of the p95 are noise
-	neighbourBytesMin   = 16 << 20 // neighbours' block I/O on the device in the stress phase
+	neighbourBytesMin   = 16 << 20 // block I/O neighbours added on the device in the stress phase
 )
 
 // cpuContention: neighbours preempted the victim (docs/findings.md).
@@ -50,24 +50,27 @@ func (a *analysis) cpuContention(v record.Workload) *Finding {
 	slowdown := ratio(workS, workB)
 	workRose := len(wb) > 0 && len(ws) > 0 && slowdown >= cpuWorkRiseFactor
 
+	// Neighbours are every preemptor but the victim's own quota and its own tasks. A culprit is
+	// charged what it added over its baseline rate: a steady background preemptor explains
+	// no rise.
 	waits := a.run.Series(record.MetricRunqPreemptWait).Cgroup(v.Cgroup).ByLabel(record.LabelPreemptor)
 	counts := a.run.Series(record.MetricRunqPreemptions).Cgroup(v.Cgroup).ByLabel(record.LabelPreemptor)
-	neighbourShare := func(w record.Window) (neighbours []share, sum, total float64) {
-		for preemptor, ss := range waits {
-			d := ss.Delta(w)
-			total += d
-			if preemptor == record.CgroupIdle || preemptor == record.CgroupThrottled || within(preemptor, v.Cgroup) {
-				continue // the victim's own quota or its own tasks
-			}
-			neighbours = append(neighbours, share{cgroup: preemptor, value: d})
-			sum += d
+	var neighbours []share
+	var added, neighbourB, neighbourS, attributedB, attributedS float64
+	for preemptor, ss := range waits {
+		b, s := ss.Delta(a.baseline), ss.Delta(a.stress)
+		attributedB += b
+		attributedS += s
+		if preemptor == record.CgroupIdle || preemptor == record.CgroupThrottled || within(preemptor, v.Cgroup) {
+			continue
 		}
-		return neighbours, sum, total
+		neighbourB += b
+		neighbourS += s
+		neighbours = append(neighbours, share{cgroup: preemptor, value: a.added(b, s)})
+		added += a.added(b, s)
 	}
-	neighbours, neighbourWait, attributed := neighbourShare(a.stress)
-	_, baseNeighbourWait, baseAttributed := neighbourShare(a.baseline)
-	shareS := ratio(neighbourWait, attributed)
-	if !latencyRose || !workRose || neighbourWait < neighbourWaitMinSeconds || shareS < neighbourWaitMinShare {
+	shareS := ratio(neighbourS, attributedS)
+	if !latencyRose || !workRose || added < neighbourWaitMinSeconds || shareS < neighbourWaitMinShare {
 		return nil
 	}
 
@@ -78,19 +81,19 @@ func (a *analysis) cpuContention(v record.Workload) *Finding {
 			a.evidence("runq_latency_mean", v.Name, rb.Mean(), rs.Mean(), UnitSeconds),
 			a.evidence("runq_wait_seconds", v.Name, secs(rb.SumNs), secs(rs.SumNs), UnitSeconds),
 			a.evidence("probe_cpu_work_p50", v.Name, workB, workS, UnitSeconds),
-			a.evidence("runq_neighbour_wait_share", v.Name, ratio(baseNeighbourWait, baseAttributed), shareS, UnitRatio),
+			a.evidence("runq_neighbour_wait_share", v.Name, ratio(neighbourB, attributedB), shareS, UnitRatio),
 		},
 	}
 	for _, c := range culprits(neighbours) {
 		n := a.name(c.cgroup)
 		f.Culprits = append(f.Culprits, n)
-		wait := a.evidence("runq_preempt_wait_seconds", v.Name, waits[c.cgroup].Delta(a.baseline), c.value, UnitSeconds)
+		wait := a.evidence("runq_preempt_wait_seconds", v.Name, waits[c.cgroup].Delta(a.baseline), waits[c.cgroup].Delta(a.stress), UnitSeconds)
 		preemptions := a.evidence("runq_preemptions", v.Name, counts[c.cgroup].Delta(a.baseline), counts[c.cgroup].Delta(a.stress), UnitCount)
 		wait.Culprit, preemptions.Culprit = n, n
 		f.Evidence = append(f.Evidence, wait, preemptions)
 	}
 	f.Summary = fmt.Sprintf("%s's CPU work took %s longer (p50 %s → %s) because %s preempted it: "+
-		"neighbours caused %s of its run-queue wait and its run-queue p99 went %s → %s. "+
+		"neighbours account for %s of its waits after a preemption and its run-queue p99 went %s → %s. "+
 		"A CPU limit caps a neighbour but reserves nothing for the victim: give the victim a larger "+
 		"CPU request (weight) or dedicated cores, or move or limit the culprits.",
 		v.Name, factor(slowdown), fmtSeconds(workB), fmtSeconds(workS), joinNames(f.Culprits),
@@ -206,18 +209,20 @@ func (a *analysis) diskContention(v record.Workload) *Finding {
 		return nil
 	}
 
+	// As for CPU, a culprit is charged the I/O it added over its baseline rate.
 	bytes := a.run.Series(record.MetricBlkBytes).Label(record.LabelDevice, device).ByCgroup()
 	var neighbours []share
-	var neighbourBytes float64
+	var added, neighbourBytes float64
 	for cg, ss := range bytes {
 		if within(cg, v.Cgroup) {
 			continue
 		}
-		d := ss.Delta(a.stress)
-		neighbours = append(neighbours, share{cgroup: cg, value: d})
-		neighbourBytes += d
+		b, s := ss.Delta(a.baseline), ss.Delta(a.stress)
+		neighbours = append(neighbours, share{cgroup: cg, value: a.added(b, s)})
+		added += a.added(b, s)
+		neighbourBytes += s
 	}
-	if neighbourBytes < neighbourBytesMin {
+	if added < neighbourBytesMin {
 		return nil
 	}
 
@@ -226,7 +231,7 @@ func (a *analysis) diskContention(v record.Workload) *Finding {
 	for _, c := range culprits(neighbours) {
 		n := a.name(c.cgroup)
 		f.Culprits = append(f.Culprits, n)
-		e := a.evidence("blk_bytes", v.Name, bytes[c.cgroup].Delta(a.baseline), c.value, UnitBytes)
+		e := a.evidence("blk_bytes", v.Name, bytes[c.cgroup].Delta(a.baseline), bytes[c.cgroup].Delta(a.stress), UnitBytes)
 		e.Culprit, e.Device = n, device
 		f.Evidence = append(f.Evidence, e)
 	}
@@ -287,6 +292,16 @@ func (a *analysis) queueOrService(device string, f *Finding) string {
 			fmtSeconds(qb.Mean()), fmtSeconds(qs.Mean()))
 	}
 	return ""
+}
+
+// added is how much more of something happened in the stress phase than the baseline's rate
+// predicts for a phase that long: what the stress phase added.
+func (a *analysis) added(baseline, stress float64) float64 {
+	scale := 0.0
+	if a.baseline.Seconds() > 0 {
+		scale = a.stress.Seconds() / a.baseline.Seconds()
+	}
+	return max(0, stress-baseline*scale)
 }
 
 // evidence is a measure of the stress phase against the baseline phase.

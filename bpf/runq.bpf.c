@@ -130,8 +130,10 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	__u64 now = bpf_ktime_get_ns();
 	struct stamp *s;
 
-	/* prev stays runnable: preempted, out of its slice, or throttled. The idle task never
-	 * waits. */
+	/* prev stays runnable: preempted, out of its slice, yielding or throttled. Checked by
+	 * state, not only by the preempt flag: on 6.18 a busy task whose slice ran out switches
+	 * with preempt false and TASK_RUNNING, as the reschedule happens on return to user space.
+	 * The idle task never waits. */
 	if (prev->pid && (preempt || prev_state == TASK_RUNNING)) {
 		s = bpf_task_storage_get(&stamps, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (s) {

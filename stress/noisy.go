@@ -279,7 +279,7 @@ func (r *noisyRun) phases(ctx context.Context) error {
 	if err := r.wait(ctx, "warm-up", r.cfg.Interval); err != nil {
 		return err
 	}
-	if err := r.phase(ctx, "baseline", r.cfg.Baseline, nil); err != nil {
+	if err := r.phase(ctx, record.PhaseBaseline, r.cfg.Baseline, nil); err != nil {
 		return err
 	}
 	hogs := func() error {
@@ -290,7 +290,7 @@ func (r *noisyRun) phases(ctx context.Context) error {
 		}
 		return nil
 	}
-	if err := r.phase(ctx, "stress", r.cfg.Duration, hogs); err != nil {
+	if err := r.phase(ctx, record.PhaseStress, r.cfg.Duration, hogs); err != nil {
 		return err
 	}
 	return nil
@@ -298,7 +298,7 @@ func (r *noisyRun) phases(ctx context.Context) error {
 
 // phase marks a phase start, runs before (starting its workloads), waits d, and marks its end.
 func (r *noisyRun) phase(ctx context.Context, name string, d time.Duration, before func() error) error {
-	if err := r.mark(name, "start"); err != nil {
+	if err := r.mark(name, record.EventStart); err != nil {
 		return err
 	}
 	if before != nil {
@@ -309,7 +309,7 @@ func (r *noisyRun) phase(ctx context.Context, name string, d time.Duration, befo
 	if err := r.wait(ctx, name, d); err != nil {
 		return err
 	}
-	return r.mark(name, "end")
+	return r.mark(name, record.EventEnd)
 }
 
 func (r *noisyRun) mark(name, event string) error {

@@ -169,7 +169,8 @@ func writeJSONAtomic(dir, name string, v any) error {
 	return nil
 }
 
-// Run is a run directory read back.
+// Run is a run directory read back. It is not safe for concurrent use: Series indexes the
+// records on first use.
 type Run struct {
 	Dir     string
 	Meta    Meta

@@ -98,7 +98,7 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 	}
 	c := collect.New(sources, w, cfg.Interval, observe, cfg.Log.With("component", "collect"))
 	start := time.Now()
-	if err := w.Append(record.Record{Type: record.TypePhase, Time: start, Name: "record", Event: "start"}); err != nil {
+	if err := w.Append(record.Record{Type: record.TypePhase, Time: start, Name: "record", Event: record.EventStart}); err != nil {
 		return cfg.Out, err
 	}
 	if err := c.Snapshot(start); err != nil {
@@ -129,7 +129,7 @@ loop:
 	if err := c.Snapshot(end); err != nil {
 		return cfg.Out, err
 	}
-	if err := w.Append(record.Record{Type: record.TypePhase, Time: end, Name: "record", Event: "end"}); err != nil {
+	if err := w.Append(record.Record{Type: record.TypePhase, Time: end, Name: "record", Event: record.EventEnd}); err != nil {
 		return cfg.Out, err
 	}
 	return cfg.Out, w.Close()

@@ -1,12 +1,12 @@
 //go:build linux
 
 // Command overhead measures what the tracer costs a scheduler-heavy workload: two processes
-// pinned to one CPU bounce a byte over pipes (two wakeups and two context switches per round
-// trip), with the tracer detached, attached, and attached with BPF run-time statistics,
+// pinned to one CPU bounce a byte over pipes (two context switches per round trip, each after
+// a wakeup or a wakeup preemption), with the tracer detached, attached, and attached with BPF run-time statistics,
 // alternating in each round so that drift on a shared machine hits every mode alike. It
 // prints the throughput ratio attached/detached and each program's mean cost per event.
 //
-// Run as root: go run ./bench/overhead [-rounds 5] [-duration 2s] [-cpu N]
+// Run as root: go run ./bench/overhead [-rounds 10] [-duration 1s] [-cpu N|-1]
 package main
 
 import (
@@ -42,11 +42,11 @@ func main() {
 		}
 		return
 	}
-	rounds := flag.Int("rounds", 5, "rounds; each runs every mode once")
-	dur := flag.Duration("duration", 2*time.Second, "length of one run")
-	cpu := flag.Int("cpu", runtime.NumCPU()-1, "CPU both sides of the ping-pong are pinned to")
+	rounds := flag.Int("rounds", 10, "rounds; each runs every mode once")
+	dur := flag.Duration("duration", time.Second, "length of one run")
+	cpu := flag.Int("cpu", runtime.NumCPU()-1, "CPU both sides of the ping-pong are pinned to; -1 leaves them free")
 	flag.Parse()
-	if err := run(*rounds, *dur, *cpu); err != nil {
+	if _, err := run(*rounds, *dur, *cpu); err != nil {
 		fmt.Fprintln(os.Stderr, "overhead:", err)
 		os.Exit(1)
 	}
@@ -68,13 +68,21 @@ type progStats struct {
 	count   uint64
 }
 
-func run(rounds int, dur time.Duration, cpu int) error {
+// result is what run measured: the median throughput ratio attached/detached, and each
+// program's mean nanoseconds per event.
+type result struct {
+	ratio      float64
+	nsPerEvent map[string]float64
+}
+
+// run measures and prints the report.
+func run(rounds int, dur time.Duration, cpu int) (result, error) {
 	if os.Geteuid() != 0 {
-		return errors.New("needs root to load BPF programs")
+		return result{}, errors.New("needs root to load BPF programs")
 	}
 	unmount, err := tracefs()
 	if err != nil {
-		return err
+		return result{}, err
 	}
 	defer unmount()
 
@@ -90,7 +98,7 @@ func run(rounds int, dur time.Duration, cpu int) error {
 		for _, m := range order {
 			v, st, err := measure(m, dur, cpu, progs)
 			if err != nil {
-				return fmt.Errorf("round %d, %s: %w", r+1, m, err)
+				return result{}, fmt.Errorf("round %d, %s: %w", r+1, m, err)
 			}
 			if st != nil {
 				status = st
@@ -110,17 +118,19 @@ func run(rounds int, dur time.Duration, cpu int) error {
 	for i := range rate[detached] {
 		ratios = append(ratios, rate[attached][i]/rate[detached][i])
 	}
-	fmt.Printf("ratio attached/detached: median %.3f (per round %s)\n", median(ratios), fmtAll(ratios))
-	fmt.Println("\nmean cost per event (kernel.bpf_stats_enabled):")
+	res := result{ratio: median(ratios), nsPerEvent: map[string]float64{}}
+	fmt.Printf("ratio attached/detached: median %.3f (per round %s)\n", res.ratio, fmtAll(ratios))
+	fmt.Println("\nmean cost per event (BPF run-time statistics, as kernel.bpf_stats_enabled=1):")
 	for _, name := range slices.Sorted(maps.Keys(progs)) {
 		s := progs[name]
 		if s.count == 0 {
 			fmt.Printf("  %-16s no events\n", name)
 			continue
 		}
-		fmt.Printf("  %-16s %6.0f ns  (%d events)\n", name, float64(s.runtime.Nanoseconds())/float64(s.count), s.count)
+		res.nsPerEvent[name] = float64(s.runtime.Nanoseconds()) / float64(s.count)
+		fmt.Printf("  %-16s %6.0f ns  (%d events)\n", name, res.nsPerEvent[name], s.count)
 	}
-	return nil
+	return res, nil
 }
 
 // measure runs the ping-pong once in mode m and returns round trips per second, and the
@@ -278,10 +288,12 @@ func bounce(role string) error {
 	if err != nil {
 		return fmt.Errorf("bad cpu: %w", err)
 	}
-	var set unix.CPUSet
-	set.Set(cpu)
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		return fmt.Errorf("pinning to cpu %d: %w", cpu, err)
+	if cpu >= 0 {
+		var set unix.CPUSet
+		set.Set(cpu)
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			return fmt.Errorf("pinning to cpu %d: %w", cpu, err)
+		}
 	}
 	const in, out = 3, 4
 	buf := []byte{0}

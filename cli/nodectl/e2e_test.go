@@ -102,25 +102,19 @@ func noisyRun(t *testing.T, args ...string) (report, *record.Run) {
 }
 
 // probeValues are the victim probe's values of metric inside a phase.
-func probeValues(run *record.Run, metric, phase string) []float64 {
-	var start, end time.Time
-	for _, r := range run.Records {
-		if r.Type == record.TypePhase && r.Name == phase {
-			if r.Event == "start" {
-				start = r.Time
-			} else {
-				end = r.Time
-			}
+func probeValues(t *testing.T, run *record.Run, metric, phase string) []float64 {
+	t.Helper()
+	w, ok := run.Phase(phase)
+	if !ok {
+		t.Fatalf("run has no %s phase", phase)
+	}
+	var victim string
+	for _, wl := range run.Meta.Workloads {
+		if wl.Name == "victim" {
+			victim = wl.Cgroup
 		}
 	}
-	var vs []float64
-	for _, r := range run.Records {
-		if r.Type == record.TypeSample && r.Metric == metric && r.Workload == "victim" && r.Value != nil &&
-			!r.Time.Before(start) && !r.Time.After(end) {
-			vs = append(vs, *r.Value)
-		}
-	}
-	return vs
+	return run.Series(metric).Cgroup(victim).Values(w)
 }
 
 func quantile(vs []float64, q float64) float64 {
@@ -144,8 +138,8 @@ func finding(rep report, id string) (int, bool) {
 func TestNoisyCPUHogsCauseCPUContention(t *testing.T) {
 	requireRoot(t)
 	rep, run := noisyRun(t, "--hog", "cpu,count=2")
-	base := quantile(probeValues(run, record.MetricProbeCPUWork, "baseline"), 0.5)
-	stress := quantile(probeValues(run, record.MetricProbeCPUWork, "stress"), 0.5)
+	base := quantile(probeValues(t, run, record.MetricProbeCPUWork, "baseline"), 0.5)
+	stress := quantile(probeValues(t, run, record.MetricProbeCPUWork, "stress"), 0.5)
 	t.Logf("victim cpu work p50: baseline %.3fs stress %.3fs (x%.2f); findings %v", base, stress, stress/base, rep.ids())
 	if base == 0 || stress/base < 1.2 {
 		t.Errorf("CPU hogs slowed the victim's CPU work only x%.2f; want at least x1.2", stress/base)
@@ -168,8 +162,8 @@ func TestNoisyCPUHogsCauseCPUContention(t *testing.T) {
 func TestNoisyDiskHogCausesDiskContention(t *testing.T) {
 	requireRoot(t)
 	rep, run := noisyRun(t, "--hog", "disk")
-	base := quantile(probeValues(run, record.MetricProbeFsync, "baseline"), 0.95)
-	stress := quantile(probeValues(run, record.MetricProbeFsync, "stress"), 0.95)
+	base := quantile(probeValues(t, run, record.MetricProbeFsync, "baseline"), 0.95)
+	stress := quantile(probeValues(t, run, record.MetricProbeFsync, "stress"), 0.95)
 	t.Logf("victim fsync p95: baseline %.3fs stress %.3fs (x%.2f); findings %v", base, stress, stress/base, rep.ids())
 	if base == 0 || stress/base < 1.5 {
 		t.Errorf("a disk hog raised the victim's fsync p95 only x%.2f; want at least x1.5", stress/base)

@@ -5,8 +5,8 @@ package runq
 
 import "github.com/nodectl/nodectl/agent/hist"
 
-// Special preemptor ids. Kernfs ids start at 1 (a hierarchy's root) and never reach 2^63, so
-// neither collides with a cgroup.
+// Special preemptor ids. Kernfs ids start at 1 (a hierarchy's root, so 1 is taken) and are
+// never all ones, so neither collides with a cgroup.
 const (
 	PreemptorIdle      uint64 = 0          // the CPU went idle while the victim stayed runnable
 	PreemptorThrottled uint64 = ^uint64(0) // the victim's cgroup (or an ancestor) ran out of quota

@@ -62,15 +62,18 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 		}
 		return nil, fmt.Errorf("loading runq objects: %w", err)
 	}
-	for name, p := range map[string]*ebpf.Program{
-		"sched_wakeup":     t.objs.RunqWakeup,
-		"sched_wakeup_new": t.objs.RunqWakeupNew,
-		"sched_switch":     t.objs.RunqSwitch,
+	for _, a := range []struct {
+		tracepoint string
+		prog       *ebpf.Program
+	}{
+		{"sched_wakeup", t.objs.RunqWakeup},
+		{"sched_wakeup_new", t.objs.RunqWakeupNew},
+		{"sched_switch", t.objs.RunqSwitch},
 	} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: p})
+		l, err := link.AttachTracing(link.TracingOptions{Program: a.prog})
 		if err != nil {
 			t.Close()
-			return nil, fmt.Errorf("attaching to %s: %w", name, err)
+			return nil, fmt.Errorf("attaching to %s: %w", a.tracepoint, err)
 		}
 		t.links = append(t.links, l)
 	}

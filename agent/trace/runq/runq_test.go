@@ -40,6 +40,20 @@ func read(t *testing.T, tr *Tracer) Stats {
 	return st
 }
 
+// waitFor reads until ok holds or timeout passes, and returns the last read. On a loaded
+// machine the test's pinned loops may take a while to meet.
+func waitFor(t *testing.T, tr *Tracer, timeout time.Duration, ok func(Stats) bool) Stats {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		st := read(t, tr)
+		if ok(st) || time.Now().After(deadline) {
+			return st
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func pair(st Stats, victim, preemptor uint64) Pair {
 	for _, p := range st.Pairs {
 		if p.Victim == victim && p.Preemptor == preemptor {
@@ -57,10 +71,11 @@ func TestPreemptionPairs(t *testing.T) {
 	cpu := cgtest.LastCPU(t)
 	g["a"].Busy(t, cpu)
 	g["b"].Busy(t, cpu)
-	time.Sleep(2 * time.Second)
-
-	st := read(t, tr)
 	a, b := g["a"].ID, g["b"].ID
+	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool {
+		return st.Latency[a].Count > 0 && st.Latency[b].Count > 0 &&
+			pair(st, a, b).WaitNs > 0 && pair(st, b, a).WaitNs > 0
+	})
 	for name, id := range map[string]uint64{"a": a, "b": b} {
 		if h := st.Latency[id]; h.Count == 0 || h.SumNs == 0 {
 			t.Errorf("cgroup %s (id %d): run-queue histogram %+v, want waits", name, id, h)
@@ -96,10 +111,12 @@ func TestThrottledAttribution(t *testing.T) {
 	cpu := cgtest.LastCPU(t)
 	g["capped"].Busy(t, cpu)
 	g["neighbour"].Busy(t, cpu)
+	// Twenty periods, for a ratio that does not hang on one period.
 	time.Sleep(2 * time.Second)
-
-	st := read(t, tr)
 	capped, neighbour := g["capped"].ID, g["neighbour"].ID
+	st := waitFor(t, tr, 10*time.Second, func(st Stats) bool {
+		return pair(st, capped, PreemptorThrottled).WaitNs > 0
+	})
 	throttled := pair(st, capped, PreemptorThrottled)
 	byNeighbour := pair(st, capped, neighbour)
 	t.Logf("capped by <throttled>: %+v; by neighbour: %+v", throttled, byNeighbour)
@@ -124,9 +141,11 @@ func TestForget(t *testing.T) {
 	cpu := cgtest.LastCPU(t)
 	g["gone"].Busy(t, cpu)
 	g["kept"].Busy(t, cpu)
-	time.Sleep(500 * time.Millisecond)
 	gone, kept := g["gone"].ID, g["kept"].ID
-	if st := read(t, tr); st.Latency[gone].Count == 0 || pair(st, kept, gone).Count == 0 {
+	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool {
+		return st.Latency[gone].Count > 0 && pair(st, kept, gone).Count > 0
+	})
+	if st.Latency[gone].Count == 0 || pair(st, kept, gone).Count == 0 {
 		t.Fatalf("no entries for cgroup gone before removal: latency %+v, pair %+v",
 			st.Latency[gone], pair(st, kept, gone))
 	}
@@ -140,7 +159,7 @@ func TestForget(t *testing.T) {
 	if n < 2 {
 		t.Errorf("Forget deleted %d entries, want at least the latency and one pair", n)
 	}
-	st := read(t, tr)
+	st = read(t, tr)
 	if _, ok := st.Latency[gone]; ok {
 		t.Errorf("latency of removed cgroup still present")
 	}
@@ -186,9 +205,9 @@ func TestDropsWhenFull(t *testing.T) {
 	cpu := cgtest.LastCPU(t)
 	g["a"].Busy(t, cpu)
 	g["b"].Busy(t, cpu)
-	time.Sleep(500 * time.Millisecond)
-
-	st := read(t, tr)
+	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool {
+		return st.Drops["latency_map_full"] > 0 && st.Drops["pairs_map_full"] > 0
+	})
 	if len(st.Latency) > 1 || len(st.Pairs) > 1 {
 		t.Errorf("maps over capacity: %d cgroups, %d pairs", len(st.Latency), len(st.Pairs))
 	}
