@@ -451,16 +451,19 @@ func TestNoDiskContention(t *testing.T) {
 	for name, b := range map[string]*builder{
 		"quiet": newRun(victimWorkload()).
 			gauge(record.MetricProbeFsync, victim, []float64{0.10, 0.19}, []float64{0.11, 0.18}).
-			counter(record.MetricBlkBytes, victim, 640<<20, 1280<<20, record.LabelDevice, disk),
+			counter(record.MetricBlkBytes, victim, 640<<20, 1280<<20, record.LabelDevice, disk, record.LabelOp, "write"),
 		"neighbours_on_another_disk": newRun(victimWorkload(), hogWorkload("disk", 0)).
 			gauge(record.MetricProbeFsync, victim, []float64{0.1}, []float64{0.5}).
-			counter(record.MetricBlkBytes, diskHog+"0", 0, 4<<30, record.LabelDevice, "8:0"),
+			counter(record.MetricBlkBytes, diskHog+"0", 0, 4<<30, record.LabelDevice, "8:0", record.LabelOp, "write"),
 		"rise_too_small_to_matter": newRun(victimWorkload(), hogWorkload("disk", 0)).
 			gauge(record.MetricProbeFsync, victim, []float64{0.001}, []float64{0.004}).
-			counter(record.MetricBlkBytes, diskHog+"0", 0, 4<<30, record.LabelDevice, disk),
+			counter(record.MetricBlkBytes, diskHog+"0", 0, 4<<30, record.LabelDevice, disk, record.LabelOp, "write"),
+		"neighbour_only_discarded": newRun(victimWorkload(), hogWorkload("disk", 0)).
+			gauge(record.MetricProbeFsync, victim, []float64{0.1}, []float64{0.5}).
+			counter(record.MetricBlkBytes, diskHog+"0", 0, 4<<30, record.LabelDevice, disk, record.LabelOp, "discard"),
 		"neighbours_wrote_little": newRun(victimWorkload()).
 			gauge(record.MetricProbeFsync, victim, []float64{0.1}, []float64{0.5}).
-			counter(record.MetricBlkBytes, "/system.slice/journald.service", 1<<20, 2<<20, record.LabelDevice, disk),
+			counter(record.MetricBlkBytes, "/system.slice/journald.service", 1<<20, 2<<20, record.LabelDevice, disk, record.LabelOp, "write"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if rep := b.analyze(t); len(rep.Findings) != 0 {
@@ -517,7 +520,7 @@ func TestRecordModeRanking(t *testing.T) {
 		cg := fmt.Sprintf("/kubepods/pod-%02d", i)
 		b.histogram(record.MetricRunqLatency, cg, hist.Log2{}, lat(100, float64(i+1)*1e-3))
 		b.histogram(record.MetricFsyncLatency, cg, hist.Log2{}, lat(uint64(i+1), float64(int(1)<<(12-i))*1e-5), record.LabelDevice, disk)
-		b.counter(record.MetricBlkBytes, cg, 0, float64(i)*(1<<20), record.LabelDevice, disk)
+		b.counter(record.MetricBlkBytes, cg, 0, float64(i)*(1<<20), record.LabelDevice, disk, record.LabelOp, "write")
 	}
 	rep := b.analyze(t)
 	if len(rep.Findings) != 0 || rep.Findings == nil {

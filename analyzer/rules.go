@@ -210,7 +210,7 @@ func (a *analysis) diskContention(v record.Workload) *Finding {
 	}
 
 	// As for CPU, a culprit is charged the I/O it added over its baseline rate.
-	bytes := a.run.Series(record.MetricBlkBytes).Label(record.LabelDevice, device).ByCgroup()
+	bytes := dataBytes(a.run).Label(record.LabelDevice, device).ByCgroup()
 	var neighbours []share
 	var added, neighbourBytes float64
 	for cg, ss := range bytes {

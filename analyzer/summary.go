@@ -83,7 +83,7 @@ func (a *analysis) workloadPhase(wl record.Workload, w record.Window) WorkloadPh
 		ThrottledRatio: ratio(of(record.MetricCPUThrottled).Delta(w), of(record.MetricCPUPeriods).Delta(w)),
 		RunqP99:        runq.Quantile(0.99),
 		RunqWait:       secs(runq.SumNs),
-		IOBytes:        of(record.MetricBlkBytes).Delta(w),
+		IOBytes:        of(record.MetricBlkBytes).LabelIn(record.LabelOp, dataOps...).Delta(w),
 	}
 	work := of(record.MetricProbeCPUWork).Values(w)
 	fsyncs := of(record.MetricProbeFsync).Samples(w)
@@ -136,7 +136,7 @@ func (a *analysis) ranking(w record.Window) Ranking {
 			r.Fsync = append(r.Fsync, Ranked{Cgroup: cg, Value: h.Quantile(0.95), Count: h.Count})
 		}
 	}
-	for cg, ss := range a.run.Series(record.MetricBlkBytes).ByCgroup() {
+	for cg, ss := range dataBytes(a.run).ByCgroup() {
 		if b := ss.Delta(w); b > 0 {
 			r.IOBytes = append(r.IOBytes, Ranked{Cgroup: cg, Value: b})
 		}
@@ -163,4 +163,13 @@ func (a *analysis) top(list []Ranked) []Ranked {
 		return []Ranked{}
 	}
 	return list
+}
+
+// dataOps are the block operations that move data. Discards (a truncated file's blocks given
+// back) and flushes carry a size but transfer nothing, so they are not I/O bytes.
+var dataOps = []string{"read", "write"}
+
+// dataBytes is every block-bytes series of data operations.
+func dataBytes(run *record.Run) record.SeriesSet {
+	return run.Series(record.MetricBlkBytes).LabelIn(record.LabelOp, dataOps...)
 }

@@ -183,6 +183,11 @@ func (ss SeriesSet) Label(key, value string) SeriesSet {
 	return ss.filter(func(s *Series) bool { return s.Labels[key] == value })
 }
 
+// LabelIn selects the series whose label key has any of values.
+func (ss SeriesSet) LabelIn(key string, values ...string) SeriesSet {
+	return ss.filter(func(s *Series) bool { return slices.Contains(values, s.Labels[key]) })
+}
+
 func (ss SeriesSet) filter(keep func(*Series) bool) SeriesSet {
 	var out SeriesSet
 	for _, s := range ss {
