@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -143,18 +145,7 @@ func (r *noisyRun) setup(dir string) error {
 	if err := os.MkdirAll(r.scratch, 0o755); err != nil {
 		return fmt.Errorf("making scratch directory: %w", err)
 	}
-	host, _ := os.Hostname()
-	meta := record.Meta{
-		Format:   record.FormatVersion,
-		ID:       r.id,
-		Scenario: "noisy",
-		Node:     host,
-		Kernel:   kernelRelease(cfg.Paths.Procfs),
-		CgroupV1: r.layout.V1,
-		Start:    time.Now().UTC(),
-		Interval: record.Duration(cfg.Interval),
-		Args:     cfg.Args,
-	}
+	meta := record.NewMeta(r.id, "noisy", cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
 	if r.writer, err = record.Create(dir, meta); err != nil {
 		return err
 	}
@@ -183,6 +174,7 @@ func (r *noisyRun) setup(dir string) error {
 			return fmt.Errorf("--trace: %w", err)
 		}
 		status = r.tracer.Status()
+		warnUnattached(cfg.Log, status)
 		sources["trace"] = collect.SourceFunc(r.tracer.Collect)
 	}
 	if err := r.writer.UpdateMeta(func(m *record.Meta) { m.Workloads = r.workloads; m.Tracer = status }); err != nil {
@@ -238,6 +230,16 @@ func (r *noisyRun) planWorkloads() error {
 		}
 	}
 	return nil
+}
+
+// warnUnattached says which BPF programs did not attach and why: the run goes on without them,
+// and the analyzer has less evidence.
+func warnUnattached(log *slog.Logger, status map[string]string) {
+	for _, p := range slices.Sorted(maps.Keys(status)) {
+		if status[p] != trace.StatusAttached {
+			log.Warn("tracer program not attached; the run continues without it", "program", p, "reason", status[p])
+		}
+	}
 }
 
 func limitsOf(w record.Workload) cgroup.Limits {
@@ -479,20 +481,5 @@ func (r *noisyRun) cleanup() error {
 
 func isUnder(path, dir string) bool {
 	rel, err := filepath.Rel(dir, path)
-	return err == nil && rel != ".." && !filepath.IsAbs(rel) && (len(rel) < 3 || rel[:3] != "../")
-}
-
-func kernelRelease(procfs string) string {
-	b, err := os.ReadFile(filepath.Join(procfs, "sys/kernel/osrelease"))
-	if err != nil {
-		return ""
-	}
-	return string(trimNL(b))
-}
-
-func trimNL(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
-		b = b[:len(b)-1]
-	}
-	return b
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }

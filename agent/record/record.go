@@ -3,6 +3,9 @@
 package record
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nodectl/nodectl/agent/hist"
@@ -84,4 +87,13 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	v, err := time.ParseDuration(string(b))
 	*d = Duration(v)
 	return err
+}
+
+// NewMeta describes a run starting now on this host; procfs is where the host's /proc is.
+func NewMeta(id, scenario, procfs string, cgroupV1 bool, interval time.Duration, args []string) Meta {
+	host, _ := os.Hostname()
+	kernel, _ := os.ReadFile(filepath.Join(procfs, "sys/kernel/osrelease"))
+	return Meta{Format: FormatVersion, ID: id, Scenario: scenario, Node: host,
+		Kernel: strings.TrimSpace(string(kernel)), CgroupV1: cgroupV1, Start: time.Now().UTC(),
+		Interval: Duration(interval), Args: args}
 }

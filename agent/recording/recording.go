@@ -6,8 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -49,12 +47,8 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	host, _ := os.Hostname()
 	id := fmt.Sprintf("record-%s", time.Now().UTC().Format("20060102-150405"))
-	kernel, _ := os.ReadFile(filepath.Join(cfg.Procfs, "sys/kernel/osrelease"))
-	meta := record.Meta{Format: record.FormatVersion, ID: id, Scenario: "record", Node: host,
-		Kernel: strings.TrimSpace(string(kernel)), CgroupV1: layout.V1, Start: time.Now().UTC(),
-		Interval: record.Duration(cfg.Interval), Args: cfg.Args}
+	meta := record.NewMeta(id, "record", cfg.Procfs, layout.V1, cfg.Interval, cfg.Args)
 	w, err := record.Create(cfg.Out, meta)
 	if err != nil {
 		return "", err

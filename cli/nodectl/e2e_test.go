@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agent/record"
 )
 
@@ -301,4 +303,86 @@ func leftovers(id string) []string {
 		}
 	}
 	return left
+}
+
+func TestRecordRanksAUserCgroup(t *testing.T) {
+	requireRoot(t)
+	layout, err := cgroup.Detect("/sys/fs/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := fmt.Sprintf("/nodectl/test-record-%d", os.Getpid())
+	if err := layout.Create(cg, cgroup.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := layout.Remove(cg); err != nil {
+			t.Error(err)
+		}
+	})
+	dir := filepath.Join(t.TempDir(), "rec")
+	rec := exec.Command(os.Args[0], "record", "--duration", "6s", "--out", dir)
+	rec.Env = append(os.Environ(), beMain+"=1")
+	var recErr bytes.Buffer
+	rec.Stderr = &recErr
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The user's own load, in its own cgroup: 20 writes of 4 MiB, each fsynced.
+	time.Sleep(1500 * time.Millisecond)
+	scratch := t.TempDir()
+	load := exec.Command("sh", "-c", `read go; for i in $(seq 20); do dd if=/dev/zero of="$1/f" bs=1M count=4 conv=fsync status=none; done`, "sh", scratch)
+	stdin, _ := load.StdinPipe()
+	if err := load.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := layout.AddProc(cg, load.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(stdin)
+	if err := load.Wait(); err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	if err := rec.Wait(); err != nil {
+		t.Fatalf("record: %v\n%s", err, recErr.String())
+	}
+	out, err := nodectl(t, "analyze", dir, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Summary struct {
+			Ranking struct {
+				Fsync []struct {
+					Cgroup string
+					Count  uint64
+				} `json:"fsync"`
+				IOBytes []struct {
+					Cgroup string
+					Value  float64
+				} `json:"io_bytes"`
+			} `json:"ranking"`
+		} `json:"summary"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var fsyncs uint64
+	for _, r := range rep.Summary.Ranking.Fsync {
+		if r.Cgroup == cg {
+			fsyncs = r.Count
+		}
+	}
+	if fsyncs < 20 {
+		t.Errorf("record ranked %d fsyncs for %s, want at least the load's 20: %+v", fsyncs, cg, rep.Summary.Ranking.Fsync)
+	}
+	var bytesIO float64
+	for _, r := range rep.Summary.Ranking.IOBytes {
+		if r.Cgroup == cg {
+			bytesIO = r.Value
+		}
+	}
+	if bytesIO < 80<<20 {
+		t.Errorf("record charged %s with %.0f bytes of I/O, want at least the load's 80 MiB", cg, bytesIO)
+	}
 }
