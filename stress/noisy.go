@@ -169,7 +169,7 @@ func (r *noisyRun) setup(dir string) error {
 	status := map[string]string{}
 	if cfg.Trace {
 		res := cgroup.NewResolver(r.layout)
-		r.tracer, err = trace.New(trace.Config{CgroupV1: r.layout.V1, Sysfs: cfg.Paths.Sysfs}, res, cfg.Log.With("component", "trace"))
+		r.tracer, err = trace.New(trace.Config{CgroupV1: r.layout.V1, Sysfs: cfg.Paths.Sysfs, Tracefs: cfg.Paths.Tracefs}, res, cfg.Log.With("component", "trace"))
 		if err != nil {
 			return fmt.Errorf("--trace: %w", err)
 		}

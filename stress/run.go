@@ -24,6 +24,7 @@ type Paths struct {
 	Cgroupfs string // cgroup filesystem root
 	Procfs   string
 	Sysfs    string
+	Tracefs  string // where tracefs is, or is mounted for the run's fsync tracepoints
 	Scratch  string // parent of each run's scratch directory (files workloads write)
 	State    string // parent of each live run's state directory (owner pid)
 }
@@ -34,6 +35,7 @@ func DefaultPaths() Paths {
 		Cgroupfs: "/sys/fs/cgroup",
 		Procfs:   "/proc",
 		Sysfs:    "/sys",
+		Tracefs:  "/sys/kernel/tracing",
 		Scratch:  "/var/tmp/nodectl",
 		State:    "/run/nodectl/runs",
 	}

@@ -26,6 +26,7 @@ type Config struct {
 	Cgroupfs string
 	Procfs   string
 	Sysfs    string
+	Tracefs  string
 	Args     []string
 	// MaxCgroups bounds how many cgroups the cgroup sampler follows (those the tracer saw, in
 	// order of first appearance), so a node with thousands of cgroups stays cheap.
@@ -54,7 +55,7 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 		return "", err
 	}
 	defer w.Close()
-	tr, err := trace.New(trace.Config{CgroupV1: layout.V1, Sysfs: cfg.Sysfs}, cgroup.NewResolver(layout), cfg.Log.With("component", "trace"))
+	tr, err := trace.New(trace.Config{CgroupV1: layout.V1, Sysfs: cfg.Sysfs, Tracefs: cfg.Tracefs}, cgroup.NewResolver(layout), cfg.Log.With("component", "trace"))
 	if err != nil {
 		return cfg.Out, fmt.Errorf("starting the tracer: %w", err)
 	}

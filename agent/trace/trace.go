@@ -17,6 +17,7 @@ import (
 	"github.com/nodectl/nodectl/agent/trace/blkio"
 	"github.com/nodectl/nodectl/agent/trace/fsync"
 	"github.com/nodectl/nodectl/agent/trace/runq"
+	"github.com/nodectl/nodectl/agent/trace/tracefs"
 )
 
 // Program names, as in Config.Programs, Status and the program label of bpf_drops_total.
@@ -45,6 +46,9 @@ type Config struct {
 	CgroupV1 bool     // the host has v1 hierarchies: ids are from the cpu and blkio ones
 	Programs []string // subset of Programs; nil means all
 	Sysfs    string   // sysfs mount, to map partitions to disks; "" means /sys
+	// Tracefs is where tracefs is mounted, for the fsync program's syscall tracepoints, when
+	// the host has mounted it neither there nor under debugfs; "" means /sys/kernel/tracing.
+	Tracefs string
 }
 
 // source is one loaded concern: what it reads as series, how it forgets, how it closes.
@@ -99,6 +103,7 @@ type Tracer struct {
 	sources []source
 	status  map[string]string
 	last    map[string]map[string]series // by program and series key, as last emitted
+	tracefs *tracefs.Mount               // released at Close: unmounted if New mounted it
 	closed  bool
 }
 
@@ -114,9 +119,28 @@ func New(cfg Config, res Resolver, log *slog.Logger) (*Tracer, error) {
 			return nil, fmt.Errorf("unknown program %q (known: %s)", p, strings.Join(Programs, ", "))
 		}
 	}
+	if cfg.Tracefs == "" {
+		cfg.Tracefs = tracefs.DefaultDir
+	}
 	t := &Tracer{res: res, log: log, status: map[string]string{}, last: map[string]map[string]series{}}
 	var errs []error
+	if slices.Contains(want, ProgramFsync) {
+		// Before anything attaches: the library looks tracefs up once per process.
+		m, err := tracefs.Ensure(cfg.Tracefs)
+		if err != nil {
+			err = fmt.Errorf("tracefs, which the syscall tracepoints need, is not mounted: %w", err)
+			log.Warn("tracer program not loaded", "program", ProgramFsync, "err", err)
+			t.status[ProgramFsync] = err.Error()
+			errs = append(errs, err)
+		} else if m.Mounted() {
+			log.Info("mounted tracefs, unmounted again at close", "dir", cfg.Tracefs)
+		}
+		t.tracefs = m
+	}
 	for _, p := range Programs {
+		if _, done := t.status[p]; done {
+			continue // fsync, without tracefs
+		}
 		if !slices.Contains(want, p) {
 			t.status[p] = "not requested"
 			continue
@@ -131,10 +155,33 @@ func New(cfg Config, res Resolver, log *slog.Logger) (*Tracer, error) {
 		t.status[p] = StatusAttached
 		t.sources = append(t.sources, src)
 	}
+	if t.status[ProgramFsync] != StatusAttached {
+		// Nothing needs it: leave the machine as found now.
+		if err := t.tracefs.Release(); err != nil {
+			log.Warn("leaving tracefs mounted", "err", err)
+		}
+	}
 	if len(t.sources) == 0 {
 		return nil, fmt.Errorf("no tracer program loaded: %w", errors.Join(errs...))
 	}
 	return t, nil
+}
+
+// loaded is what the composite needs of a concern's tracer.
+type loaded[S any] interface {
+	Read() (S, error)
+	Forget(live func(uint64) bool) (int, error)
+	Close() error
+}
+
+// newSource wraps a concern's tracer, whose cgroup ids are from controller's hierarchy on v1
+// hosts, with the function that turns its snapshots into series.
+func newSource[S any](program, controller string, tr loaded[S], toSeries func(S, namer) []series) source {
+	return source{program: program, controller: controller, forget: tr.Forget, close: tr.Close,
+		read: func(n namer) ([]series, error) {
+			st, err := tr.Read()
+			return toSeries(st, n), err
+		}}
 }
 
 func load(program string, cfg Config, log *slog.Logger) (source, error) {
@@ -144,31 +191,19 @@ func load(program string, cfg Config, log *slog.Logger) (source, error) {
 		if err != nil {
 			return source{}, err
 		}
-		return source{program: program, controller: "cpu", forget: tr.Forget, close: tr.Close,
-			read: func(n namer) ([]series, error) {
-				st, err := tr.Read()
-				return runqSeries(st, n), err
-			}}, nil
+		return newSource(program, "cpu", tr, runqSeries), nil
 	case ProgramFsync:
 		tr, err := fsync.New(fsync.Config{CgroupV1: cfg.CgroupV1, Sysfs: cfg.Sysfs}, log)
 		if err != nil {
 			return source{}, err
 		}
-		return source{program: program, controller: "blkio", forget: tr.Forget, close: tr.Close,
-			read: func(n namer) ([]series, error) {
-				st, err := tr.Read()
-				return fsyncSeries(st, n), err
-			}}, nil
+		return newSource(program, "blkio", tr, fsyncSeries), nil
 	case ProgramBlkio:
 		tr, err := blkio.New(blkio.Config{CgroupV1: cfg.CgroupV1, Sysfs: cfg.Sysfs}, log)
 		if err != nil {
 			return source{}, err
 		}
-		return source{program: program, controller: "blkio", forget: tr.Forget, close: tr.Close,
-			read: func(n namer) ([]series, error) {
-				st, err := tr.Read()
-				return blkioSeries(st, n), err
-			}}, nil
+		return newSource(program, "blkio", tr, blkioSeries), nil
 	}
 	return source{}, fmt.Errorf("unknown program %q", program)
 }
@@ -248,7 +283,8 @@ func (s series) record(now time.Time) record.Record {
 	return r
 }
 
-// Close detaches and unloads every program. It is safe to call more than once.
+// Close detaches and unloads every program, then unmounts tracefs if New mounted it. It is
+// safe to call more than once.
 func (t *Tracer) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -261,6 +297,9 @@ func (t *Tracer) Close() error {
 		if err := src.close(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := t.tracefs.Release(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

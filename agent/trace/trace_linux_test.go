@@ -3,9 +3,9 @@
 package trace
 
 import (
+	"errors"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,11 +15,8 @@ import (
 
 	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/agent/trace/internal/cgtest"
+	"github.com/nodectl/nodectl/agent/trace/tracefs"
 )
-
-func TestMain(m *testing.M) {
-	os.Exit(cgtest.WithTracefs(m.Run))
-}
 
 // walkResolver finds cgroups by walking the hierarchy, again on a miss.
 type walkResolver struct {
@@ -73,12 +70,7 @@ func TestCollectReal(t *testing.T) {
 	c := cgtest.LastCPU(t)
 	cpu["a"].Busy(t, c)
 	cpu["b"].Busy(t, c)
-	// A checkout is on a disk; /tmp may be tmpfs, which fsyncs without I/O.
-	dir, err := os.MkdirTemp(".", "trace-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir, _ := cgtest.DiskDir(t)
 	dd := blk.Start(t, -1, "dd", "if=/dev/zero", "of="+filepath.Join(dir, "data"), "bs=64k", "count=4", "conv=fsync", "status=none")
 	if err := dd.Wait(); err != nil {
 		t.Fatalf("dd: %v", err)
@@ -122,5 +114,88 @@ func TestCollectReal(t *testing.T) {
 	}
 	if !requests {
 		t.Errorf("no block request sample after an fsync'd write")
+	}
+}
+
+// The fsync program gets tracefs mounted when the host has not mounted it, and the machine is
+// left as found: a tracefs that was there is neither mounted over nor unmounted, one that was
+// not is unmounted at Close. Which case runs depends on the machine; the mounts are told
+// apart by id, so mounts made meanwhile by others do not count.
+func TestTracefsLeftAsFound(t *testing.T) {
+	cgtest.RequireRoot(t)
+	had := tracefs.Available(tracefs.DefaultDir)
+	before := cgtest.TracefsMounts(t)
+	tr, err := New(Config{CgroupV1: cgtest.V1(), Programs: []string{ProgramFsync}}, &walkResolver{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	if s := tr.Status()[ProgramFsync]; s != StatusAttached {
+		t.Fatalf("fsync: %s", s)
+	}
+	var added []string
+	for id, dir := range cgtest.TracefsMounts(t) {
+		if _, ok := before[id]; !ok {
+			added = append(added, id)
+			t.Logf("tracer mounted tracefs at %s (mount id %s)", dir, id)
+		}
+	}
+	switch {
+	case had && len(added) > 0:
+		t.Errorf("tracefs was available, yet %d tracefs mount(s) appeared", len(added))
+	case !had && (len(added) != 1 || !tr.tracefs.Mounted()):
+		t.Errorf("tracefs was not available: %d tracefs mount(s) appeared, Mounted %v; want 1 and true", len(added), tr.tracefs.Mounted())
+	}
+
+	if err := errors.Join(tr.Close(), tr.Close()); err != nil {
+		t.Fatalf("Close twice: %v", err)
+	}
+	after := cgtest.TracefsMounts(t)
+	for _, id := range added {
+		if _, ok := after[id]; ok {
+			t.Errorf("tracefs mount %s at %s left after Close", id, after[id])
+		}
+	}
+	for id, dir := range before {
+		if _, ok := after[id]; !ok {
+			t.Errorf("tracefs mount %s at %s, there before New, is gone after Close", id, dir)
+		}
+	}
+	t.Logf("tracefs available before: %v; mounted by the tracer: %d", had, len(added))
+}
+
+// Without tracefs the fsync program is reported not attached, saying why, and the others run.
+func TestNoTracefsSkipsFsyncOnly(t *testing.T) {
+	cgtest.RequireRoot(t)
+	nowhere := filepath.Join(t.TempDir(), "missing")
+	tr, err := New(Config{CgroupV1: cgtest.V1(), Tracefs: nowhere}, &walkResolver{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	st := tr.Status()
+	if s := st[ProgramFsync]; !strings.Contains(s, "tracefs") || !strings.Contains(s, nowhere) {
+		t.Errorf("fsync status %q, want the tracefs mount failure at %s", s, nowhere)
+	}
+	for _, p := range []string{ProgramRunq, ProgramBlkio} {
+		if st[p] != StatusAttached {
+			t.Errorf("program %s: %s", p, st[p])
+		}
+	}
+}
+
+// Programs that need no tracefs do not get it mounted.
+func TestNoFsyncNoTracefs(t *testing.T) {
+	cgtest.RequireRoot(t)
+	before := cgtest.TracefsMounts(t)
+	tr, err := New(Config{CgroupV1: cgtest.V1(), Programs: []string{ProgramRunq, ProgramBlkio}}, &walkResolver{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	for id, dir := range cgtest.TracefsMounts(t) {
+		if _, ok := before[id]; !ok {
+			t.Errorf("tracefs mounted at %s without the fsync program", dir)
+		}
 	}
 }

@@ -1,38 +1,39 @@
 //go:build linux
 
-// Command overhead measures what the tracer costs a scheduler-heavy workload: two processes
-// pinned to one CPU bounce a byte over pipes (two context switches per round trip, each after
-// a wakeup or a wakeup preemption), with the tracer detached, attached, and attached with BPF run-time statistics,
-// alternating in each round so that drift on a shared machine hits every mode alike. It
-// prints the throughput ratio attached/detached and each program's mean cost per event.
+// Command overhead measures what the tracer costs scheduler-heavy workloads, next to what
+// bpftrace costs them running a per-cgroup run-queue latency histogram, the usual way to get
+// the same answer.
 //
-// Run as root: go run ./bench/overhead [-rounds 10] [-duration 1s] [-cpu N|-1]
+// Primary workload: `perf bench sched pipe`, two processes bouncing a message over pipes,
+// pinned to different CPUs so that every op wakes the other CPU. Left unpinned
+// (-perf-pin=false), the scheduler sometimes puts both on one CPU, where an op costs several
+// times less: on a 2-CPU VM the rate of a run then swings by tens of percent and the ratios
+// are noise. A cross-CPU op is mostly the wakeup of an idle CPU (tens of µs in a VM), so the
+// programs' own time per op, from their run-time statistics, is printed beside the ratio.
+// Worst case: a Go ping-pong with both sides pinned to one CPU, a few µs a round trip, where
+// any program at all costs; an empty program on each hook the tracer uses gives that floor.
+//
+// Modes run alternately within each round, so that drift on a shared machine hits every mode
+// alike; the ratio attached/detached is the median over rounds. Mean nanoseconds per event
+// come from the kernel's BPF run-time statistics (kernel.bpf_stats_enabled), in separate runs
+// since the statistics cost time themselves. Timings are for people to read: nothing is
+// asserted.
+//
+// Run as root: go run ./bench/overhead [-rounds 10] [-perf-duration 1.5s] [-ping-rounds 4] ...
 package main
 
 import (
-	"bufio"
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"maps"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
-
-	"github.com/nodectl/nodectl/agent/trace"
 )
-
-// roleEnv makes the binary one side of the ping-pong.
-const roleEnv = "NODECTL_BENCH_ROLE"
 
 func main() {
 	if role := os.Getenv(roleEnv); role != "" {
@@ -42,323 +43,292 @@ func main() {
 		}
 		return
 	}
-	rounds := flag.Int("rounds", 10, "rounds; each runs every mode once")
-	dur := flag.Duration("duration", time.Second, "length of one run")
-	cpu := flag.Int("cpu", runtime.NumCPU()-1, "CPU both sides of the ping-pong are pinned to; -1 leaves them free")
+	o := defaults
+	flag.IntVar(&o.perfRounds, "rounds", o.perfRounds, "perf bench rounds; each runs every mode once")
+	flag.IntVar(&o.statsRounds, "stats-rounds", o.statsRounds, "of those, how many also run each tool with BPF statistics on")
+	flag.DurationVar(&o.perfDuration, "perf-duration", o.perfDuration, "aimed length of one perf bench run (sets its -l)")
+	flag.BoolVar(&o.perfPin, "perf-pin", o.perfPin, "pin perf bench's two processes to different CPUs")
+	flag.IntVar(&o.pingRounds, "ping-rounds", o.pingRounds, "ping-pong rounds")
+	flag.DurationVar(&o.pingDuration, "duration", o.pingDuration, "length of one ping-pong run")
+	flag.IntVar(&o.cpu, "cpu", o.cpu, "CPU both sides of the ping-pong are pinned to")
 	flag.Parse()
-	if _, err := run(*rounds, *dur, *cpu); err != nil {
+	if _, err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "overhead:", err)
 		os.Exit(1)
 	}
 }
 
-type mode int
-
-const (
-	detached mode = iota
-	attached
-	withStats // attached, with kernel.bpf_stats_enabled: costs a little, so timed apart
-)
-
-func (m mode) String() string { return [...]string{"detached", "attached", "attached+stats"}[m] }
-
-// progStats accumulates one program's statistics over the runs with statistics on.
-type progStats struct {
-	runtime time.Duration
-	count   uint64
+type options struct {
+	perfRounds, statsRounds int
+	perfDuration            time.Duration
+	perfPin                 bool
+	pingRounds              int
+	pingDuration            time.Duration
+	cpu                     int
 }
 
-// result is what run measured: the median throughput ratio attached/detached, and each
-// program's mean nanoseconds per event.
+// defaults keep a whole run, make bench's, under about two minutes and a half on 2 CPUs: the
+// ping-pong varies little from run to run, perf bench a few percent, and per-event costs
+// settle within a few runs.
+var defaults = options{
+	perfRounds: 10, statsRounds: 3, perfDuration: 1500 * time.Millisecond, perfPin: true,
+	pingRounds: 4, pingDuration: time.Second, cpu: runtime.NumCPU() - 1,
+}
+
+// result is what run measured, for the benchmark's metrics: median ratios attached/detached
+// by workload and tool, and mean ns per event by tool and hook.
 type result struct {
-	ratio      float64
-	nsPerEvent map[string]float64
+	ratio      map[string]map[string]float64
+	nsPerEvent map[string]map[string]float64 // perf bench runs, by tool and hook
+	opNs       float64                       // a detached perf bench op
+	bpfNsPerOp map[string]float64            // all programs' time per perf bench op, by tool
+}
+
+// Workload and tool names as printed.
+const (
+	perfBench = "perf bench sched pipe"
+	pingPong  = "Go ping-pong, one CPU"
+	detached  = "detached"
+	nodectl   = "nodectl"
+	bpftrace  = "bpftrace"
+	empty     = "empty programs"
+)
+
+// workload runs once and returns ops per second.
+type workload struct {
+	name string
+	run  func() (float64, error)
+	ops  int // ops per run when fixed, for events per op; 0 when the run is timed
 }
 
 // run measures and prints the report.
-func run(rounds int, dur time.Duration, cpu int) (result, error) {
+func run(o options) (result, error) {
 	if os.Geteuid() != 0 {
 		return result{}, errors.New("needs root to load BPF programs")
 	}
-	unmount, err := tracefs()
+	// Held for the whole run: bpftrace's tracepoints and the tracer's fsync program need it,
+	// and the tracer then finds it rather than mounting it for each run.
+	release, err := ensureTracefs()
 	if err != nil {
 		return result{}, err
 	}
-	defer unmount()
+	defer release()
 
-	rate := map[mode][]float64{}
-	progs := map[string]*progStats{}
-	var status map[string]string
-	for r := range rounds {
-		// Rotate the order so that no mode always runs first or last.
-		order := []mode{detached, attached, withStats}
-		for range r % len(order) {
-			order = append(order[1:], order[0])
-		}
-		for _, m := range order {
-			v, st, err := measure(m, dur, cpu, progs)
-			if err != nil {
-				return result{}, fmt.Errorf("round %d, %s: %w", r+1, m, err)
-			}
-			if st != nil {
-				status = st
-			}
-			rate[m] = append(rate[m], v)
-			fmt.Printf("round %d %-15s %10.0f round trips/s\n", r+1, m, v)
-		}
+	tools := map[string]*tool{nodectl: nodectlTool(), empty: emptyTool()}
+	if bt, err := bpftraceTool(); err != nil {
+		fmt.Printf("bpftrace left out: %v\n", err)
+	} else {
+		tools[bpftrace] = bt
 	}
+	res := result{ratio: map[string]map[string]float64{}, nsPerEvent: map[string]map[string]float64{}}
+
+	perf, err := perfWorkload(o)
+	if err != nil {
+		fmt.Printf("%s left out: %v\n", perfBench, err)
+	} else {
+		fmt.Printf("== %s -l %d, %s, %d rounds\n", perfBench, perf.ops, perfPlacement(o.perfPin), o.perfRounds)
+		m, err := compare(o.perfRounds, o.statsRounds, perf, tools, []string{nodectl, bpftrace})
+		if err != nil {
+			return result{}, err
+		}
+		res.ratio[perfBench] = m.ratios()
+		res.opNs = 1e9 / median(m.rate[detached])
+		res.nsPerEvent, res.bpfNsPerOp = m.printEvents(res.opNs)
+	}
+
+	ping := workload{name: pingPong, run: func() (float64, error) { return pingPongRun(o.pingDuration, o.cpu) }}
+	fmt.Printf("\n== worst case: %s (both sides on CPU %d, a few µs per round trip), %d rounds of %s\n",
+		pingPong, o.cpu, o.pingRounds, o.pingDuration)
+	m, err := compare(o.pingRounds, 0, ping, tools, []string{empty, nodectl, bpftrace})
+	if err != nil {
+		return result{}, err
+	}
+	res.ratio[pingPong] = m.ratios()
 
 	fmt.Println()
-	for _, p := range slices.Sorted(maps.Keys(status)) {
-		fmt.Printf("program %-6s %s\n", p, status[p])
+	for _, p := range slices.Sorted(maps.Keys(tools[nodectl].status)) {
+		fmt.Printf("nodectl program %-6s %s\n", p, tools[nodectl].status[p])
 	}
-	fmt.Printf("\nthroughput (median round trips/s): detached %.0f, attached %.0f, attached+stats %.0f\n",
-		median(rate[detached]), median(rate[attached]), median(rate[withStats]))
-	var ratios []float64
-	for i := range rate[detached] {
-		ratios = append(ratios, rate[attached][i]/rate[detached][i])
-	}
-	res := result{ratio: median(ratios), nsPerEvent: map[string]float64{}}
-	fmt.Printf("ratio attached/detached: median %.3f (per round %s)\n", res.ratio, fmtAll(ratios))
-	fmt.Println("\nmean cost per event (BPF run-time statistics, as kernel.bpf_stats_enabled=1):")
-	for _, name := range slices.Sorted(maps.Keys(progs)) {
-		s := progs[name]
-		if s.count == 0 {
-			fmt.Printf("  %-16s no events\n", name)
-			continue
-		}
-		res.nsPerEvent[name] = float64(s.runtime.Nanoseconds()) / float64(s.count)
-		fmt.Printf("  %-16s %6.0f ns  (%d events)\n", name, res.nsPerEvent[name], s.count)
-	}
+	printSummary(res)
 	return res, nil
 }
 
-// measure runs the ping-pong once in mode m and returns round trips per second, and the
-// tracer's status when it was attached.
-func measure(m mode, dur time.Duration, cpu int, progs map[string]*progStats) (float64, map[string]string, error) {
-	var status map[string]string
-	if m != detached {
-		tr, err := trace.New(trace.Config{CgroupV1: cgroupV1()}, nopResolver{}, slog.New(slog.DiscardHandler))
-		if err != nil {
-			return 0, nil, fmt.Errorf("loading tracer: %w", err)
-		}
-		defer tr.Close()
-		status = tr.Status()
+func perfPlacement(pin bool) string {
+	if pin {
+		return "its two processes on different CPUs"
 	}
-	var before map[string]progStats
-	if m == withStats {
-		stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
-		if err != nil {
-			return 0, nil, fmt.Errorf("enabling BPF statistics: %w", err)
-		}
-		defer stats.Close()
-		if before, err = ownPrograms(); err != nil {
-			return 0, nil, err
+	return "unpinned"
+}
+
+// printSummary puts the two tools side by side.
+func printSummary(res result) {
+	const row = "%-44s %10s %10s\n"
+	fmt.Printf("\n== nodectl vs bpftrace (per-cgroup run-queue histogram)\n")
+	fmt.Printf(row, "", nodectl, bpftrace)
+	for _, w := range []string{perfBench, pingPong} {
+		if r, ok := res.ratio[w]; ok {
+			fmt.Printf(row, "throughput ratio, "+w, num(r, nodectl, "%.3f"), num(r, bpftrace, "%.3f"))
 		}
 	}
-	v, err := pingPong(dur, cpu)
-	if err != nil {
-		return 0, nil, err
+	for _, h := range hooks {
+		fmt.Printf(row, "ns per "+h+" event", num(res.nsPerEvent[nodectl], h, "%.0f"), num(res.nsPerEvent[bpftrace], h, "%.0f"))
 	}
-	if m == withStats {
-		after, err := ownPrograms()
-		if err != nil {
-			return 0, nil, err
+	if res.opNs > 0 {
+		share := map[string]float64{}
+		for t, ns := range res.bpfNsPerOp {
+			share[t] = 100 * ns / res.opNs
 		}
-		for name, a := range after {
+		fmt.Printf(row, "BPF ns per perf bench op", num(res.bpfNsPerOp, nodectl, "%.0f"), num(res.bpfNsPerOp, bpftrace, "%.0f"))
+		fmt.Printf(row, fmt.Sprintf("  %% of a detached op (%.1f µs)", res.opNs/1e3), num(share, nodectl, "%.1f%%"), num(share, bpftrace, "%.1f%%"))
+	}
+	fmt.Println("targets (issue): perf bench ratio >= 0.97 with all programs attached; sched_switch <= 200 ns per event")
+}
+
+func num(m map[string]float64, k, format string) string {
+	v, ok := m[k]
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+// measurements are the rates of each mode, by round, and the statistics gathered.
+type measurements struct {
+	modes  []string
+	rate   map[string][]float64
+	events map[string]map[string]*progStats // by tool, program
+	ops    map[string]float64               // ops run with statistics on, by tool
+}
+
+// compare runs w detached and under each tool alternately for rounds, printing each round;
+// in the first statsRounds it also runs each tool with BPF statistics on.
+func compare(rounds, statsRounds int, w workload, tools map[string]*tool, names []string) (*measurements, error) {
+	m := &measurements{modes: []string{detached}, rate: map[string][]float64{},
+		events: map[string]map[string]*progStats{}, ops: map[string]float64{}}
+	for _, n := range names {
+		if tools[n] != nil {
+			m.modes = append(m.modes, n)
+		}
+	}
+	type step struct {
+		mode  string
+		stats bool
+	}
+	fmt.Printf("%-6s", "round")
+	for _, mode := range m.modes {
+		fmt.Printf(" %15s", mode)
+	}
+	fmt.Println("   (ops/s)")
+	for r := range rounds {
+		// Rotate the order so that no mode always runs first or last.
+		var order []step
+		for i := range m.modes {
+			order = append(order, step{mode: m.modes[(i+r)%len(m.modes)]})
+		}
+		if r < statsRounds {
+			for _, mode := range m.modes[1:] {
+				order = append(order, step{mode: mode, stats: true})
+			}
+		}
+		got := map[string]float64{}
+		for _, s := range order {
+			var t *tool
+			if s.mode != detached {
+				t = tools[s.mode]
+			}
+			var acc map[string]*progStats
+			if s.stats {
+				if m.events[s.mode] == nil {
+					m.events[s.mode] = map[string]*progStats{}
+				}
+				acc = m.events[s.mode]
+			}
+			v, err := measure(t, w, acc)
+			if err != nil {
+				return nil, fmt.Errorf("%s, round %d, %s: %w", w.name, r+1, s.mode, err)
+			}
+			if s.stats {
+				m.ops[s.mode] += float64(w.ops)
+				continue
+			}
+			got[s.mode] = v
+			m.rate[s.mode] = append(m.rate[s.mode], v)
+		}
+		fmt.Printf("%-6d", r+1)
+		for _, mode := range m.modes {
+			fmt.Printf(" %15.0f", got[mode])
+		}
+		fmt.Println()
+	}
+	fmt.Printf("%-6s", "median")
+	for _, mode := range m.modes {
+		fmt.Printf(" %15.0f", median(m.rate[mode]))
+	}
+	fmt.Println()
+	for _, mode := range m.modes[1:] {
+		rs := m.roundRatios(mode)
+		fmt.Printf("ratio %s/detached: median %.3f, per round %s\n", mode, median(rs), fmtAll(rs))
+	}
+	return m, nil
+}
+
+func (m *measurements) roundRatios(mode string) []float64 {
+	var out []float64
+	for i, d := range m.rate[detached] {
+		out = append(out, m.rate[mode][i]/d)
+	}
+	return out
+}
+
+func (m *measurements) ratios() map[string]float64 {
+	out := map[string]float64{}
+	for _, mode := range m.modes[1:] {
+		out[mode] = median(m.roundRatios(mode))
+	}
+	return out
+}
+
+// printEvents prints each tool's programs' mean cost per event and per op, given what a
+// detached op takes, and returns the cost per event by tool and hook and the cost per op of
+// all programs by tool.
+func (m *measurements) printEvents(opNs float64) (map[string]map[string]float64, map[string]float64) {
+	perEvent, perOp := map[string]map[string]float64{}, map[string]float64{}
+	const row = "%-9s %-22s %-17s %9s %9s %10s %8s\n"
+	fmt.Printf("\ncost per event (kernel.bpf_stats_enabled, in runs of their own)\n")
+	fmt.Printf(row, "tool", "program", "hook", "ns/event", "events", "events/op", "ns/op")
+	for _, t := range slices.Sorted(maps.Keys(m.events)) {
+		perEvent[t] = map[string]float64{}
+		progs := m.events[t]
+		for _, name := range slices.Sorted(maps.Keys(progs)) {
 			s := progs[name]
-			if s == nil {
-				s = &progStats{}
-				progs[name] = s
+			if s.count == 0 {
+				fmt.Printf(row, t, name, hookOf(name), "-", "0", "0", "-")
+				continue
 			}
-			s.runtime += a.runtime - before[name].runtime
-			s.count += a.count - before[name].count
-		}
-	}
-	return v, status, nil
-}
-
-// ownPrograms reads the statistics of the BPF programs this process holds, by name.
-func ownPrograms() (map[string]progStats, error) {
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return nil, fmt.Errorf("listing own fds: %w", err)
-	}
-	out := map[string]progStats{}
-	for _, fd := range fds {
-		if l, _ := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); l != "anon_inode:bpf-prog" {
-			continue
-		}
-		id, err := progID(fd.Name())
-		if err != nil {
-			return nil, err
-		}
-		p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
-		if err != nil {
-			return nil, fmt.Errorf("opening program %d: %w", id, err)
-		}
-		info, err := p.Info()
-		if err == nil {
-			var st *ebpf.ProgramStats
-			if st, err = p.Stats(); err == nil {
-				s := out[info.Name]
-				s.runtime += st.Runtime
-				s.count += st.RunCount
-				out[info.Name] = s
+			ns := float64(s.runtime.Nanoseconds())
+			perOp[t] += ns / m.ops[t]
+			if h := hookOf(name); h != "" {
+				perEvent[t][h] = ns / float64(s.count)
 			}
+			fmt.Printf(row, t, name, hookOf(name), f0(ns/float64(s.count)), strconv.FormatUint(s.count, 10),
+				fmt.Sprintf("%.2f", float64(s.count)/m.ops[t]), f0(ns/m.ops[t]))
 		}
-		p.Close()
-		if err != nil {
-			return nil, fmt.Errorf("reading program %d: %w", id, err)
-		}
+		fmt.Printf(row, t, "all programs", "", "", "", "", f0(perOp[t]))
 	}
-	return out, nil
+	fmt.Printf("a detached op takes %.1f µs\n", opNs/1e3)
+	return perEvent, perOp
 }
 
-func progID(fd string) (uint32, error) {
-	f, err := os.Open(filepath.Join("/proc/self/fdinfo", fd))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "prog_id:"); ok {
-			id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
-			return uint32(id), err
-		}
-	}
-	return 0, fmt.Errorf("no prog_id in fdinfo of fd %s", fd)
-}
-
-// pingPong runs the two sides as child processes and returns the pinger's round trips per
-// second.
-func pingPong(dur time.Duration, cpu int) (float64, error) {
-	var toPong, toPing [2]int
-	if err := unix.Pipe2(toPong[:], unix.O_CLOEXEC); err != nil {
-		return 0, fmt.Errorf("making pipe: %w", err)
-	}
-	if err := unix.Pipe2(toPing[:], unix.O_CLOEXEC); err != nil {
-		unix.Close(toPong[0])
-		unix.Close(toPong[1])
-		return 0, fmt.Errorf("making pipe: %w", err)
-	}
-	files := func(in, out int) []*os.File {
-		return []*os.File{os.NewFile(uintptr(in), "in"), os.NewFile(uintptr(out), "out")}
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return 0, err
-	}
-	env := func(role string) []string {
-		return append(os.Environ(), roleEnv+"="+role, "NODECTL_BENCH_CPU="+strconv.Itoa(cpu),
-			"NODECTL_BENCH_DURATION="+dur.String())
-	}
-	pong := exec.Command(self)
-	pong.Env = env("pong")
-	pong.ExtraFiles = files(toPong[0], toPing[1])
-	pong.Stderr = os.Stderr
-	ping := exec.Command(self)
-	ping.Env = env("ping")
-	ping.ExtraFiles = files(toPing[0], toPong[1])
-	ping.Stderr = os.Stderr
-	if err := pong.Start(); err != nil {
-		return 0, fmt.Errorf("starting pong: %w", err)
-	}
-	out, err := ping.Output()
-	// The pinger closed its end: the ponger reads EOF and exits.
-	for _, f := range append(pong.ExtraFiles, ping.ExtraFiles...) {
-		f.Close()
-	}
-	werr := pong.Wait()
-	if err != nil {
-		return 0, fmt.Errorf("ping: %w", err)
-	}
-	if werr != nil {
-		return 0, fmt.Errorf("pong: %w", werr)
-	}
-	return strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
-}
-
-// bounce is one side of the ping-pong, on fds 3 (in) and 4 (out). The pinger sends first and
-// prints round trips per second after the run's duration; the ponger echoes until EOF.
-func bounce(role string) error {
-	runtime.LockOSThread()
-	cpu, err := strconv.Atoi(os.Getenv("NODECTL_BENCH_CPU"))
-	if err != nil {
-		return fmt.Errorf("bad cpu: %w", err)
-	}
-	if cpu >= 0 {
-		var set unix.CPUSet
-		set.Set(cpu)
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			return fmt.Errorf("pinning to cpu %d: %w", cpu, err)
-		}
-	}
-	const in, out = 3, 4
-	buf := []byte{0}
-	if role == "pong" {
-		for {
-			n, err := unix.Read(in, buf)
-			if n == 0 || err != nil {
-				return nil
-			}
-			if _, err := unix.Write(out, buf); err != nil {
-				return nil
-			}
-		}
-	}
-	dur, err := time.ParseDuration(os.Getenv("NODECTL_BENCH_DURATION"))
-	if err != nil {
-		return fmt.Errorf("bad duration: %w", err)
-	}
-	start := time.Now()
-	n := 0
-	for ; ; n++ {
-		// Check the clock every 1024 round trips only: it is a vDSO call, but still work.
-		if n%1024 == 0 && time.Since(start) >= dur {
-			break
-		}
-		if _, err := unix.Write(out, buf); err != nil {
-			return fmt.Errorf("ping write: %w", err)
-		}
-		if _, err := unix.Read(in, buf); err != nil {
-			return fmt.Errorf("ping read: %w", err)
-		}
-	}
-	fmt.Println(float64(n) / time.Since(start).Seconds())
-	return nil
-}
-
-// tracefs mounts tracefs, which the fsync program's syscall tracepoints need, unless it is
-// there; the returned function unmounts what was mounted.
-func tracefs() (func(), error) {
-	const dir = "/sys/kernel/tracing"
-	var st unix.Statfs_t
-	if unix.Statfs(dir, &st) == nil && st.Type == unix.TRACEFS_MAGIC {
-		return func() {}, nil
-	}
-	if err := unix.Mount("nodev", dir, "tracefs", 0, ""); err != nil {
-		return nil, fmt.Errorf("mounting tracefs at %s: %w", dir, err)
-	}
-	return func() { unix.Unmount(dir, unix.MNT_DETACH) }, nil
-}
-
-func cgroupV1() bool {
-	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
-	return err != nil
-}
-
-// nopResolver names nothing: the benchmark never collects.
-type nopResolver struct{}
-
-func (nopResolver) Path(string, uint64) (string, bool) { return "", false }
+func f0(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
 
 func median(v []float64) float64 {
 	if len(v) == 0 {
 		return 0
 	}
 	s := slices.Sorted(slices.Values(v))
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
 	return s[len(s)/2]
 }
 

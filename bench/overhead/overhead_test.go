@@ -5,9 +5,7 @@ package main
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"testing"
-	"time"
 )
 
 // TestMain lets the test binary be a side of the ping-pong, as the command is.
@@ -23,18 +21,31 @@ func TestMain(m *testing.M) {
 }
 
 // BenchmarkOverhead runs the whole comparison once, whatever b.N (use -benchtime 1x), prints
-// the command's report and reports the ratio and the per-event costs as metrics. It asserts
-// nothing: timings are for people to read.
+// the command's report and reports the ratios and the sched_switch costs as metrics. It
+// asserts nothing: timings are for people to read.
 func BenchmarkOverhead(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root to load BPF programs")
 	}
-	res, err := run(10, time.Second, runtime.NumCPU()-1)
+	res, err := run(defaults)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.ReportMetric(res.ratio, "attached/detached")
-	for _, p := range []string{"runq_switch", "runq_wakeup"} {
-		b.ReportMetric(res.nsPerEvent[p], "ns/"+p)
+	for w, unit := range map[string]string{perfBench: "perf", pingPong: "pingpong"} {
+		for tool, r := range res.ratio[w] {
+			b.ReportMetric(r, unit+"-ratio-"+metricName(tool))
+		}
 	}
+	for tool, ns := range res.nsPerEvent {
+		if v, ok := ns["sched_switch"]; ok {
+			b.ReportMetric(v, "ns/sched_switch-"+tool)
+		}
+	}
+}
+
+func metricName(tool string) string {
+	if tool == empty {
+		return "empty"
+	}
+	return tool
 }

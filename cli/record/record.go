@@ -45,7 +45,7 @@ run-queue wait, fsync latency and I/O. Ctrl-C ends the recording early and keeps
 			}
 			ctx, stop := clix.SignalContext(cmd.Context())
 			defer stop()
-			cfg.Cgroupfs, cfg.Procfs, cfg.Sysfs = paths.Cgroupfs, paths.Procfs, paths.Sysfs
+			cfg.Cgroupfs, cfg.Procfs, cfg.Sysfs, cfg.Tracefs = paths.Cgroupfs, paths.Procfs, paths.Sysfs, paths.Tracefs
 			cfg.Args = os.Args
 			cfg.Log = clix.Logger(cmd.ErrOrStderr(), verbose)
 			tty := clix.IsTerminal(os.Stderr)
@@ -71,5 +71,6 @@ run-queue wait, fsync latency and I/O. Ctrl-C ends the recording early and keeps
 	f.DurationVar(&cfg.Interval, "interval", time.Second, "sampling interval")
 	f.IntVar(&cfg.MaxCgroups, "max-cgroups", 1000, "most cgroups the cgroup sampler follows")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
+	clix.HostPathFlags(f, &paths)
 	return cmd
 }

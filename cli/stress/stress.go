@@ -110,6 +110,8 @@ LIMIT and SIZE use Kubernetes notation (250m, 1, 512Mi). No --hog is a quiet run
 	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
 	f.DurationVar(&cfg.Interval, "interval", time.Second, "sampling interval of the tracer and samplers")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
+	clix.HostPathFlags(f, &cfg.Paths)
+	clix.RunPathFlags(f, &cfg.Paths)
 	return cmd
 }
 
@@ -176,5 +178,7 @@ alone unless --all is given.`,
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "also remove runs whose nodectl process is still alive")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	clix.HostPathFlags(cmd.Flags(), &paths)
+	clix.RunPathFlags(cmd.Flags(), &paths)
 	return cmd
 }

@@ -3,7 +3,6 @@
 package blkio
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodectl/nodectl/agent/blockdev"
 	"github.com/nodectl/nodectl/agent/trace/internal/cgtest"
 )
 
@@ -101,20 +99,8 @@ func testAttribution(t *testing.T, mode string) {
 		}
 	})
 
-	// The package directory is on a disk in a checkout; /tmp may be tmpfs.
-	dir, err := os.MkdirTemp(".", "blkio-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	disk, err := blockdev.ForPath("/sys", dir)
-	if err != nil {
-		t.Skipf("the checkout is not on a block device: %v", err)
-	}
-	file, err := filepath.Abs(filepath.Join(dir, "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, disk := cgtest.DiskDir(t)
+	file := filepath.Join(dir, "data")
 	for g, m := range map[*cgtest.Group]string{writer: mode, idle: "idle"} {
 		cmd := g.Start(t, -1, "env", modeEnv+"="+m, fileEnv+"="+file, os.Args[0])
 		if err := cmd.Wait(); err != nil {
@@ -183,13 +169,5 @@ func TestClosedTracer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	if err := errors.Join(tr.Close(), tr.Close()); err != nil {
-		t.Fatalf("Close twice: %v", err)
-	}
-	if _, err := tr.Read(); err == nil {
-		t.Error("Read after Close succeeded")
-	}
-	if _, err := tr.Forget(func(uint64) bool { return false }); err == nil {
-		t.Error("Forget after Close succeeded")
-	}
+	cgtest.CheckClose(t, tr)
 }

@@ -2,7 +2,8 @@
 // sync_file_range per cgroup, disk and syscall.
 //
 // The programs attach to classic syscall tracepoints, which need tracefs mounted (at
-// /sys/kernel/tracing or under debugfs) to look the events up.
+// /sys/kernel/tracing or under debugfs) to look the events up: package tracefs provides it,
+// and the composite tracer uses that before it loads this one.
 package fsync
 
 import "github.com/nodectl/nodectl/agent/hist"

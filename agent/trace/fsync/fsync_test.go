@@ -3,7 +3,6 @@
 package fsync
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodectl/nodectl/agent/blockdev"
 	"github.com/nodectl/nodectl/agent/trace/internal/cgtest"
 )
 
@@ -78,21 +76,8 @@ func TestFsyncLatency(t *testing.T) {
 		}
 	})
 
-	// The package directory is on a disk in a checkout; /tmp may be tmpfs.
-	dir, err := os.MkdirTemp(".", "fsync-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	disk, err := blockdev.ForPath("/sys", dir)
-	if err != nil {
-		t.Skipf("the checkout is not on a block device: %v", err)
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := g.Start(t, -1, "env", helperEnv+"="+abs, os.Args[0])
+	dir, disk := cgtest.DiskDir(t)
+	cmd := g.Start(t, -1, "env", helperEnv+"="+dir, os.Args[0])
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("helper: %v", err)
 	}
@@ -163,13 +148,5 @@ func TestClosedTracer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	if err := errors.Join(tr.Close(), tr.Close()); err != nil {
-		t.Fatalf("Close twice: %v", err)
-	}
-	if _, err := tr.Read(); err == nil {
-		t.Error("Read after Close succeeded")
-	}
-	if _, err := tr.Forget(func(uint64) bool { return false }); err == nil {
-		t.Error("Forget after Close succeeded")
-	}
+	cgtest.CheckClose(t, tr)
 }

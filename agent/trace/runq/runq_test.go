@@ -219,16 +219,5 @@ func TestDropsWhenFull(t *testing.T) {
 }
 
 func TestCloseTwice(t *testing.T) {
-	tr := newTracer(t, Config{})
-	for i := range 2 {
-		if err := tr.Close(); err != nil {
-			t.Fatalf("Close #%d: %v", i+1, err)
-		}
-	}
-	if _, err := tr.Read(); err == nil {
-		t.Errorf("Read after Close succeeded")
-	}
-	if _, err := tr.Forget(func(uint64) bool { return true }); err == nil {
-		t.Errorf("Forget after Close succeeded")
-	}
+	cgtest.CheckClose(t, newTracer(t, Config{}))
 }

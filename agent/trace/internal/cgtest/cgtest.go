@@ -20,6 +20,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodectl/nodectl/agent/blockdev"
+	"github.com/nodectl/nodectl/agent/trace/tracefs"
 )
 
 const root = "/sys/fs/cgroup"
@@ -191,19 +194,84 @@ func LastCPU(t testing.TB) int {
 	return -1
 }
 
-// WithTracefs runs run (a TestMain's m.Run) with tracefs mounted at /sys/kernel/tracing, which
-// classic tracepoints need to be looked up. It always mounts its own instance over whatever is
-// there and unmounts only that one, so test binaries running side by side never take away
-// each other's mount.
+// Tracer is what every concern's tracer offers.
+type Tracer[S any] interface {
+	Read() (S, error)
+	Forget(live func(id uint64) bool) (int, error)
+	Close() error
+}
+
+// CheckClose closes tr twice, which must succeed, and checks that Read and Forget then fail
+// rather than touch closed maps.
+func CheckClose[S any](t testing.TB, tr Tracer[S]) {
+	t.Helper()
+	for i := range 2 {
+		if err := tr.Close(); err != nil {
+			t.Fatalf("Close #%d: %v", i+1, err)
+		}
+	}
+	if _, err := tr.Read(); err == nil {
+		t.Error("Read after Close succeeded")
+	}
+	if _, err := tr.Forget(func(uint64) bool { return false }); err == nil {
+		t.Error("Forget after Close succeeded")
+	}
+}
+
+// DiskDir makes an empty directory on a block device, removed when the test ends, and returns
+// its absolute path and its disk ("MAJ:MIN"). It is made in the working directory, the
+// package's in a checkout: /tmp may be tmpfs, which syncs without I/O. It skips the test when
+// that is not on a block device.
+func DiskDir(t testing.TB) (dir, disk string) {
+	t.Helper()
+	dir, err := os.MkdirTemp(".", "nodectl-test-")
+	if err != nil {
+		t.Fatalf("making a directory: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if disk, err = blockdev.ForPath("/sys", dir); err != nil {
+		t.Skipf("the working directory is not on a block device: %v", err)
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir, disk
+}
+
+// WithTracefs runs run (a TestMain's m.Run) with tracefs available, as the composite tracer
+// makes it for the loaders it runs: mounted at /sys/kernel/tracing if the host has not, and
+// unmounted afterwards.
 func WithTracefs(run func() int) int {
-	const dir = "/sys/kernel/tracing"
 	if os.Geteuid() != 0 {
 		return run()
 	}
-	if err := unix.Mount("nodev", dir, "tracefs", 0, ""); err != nil {
-		fmt.Fprintf(os.Stderr, "mounting tracefs at %s: %v\n", dir, err)
+	m, err := tracefs.Ensure(tracefs.DefaultDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return run()
 	}
-	defer unix.Unmount(dir, unix.MNT_DETACH)
+	defer func() {
+		if err := m.Release(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}()
 	return run()
+}
+
+// TracefsMounts lists this mount namespace's tracefs mounts: mount point by mount id.
+func TracefsMounts(t testing.TB) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatalf("reading mountinfo: %v", err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		// id parent dev root point options [optional...] - fstype source super-options
+		f := strings.Fields(line)
+		if n := len(f); n > 4 && f[n-4] == "-" && f[n-3] == "tracefs" {
+			out[f[0]] = f[4]
+		}
+	}
+	return out
 }
