@@ -452,8 +452,8 @@ func (r *noisyRun) cleanup() error {
 			errs = append(errs, err)
 		}
 		// The shared parent goes too when no other run is under it.
-		if kids, err := r.layout.Children(CgroupParent); err == nil && len(kids) == 0 {
-			_ = r.layout.Remove(CgroupParent)
+		if err := r.layout.Prune(CgroupParent); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for _, f := range r.logs {

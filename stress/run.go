@@ -138,8 +138,8 @@ func Clean(ctx context.Context, p Paths, all bool, log *slog.Logger) (CleanRepor
 		log.Debug("cleaned run", "id", id)
 	}
 	// The parent itself goes when it is empty; a live run keeps it.
-	if len(rep.Skipped) == 0 {
-		_ = layout.Remove(CgroupParent)
+	if err := layout.Prune(CgroupParent); err != nil {
+		rep.Errors = append(rep.Errors, err.Error())
 	}
 	if len(rep.Errors) > 0 {
 		return rep, fmt.Errorf("could not remove everything: %s", strings.Join(rep.Errors, "; "))

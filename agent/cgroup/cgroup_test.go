@@ -115,6 +115,9 @@ func testLayout(t *testing.T) (*Layout, string) {
 		if err := l.Remove(parent); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
+		if err := l.Prune("/nodectl"); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
 	})
 	return l, parent
 }
@@ -394,4 +397,29 @@ func TestV2Tree(t *testing.T) {
 func hasController(t *testing.T, l *Layout, c string) bool {
 	t.Helper()
 	return slices.Contains(strings.Fields(readTrim(t, filepath.Join(l.Unified, "cgroup.controllers"))), c)
+}
+
+func TestPruneLeavesASharedParentInUse(t *testing.T) {
+	l, parent := testLayout(t)
+	child := parent + "/busy"
+	if err := l.Create(child, Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Prune(parent); err != nil {
+		t.Fatalf("Prune of a parent with a child: %v", err)
+	}
+	if _, err := os.Stat(l.Dir("cpu", child)); err != nil {
+		t.Fatalf("Prune removed a cgroup in use: %v", err)
+	}
+	if err := l.Remove(child); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Prune(parent); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"cpu", "memory", "blkio"} {
+		if _, err := os.Stat(l.Dir(c, parent)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("Prune left the empty %s cgroup %s: %v", c, parent, err)
+		}
+	}
 }

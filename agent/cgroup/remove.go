@@ -192,3 +192,23 @@ func readProcs(dir string) ([]int, error) {
 	}
 	return out, nil
 }
+
+// Prune removes path from every hierarchy where it is an empty leaf, and leaves it wherever
+// something still lives below it. It kills nothing, so it is safe on a parent that other runs
+// share (the nodectl parent): the last one out removes it.
+func (l *Layout) Prune(path string) error {
+	if err := checkPath(path); err != nil {
+		return err
+	}
+	var errs []error
+	for _, root := range l.roots() {
+		err := os.Remove(filepath.Join(root, path))
+		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.ENOTEMPTY) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("pruning cgroup %s: %w", path, err)
+	}
+	return nil
+}

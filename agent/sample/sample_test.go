@@ -44,6 +44,9 @@ func testParent(tb testing.TB, kind string) (*cgroup.Layout, string) {
 		if err := l.Remove(parent); err != nil {
 			tb.Errorf("cleanup: %v", err)
 		}
+		if err := l.Prune("/nodectl"); err != nil {
+			tb.Errorf("cleanup: %v", err)
+		}
 	})
 	return l, parent
 }

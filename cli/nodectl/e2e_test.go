@@ -319,6 +319,9 @@ func TestRecordRanksAUserCgroup(t *testing.T) {
 		if err := layout.Remove(cg); err != nil {
 			t.Error(err)
 		}
+		if err := layout.Prune("/nodectl"); err != nil {
+			t.Error(err)
+		}
 	})
 	dir := filepath.Join(t.TempDir(), "rec")
 	rec := exec.Command(os.Args[0], "record", "--duration", "6s", "--out", dir)

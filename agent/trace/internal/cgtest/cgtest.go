@@ -83,6 +83,8 @@ func Make(t testing.TB, controller string, names ...string) map[string]*Group {
 		if err := os.Remove(parent); err != nil && !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("removing cgroup %s: %v", parent, err)
 		}
+		// The shared nodectl parent goes too unless another test or run still uses it.
+		_ = os.Remove(filepath.Dir(parent))
 	})
 	for _, n := range names {
 		dir := filepath.Join(parent, n)
