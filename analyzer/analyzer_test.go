@@ -458,6 +458,10 @@ func TestNoDiskContention(t *testing.T) {
 		"rise_too_small_to_matter": newRun(victimWorkload(), hogWorkload("disk", 0)).
 			gauge(record.MetricProbeFsync, victim, []float64{0.001}, []float64{0.004}).
 			counter(record.MetricBlkBytes, diskHog+"0", 0, 4<<30, record.LabelDevice, disk, record.LabelOp, "write"),
+		"device_mostly_served_the_victim": newRun(victimWorkload()).
+			gauge(record.MetricProbeFsync, victim, []float64{0.03}, []float64{0.07}).
+			counter(record.MetricBlkBytes, victim, 512<<20, 1024<<20, record.LabelDevice, disk, record.LabelOp, "write").
+			counter(record.MetricBlkBytes, "/", 0, 18<<20, record.LabelDevice, disk, record.LabelOp, "write"),
 		"neighbour_only_discarded": newRun(victimWorkload(), hogWorkload("disk", 0)).
 			gauge(record.MetricProbeFsync, victim, []float64{0.1}, []float64{0.5}).
 			counter(record.MetricBlkBytes, diskHog+"0", 0, 4<<30, record.LabelDevice, disk, record.LabelOp, "discard"),

@@ -32,6 +32,10 @@ const (
 	fsyncRiseFactor     = 1.5      // fsync p95, stress over baseline
 	fsyncMinRiseSeconds = 0.005    // smaller rises of the p95 are noise
 	neighbourBytesMin   = 16 << 20 // block I/O neighbours added on the device in the stress phase
+	// neighbourDeviceShareMin: the neighbours' share of the data moved on the device in the
+	// stress phase. Below it the device mostly served the victim, and a slower fsync has
+	// another cause (a CPU-starved victim or journal thread, say).
+	neighbourDeviceShareMin = 0.2
 )
 
 // cpuContention: neighbours preempted the victim (docs/findings.md).
@@ -222,11 +226,11 @@ func (a *analysis) diskContention(v record.Workload) *Finding {
 		added += a.added(b, s)
 		neighbourBytes += s
 	}
-	if added < neighbourBytesMin {
+	own := bytes[v.Cgroup]
+	if added < neighbourBytesMin || ratio(neighbourBytes, neighbourBytes+own.Delta(a.stress)) < neighbourDeviceShareMin {
 		return nil
 	}
 
-	own := bytes[v.Cgroup]
 	f := &Finding{ID: IDDiskContention, Severity: severity(slowdown), Victim: v.Name, Evidence: evidence}
 	for _, c := range culprits(neighbours) {
 		n := a.name(c.cgroup)
