@@ -70,8 +70,9 @@ func (a *analysis) cpuContention(v record.Workload) *Finding {
 		}
 		neighbourB += b
 		neighbourS += s
-		neighbours = append(neighbours, share{cgroup: preemptor, value: a.added(b, s)})
-		added += a.added(b, s)
+		more := a.added(b, s)
+		neighbours = append(neighbours, share{cgroup: preemptor, value: more})
+		added += more
 	}
 	shareS := ratio(neighbourS, attributedS)
 	if !latencyRose || !workRose || added < neighbourWaitMinSeconds || shareS < neighbourWaitMinShare {
@@ -222,8 +223,9 @@ func (a *analysis) diskContention(v record.Workload) *Finding {
 			continue
 		}
 		b, s := ss.Delta(a.baseline), ss.Delta(a.stress)
-		neighbours = append(neighbours, share{cgroup: cg, value: a.added(b, s)})
-		added += a.added(b, s)
+		more := a.added(b, s)
+		neighbours = append(neighbours, share{cgroup: cg, value: more})
+		added += more
 		neighbourBytes += s
 	}
 	own := bytes[v.Cgroup]

@@ -43,7 +43,8 @@ type NoisyConfig struct {
 	ProgressTTY    bool
 	Log            *slog.Logger
 
-	// VictimWorkRounds and VictimWriteBytes size the probe's fixed work (defaults below).
+	// VictimWorkRounds and VictimWriteBytes size the probe's fixed work; 0 means
+	// workload.DefaultWorkRounds and workload.DefaultWriteBytes.
 	VictimWorkRounds int
 	VictimWriteBytes int64
 }
@@ -53,13 +54,6 @@ var ErrInterrupted = errors.New("interrupted")
 
 // DefaultRunsDir is where runs are written when --out is not given.
 const DefaultRunsDir = "/var/lib/nodectl/runs"
-
-// DefaultVictimWrite is the probe's write + fsync size, as in the seed reports.
-const DefaultVictimWrite = 64 << 20
-
-// defaultHogFile is the size of each disk hog file, written then fsynced, as `dd bs=1M
-// count=512 conv=fsync` does in the seed report.
-const defaultHogFile = 512 << 20
 
 // Noisy runs the noisy-neighbour scenario: the victim probe alone (baseline), then with the
 // hogs (stress). It returns the run directory, which holds everything recorded; the caller
@@ -79,7 +73,7 @@ func Noisy(ctx context.Context, cfg NoisyConfig) (dir string, err error) {
 		cfg.VictimWorkRounds = workload.DefaultWorkRounds
 	}
 	if cfg.VictimWriteBytes == 0 {
-		cfg.VictimWriteBytes = DefaultVictimWrite
+		cfg.VictimWriteBytes = workload.DefaultWriteBytes
 	}
 	if cfg.Exe == "" {
 		if cfg.Exe, err = os.Executable(); err != nil {
@@ -164,7 +158,7 @@ func (r *noisyRun) setup(dir string) error {
 
 	sources := map[string]collect.Source{
 		"cgroups": sample.NewCgroups(r.layout, r.cgroupPaths),
-		"system":  sample.NewSystem(cfg.Paths.Procfs, r.devices),
+		"system":  sample.NewSystem(cfg.Paths.Procfs, cfg.Paths.Sysfs, r.devices),
 	}
 	status := map[string]string{}
 	if cfg.Trace {
@@ -199,11 +193,12 @@ func (r *noisyRun) planWorkloads() error {
 	base := RunCgroup(r.id)
 	victim := record.Workload{Name: "victim", Kind: "victim", Cgroup: base + "/victim",
 		CPU: FormatCPU(cfg.VictimCPUMilli), Memory: FormatSize(cfg.VictimMemBytes), Target: filepath.Join(r.scratch, "victim")}
-	dev, err := blockdev.ForPath(r.cfg.Paths.Sysfs, r.cfg.Paths.Scratch)
+	// The victim and the hogs without a target= write below the scratch directory.
+	scratchDev, err := blockdev.ForPath(cfg.Paths.Sysfs, cfg.Paths.Scratch)
 	if err != nil {
-		r.cfg.Log.Warn("no block device behind the scratch directory", "err", err)
+		cfg.Log.Warn("no block device behind the scratch directory", "err", err)
 	}
-	victim.Device = dev
+	victim.Device = scratchDev
 	r.workloads = []record.Workload{victim}
 	seen := map[string]int{}
 	r.specs = map[string]HogSpec{}
@@ -215,15 +210,13 @@ func (r *noisyRun) planWorkloads() error {
 			w := record.Workload{Name: name, Kind: h.Kind, Cgroup: base + "/" + name,
 				CPU: FormatCPU(h.CPUMilli), Memory: FormatSize(h.MemBytes)}
 			if h.Kind == "disk" || h.Kind == "fsync" {
-				w.Target = filepath.Join(r.scratch, name)
+				w.Target, w.Device = filepath.Join(r.scratch, name), scratchDev
 				if h.Target != "" {
 					w.Target = filepath.Join(h.Target, "nodectl-"+r.id, name)
+					if w.Device, err = blockdev.ForPath(cfg.Paths.Sysfs, h.Target); err != nil {
+						return fmt.Errorf("--hog %s: target=%s: %w", h.raw, h.Target, err)
+					}
 				}
-				d, err := blockdev.ForPath(cfg.Paths.Sysfs, filepath.Dir(filepath.Dir(w.Target)))
-				if err != nil && h.Target != "" {
-					return fmt.Errorf("--hog %s: target=%s: %w", h.raw, h.Target, err)
-				}
-				w.Device = d
 			}
 			r.workloads = append(r.workloads, w)
 			r.specs[name] = h
@@ -292,10 +285,7 @@ func (r *noisyRun) phases(ctx context.Context) error {
 		}
 		return nil
 	}
-	if err := r.phase(ctx, record.PhaseStress, r.cfg.Duration, hogs); err != nil {
-		return err
-	}
-	return nil
+	return r.phase(ctx, record.PhaseStress, r.cfg.Duration, hogs)
 }
 
 // phase marks a phase start, runs before (starting its workloads), waits d, and marks its end.
@@ -378,7 +368,7 @@ func (r *noisyRun) logPath(name string) string {
 // start launches a workload in its cgroup; its measurements become samples of the run.
 func (r *noisyRun) start(w record.Workload, args []string) error {
 	if err := os.MkdirAll(filepath.Dir(r.logPath(w.Name)), 0o755); err != nil {
-		return err
+		return fmt.Errorf("making the workload log directory: %w", err)
 	}
 	logf, err := os.Create(r.logPath(w.Name))
 	if err != nil {
@@ -417,7 +407,7 @@ func (r *noisyRun) hogArgs(w record.Workload) []string {
 		threads := threadsFor(r.specs[w.Name], runtime.NumCPU())
 		return []string{"workload", "cpu-hog", "--threads", strconv.Itoa(threads)}
 	case "disk":
-		return []string{"workload", "disk-hog", "--dir", w.Target, "--file-bytes", strconv.Itoa(defaultHogFile)}
+		return []string{"workload", "disk-hog", "--dir", w.Target, "--file-bytes", strconv.Itoa(workload.DefaultDiskHogFileBytes)}
 	case "fsync":
 		return []string{"workload", "fsync-hog", "--dir", w.Target}
 	case "memory":
@@ -462,7 +452,9 @@ func (r *noisyRun) cleanup() error {
 	for _, w := range r.workloads {
 		if w.Target != "" && !isUnder(w.Target, r.scratch) {
 			// A user target: remove only what the run made inside it.
-			os.RemoveAll(filepath.Dir(w.Target))
+			if err := os.RemoveAll(filepath.Dir(w.Target)); err != nil {
+				errs = append(errs, fmt.Errorf("removing files of %s: %w", w.Name, err))
+			}
 		}
 	}
 	if err := os.RemoveAll(r.scratch); err != nil {

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -44,12 +47,16 @@ func DefaultPaths() Paths {
 // CgroupParent is the cgroup every run lives under, in every hierarchy.
 const CgroupParent = "/nodectl"
 
-// NewRunID returns a sortable, unique run id for a scenario.
+// NewRunID returns a sortable, unique run id for a scenario; runIDPattern must match it.
 func NewRunID(scenario string) string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	return fmt.Sprintf("%s-%s-%s", scenario, time.Now().UTC().Format("20060102-150405"), hex.EncodeToString(b))
 }
+
+// runIDPattern matches what NewRunID makes, so that Clean leaves alone whatever else lives under
+// the shared parent (tests' cgroups, another tool's).
+var runIDPattern = regexp.MustCompile(`^[a-z0-9-]+-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)
 
 // RunCgroup is the cgroup path of a run.
 func RunCgroup(id string) string { return CgroupParent + "/" + id }
@@ -97,23 +104,25 @@ func Clean(ctx context.Context, p Paths, all bool, log *slog.Logger) (CleanRepor
 	if err != nil {
 		return rep, err
 	}
-	ids := map[string]bool{}
+	hasCgroup := map[string]bool{} // run id -> it has a cgroup, else only files
 	runs, err := layout.Children(CgroupParent)
 	if err != nil {
 		return rep, fmt.Errorf("listing runs under %s: %w", CgroupParent, err)
 	}
 	for _, r := range runs {
-		ids[filepath.Base(r)] = true
+		if id := filepath.Base(r); runIDPattern.MatchString(id) {
+			hasCgroup[id] = true
+		}
 	}
 	for _, dir := range []string{p.Scratch, p.State} {
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
-			if e.IsDir() {
-				ids[e.Name()] = true
+			if _, ok := hasCgroup[e.Name()]; !ok && e.IsDir() && runIDPattern.MatchString(e.Name()) {
+				hasCgroup[e.Name()] = false
 			}
 		}
 	}
-	for id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(hasCgroup)) {
 		if ctx.Err() != nil {
 			return rep, ctx.Err()
 		}
@@ -121,10 +130,12 @@ func Clean(ctx context.Context, p Paths, all bool, log *slog.Logger) (CleanRepor
 			rep.Skipped = append(rep.Skipped, id)
 			continue
 		}
-		if err := layout.Remove(RunCgroup(id)); err != nil {
-			rep.Errors = append(rep.Errors, err.Error())
-		} else {
-			rep.Removed = append(rep.Removed, "cgroup "+RunCgroup(id))
+		if hasCgroup[id] {
+			if err := layout.Remove(RunCgroup(id)); err != nil {
+				rep.Errors = append(rep.Errors, err.Error())
+			} else {
+				rep.Removed = append(rep.Removed, "cgroup "+RunCgroup(id))
+			}
 		}
 		for _, dir := range []string{filepath.Join(p.Scratch, id), filepath.Join(p.State, id)} {
 			if _, err := os.Stat(dir); err == nil {
@@ -142,7 +153,7 @@ func Clean(ctx context.Context, p Paths, all bool, log *slog.Logger) (CleanRepor
 		rep.Errors = append(rep.Errors, err.Error())
 	}
 	if len(rep.Errors) > 0 {
-		return rep, fmt.Errorf("could not remove everything: %s", strings.Join(rep.Errors, "; "))
+		return rep, fmt.Errorf("cleaning runs: %s", strings.Join(rep.Errors, "; "))
 	}
 	return rep, nil
 }

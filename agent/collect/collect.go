@@ -90,14 +90,3 @@ func (c *Collector) Run(ctx context.Context) error {
 		}
 	}
 }
-
-// Failures reports how many times each source failed.
-func (c *Collector) Failures() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[string]int, len(c.failures))
-	for k, v := range c.failures {
-		out[k] = v
-	}
-	return out
-}

@@ -140,7 +140,7 @@ func indexSeries(recs []Record) map[string]SeriesSet {
 		if rec.Type != TypeSample || rec.Metric == "" {
 			continue
 		}
-		key := seriesKey(rec)
+		key := SeriesKey(rec.Metric, rec.Cgroup, rec.Labels)
 		s, ok := byKey[key]
 		if !ok {
 			s = &Series{Metric: rec.Metric, Cgroup: rec.Cgroup, Labels: rec.Labels}
@@ -158,17 +158,17 @@ func indexSeries(recs []Record) map[string]SeriesSet {
 	return index
 }
 
-// seriesKey identifies a series: metric, cgroup and the sorted label pairs.
-func seriesKey(rec Record) string {
+// SeriesKey identifies a series: metric, cgroup and the sorted label pairs.
+func SeriesKey(metric, cgroup string, labels map[string]string) string {
 	var b strings.Builder
-	b.WriteString(rec.Metric)
+	b.WriteString(metric)
 	b.WriteByte(0)
-	b.WriteString(rec.Cgroup)
-	for _, k := range slices.Sorted(maps.Keys(rec.Labels)) {
+	b.WriteString(cgroup)
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		b.WriteByte(0)
 		b.WriteString(k)
 		b.WriteByte('=')
-		b.WriteString(rec.Labels[k])
+		b.WriteString(labels[k])
 	}
 	return b.String()
 }

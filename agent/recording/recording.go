@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 	sources := map[string]collect.Source{
 		"trace":   collect.SourceFunc(tr.Collect),
 		"cgroups": sample.NewCgroups(layout, cgroupPaths),
-		"system":  sample.NewSystem(cfg.Procfs, nil),
+		"system":  sample.NewSystem(cfg.Procfs, cfg.Sysfs, nil),
 	}
 	c := collect.New(sources, w, cfg.Interval, observe, cfg.Log.With("component", "collect"))
 	start := time.Now()

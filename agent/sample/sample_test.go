@@ -181,7 +181,7 @@ func TestSystem(t *testing.T) {
 	if disk == "" {
 		t.Skip("/ is not on a block device")
 	}
-	recs, err := NewSystem("/proc", nil).Sample(time.Now())
+	recs, err := NewSystem("/proc", "/sys", nil).Sample(time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestSystem(t *testing.T) {
 	}
 
 	// Only the configured devices.
-	recs, err = NewSystem("/proc", func() []string { return []string{disk} }).Sample(time.Now())
+	recs, err = NewSystem("/proc", "/sys", func() []string { return []string{disk} }).Sample(time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,14 +35,12 @@ type system struct {
 
 // NewSystem samples node-wide PSI, selected /proc/vmstat counters and /proc/diskstats of the
 // devices ("MAJ:MIN") devices returns, or of every whole disk when devices is nil. Whole disks
-// are those in <sysfs>/block, sysfs being procfs's sibling "sys" (/proc -> /sys,
-// /host/proc -> /host/sys); loop and ram devices are left out.
-func NewSystem(procfsDir string, devices func() []string) Sampler {
-	return &system{
-		procfs:  procfsDir,
-		sysfs:   filepath.Join(filepath.Dir(filepath.Clean(procfsDir)), "sys"),
-		devices: devices,
+// are those in <sysfsDir>/block ("" means /sys); loop and ram devices are left out.
+func NewSystem(procfsDir, sysfsDir string, devices func() []string) Sampler {
+	if sysfsDir == "" {
+		sysfsDir = "/sys"
 	}
+	return &system{procfs: procfsDir, sysfs: sysfsDir, devices: devices}
 }
 
 // Sample reads PSI, vmstat and diskstats; PSI is skipped where the kernel has it off.

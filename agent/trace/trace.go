@@ -72,19 +72,7 @@ type series struct {
 	hist   *hist.Log2
 }
 
-func (s series) key() string {
-	var b strings.Builder
-	b.WriteString(s.metric)
-	b.WriteByte(0)
-	b.WriteString(s.cgroup)
-	for _, k := range slices.Sorted(maps.Keys(s.labels)) {
-		b.WriteByte(0)
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(s.labels[k])
-	}
-	return b.String()
-}
+func (s series) key() string { return record.SeriesKey(s.metric, s.cgroup, s.labels) }
 
 // same reports whether s carries the value last emitted as o. Cumulative histograms only
 // change by gaining events, so count and sum tell.

@@ -71,8 +71,14 @@ LIMIT and SIZE use Kubernetes notation (250m, 1, 512Mi). No --hog is a quiet run
 					return fmt.Errorf("--victim-memory: %w", err)
 				}
 			}
-			if cfg.Baseline < time.Second || cfg.Duration < time.Second {
-				return errors.New("--baseline and --duration must be at least 1s")
+			if cfg.Baseline < time.Second {
+				return fmt.Errorf("--baseline %s: must be at least 1s", cfg.Baseline)
+			}
+			if cfg.Duration < time.Second {
+				return fmt.Errorf("--duration %s: must be at least 1s", cfg.Duration)
+			}
+			if cfg.Interval < 100*time.Millisecond {
+				return fmt.Errorf("--interval %s: must be at least 100ms", cfg.Interval)
 			}
 			why := map[int]string{clix.CapSysAdmin: "creating cgroups and moving workloads into them"}
 			if cfg.Trace {
@@ -160,7 +166,7 @@ alone unless --all is given.`,
 			rep, err := st.Clean(cmd.Context(), paths, all, clix.Logger(cmd.ErrOrStderr(), false))
 			if output == "json" {
 				if jerr := json.NewEncoder(cmd.OutOrStdout()).Encode(rep); jerr != nil {
-					return jerr
+					return errors.Join(err, fmt.Errorf("writing the report: %w", jerr))
 				}
 			} else {
 				for _, r := range rep.Removed {

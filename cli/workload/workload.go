@@ -53,7 +53,7 @@ func victim() *cobra.Command {
 	cmd.Flags().StringVar(&cfg.Dir, "dir", os.TempDir(), "directory to write the probe file in")
 	cmd.Flags().DurationVar(&cfg.Interval, "interval", time.Second, "one iteration per interval")
 	cmd.Flags().IntVar(&cfg.WorkRounds, "work-rounds", wl.DefaultWorkRounds, "size of the fixed CPU work")
-	cmd.Flags().Int64Var(&cfg.WriteBytes, "write-bytes", 64<<20, "bytes written and fsynced per iteration")
+	cmd.Flags().Int64Var(&cfg.WriteBytes, "write-bytes", wl.DefaultWriteBytes, "bytes written and fsynced per iteration")
 	return cmd
 }
 
@@ -82,7 +82,7 @@ func diskHog() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&cfg.Dir, "dir", os.TempDir(), "directory to write in")
-	cmd.Flags().Int64Var(&cfg.FileBytes, "file-bytes", 512<<20, "bytes per file before its fsync")
+	cmd.Flags().Int64Var(&cfg.FileBytes, "file-bytes", wl.DefaultDiskHogFileBytes, "bytes per file before its fsync")
 	return cmd
 }
 

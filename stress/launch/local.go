@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -134,9 +135,9 @@ func WaitStart(ctx context.Context) error {
 		return nil
 	}
 	os.Unsetenv(StartFDEnv)
-	var fd int
-	if _, err := fmt.Sscanf(fdStr, "%d", &fd); err != nil {
-		return fmt.Errorf("bad %s=%q", StartFDEnv, fdStr)
+	fd, err := strconv.Atoi(fdStr)
+	if err != nil {
+		return fmt.Errorf("waiting for the launcher: %s=%q is not a file descriptor number", StartFDEnv, fdStr)
 	}
 	f := os.NewFile(uintptr(fd), "start")
 	defer f.Close()

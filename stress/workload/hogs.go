@@ -13,7 +13,7 @@ import (
 // CPUHog keeps threads busy until ctx is done.
 func CPUHog(ctx context.Context, threads int) error {
 	if threads < 1 {
-		return fmt.Errorf("cpu hog: threads must be at least 1")
+		return fmt.Errorf("cpu hog: %d threads: want at least 1", threads)
 	}
 	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), threads+1))
 	var wg sync.WaitGroup
@@ -36,6 +36,10 @@ type DiskHogConfig struct {
 	FileBytes int64
 }
 
+// DefaultDiskHogFileBytes is the size of each disk hog file, written then fsynced, as `dd bs=1M
+// count=512 conv=fsync` does in the seed report.
+const DefaultDiskHogFileBytes = 512 << 20
+
 // DiskHog writes and fsyncs FileBytes files in Dir until ctx is done.
 func DiskHog(ctx context.Context, cfg DiskHogConfig) error {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
@@ -48,7 +52,7 @@ func DiskHog(ctx context.Context, cfg DiskHogConfig) error {
 		buf[i] = byte(i*13 + 1)
 	}
 	for ctx.Err() == nil {
-		if _, _, err := writeAndSyncCtx(ctx, path, buf, cfg.FileBytes); err != nil {
+		if _, _, err := writeAndSync(ctx, path, buf, cfg.FileBytes); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -56,28 +60,6 @@ func DiskHog(ctx context.Context, cfg DiskHogConfig) error {
 		}
 	}
 	return nil
-}
-
-// writeAndSyncCtx is writeAndSync that stops between chunks when ctx is done.
-func writeAndSyncCtx(ctx context.Context, path string, buf []byte, n int64) (time.Duration, time.Duration, error) {
-	start := time.Now()
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer f.Close()
-	for left := n; left > 0 && ctx.Err() == nil; {
-		chunk := buf[:min(int64(len(buf)), left)]
-		if _, err := f.Write(chunk); err != nil {
-			return 0, 0, err
-		}
-		left -= int64(len(chunk))
-	}
-	wrote := time.Since(start)
-	if err := f.Sync(); err != nil {
-		return 0, 0, err
-	}
-	return wrote, time.Since(start) - wrote, nil
 }
 
 // FsyncHog writes a small block and fsyncs it, in a loop, until ctx is done.

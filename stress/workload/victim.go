@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/nodectl/nodectl/agent/record"
@@ -17,6 +18,9 @@ type VictimConfig struct {
 	WorkRounds int           // size of the fixed CPU work
 	WriteBytes int64         // bytes written and fsynced per iteration
 }
+
+// DefaultWriteBytes is the probe's write + fsync per iteration, as in the seed reports.
+const DefaultWriteBytes = 64 << 20
 
 // DefaultWorkRounds is a fixed piece of CPU work of roughly 50 ms on one core of a current
 // x86 machine; what matters is that it is the same in every phase.
@@ -42,9 +46,12 @@ func Victim(ctx context.Context, cfg VictimConfig, e *Emitter) error {
 		start := time.Now()
 		cpuWork(cfg.WorkRounds)
 		worked := time.Now()
-		wrote, synced, err := writeAndSync(path, buf, cfg.WriteBytes)
+		wrote, synced, err := writeAndSync(ctx, path, buf, cfg.WriteBytes)
+		if ctx.Err() != nil {
+			return nil // stopped mid-iteration: a cut-short write is no measurement
+		}
 		if err != nil {
-			return err
+			return fmt.Errorf("victim: %w", err)
 		}
 		if err := e.Emit(worked, record.MetricProbeCPUWork, worked.Sub(start).Seconds()); err != nil {
 			return err
@@ -65,8 +72,9 @@ func Victim(ctx context.Context, cfg VictimConfig, e *Emitter) error {
 	return nil
 }
 
-// cpuSink keeps the compiler from removing the work.
-var cpuSink uint64
+// cpuSink keeps the compiler from removing the work; atomic because a cpu hog's threads all
+// add to it.
+var cpuSink atomic.Uint64
 
 // cpuWork does a fixed amount of integer work with no memory traffic, so its duration reflects
 // only the CPU time the task got.
@@ -77,27 +85,28 @@ func cpuWork(rounds int) {
 		x ^= x >> 7
 		x ^= x << 17
 	}
-	cpuSink += x
+	cpuSink.Add(x)
 }
 
-// writeAndSync rewrites path with n bytes and fsyncs it, returning the two durations.
-func writeAndSync(path string, buf []byte, n int64) (time.Duration, time.Duration, error) {
+// writeAndSync rewrites path with n bytes and fsyncs it, returning the two durations. It stops
+// writing between chunks once ctx is done, so a stopping workload does not finish a large file.
+func writeAndSync(ctx context.Context, path string, buf []byte, n int64) (time.Duration, time.Duration, error) {
 	start := time.Now()
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
-		return 0, 0, fmt.Errorf("victim: opening %s: %w", path, err)
+		return 0, 0, fmt.Errorf("opening %s: %w", path, err)
 	}
 	defer f.Close()
-	for left := n; left > 0; {
+	for left := n; left > 0 && ctx.Err() == nil; {
 		chunk := buf[:min(int64(len(buf)), left)]
 		if _, err := f.Write(chunk); err != nil {
-			return 0, 0, fmt.Errorf("victim: writing %s: %w", path, err)
+			return 0, 0, fmt.Errorf("writing %s: %w", path, err)
 		}
 		left -= int64(len(chunk))
 	}
 	wrote := time.Since(start)
 	if err := f.Sync(); err != nil {
-		return 0, 0, fmt.Errorf("victim: fsync %s: %w", path, err)
+		return 0, 0, fmt.Errorf("syncing %s: %w", path, err)
 	}
 	return wrote, time.Since(start) - wrote, nil
 }

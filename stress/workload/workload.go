@@ -36,17 +36,15 @@ func (e *Emitter) Emit(t time.Time, metric string, v float64) error {
 	return e.enc.Encode(Measurement{T: t, Metric: metric, Value: v})
 }
 
-// sleepCtx sleeps for d or until ctx is done; it reports whether the full sleep happened.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
+// sleepCtx sleeps for d or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) {
 	if d <= 0 {
-		return ctx.Err() == nil
+		return
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return false
 	case <-t.C:
-		return true
 	}
 }
