@@ -67,7 +67,7 @@ func Noisy(ctx context.Context, cfg NoisyConfig) (dir string, err error) {
 		cfg.Interval = time.Second
 	}
 	if cfg.Baseline <= 0 || cfg.Duration <= 0 {
-		return "", errors.New("--baseline and --duration must be positive")
+		return "", errors.New("the baseline and stress phases must last longer than zero")
 	}
 	if cfg.VictimWorkRounds == 0 {
 		cfg.VictimWorkRounds = workload.DefaultWorkRounds
@@ -115,7 +115,8 @@ type noisyRun struct {
 	collector *collect.Collector
 	stopColl  func()
 	workloads []record.Workload
-	specs     map[string]HogSpec // hog workload name -> the --hog it came from
+	specs     map[string]HogSpec       // hog workload name -> the --hog it came from
+	limits    map[string]cgroup.Limits // workload name -> its cgroup's limits
 	dir       string
 	procs     []*launch.Process
 	logs      []*os.File
@@ -151,7 +152,7 @@ func (r *noisyRun) setup(dir string) error {
 		return fmt.Errorf("creating the run's cgroup: %w", err)
 	}
 	for _, w := range r.workloads {
-		if err := r.layout.Create(w.Cgroup, limitsOf(w)); err != nil {
+		if err := r.layout.Create(w.Cgroup, r.limits[w.Name]); err != nil {
 			return fmt.Errorf("creating cgroup of %s: %w", w.Name, err)
 		}
 	}
@@ -200,6 +201,7 @@ func (r *noisyRun) planWorkloads() error {
 	}
 	victim.Device = scratchDev
 	r.workloads = []record.Workload{victim}
+	r.limits = map[string]cgroup.Limits{victim.Name: {CPUMilli: cfg.VictimCPUMilli, MemoryBytes: cfg.VictimMemBytes}}
 	seen := map[string]int{}
 	r.specs = map[string]HogSpec{}
 	for _, h := range cfg.Hogs {
@@ -220,6 +222,7 @@ func (r *noisyRun) planWorkloads() error {
 			}
 			r.workloads = append(r.workloads, w)
 			r.specs[name] = h
+			r.limits[name] = cgroup.Limits{CPUMilli: h.CPUMilli, MemoryBytes: h.MemBytes}
 		}
 	}
 	return nil
@@ -233,17 +236,6 @@ func warnUnattached(log *slog.Logger, status map[string]string) {
 			log.Warn("tracer program not attached; the run continues without it", "program", p, "reason", status[p])
 		}
 	}
-}
-
-func limitsOf(w record.Workload) cgroup.Limits {
-	var l cgroup.Limits
-	if w.CPU != "" {
-		l.CPUMilli, _ = ParseCPU(w.CPU)
-	}
-	if w.Memory != "" {
-		l.MemoryBytes, _ = ParseSize(w.Memory)
-	}
-	return l
 }
 
 func (r *noisyRun) cgroupPaths() []string {
@@ -411,7 +403,7 @@ func (r *noisyRun) hogArgs(w record.Workload) []string {
 	case "fsync":
 		return []string{"workload", "fsync-hog", "--dir", w.Target}
 	case "memory":
-		size, _ := ParseSize(w.Memory)
+		size := r.specs[w.Name].MemBytes
 		// Stay a little under the limit: the hog is to hold memory, not to be OOM-killed.
 		return []string{"workload", "memory-hog", "--bytes", strconv.FormatInt(size-size/16, 10)}
 	}

@@ -97,9 +97,15 @@ type CleanReport struct {
 }
 
 // Clean removes what runs left behind: their cgroups (killing what still runs in them), scratch
-// files and state. Runs whose owner is alive are skipped unless all is set.
-func Clean(ctx context.Context, p Paths, all bool, log *slog.Logger) (CleanReport, error) {
+// files and state: every run's, or only those of ids when given. Runs whose owner is alive are
+// skipped unless all is set.
+func Clean(ctx context.Context, p Paths, ids []string, all bool, log *slog.Logger) (CleanReport, error) {
 	var rep CleanReport
+	for _, id := range ids {
+		if !runIDPattern.MatchString(id) {
+			return rep, fmt.Errorf("%q is not a run id (like noisy-20260101-120000-a1b2c3)", id)
+		}
+	}
 	layout, err := cgroup.DetectProcfs(p.Cgroupfs, p.Procfs)
 	if err != nil {
 		return rep, err
@@ -123,6 +129,9 @@ func Clean(ctx context.Context, p Paths, all bool, log *slog.Logger) (CleanRepor
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(hasCgroup)) {
+		if len(ids) > 0 && !slices.Contains(ids, id) {
+			continue
+		}
 		if ctx.Err() != nil {
 			return rep, ctx.Err()
 		}

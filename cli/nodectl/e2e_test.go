@@ -214,7 +214,10 @@ func startNoisy(t *testing.T) (*exec.Cmd, string) {
 	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_, _ = nodectl(t, "stress", "clean", "--all")
+		// Only this test's run: other runs on the machine are none of its business.
+		if run, err := record.Open(dir); err == nil {
+			_, _ = nodectl(t, "stress", "clean", "--all", run.Meta.ID)
+		}
 	})
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {

@@ -150,20 +150,20 @@ func clean() *cobra.Command {
 	var output string
 	paths := st.DefaultPaths()
 	cmd := &cobra.Command{
-		Use:   "clean",
+		Use:   "clean [RUN_ID...]",
 		Short: "Remove what killed runs left behind: cgroups under nodectl/, their processes, scratch files",
 		Long: `Removes every run's cgroups under the nodectl parent (killing any process still in
-them), its scratch directory and its state. Runs whose nodectl process is still alive are left
-alone unless --all is given.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+them), its scratch directory and its state; with RUN_IDs, only those runs'. Runs whose nodectl
+process is still alive are left alone unless --all is given.`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, ids []string) error {
 			if err := clix.CheckOutput(output); err != nil {
 				return err
 			}
 			if err := clix.Need("nodectl stress clean", map[int]string{clix.CapSysAdmin: "removing cgroups and killing their processes"}); err != nil {
 				return err
 			}
-			rep, err := st.Clean(cmd.Context(), paths, all, clix.Logger(cmd.ErrOrStderr(), false))
+			rep, err := st.Clean(cmd.Context(), paths, ids, all, clix.Logger(cmd.ErrOrStderr(), false))
 			if output == "json" {
 				if jerr := json.NewEncoder(cmd.OutOrStdout()).Encode(rep); jerr != nil {
 					return errors.Join(err, fmt.Errorf("writing the report: %w", jerr))
