@@ -1,5 +1,6 @@
 # nodectl: `make help` lists the targets. Tests, demo and bench need root (sudo).
-GO      ?= go
+# sudo resets PATH: fall back to the usual Go install when go is not on it.
+GO      ?= $(or $(shell command -v go 2>/dev/null),/usr/local/go/bin/go)
 BIN     ?= bin/nodectl
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nodectl/nodectl/cli/version.Version=$(VERSION)
