@@ -392,3 +392,82 @@ func TestRecordRanksAUserCgroup(t *testing.T) {
 		t.Errorf("record charged %s with %.0f bytes of I/O, want at least the load's 80 MiB", cg, bytesIO)
 	}
 }
+
+func TestCLIErrorsNameTheProblem(t *testing.T) {
+	tests := map[string]struct {
+		args []string
+		want string
+	}{
+		"unknown_hog_kind":   {[]string{"stress", "noisy", "--hog", "gpu"}, `unknown kind "gpu" (allowed: cpu, disk, memory, fsync)`},
+		"bad_hog_limit":      {[]string{"stress", "noisy", "--hog", "cpu,cpu=fast"}, `cpu=fast: bad CPU limit "fast"`},
+		"bad_victim_cpu":     {[]string{"stress", "noisy", "--victim-cpu", "-1"}, "--victim-cpu"},
+		"bad_victim_memory":  {[]string{"stress", "noisy", "--victim-memory", "lots"}, `--victim-memory: bad size "lots"`},
+		"short_baseline":     {[]string{"stress", "noisy", "--baseline", "10ms"}, "--baseline 10ms"},
+		"bad_output":         {[]string{"analyze", "x", "-o", "yaml"}, `-o "yaml": allowed values are text and json`},
+		"missing_run":        {[]string{"analyze", "/nonexistent/run"}, "/nonexistent/run"},
+		"record_without_out": {[]string{"record", "--duration", "2s"}, "--out is required"},
+		"clean_bad_id":       {[]string{"stress", "clean", "../etc"}, "is not a run id"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, stderr, err := nodectlAs(t, os.Args[0], nil, tc.args...)
+			if err == nil {
+				t.Fatalf("nodectl %v succeeded, want an error", tc.args)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr %q does not contain %q", stderr, tc.want)
+			}
+		})
+	}
+}
+
+func TestWithoutRootSaysWhichPrivilegeIsMissing(t *testing.T) {
+	requireRoot(t) // to drop to another user
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	// The test binary must be reachable by that user: neither the build cache's directory nor
+	// t.TempDir's parent are.
+	dir, err := os.MkdirTemp("", "nodectl-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(dir, "nodectl")
+	if err := os.WriteFile(exe, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"stress", "noisy", "--trace"},
+		{"record", "--duration", "2s", "--out", filepath.Join(dir, "rec")},
+		{"stress", "clean"},
+	} {
+		_, stderr, err := nodectlAs(t, exe, nobody, args...)
+		if err == nil {
+			t.Fatalf("nodectl %v as nobody succeeded", args)
+		}
+		if !strings.Contains(stderr, "needs root") || !strings.Contains(stderr, "CAP_") {
+			t.Errorf("nodectl %v as nobody: %q does not name the missing privilege", args, stderr)
+		}
+	}
+}
+
+// nodectlAs runs the CLI binary exe, as another user when cred is set, and returns stdout and
+// stderr.
+func nodectlAs(t *testing.T, exe string, cred *syscall.Credential, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), beMain+"=1")
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return out.String(), errb.String(), err
+}
