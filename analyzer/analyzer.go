@@ -6,6 +6,8 @@ package analyzer
 import (
 	"cmp"
 	"errors"
+	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -40,6 +42,9 @@ type Report struct {
 	Run      RunInfo   `json:"run"`
 	Findings []Finding `json:"findings"`
 	Summary  Summary   `json:"summary"`
+	// Notes say what the run is missing: tracer programs that did not attach, events the
+	// tracer dropped, a record lost to a crash. Findings are weaker for each of them.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // RunInfo identifies the analyzed run.
@@ -84,6 +89,7 @@ func Analyze(run *record.Run) (*Report, error) {
 		// Never null in JSON: an empty list says "nothing found".
 		Findings: []Finding{},
 		Summary:  a.summary(),
+		Notes:    notes(run),
 	}
 	for _, v := range run.Meta.Workloads {
 		if v.Kind != kindVictim {
@@ -190,6 +196,27 @@ func culprits(shares []share) []share {
 		if s.value > 0 && (i == 0 || s.value >= culpritMinShare*total) {
 			out = append(out, s)
 		}
+	}
+	return out
+}
+
+// notes lists what the run is missing, so a reader knows how far to trust the findings.
+func notes(run *record.Run) []string {
+	var out []string
+	for _, p := range slices.Sorted(maps.Keys(run.Meta.Tracer)) {
+		if st := run.Meta.Tracer[p]; st != record.TracerAttached {
+			out = append(out, fmt.Sprintf("tracer program %s did not attach (%s): its evidence is missing", p, st))
+		}
+	}
+	span := run.Span()
+	for _, ss := range run.Series(record.MetricBPFDrops) {
+		if n := ss.Delta(span); n > 0 {
+			out = append(out, fmt.Sprintf("tracer program %s dropped %.0f events (%s): its numbers undercount",
+				ss.Labels[record.LabelProgram], n, ss.Labels[record.LabelReason]))
+		}
+	}
+	if run.Torn {
+		out = append(out, "the last record was torn (the run was killed mid-write) and was skipped")
 	}
 	return out
 }

@@ -591,3 +591,25 @@ func TestQuantile(t *testing.T) {
 		t.Error("quantile of nothing is not 0")
 	}
 }
+
+func TestNotesSayWhatTheRunMisses(t *testing.T) {
+	b := newRun(victimWorkload())
+	b.meta.Tracer = map[string]string{"runq": "attached", "fsync": "tracefs is not mounted"}
+	b.counter(record.MetricBPFDrops, "", 0, 12, record.LabelProgram, "blkio", record.LabelReason, "inflight_full")
+	b.counter(record.MetricBPFDrops, "", 0, 0, record.LabelProgram, "runq", record.LabelReason, "latency_map_full")
+	rep := b.analyze(t)
+	if len(rep.Notes) != 2 {
+		t.Fatalf("notes = %q, want the unattached fsync program and blkio's 12 drops", rep.Notes)
+	}
+	if !strings.Contains(rep.Notes[0], "fsync did not attach (tracefs is not mounted)") ||
+		!strings.Contains(rep.Notes[1], "blkio dropped 12 events (inflight_full)") {
+		t.Errorf("notes = %q", rep.Notes)
+	}
+	var out strings.Builder
+	if err := RenderText(&out, rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "note: tracer program blkio dropped 12 events") {
+		t.Errorf("text report does not show the notes:\n%s", out.String())
+	}
+}

@@ -98,6 +98,9 @@ func RenderText(w io.Writer, r *Report) error {
 			p("  %s\t%s\t%s\t%s\t%s\n", e.Metric, who, fmtUnit(e.Baseline, e.Unit), fmtUnit(e.Value, e.Unit), change(e))
 		}
 	}
+	for _, n := range r.Notes {
+		p("\nnote: %s\n", n)
+	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("rendering report: %w", err)
 	}

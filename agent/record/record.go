@@ -52,6 +52,9 @@ type Record struct {
 	Message string `json:"message,omitempty"`
 }
 
+// TracerAttached is the status in Meta.Tracer of a BPF program that attached.
+const TracerAttached = "attached"
+
 // Workload is a role of a stress run and where it lives.
 type Workload struct {
 	Name   string `json:"name"`             // victim, cpu-hog-0, ...
@@ -75,7 +78,7 @@ type Meta struct {
 	Interval  Duration          `json:"interval"`
 	Args      []string          `json:"args,omitempty"`
 	Workloads []Workload        `json:"workloads,omitempty"`
-	Tracer    map[string]string `json:"tracer,omitempty"` // program -> "attached" or why not
+	Tracer    map[string]string `json:"tracer,omitempty"` // program -> TracerAttached or why not
 }
 
 // Duration marshals as a Go duration string.

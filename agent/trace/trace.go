@@ -31,7 +31,7 @@ const (
 var Programs = []string{ProgramRunq, ProgramFsync, ProgramBlkio}
 
 // StatusAttached is Status's value for a program that runs.
-const StatusAttached = "attached"
+const StatusAttached = record.TracerAttached
 
 // Resolver names cgroups. Path returns the cgroup's path below its hierarchy's root
 // (/nodectl/<run>/victim) given the v1 controller whose hierarchy the id is from ("cpu" or
