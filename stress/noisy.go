@@ -170,6 +170,11 @@ func (r *noisyRun) setup(dir string) error {
 		}
 		status = r.tracer.Status()
 		warnUnattached(cfg.Log, status)
+		if dir := r.tracer.MountedTracefs(); dir != "" {
+			if err := noteTracefs(cfg.Paths, r.id, dir); err != nil {
+				return err
+			}
+		}
 		sources["trace"] = collect.SourceFunc(r.tracer.Collect)
 	}
 	if err := r.writer.UpdateMeta(func(m *record.Meta) { m.Workloads = r.workloads; m.Tracer = status }); err != nil {

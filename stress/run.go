@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/agent/trace/tracefs"
 )
 
 // Paths are the host locations a run uses; configuration, never literals, so the same code
@@ -73,6 +74,29 @@ func claim(p Paths, id string) (func(), error) {
 		return nil, fmt.Errorf("writing run state: %w", err)
 	}
 	return func() { os.RemoveAll(dir) }, nil
+}
+
+// tracefsFile, in a run's state directory, names the tracefs mount the run made.
+const tracefsFile = "tracefs"
+
+// noteTracefs records in the run's state that it mounted tracefs at dir, so that `stress clean`
+// can unmount it if the run is killed before it does.
+func noteTracefs(p Paths, id, dir string) error {
+	if err := os.WriteFile(filepath.Join(p.State, id, tracefsFile), []byte(dir+"\n"), 0o644); err != nil {
+		return fmt.Errorf("recording the tracefs mount in the run state: %w", err)
+	}
+	return nil
+}
+
+// anyRunAlive reports whether any run's owner still runs.
+func anyRunAlive(p Paths) bool {
+	ents, _ := os.ReadDir(p.State)
+	for _, e := range ents {
+		if e.IsDir() && ownerAlive(p, e.Name()) {
+			return true
+		}
+	}
+	return false
 }
 
 // ownerAlive reports whether the process that claimed run id still runs.
@@ -144,6 +168,17 @@ func Clean(ctx context.Context, p Paths, ids []string, all bool, log *slog.Logge
 				rep.Errors = append(rep.Errors, err.Error())
 			} else {
 				rep.Removed = append(rep.Removed, "cgroup "+RunCgroup(id))
+			}
+		}
+		// A tracefs the killed run mounted goes too, unless a live run may be using it.
+		if b, err := os.ReadFile(filepath.Join(p.State, id, tracefsFile)); err == nil && !anyRunAlive(p) {
+			dir := strings.TrimSpace(string(b))
+			if m := tracefs.Adopt(dir); m.Mounted() {
+				if err := m.Release(); err != nil {
+					rep.Errors = append(rep.Errors, err.Error())
+				} else {
+					rep.Removed = append(rep.Removed, "tracefs mount "+dir)
+				}
 			}
 		}
 		for _, dir := range []string{filepath.Join(p.Scratch, id), filepath.Join(p.State, id)} {

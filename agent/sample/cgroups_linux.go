@@ -19,20 +19,21 @@ import (
 	"github.com/nodectl/nodectl/agent/record"
 )
 
-type cgroups struct {
+// Cgroups samples per-cgroup counters.
+type Cgroups struct {
 	l     *cgroup.Layout
 	paths func() []string
 }
 
 // NewCgroups samples CPU usage and throttling, memory usage and pressure of the cgroups paths
 // returns, asked anew on every Sample. A cgroup that does not exist is skipped.
-func NewCgroups(l *cgroup.Layout, paths func() []string) Sampler {
-	return &cgroups{l: l, paths: paths}
+func NewCgroups(l *cgroup.Layout, paths func() []string) *Cgroups {
+	return &Cgroups{l: l, paths: paths}
 }
 
 // Sample reads every cgroup; the records of those that could be read come back with the
 // errors of those that could not.
-func (s *cgroups) Sample(now time.Time) ([]record.Record, error) {
+func (s *Cgroups) Sample(now time.Time) ([]record.Record, error) {
 	var out []record.Record
 	var errs []error
 	for _, p := range s.paths() {
@@ -49,7 +50,7 @@ func (s *cgroups) Sample(now time.Time) ([]record.Record, error) {
 	return out, errors.Join(errs...)
 }
 
-func (s *cgroups) v1(out []record.Record, now time.Time, path string) ([]record.Record, error) {
+func (s *Cgroups) v1(out []record.Record, now time.Time, path string) ([]record.Record, error) {
 	cg, err := s.l.LoadV1(path, "cpu", "cpuacct")
 	if errors.Is(err, cgroup1.ErrCgroupDeleted) {
 		return out, nil
@@ -99,7 +100,7 @@ func (s *cgroups) v1(out []record.Record, now time.Time, path string) ([]record.
 	return pressure(out, now, s.l, path)
 }
 
-func (s *cgroups) v2(out []record.Record, now time.Time, path string) ([]record.Record, error) {
+func (s *Cgroups) v2(out []record.Record, now time.Time, path string) ([]record.Record, error) {
 	dir := s.l.Dir(cgroup.Unified, path)
 	// The library reads a missing cgroup as zeros, so look before and after.
 	if _, err := os.Stat(dir); vanished(err) {

@@ -10,9 +10,11 @@ import (
 	"github.com/nodectl/nodectl/agent/record"
 )
 
-type cgroups struct{}
+// Cgroups samples per-cgroup counters.
+type Cgroups struct{}
 
 // NewCgroups needs Linux cgroups; its Sample always fails.
-func NewCgroups(l *cgroup.Layout, paths func() []string) Sampler { return cgroups{} }
+func NewCgroups(l *cgroup.Layout, paths func() []string) *Cgroups { return &Cgroups{} }
 
-func (cgroups) Sample(time.Time) ([]record.Record, error) { return nil, errors.ErrUnsupported }
+// Sample fails: cgroups are Linux's.
+func (*Cgroups) Sample(time.Time) ([]record.Record, error) { return nil, errors.ErrUnsupported }

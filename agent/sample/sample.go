@@ -20,11 +20,6 @@ import (
 	"github.com/nodectl/nodectl/agent/record"
 )
 
-// Sampler returns the current values of its counters.
-type Sampler interface {
-	Sample(now time.Time) ([]record.Record, error)
-}
-
 // pressureResources are the PSI files of a v2 cgroup (and of /proc/pressure).
 var pressureResources = []string{"cpu", "memory", "io"}
 

@@ -73,13 +73,15 @@ func value(t *testing.T, recs []record.Record, cg, metric string, labels ...stri
 	return found[0]
 }
 
-func TestCgroupThrottling(t *testing.T) {
-	l, parent := testParent(t, "test")
-	path := parent + "/hog"
-	if err := l.Create(path, cgroup.Limits{CPUMilli: 50}); err != nil {
+// busyIn starts a shell busy loop in path's cgroup. It waits on stdin until it has been moved
+// there, so that none of its work is done outside; it is killed when the test ends.
+func busyIn(t *testing.T, l *cgroup.Layout, path string) {
+	t.Helper()
+	hog := exec.Command("sh", "-c", "read x; while :; do :; done")
+	gate, err := hog.StdinPipe()
+	if err != nil {
 		t.Fatal(err)
 	}
-	hog := exec.Command("sh", "-c", "while :; do :; done")
 	if err := hog.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +92,18 @@ func TestCgroupThrottling(t *testing.T) {
 	if err := l.AddProc(path, hog.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := gate.Write([]byte("go\n")); err != nil {
+		t.Fatalf("releasing the busy loop: %v", err)
+	}
+}
+
+func TestCgroupThrottling(t *testing.T) {
+	l, parent := testParent(t, "test")
+	path := parent + "/hog"
+	if err := l.Create(path, cgroup.Limits{CPUMilli: 50}); err != nil {
+		t.Fatal(err)
+	}
+	busyIn(t, l, path)
 	missing := parent + "/never-created"
 	s := NewCgroups(l, func() []string { return []string{path, missing} })
 
@@ -223,6 +237,26 @@ func TestSystem(t *testing.T) {
 	value(t, recs, "", record.MetricDiskWeightedIOTime, record.LabelDevice, disk)
 }
 
+// The filesystems are opened once, by NewSystem; a failure to open them is what every Sample
+// then returns.
+func TestSystemOpenFails(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, c := range []struct {
+		name, procfs, sysfs string
+	}{
+		{"procfs", missing, "/sys"},
+		{"sysfs", "/proc", missing},
+	} {
+		s := NewSystem(c.procfs, c.sysfs, nil)
+		for range 2 {
+			recs, err := s.Sample(time.Now())
+			if err == nil || !strings.Contains(err.Error(), missing) || len(recs) != 0 {
+				t.Errorf("%s missing: %d records, error %v; want none and an error naming %s", c.name, len(recs), err, missing)
+			}
+		}
+	}
+}
+
 func BenchmarkCgroupSampler(b *testing.B) {
 	l, parent := testParent(b, "bench")
 	const n = 100
@@ -259,17 +293,7 @@ func TestCgroupV2Tree(t *testing.T) {
 	if err := l.Create(path, cgroup.Limits{}); err != nil {
 		t.Fatal(err)
 	}
-	hog := exec.Command("sh", "-c", "while :; do :; done")
-	if err := hog.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = hog.Process.Kill()
-		_ = hog.Wait()
-	})
-	if err := l.AddProc(path, hog.Process.Pid); err != nil {
-		t.Fatal(err)
-	}
+	busyIn(t, l, path)
 	s := NewCgroups(l, func() []string { return []string{path, parent + "/never-created"} })
 	before, err := s.Sample(time.Now())
 	if err != nil {

@@ -27,31 +27,40 @@ var (
 	vmstatNames    = []string{"pswpin", "pswpout", "pgmajfault", "pgpgin", "pgpgout", "oom_kill", "compact_stall", "compact_fail", "compact_success"}
 )
 
-type system struct {
+// System samples node-wide counters.
+type System struct {
 	procfs  string
-	sysfs   string
 	devices func() []string
+	proc    procfs.FS
+	block   blockdevice.FS
+	err     error // opening either filesystem failed: every Sample returns it
 }
 
 // NewSystem samples node-wide PSI, selected /proc/vmstat counters and /proc/diskstats of the
 // devices ("MAJ:MIN") devices returns, or of every whole disk when devices is nil. Whole disks
 // are those in <sysfsDir>/block ("" means /sys); loop and ram devices are left out.
-func NewSystem(procfsDir, sysfsDir string, devices func() []string) Sampler {
+func NewSystem(procfsDir, sysfsDir string, devices func() []string) *System {
 	if sysfsDir == "" {
 		sysfsDir = "/sys"
 	}
-	return &system{procfs: procfsDir, sysfs: sysfsDir, devices: devices}
+	s := &System{procfs: procfsDir, devices: devices}
+	var err error
+	if s.proc, err = procfs.NewFS(procfsDir); err != nil {
+		s.err = fmt.Errorf("opening procfs %s: %w", procfsDir, err)
+	} else if s.block, err = blockdevice.NewFS(procfsDir, sysfsDir); err != nil {
+		s.err = fmt.Errorf("opening block devices in %s and %s: %w", procfsDir, sysfsDir, err)
+	}
+	return s
 }
 
 // Sample reads PSI, vmstat and diskstats; PSI is skipped where the kernel has it off.
-func (s *system) Sample(now time.Time) ([]record.Record, error) {
-	fs, err := procfs.NewFS(s.procfs)
-	if err != nil {
-		return nil, fmt.Errorf("opening procfs %s: %w", s.procfs, err)
+func (s *System) Sample(now time.Time) ([]record.Record, error) {
+	if s.err != nil {
+		return nil, s.err
 	}
 	var out []record.Record
 	for _, res := range pressureResources {
-		st, err := fs.PSIStatsForResource(res)
+		st, err := s.proc.PSIStatsForResource(res)
 		if vanished(err) || errors.Is(err, syscall.EOPNOTSUPP) {
 			continue
 		}
@@ -66,6 +75,7 @@ func (s *system) Sample(now time.Time) ([]record.Record, error) {
 			}
 		}
 	}
+	var err error
 	if out, err = s.vmstat(out, now); err != nil {
 		return nil, err
 	}
@@ -75,7 +85,7 @@ func (s *system) Sample(now time.Time) ([]record.Record, error) {
 	return out, nil
 }
 
-func (s *system) vmstat(out []record.Record, now time.Time) ([]record.Record, error) {
+func (s *System) vmstat(out []record.Record, now time.Time) ([]record.Record, error) {
 	b, err := os.ReadFile(filepath.Join(s.procfs, "vmstat"))
 	if err != nil {
 		return nil, fmt.Errorf("reading vmstat: %w", err)
@@ -107,16 +117,12 @@ func wantVmstat(name string) bool {
 	return false
 }
 
-func (s *system) diskstats(out []record.Record, now time.Time) ([]record.Record, error) {
-	bfs, err := blockdevice.NewFS(s.procfs, s.sysfs)
-	if err != nil {
-		return nil, fmt.Errorf("opening block devices: %w", err)
-	}
-	stats, err := bfs.ProcDiskstats()
+func (s *System) diskstats(out []record.Record, now time.Time) ([]record.Record, error) {
+	stats, err := s.block.ProcDiskstats()
 	if err != nil {
 		return nil, fmt.Errorf("reading diskstats: %w", err)
 	}
-	keep, err := s.keepDisk(bfs)
+	keep, err := s.keepDisk()
 	if err != nil {
 		return nil, err
 	}
@@ -142,12 +148,12 @@ func (s *system) diskstats(out []record.Record, now time.Time) ([]record.Record,
 }
 
 // keepDisk picks the configured devices, or else the whole disks that are not loop or ram.
-func (s *system) keepDisk(bfs blockdevice.FS) (func(dev, name string) bool, error) {
+func (s *System) keepDisk() (func(dev, name string) bool, error) {
 	if s.devices != nil {
 		want := s.devices()
 		return func(dev, _ string) bool { return slices.Contains(want, dev) }, nil
 	}
-	disks, err := bfs.SysBlockDevices()
+	disks, err := s.block.SysBlockDevices()
 	if err != nil {
 		return nil, fmt.Errorf("listing block devices: %w", err)
 	}

@@ -33,6 +33,12 @@ var Programs = []string{ProgramRunq, ProgramFsync, ProgramBlkio}
 // StatusAttached is Status's value for a program that runs.
 const StatusAttached = record.TracerAttached
 
+// Defaults for Config's zero values.
+const (
+	DefaultForgetEvery = 10
+	DefaultForgetFill  = 0.5
+)
+
 // Resolver names cgroups. Path returns the cgroup's path below its hierarchy's root
 // (/nodectl/<run>/victim) given the v1 controller whose hierarchy the id is from ("cpu" or
 // "blkio"; ignored on v2 hosts). It must report false only for cgroups that no longer exist
@@ -47,17 +53,25 @@ type Config struct {
 	Programs []string // subset of Programs; nil means all
 	Sysfs    string   // sysfs mount, to map partitions to disks; "" means /sys
 	// Tracefs is where tracefs is mounted, for the fsync program's syscall tracepoints, when
-	// the host has mounted it neither there nor under debugfs; "" means /sys/kernel/tracing.
+	// the host has mounted it nowhere; "" means /sys/kernel/tracing.
 	Tracefs string
+	// Removed cgroups' entries are looked for every ForgetEvery collections, or at the first
+	// collection that finds a map fuller than ForgetFill (0..1): each look walks every key of
+	// the maps and asks the resolver about each id. 0 means DefaultForgetEvery and
+	// DefaultForgetFill.
+	ForgetEvery int
+	ForgetFill  float64
 }
 
 // source is one loaded concern: what it reads as series, how it forgets, how it closes.
 type source struct {
 	program    string
 	controller string // v1 hierarchy its cgroup ids are from
-	read       func(n namer) ([]series, error)
-	forget     func(live func(uint64) bool) (int, error)
-	close      func() error
+	// read returns the series and the fill of the concern's fullest map keyed by cgroup.
+	read   func(n namer) ([]series, float64, error)
+	forget func(live func(uint64) bool) (int, error)
+	close  func() error
+	reads  int // successful reads since the last forget
 }
 
 // namer turns a cgroup id of the source's hierarchy into a path.
@@ -85,14 +99,16 @@ func (s series) same(o series) bool {
 
 // Tracer runs the loaded concerns. It is safe for concurrent use.
 type Tracer struct {
-	mu      sync.Mutex
-	res     Resolver
-	log     *slog.Logger
-	sources []source
-	status  map[string]string
-	last    map[string]map[string]series // by program and series key, as last emitted
-	tracefs *tracefs.Mount               // released at Close: unmounted if New mounted it
-	closed  bool
+	mu          sync.Mutex
+	res         Resolver
+	log         *slog.Logger
+	forgetEvery int
+	forgetFill  float64
+	sources     []source
+	status      map[string]string
+	last        map[string]map[string]series // by program and series key, as last emitted
+	tracefs     *tracefs.Mount               // released at Close: unmounted if New mounted it
+	closed      bool
 }
 
 // New loads each requested program on its own, so that one the kernel refuses does not stop
@@ -110,10 +126,20 @@ func New(cfg Config, res Resolver, log *slog.Logger) (*Tracer, error) {
 	if cfg.Tracefs == "" {
 		cfg.Tracefs = tracefs.DefaultDir
 	}
-	t := &Tracer{res: res, log: log, status: map[string]string{}, last: map[string]map[string]series{}}
+	if cfg.ForgetEvery < 0 || cfg.ForgetFill < 0 || cfg.ForgetFill > 1 {
+		return nil, fmt.Errorf("forgetting every %d collections or past fill %g: want a count >= 0 and a fill in 0..1", cfg.ForgetEvery, cfg.ForgetFill)
+	}
+	if cfg.ForgetEvery == 0 {
+		cfg.ForgetEvery = DefaultForgetEvery
+	}
+	if cfg.ForgetFill == 0 {
+		cfg.ForgetFill = DefaultForgetFill
+	}
+	t := &Tracer{res: res, log: log, forgetEvery: cfg.ForgetEvery, forgetFill: cfg.ForgetFill,
+		status: map[string]string{}, last: map[string]map[string]series{}}
 	var errs []error
 	if slices.Contains(want, ProgramFsync) {
-		// Before anything attaches: the library looks tracefs up once per process.
+		// Before anything loads: the library reads the mount table once, at the first load.
 		m, err := tracefs.Ensure(cfg.Tracefs)
 		if err != nil {
 			err = fmt.Errorf("tracefs, which the syscall tracepoints need, is not mounted: %w", err)
@@ -163,12 +189,12 @@ type loaded[S any] interface {
 }
 
 // newSource wraps a concern's tracer, whose cgroup ids are from controller's hierarchy on v1
-// hosts, with the function that turns its snapshots into series.
-func newSource[S any](program, controller string, tr loaded[S], toSeries func(S, namer) []series) source {
+// hosts, with the functions that turn its snapshots into series and tell its maps' fill.
+func newSource[S any](program, controller string, tr loaded[S], toSeries func(S, namer) []series, fill func(S) float64) source {
 	return source{program: program, controller: controller, forget: tr.Forget, close: tr.Close,
-		read: func(n namer) ([]series, error) {
+		read: func(n namer) ([]series, float64, error) {
 			st, err := tr.Read()
-			return toSeries(st, n), err
+			return toSeries(st, n), fill(st), err
 		}}
 }
 
@@ -179,19 +205,19 @@ func load(program string, cfg Config, log *slog.Logger) (source, error) {
 		if err != nil {
 			return source{}, err
 		}
-		return newSource(program, "cpu", tr, runqSeries), nil
+		return newSource(program, "cpu", tr, runqSeries, func(st runq.Stats) float64 { return st.Fill }), nil
 	case ProgramFsync:
 		tr, err := fsync.New(fsync.Config{CgroupV1: cfg.CgroupV1, Sysfs: cfg.Sysfs}, log)
 		if err != nil {
 			return source{}, err
 		}
-		return newSource(program, "blkio", tr, fsyncSeries), nil
+		return newSource(program, "blkio", tr, fsyncSeries, func(st fsync.Stats) float64 { return st.Fill }), nil
 	case ProgramBlkio:
 		tr, err := blkio.New(blkio.Config{CgroupV1: cfg.CgroupV1, Sysfs: cfg.Sysfs}, log)
 		if err != nil {
 			return source{}, err
 		}
-		return newSource(program, "blkio", tr, blkioSeries), nil
+		return newSource(program, "blkio", tr, blkioSeries, func(st blkio.Stats) float64 { return st.Fill }), nil
 	}
 	return source{}, fmt.Errorf("unknown program %q", program)
 }
@@ -204,9 +230,10 @@ func (t *Tracer) Status() map[string]string {
 }
 
 // Collect reads every map and returns the samples whose value changed since the previous
-// Collect (all of them the first time), cumulative, at time now. It then forgets the cgroups
-// the resolver no longer knows, whose last values have just been emitted. On a partial failure
-// it returns what it could read and an error naming what failed.
+// Collect (all of them the first time), cumulative, at time now. Every ForgetEvery collections,
+// or when a map is fuller than ForgetFill, it then forgets the cgroups the resolver no longer
+// knows, whose last values have just been emitted. On a partial failure it returns what it
+// could read and an error naming what failed.
 func (t *Tracer) Collect(now time.Time) ([]record.Record, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -215,8 +242,9 @@ func (t *Tracer) Collect(now time.Time) ([]record.Record, error) {
 	}
 	var recs []record.Record
 	var errs []error
-	for _, src := range t.sources {
-		ss, err := src.read(func(id uint64) string { return t.path(src.controller, id) })
+	for i := range t.sources {
+		src := &t.sources[i]
+		ss, fill, err := src.read(func(id uint64) string { return t.path(src.controller, id) })
 		if err != nil {
 			// Nothing new is known: keep the last state, and the entries, for the next try.
 			errs = append(errs, fmt.Errorf("reading %s: %w", src.program, err))
@@ -235,6 +263,10 @@ func (t *Tracer) Collect(now time.Time) ([]record.Record, error) {
 		// Series of entries forgotten below leave the state with them at the next read.
 		t.last[src.program] = current
 
+		if src.reads++; src.reads < t.forgetEvery && fill <= t.forgetFill {
+			continue
+		}
+		src.reads = 0
 		n, err := src.forget(func(id uint64) bool {
 			_, ok := t.res.Path(src.controller, id)
 			return ok
@@ -243,7 +275,7 @@ func (t *Tracer) Collect(now time.Time) ([]record.Record, error) {
 			errs = append(errs, fmt.Errorf("forgetting removed cgroups in %s: %w", src.program, err))
 		}
 		if n > 0 {
-			t.log.Debug("forgot removed cgroups", "program", src.program, "entries", n)
+			t.log.Debug("forgot removed cgroups", "program", src.program, "entries", n, "fill", fill)
 		}
 	}
 	return recs, errors.Join(errs...)
@@ -269,6 +301,15 @@ func (s series) record(now time.Time) record.Record {
 		r.Value = &v
 	}
 	return r
+}
+
+// MountedTracefs is where New mounted tracefs for this tracer ("" when it found it mounted),
+// so that a caller can record it and a later cleanup can unmount it if this process is killed.
+func (t *Tracer) MountedTracefs() string {
+	if !t.tracefs.Mounted() {
+		return ""
+	}
+	return t.tracefs.Dir()
 }
 
 // Close detaches and unloads every program, then unmounts tracefs if New mounted it. It is

@@ -119,11 +119,24 @@ func TestCollectReal(t *testing.T) {
 
 // The fsync program gets tracefs mounted when the host has not mounted it, and the machine is
 // left as found: a tracefs that was there is neither mounted over nor unmounted, one that was
-// not is unmounted at Close. Which case runs depends on the machine; the mounts are told
-// apart by id, so mounts made meanwhile by others do not count.
+// not is unmounted at Close. This host has one or not; TestTracefsMountedWhenMissing makes
+// sure the other case runs too.
 func TestTracefsLeftAsFound(t *testing.T) {
 	cgtest.RequireRoot(t)
-	had := tracefs.Available(tracefs.DefaultDir)
+	testTracefsLeftAsFound(t)
+}
+
+func TestTracefsMountedWhenMissing(t *testing.T) {
+	if !cgtest.WithoutTracefs(t) {
+		return
+	}
+	testTracefsLeftAsFound(t)
+}
+
+// testTracefsLeftAsFound tells the mounts apart by id, so that mounts made meanwhile by others
+// do not count.
+func testTracefsLeftAsFound(t *testing.T) {
+	_, had := tracefs.Find()
 	before := cgtest.TracefsMounts(t)
 	tr, err := New(Config{CgroupV1: cgtest.V1(), Programs: []string{ProgramFsync}}, &walkResolver{}, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -166,7 +179,9 @@ func TestTracefsLeftAsFound(t *testing.T) {
 
 // Without tracefs the fsync program is reported not attached, saying why, and the others run.
 func TestNoTracefsSkipsFsyncOnly(t *testing.T) {
-	cgtest.RequireRoot(t)
+	if !cgtest.WithoutTracefs(t) {
+		return
+	}
 	nowhere := filepath.Join(t.TempDir(), "missing")
 	tr, err := New(Config{CgroupV1: cgtest.V1(), Tracefs: nowhere}, &walkResolver{}, slog.New(slog.DiscardHandler))
 	if err != nil {

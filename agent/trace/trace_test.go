@@ -3,6 +3,7 @@ package trace
 import (
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,12 +28,17 @@ type fakeSource struct {
 	fsync   fsync.Stats
 	blkio   blkio.Stats
 	readErr error
-	// asked maps program -> id -> what the liveness check answered.
+	fill    map[string]float64 // by program
+	// asked maps program -> id -> what the liveness check answered, at the last forget.
 	asked map[string]map[uint64]bool
+	// deleteRunq makes forgetting delete run-queue latency entries, as the real maps do.
+	deleteRunq bool
 }
 
+// tracer returns a tracer over f that forgets at every collection.
 func (f *fakeSource) tracer(res Resolver) *Tracer {
 	f.asked = map[string]map[uint64]bool{}
+	f.fill = map[string]float64{}
 	forget := func(program string, ids func() []uint64) func(func(uint64) bool) (int, error) {
 		return func(live func(uint64) bool) (int, error) {
 			f.asked[program] = map[uint64]bool{}
@@ -41,6 +47,9 @@ func (f *fakeSource) tracer(res Resolver) *Tracer {
 				f.asked[program][id] = live(id)
 				if !live(id) {
 					n++
+					if program == ProgramRunq && f.deleteRunq {
+						delete(f.runq.Latency, id)
+					}
 				}
 			}
 			return n, nil
@@ -48,13 +57,17 @@ func (f *fakeSource) tracer(res Resolver) *Tracer {
 	}
 	noClose := func() error { return nil }
 	return &Tracer{
-		res:    res,
-		log:    slog.New(slog.DiscardHandler),
-		status: map[string]string{},
-		last:   map[string]map[string]series{},
+		res:         res,
+		log:         slog.New(slog.DiscardHandler),
+		forgetEvery: 1,
+		forgetFill:  DefaultForgetFill,
+		status:      map[string]string{},
+		last:        map[string]map[string]series{},
 		sources: []source{
 			{program: ProgramRunq, controller: "cpu", close: noClose,
-				read: func(n namer) ([]series, error) { return runqSeries(f.runq, n), f.readErr },
+				read: func(n namer) ([]series, float64, error) {
+					return runqSeries(f.runq, n), f.fill[ProgramRunq], f.readErr
+				},
 				forget: forget(ProgramRunq, func() []uint64 {
 					var ids []uint64
 					for id := range f.runq.Latency {
@@ -63,7 +76,9 @@ func (f *fakeSource) tracer(res Resolver) *Tracer {
 					return ids
 				})},
 			{program: ProgramFsync, controller: "blkio", close: noClose,
-				read: func(n namer) ([]series, error) { return fsyncSeries(f.fsync, n), nil },
+				read: func(n namer) ([]series, float64, error) {
+					return fsyncSeries(f.fsync, n), f.fill[ProgramFsync], nil
+				},
 				forget: forget(ProgramFsync, func() []uint64 {
 					var ids []uint64
 					for k := range f.fsync.Latency {
@@ -72,7 +87,9 @@ func (f *fakeSource) tracer(res Resolver) *Tracer {
 					return ids
 				})},
 			{program: ProgramBlkio, controller: "blkio", close: noClose,
-				read: func(n namer) ([]series, error) { return blkioSeries(f.blkio, n), nil },
+				read: func(n namer) ([]series, float64, error) {
+					return blkioSeries(f.blkio, n), f.fill[ProgramBlkio], nil
+				},
 				forget: forget(ProgramBlkio, func() []uint64 {
 					var ids []uint64
 					for k := range f.blkio.IO {
@@ -286,6 +303,70 @@ func TestCollectForgetsUnknown(t *testing.T) {
 			if got, ok := f.asked[program][id]; !ok || got != live {
 				t.Errorf("%s: liveness of %d = %v (asked %v), want %v", program, id, got, ok, live)
 			}
+		}
+	}
+}
+
+// Forgetting walks every map and asks the resolver about every id, so it runs every
+// forgetEvery collections, or at once when a map fills past forgetFill. Whenever it runs, the
+// entries it deletes were emitted by the same collection, with their last values.
+func TestCollectForgetSchedule(t *testing.T) {
+	f, res := newFake()
+	tr := f.tracer(res)
+	tr.forgetEvery = 3
+	f.deleteRunq = true
+	const gone = 99 // unknown to the resolver: a removed cgroup
+	collect := func(i int) []record.Record {
+		t.Helper()
+		f.asked = map[string]map[uint64]bool{}
+		recs, err := tr.Collect(time.Now())
+		if err != nil {
+			t.Fatalf("collect %d: %v", i, err)
+		}
+		return recs
+	}
+	for i := 1; i <= 2; i++ {
+		collect(i)
+		if len(f.asked) != 0 {
+			t.Fatalf("collect %d of every %d forgot: asked %v", i, tr.forgetEvery, f.asked)
+		}
+		// The removed cgroup's entry keeps changing until it is forgotten.
+		f.runq.Latency[gone] = f.runq.Latency[gone].Add(histOf(7))
+	}
+	recs := collect(3)
+	for _, p := range Programs {
+		if _, ok := f.asked[p]; !ok {
+			t.Errorf("collect 3 of every 3: %s not forgotten", p)
+		}
+	}
+	last := one(t, recs, record.MetricRunqLatency, "<unknown:99>", nil).Hist
+	if last.Count != 3 {
+		t.Errorf("removed cgroup last emitted with %d waits, want its final 3", last.Count)
+	}
+	if _, ok := f.runq.Latency[gone]; ok {
+		t.Fatal("removed cgroup's entry not deleted")
+	}
+	if recs := collect(4); len(find(recs, record.MetricRunqLatency, "<unknown:99>", nil)) != 0 {
+		t.Errorf("removed cgroup emitted again after it was forgotten")
+	}
+
+	// A map past the fill threshold is swept at the next collection, alone.
+	f.fill[ProgramRunq] = 0.9
+	collect(5)
+	if _, ok := f.asked[ProgramRunq]; !ok || len(f.asked) != 1 {
+		t.Errorf("runq %.0f%% full: forgot %v, want runq alone", 100*f.fill[ProgramRunq], f.asked)
+	}
+	f.fill[ProgramRunq] = 0.1
+	collect(6) // the others' third since their last sweep
+	if _, ok := f.asked[ProgramRunq]; ok || len(f.asked) != 2 {
+		t.Errorf("collect 6: forgot %v, want fsync and blkio only", f.asked)
+	}
+}
+
+func TestNewRejectsBadForget(t *testing.T) {
+	for _, cfg := range []Config{{ForgetEvery: -1}, {ForgetFill: -0.1}, {ForgetFill: 1.5}} {
+		if _, err := New(cfg, fakeResolver{}, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "forgetting") {
+			t.Errorf("New(%+v) = %v, want a forget setting error", cfg, err)
 		}
 	}
 }

@@ -237,6 +237,7 @@ func startNoisy(t *testing.T) (*exec.Cmd, string) {
 
 func TestInterruptedRunLeavesNothing(t *testing.T) {
 	requireRoot(t)
+	mounts := tracefsMounts(t)
 	cmd, id := startNoisy(t)
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -247,10 +248,14 @@ func TestInterruptedRunLeavesNothing(t *testing.T) {
 		t.Errorf("interrupted run exited with %v, want exit status 130", err)
 	}
 	assertClean(t, id)
+	if after := tracefsMounts(t); after != mounts {
+		t.Errorf("tracefs mounts: %d before the run, %d after it was interrupted", mounts, after)
+	}
 }
 
 func TestKilledRunIsCleanedByStressClean(t *testing.T) {
 	requireRoot(t)
+	mounts := tracefsMounts(t)
 	cmd, id := startNoisy(t)
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -264,6 +269,20 @@ func TestKilledRunIsCleanedByStressClean(t *testing.T) {
 		t.Errorf("stress clean did not report removing run %s: %s", id, out)
 	}
 	assertClean(t, id)
+	if after := tracefsMounts(t); after != mounts {
+		t.Errorf("tracefs mounts: %d before the run, %d after it was killed and cleaned", mounts, after)
+	}
+}
+
+// tracefsMounts counts the tracefs mounts the host has: a run mounts one when it needs it and
+// must leave the table as it found it.
+func tracefsMounts(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), " - tracefs ")
 }
 
 // assertClean checks that nothing of run id is left: no cgroup in any hierarchy, no process

@@ -153,7 +153,8 @@ func clean() *cobra.Command {
 		Use:   "clean [RUN_ID...]",
 		Short: "Remove what killed runs left behind: cgroups under nodectl/, their processes, scratch files",
 		Long: `Removes every run's cgroups under the nodectl parent (killing any process still in
-them), its scratch directory and its state; with RUN_IDs, only those runs'. Runs whose nodectl
+them), its scratch directory, its state, and the tracefs mount it made for its fsync tracer
+(unless another run is live); with RUN_IDs, only those runs'. Runs whose nodectl
 process is still alive are left alone unless --all is given.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, ids []string) error {

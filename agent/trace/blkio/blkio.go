@@ -38,4 +38,5 @@ type Stats struct {
 	Queue, Service map[Key]hist.Log2
 	IO             map[Key]Counters
 	Drops          map[string]uint64 // by reason, every reason present
+	Fill           float64           // entries over capacity of the io map
 }

@@ -81,8 +81,10 @@ func (t *Tracer) Read() (Stats, error) {
 
 	var k blkioBlkKey
 	var vs []blkioBlkStats
+	entries := 0
 	it := t.objs.Io.Iterate()
 	for it.Next(&k, &vs) {
+		entries++
 		var queue, service loader.HistSum
 		var c Counters
 		for _, v := range vs {
@@ -100,6 +102,7 @@ func (t *Tracer) Read() (Stats, error) {
 	if err := it.Err(); err != nil {
 		return Stats{}, fmt.Errorf("reading blkio io map: %w", err)
 	}
+	st.Fill = loader.Fill(entries, t.objs.Io)
 
 	var err error
 	if st.Drops, err = loader.Drops(t.objs.Drops, dropReasons); err != nil {

@@ -29,4 +29,5 @@ type Key struct {
 type Stats struct {
 	Latency map[Key]hist.Log2
 	Drops   map[string]uint64 // by reason, every reason present
+	Fill    float64           // entries over capacity of the latency map
 }

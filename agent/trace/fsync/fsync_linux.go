@@ -77,8 +77,10 @@ func (t *Tracer) Read() (Stats, error) {
 
 	var k fsyncFsyncKey
 	var hs []fsyncHist
+	entries := 0
 	it := t.objs.Latency.Iterate()
 	for it.Next(&k, &hs) {
+		entries++
 		var sum loader.HistSum
 		for _, h := range hs {
 			sum.Add(h.Slots[:], h.Count, h.SumNs)
@@ -89,6 +91,7 @@ func (t *Tracer) Read() (Stats, error) {
 	if err := it.Err(); err != nil {
 		return Stats{}, fmt.Errorf("reading fsync latency map: %w", err)
 	}
+	st.Fill = loader.Fill(entries, t.objs.Latency)
 
 	var err error
 	if st.Drops, err = loader.Drops(t.objs.Drops, dropReasons); err != nil {

@@ -37,4 +37,5 @@ type Stats struct {
 	Latency map[uint64]hist.Log2 // by cgroup id
 	Pairs   []Pair
 	Drops   map[string]uint64 // by reason, every reason present
+	Fill    float64           // entries over capacity of the fuller map, latency or pairs
 }

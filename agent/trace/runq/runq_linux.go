@@ -95,6 +95,8 @@ func (t *Tracer) Read() (Stats, error) {
 		return Stats{}, fmt.Errorf("reading runq pairs map: %w", err)
 	}
 
+	st.Fill = max(loader.Fill(len(st.Latency), t.objs.Latency), loader.Fill(len(st.Pairs), t.objs.Pairs))
+
 	var err error
 	if st.Drops, err = loader.Drops(t.objs.Drops, dropReasons); err != nil {
 		return Stats{}, fmt.Errorf("reading runq maps: %w", err)

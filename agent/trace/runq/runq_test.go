@@ -95,6 +95,10 @@ func TestPreemptionPairs(t *testing.T) {
 			t.Errorf("drops %s = %d, want 0", r, n)
 		}
 	}
+	want := max(float64(len(st.Latency))/DefaultMaxCgroups, float64(len(st.Pairs))/DefaultMaxPairs)
+	if st.Fill != want {
+		t.Errorf("fill %g, want %g: the fuller map's entries over its capacity", st.Fill, want)
+	}
 }
 
 // A cgroup out of quota waits for its next period, not for its neighbour: the waits are

@@ -10,9 +10,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodectl/nodectl/agent/blockdev"
+	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/agent/trace/tracefs"
 )
 
@@ -260,20 +264,144 @@ func WithTracefs(run func() int) int {
 	return run()
 }
 
-// TracefsMounts lists this mount namespace's tracefs mounts: mount point by mount id.
-func TracefsMounts(t testing.TB) map[string]string {
+// noTracefsEnv names, in the child WithoutTracefs starts, the test it runs.
+const noTracefsEnv = "NODECTL_TEST_WITHOUT_TRACEFS"
+
+// WithoutTracefs runs the calling test in a mount namespace of its own with no tracefs or
+// debugfs mounted, as on a host that mounts neither, whatever this host has: the test binary
+// runs again for that test alone, in a child process that unshares its mounts (made private,
+// so nothing it does reaches the host) and detaches those filesystems. It returns true in the
+// child, where the test goes on, and false in the parent, which reports the child's outcome
+// and where the test must return.
+func WithoutTracefs(t *testing.T) bool {
 	t.Helper()
+	RequireRoot(t)
+	if os.Getenv(noTracefsEnv) == t.Name() {
+		if err := detachTracefs(); err != nil {
+			t.Fatalf("detaching tracefs and debugfs: %v", err)
+		}
+		if dir, ok := tracefs.Find(); ok {
+			t.Fatalf("tracefs still found at %s after detaching every tracefs and debugfs", dir)
+		}
+		return true
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+regexp.QuoteMeta(t.Name())+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), noTracefsEnv+"="+t.Name())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	out, err := cmd.CombinedOutput()
+	t.Logf("in a mount namespace without tracefs:\n%s", out)
+	switch {
+	case err != nil:
+		t.Fatalf("test in a mount namespace without tracefs: %v", err)
+	case strings.Contains(string(out), "--- SKIP: "+t.Name()):
+		t.Skip("skipped in a mount namespace without tracefs")
+	case !strings.Contains(string(out), "--- PASS: "+t.Name()):
+		t.Fatal("the test did not run in a mount namespace without tracefs")
+	}
+	return false
+}
+
+// detachTracefs lazily unmounts every tracefs and debugfs of this mount namespace, the deepest
+// first, until none is left.
+func detachTracefs() error {
+	for range 10 {
+		var points []string
+		for _, m := range mounts() {
+			if m.fstype == "tracefs" || m.fstype == "debugfs" {
+				points = append(points, m.point)
+			}
+		}
+		if len(points) == 0 {
+			return nil
+		}
+		for _, p := range slices.Backward(points) {
+			if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("unmounting %s: %w", p, err)
+			}
+		}
+	}
+	return errors.New("tracefs or debugfs mounts keep coming back")
+}
+
+// mountEntry is a line of /proc/self/mountinfo.
+type mountEntry struct {
+	id, root, point, fstype string
+}
+
+// mounts lists this mount namespace's mounts in mountinfo order; mount points with spaces and
+// the like come escaped, which test directories do not have.
+func mounts() []mountEntry {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		t.Fatalf("reading mountinfo: %v", err)
+		return nil
 	}
-	out := map[string]string{}
+	var out []mountEntry
 	for _, line := range strings.Split(string(b), "\n") {
 		// id parent dev root point options [optional...] - fstype source super-options
-		f := strings.Fields(line)
-		if n := len(f); n > 4 && f[n-4] == "-" && f[n-3] == "tracefs" {
-			out[f[0]] = f[4]
+		l, r, ok := strings.Cut(line, " - ")
+		lf, rf := strings.Fields(l), strings.Fields(r)
+		if ok && len(lf) >= 5 && len(rf) >= 1 {
+			out = append(out, mountEntry{id: lf[0], root: lf[3], point: lf[4], fstype: rf[0]})
 		}
 	}
 	return out
+}
+
+// MountsUnder lists the mount points at or below dir, deepest last.
+func MountsUnder(dir string) []string {
+	var out []string
+	for _, m := range mounts() {
+		if m.point == dir || strings.HasPrefix(m.point, dir+"/") {
+			out = append(out, m.point)
+		}
+	}
+	return out
+}
+
+// TracefsMounts lists this mount namespace's tracefs mounts: mount point by mount id.
+func TracefsMounts(t testing.TB) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, m := range mounts() {
+		if m.fstype == "tracefs" {
+			out[m.id] = m.point
+		}
+	}
+	return out
+}
+
+// CheckHist checks that h is self-consistent: its buckets hold Count values, and its mean
+// lies between the lower edge of its lowest non-empty bucket and the upper edge of its
+// highest, which ties SumNs to the buckets.
+func CheckHist(t testing.TB, what string, h hist.Log2) {
+	t.Helper()
+	var inBuckets uint64
+	lo, hi := -1, -1
+	for i, c := range h.Buckets {
+		inBuckets += c
+		if c > 0 {
+			if lo < 0 {
+				lo = i
+			}
+			hi = i
+		}
+	}
+	if inBuckets != h.Count {
+		t.Errorf("%s: buckets hold %d values, count is %d", what, inBuckets, h.Count)
+	}
+	if h.Count == 0 {
+		return
+	}
+	low, high := BucketLow(lo), BucketLow(hi+1)
+	if mean := float64(h.SumNs) / float64(h.Count); mean < low || mean >= high {
+		t.Errorf("%s: mean %.0fns outside its buckets' range [%.0f, %.0f)ns", what, mean, low, high)
+	}
+}
+
+// BucketLow is the lower edge of log2 bucket i in nanoseconds: bucket 0 also holds 0.
+func BucketLow(i int) float64 {
+	if i == 0 {
+		return 0
+	}
+	return math.Ldexp(1, i)
 }

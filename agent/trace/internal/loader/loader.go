@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -32,17 +33,14 @@ func Load(name string, spec *ebpf.CollectionSpec, opts Options, objs any, log *s
 	if err := spec.Variables["cgroup_v1"].Set(opts.CgroupV1); err != nil {
 		return fmt.Errorf("setting cgroup_v1 of %s: %w", name, err)
 	}
-	lazy := features.HaveBPFMemAlloc()
-	if lazy != nil && !errors.Is(lazy, ebpf.ErrNotSupported) {
-		log.Warn("probing for the BPF memory allocator failed, preallocating maps", "object", name, "err", lazy)
-	}
+	lazy := lazyAlloc(log)
 	for m, size := range opts.PerCgroup {
 		ms, ok := spec.Maps[m]
 		if !ok {
 			return fmt.Errorf("sizing %s: no map %s", name, m)
 		}
 		ms.MaxEntries = size
-		if lazy == nil {
+		if lazy {
 			ms.Flags |= unix.BPF_F_NO_PREALLOC
 		}
 	}
@@ -54,6 +52,21 @@ func Load(name string, spec *ebpf.CollectionSpec, opts Options, objs any, log *s
 		return fmt.Errorf("loading %s objects: %w", name, err)
 	}
 	return nil
+}
+
+// probeWarned makes an inconclusive allocator probe, whose result is cached for the process,
+// logged once rather than once per object.
+var probeWarned sync.Once
+
+// lazyAlloc reports whether maps keyed by cgroup may go without preallocation.
+func lazyAlloc(log *slog.Logger) bool {
+	err := features.HaveBPFMemAlloc()
+	if err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+		probeWarned.Do(func() {
+			log.Warn("probing for the BPF memory allocator failed, preallocating maps", "err", err)
+		})
+	}
+	return err == nil
 }
 
 // Attachment is one program and the hook it attaches to.
@@ -140,6 +153,14 @@ func Drops[R ~uint32](m *ebpf.Map, reasons map[R]string) (map[string]uint64, err
 		out[name] = n
 	}
 	return out, nil
+}
+
+// Fill returns entries over m's capacity.
+func Fill(entries int, m *ebpf.Map) float64 {
+	if c := m.MaxEntries(); c > 0 {
+		return float64(entries) / float64(c)
+	}
+	return 0
 }
 
 // DeleteIf deletes the keys of a hash map for which gone holds and returns how many it

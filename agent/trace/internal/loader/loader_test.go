@@ -3,11 +3,17 @@
 package loader
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"os"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/nodectl/nodectl/agent/trace/internal/features"
 )
 
 func TestHistSum(t *testing.T) {
@@ -51,5 +57,46 @@ func TestDeleteIf(t *testing.T) {
 	}
 	if err := it.Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// countHandler counts the records logged at warning level or above.
+type countHandler struct{ warnings atomic.Int32 }
+
+func (h *countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		h.warnings.Add(1)
+	}
+	return nil
+}
+func (h *countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countHandler) WithGroup(string) slog.Handler      { return h }
+
+// An inconclusive allocator probe is cached for the process, so it is reported once however
+// many objects load; absent and present say nothing.
+func TestLazyAllocWarnsOnce(t *testing.T) {
+	probe := features.HaveBPFMemAlloc
+	t.Cleanup(func() { features.HaveBPFMemAlloc = probe })
+	h := &countHandler{}
+	log := slog.New(h)
+	for _, c := range []struct {
+		name string
+		err  error
+		lazy bool
+	}{
+		{"present", nil, true},
+		{"absent", ebpf.ErrNotSupported, false},
+		{"inconclusive", errors.New("reading kernel BTF: boom"), false},
+	} {
+		features.HaveBPFMemAlloc = func() error { return c.err }
+		for range 3 { // as runq, fsync and blkio do
+			if got := lazyAlloc(log); got != c.lazy {
+				t.Errorf("%s: lazyAlloc = %v, want %v", c.name, got, c.lazy)
+			}
+		}
+	}
+	if n := h.warnings.Load(); n != 1 {
+		t.Errorf("%d warnings over three inconclusive probes, want 1", n)
 	}
 }
