@@ -420,9 +420,7 @@ func (r *noisyRun) hogArgs(w record.Workload) []string {
 func (r *noisyRun) cleanup() error {
 	r.progress.done()
 	var errs []error
-	for _, p := range r.procs {
-		p.Stop(5 * time.Second)
-	}
+	launch.StopAll(r.procs, 5*time.Second)
 	if r.collector != nil {
 		r.stopColl()
 		if err := r.collector.Snapshot(time.Now()); err != nil {

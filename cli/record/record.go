@@ -43,7 +43,7 @@ run-queue wait, fsync latency and I/O. Ctrl-C ends the recording early and keeps
 				clix.CapSysAdmin: "reading every cgroup's and task's cgroup identity"}); err != nil {
 				return err
 			}
-			ctx, stop := clix.SignalContext(cmd.Context())
+			ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
 			defer stop()
 			cfg.Cgroupfs, cfg.Procfs, cfg.Sysfs, cfg.Tracefs = paths.Cgroupfs, paths.Procfs, paths.Sysfs, paths.Tracefs
 			cfg.Args = os.Args

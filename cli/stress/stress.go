@@ -88,7 +88,7 @@ LIMIT and SIZE use Kubernetes notation (250m, 1, 512Mi). No --hog is a quiet run
 			if err := clix.Need("nodectl stress noisy", why); err != nil {
 				return err
 			}
-			ctx, stop := clix.SignalContext(cmd.Context())
+			ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
 			defer stop()
 			cfg.Args = os.Args
 			cfg.Progress = cmd.ErrOrStderr()

@@ -127,6 +127,15 @@ func (p *Process) Stop(grace time.Duration) {
 	}
 }
 
+// StopAll stops every workload at once, so that n workloads take one grace period, not n.
+func StopAll(procs []*Process, grace time.Duration) {
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Go(func() { p.Stop(grace) })
+	}
+	wg.Wait()
+}
+
 // WaitStart blocks a workload process until its launcher says go (see StartFDEnv). It is a
 // no-op when the variable is unset, so workloads can also be run by hand.
 func WaitStart(ctx context.Context) error {

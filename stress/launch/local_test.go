@@ -98,3 +98,24 @@ func TestFailedPlacementKillsTheWorkload(t *testing.T) {
 		t.Fatal("Start succeeded although the workload could not be placed")
 	}
 }
+
+func TestStopAllStopsTogether(t *testing.T) {
+	t.Setenv(childEnv, "1")
+	pl := &placer{placed: map[int]time.Time{}}
+	var procs []*Process
+	for i := range 3 {
+		p, err := Start(os.Args[0], pl, Spec{Name: fmt.Sprint("w", i), Cgroup: "/nodectl/x/w", Log: os.Stderr}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, p)
+	}
+	StopAll(procs, 5*time.Second)
+	for _, p := range procs {
+		select {
+		case <-p.Done():
+		default:
+			t.Fatalf("%s still runs after StopAll", p.Name)
+		}
+	}
+}

@@ -60,19 +60,28 @@ func CheckOutput(o string) error {
 }
 
 // SignalContext is cancelled on SIGINT or SIGTERM, with the signal as the cause, so long runs
-// stop, clean up and say why.
-func SignalContext(parent context.Context) (context.Context, context.CancelFunc) {
+// stop, clean up and say why. A second signal while cleaning up exits at once, saying what to
+// run to remove what is left.
+func SignalContext(parent context.Context, stderr io.Writer) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
 	go func() {
 		select {
 		case s := <-ch:
 			cancel(fmt.Errorf("received %s", s))
-		case <-ctx.Done():
+		case <-done:
+			return
+		}
+		select {
+		case s := <-ch:
+			fmt.Fprintf(stderr, "\nnodectl: %s again: exiting without cleaning up; run 'nodectl stress clean' to remove what is left\n", s)
+			os.Exit(130)
+		case <-done:
 		}
 	}()
-	return ctx, func() { signal.Stop(ch); cancel(nil) }
+	return ctx, func() { signal.Stop(ch); close(done); cancel(nil) }
 }
 
 // IsTerminal reports whether f is a terminal (live progress lines are rewritten in place).
