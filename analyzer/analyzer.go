@@ -91,12 +91,13 @@ func Analyze(run *record.Run) (*Report, error) {
 		Summary:  a.summary(),
 		Notes:    notes(run),
 	}
-	for _, v := range run.Meta.Workloads {
-		if v.Kind != kindVictim {
-			continue
-		}
-		for _, rule := range []func(record.Workload) *Finding{a.cpuThrottling, a.cpuContention, a.diskContention} {
-			if f := rule(v); f != nil {
+	rules := map[string][]func(record.Workload) *Finding{
+		kindVictim:    {a.cpuThrottling, a.cpuContention, a.diskContention},
+		kindHeartbeat: {a.systemDaemonStarvation},
+	}
+	for _, w := range run.Meta.Workloads {
+		for _, rule := range rules[w.Kind] {
+			if f := rule(w); f != nil {
 				rep.Findings = append(rep.Findings, *f)
 			}
 		}

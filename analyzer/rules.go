@@ -54,28 +54,9 @@ func (a *analysis) cpuContention(v record.Workload) *Finding {
 	slowdown := ratio(workS, workB)
 	workRose := len(wb) > 0 && len(ws) > 0 && slowdown >= cpuWorkRiseFactor
 
-	// Neighbours are every preemptor but the victim's own quota and its own tasks. A culprit is
-	// charged what it added over its baseline rate: a steady background preemptor explains
-	// no rise.
-	waits := a.run.Series(record.MetricRunqPreemptWait).Cgroup(v.Cgroup).ByLabel(record.LabelPreemptor)
-	counts := a.run.Series(record.MetricRunqPreemptions).Cgroup(v.Cgroup).ByLabel(record.LabelPreemptor)
-	var neighbours []share
-	var added, neighbourB, neighbourS, attributedB, attributedS float64
-	for preemptor, ss := range waits {
-		b, s := ss.Delta(a.baseline), ss.Delta(a.stress)
-		attributedB += b
-		attributedS += s
-		if preemptor == record.CgroupIdle || preemptor == record.CgroupThrottled || within(preemptor, v.Cgroup) {
-			continue
-		}
-		neighbourB += b
-		neighbourS += s
-		more := a.added(b, s)
-		neighbours = append(neighbours, share{cgroup: preemptor, value: more})
-		added += more
-	}
-	shareS := ratio(neighbourS, attributedS)
-	if !latencyRose || !workRose || added < neighbourWaitMinSeconds || shareS < neighbourWaitMinShare {
+	pw := a.preemptions(v.Cgroup)
+	shareS := ratio(pw.neighbourS, pw.attributedS)
+	if !latencyRose || !workRose || pw.added < neighbourWaitMinSeconds || shareS < neighbourWaitMinShare {
 		return nil
 	}
 
@@ -86,17 +67,10 @@ func (a *analysis) cpuContention(v record.Workload) *Finding {
 			a.evidence("runq_latency_mean", v.Name, rb.Mean(), rs.Mean(), UnitSeconds),
 			a.evidence("runq_wait_seconds", v.Name, secs(rb.SumNs), secs(rs.SumNs), UnitSeconds),
 			a.evidence("probe_cpu_work_p50", v.Name, workB, workS, UnitSeconds),
-			a.evidence("runq_neighbour_wait_share", v.Name, ratio(neighbourB, attributedB), shareS, UnitRatio),
+			a.evidence("runq_neighbour_wait_share", v.Name, ratio(pw.neighbourB, pw.attributedB), shareS, UnitRatio),
 		},
 	}
-	for _, c := range culprits(neighbours) {
-		n := a.name(c.cgroup)
-		f.Culprits = append(f.Culprits, n)
-		wait := a.evidence("runq_preempt_wait_seconds", v.Name, waits[c.cgroup].Delta(a.baseline), waits[c.cgroup].Delta(a.stress), UnitSeconds)
-		preemptions := a.evidence("runq_preemptions", v.Name, counts[c.cgroup].Delta(a.baseline), counts[c.cgroup].Delta(a.stress), UnitCount)
-		wait.Culprit, preemptions.Culprit = n, n
-		f.Evidence = append(f.Evidence, wait, preemptions)
-	}
+	a.blame(f, v.Name, pw)
 	f.Summary = fmt.Sprintf("%s's CPU work took %s longer (p50 %s → %s) because %s preempted it: "+
 		"neighbours account for %s of its waits after a preemption and its run-queue p99 went %s → %s. "+
 		"A CPU limit caps a neighbour but reserves nothing for the victim: give the victim a larger "+
@@ -104,6 +78,53 @@ func (a *analysis) cpuContention(v record.Workload) *Finding {
 		v.Name, factor(slowdown), fmtSeconds(workB), fmtSeconds(workS), joinNames(f.Culprits),
 		fmtPercent(shareS), fmtSeconds(p99b), fmtSeconds(p99s))
 	return f
+}
+
+// preemptionWaits is how a cgroup's waits after preemptions split between its neighbours and
+// the rest (its own tasks, its quota, an idle CPU), in the baseline (B) and stress (S) phases.
+type preemptionWaits struct {
+	waits, counts            map[string]record.SeriesSet // by preemptor
+	neighbours               []share                     // wait each neighbour added over its baseline rate
+	added                    float64                     // the sum of that
+	neighbourB, neighbourS   float64
+	attributedB, attributedS float64
+}
+
+// preemptions splits the waits of cgroup by preemptor. Neighbours are every preemptor but the
+// cgroup's own quota and its own tasks. A neighbour is charged what it added over its baseline
+// rate: a steady background preemptor explains no rise.
+func (a *analysis) preemptions(cgroup string) preemptionWaits {
+	pw := preemptionWaits{
+		waits:  a.run.Series(record.MetricRunqPreemptWait).Cgroup(cgroup).ByLabel(record.LabelPreemptor),
+		counts: a.run.Series(record.MetricRunqPreemptions).Cgroup(cgroup).ByLabel(record.LabelPreemptor),
+	}
+	for preemptor, ss := range pw.waits {
+		b, s := ss.Delta(a.baseline), ss.Delta(a.stress)
+		pw.attributedB += b
+		pw.attributedS += s
+		if preemptor == record.CgroupIdle || preemptor == record.CgroupThrottled || within(preemptor, cgroup) {
+			continue
+		}
+		pw.neighbourB += b
+		pw.neighbourS += s
+		more := a.added(b, s)
+		pw.neighbours = append(pw.neighbours, share{cgroup: preemptor, value: more})
+		pw.added += more
+	}
+	return pw
+}
+
+// blame names the culprits among pw's neighbours in f, with each one's preemptions and wait as
+// evidence charged to victim.
+func (a *analysis) blame(f *Finding, victim string, pw preemptionWaits) {
+	for _, c := range culprits(pw.neighbours) {
+		n := a.name(c.cgroup)
+		f.Culprits = append(f.Culprits, n)
+		wait := a.evidence("runq_preempt_wait_seconds", victim, pw.waits[c.cgroup].Delta(a.baseline), pw.waits[c.cgroup].Delta(a.stress), UnitSeconds)
+		preemptions := a.evidence("runq_preemptions", victim, pw.counts[c.cgroup].Delta(a.baseline), pw.counts[c.cgroup].Delta(a.stress), UnitCount)
+		wait.Culprit, preemptions.Culprit = n, n
+		f.Evidence = append(f.Evidence, wait, preemptions)
+	}
 }
 
 // cpuThrottling: the victim's own CPU quota stopped it, in any phase (docs/findings.md).

@@ -29,8 +29,9 @@ import (
 // NoisyConfig configures `nodectl stress noisy`.
 type NoisyConfig struct {
 	Hogs           []HogSpec
-	VictimCPUMilli int64 // 0 = unlimited
-	VictimMemBytes int64 // 0 = unlimited
+	VictimCPUMilli int64         // 0 = unlimited
+	VictimMemBytes int64         // 0 = unlimited
+	Heartbeat      time.Duration // period of the heartbeat probe in the system cgroup; 0 = none
 	Baseline       time.Duration
 	Duration       time.Duration
 	Trace          bool
@@ -48,6 +49,14 @@ type NoisyConfig struct {
 	VictimWorkRounds int
 	VictimWriteBytes int64
 }
+
+// Workload kinds besides the hog kinds: the probes, which run in both phases.
+const (
+	kindVictim    = "victim"
+	kindHeartbeat = "heartbeat"
+)
+
+func isProbe(kind string) bool { return kind == kindVictim || kind == kindHeartbeat }
 
 // ErrInterrupted is returned when a run was stopped by a signal; it was cleaned up all the same.
 var ErrInterrupted = errors.New("interrupted")
@@ -197,7 +206,7 @@ func (r *noisyRun) setup(dir string) error {
 func (r *noisyRun) planWorkloads() error {
 	cfg := r.cfg
 	base := RunCgroup(r.id)
-	victim := record.Workload{Name: "victim", Kind: "victim", Cgroup: base + "/victim",
+	victim := record.Workload{Name: "victim", Kind: kindVictim, Cgroup: base + "/victim",
 		CPU: FormatCPU(cfg.VictimCPUMilli), Memory: FormatSize(cfg.VictimMemBytes), Target: filepath.Join(r.scratch, "victim")}
 	// The victim and the hogs without a target= write below the scratch directory.
 	scratchDev, err := blockdev.ForPath(cfg.Paths.Sysfs, cfg.Paths.Scratch)
@@ -207,6 +216,12 @@ func (r *noisyRun) planWorkloads() error {
 	victim.Device = scratchDev
 	r.workloads = []record.Workload{victim}
 	r.limits = map[string]cgroup.Limits{victim.Name: {CPUMilli: cfg.VictimCPUMilli, MemoryBytes: cfg.VictimMemBytes}}
+	if cfg.Heartbeat > 0 {
+		// The heartbeat stands in for a node daemon, so it lives where those do: a system cgroup
+		// beside the workloads, as the kubelet's system slice is beside the pods.
+		hb := record.Workload{Name: "heartbeat", Kind: kindHeartbeat, Cgroup: base + "/system", Period: record.Duration(cfg.Heartbeat)}
+		r.workloads = append(r.workloads, hb)
+	}
 	seen := map[string]int{}
 	r.specs = map[string]HogSpec{}
 	for _, h := range cfg.Hogs {
@@ -263,26 +278,28 @@ func (r *noisyRun) devices() []string {
 
 // phases runs baseline then stress, marking each in the records with a snapshot at its edges.
 func (r *noisyRun) phases(ctx context.Context) error {
-	victim := r.workloads[0]
-	if err := r.start(victim, r.victimArgs(victim)); err != nil {
+	// The probes run in both phases, the hogs only in the stress phase.
+	startAll := func(probes bool) error {
+		for _, w := range r.workloads {
+			if isProbe(w.Kind) == probes {
+				if err := r.start(w, r.args(w)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := startAll(true); err != nil {
 		return err
 	}
-	// Let the probe finish one iteration before the baseline counts, so start-up is not in it.
+	// Let the probes finish one iteration before the baseline counts, so start-up is not in it.
 	if err := r.wait(ctx, "warm-up", r.cfg.Interval); err != nil {
 		return err
 	}
 	if err := r.phase(ctx, record.PhaseBaseline, r.cfg.Baseline, nil); err != nil {
 		return err
 	}
-	hogs := func() error {
-		for _, w := range r.workloads[1:] {
-			if err := r.start(w, r.hogArgs(w)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return r.phase(ctx, record.PhaseStress, r.cfg.Duration, hogs)
+	return r.phase(ctx, record.PhaseStress, r.cfg.Duration, func() error { return startAll(false) })
 }
 
 // phase marks a phase start, runs before (starting its workloads), waits d, and marks its end.
@@ -391,15 +408,16 @@ func (r *noisyRun) start(w record.Workload, args []string) error {
 	return nil
 }
 
-func (r *noisyRun) victimArgs(w record.Workload) []string {
-	return []string{"workload", "victim", "--dir", w.Target,
-		"--interval", r.cfg.Interval.String(),
-		"--work-rounds", strconv.Itoa(r.cfg.VictimWorkRounds),
-		"--write-bytes", strconv.FormatInt(r.cfg.VictimWriteBytes, 10)}
-}
-
-func (r *noisyRun) hogArgs(w record.Workload) []string {
+// args are the `nodectl workload` arguments that run w.
+func (r *noisyRun) args(w record.Workload) []string {
 	switch w.Kind {
+	case kindVictim:
+		return []string{"workload", "victim", "--dir", w.Target,
+			"--interval", r.cfg.Interval.String(),
+			"--work-rounds", strconv.Itoa(r.cfg.VictimWorkRounds),
+			"--write-bytes", strconv.FormatInt(r.cfg.VictimWriteBytes, 10)}
+	case kindHeartbeat:
+		return []string{"workload", "heartbeat", "--period", r.cfg.Heartbeat.String()}
 	case "cpu":
 		threads := threadsFor(r.specs[w.Name], runtime.NumCPU())
 		return []string{"workload", "cpu-hog", "--threads", strconv.Itoa(threads)}

@@ -39,6 +39,9 @@ const (
 	MetricProbeCPUWork = "probe_cpu_work_seconds"
 	MetricProbeWrite   = "probe_write_seconds"
 	MetricProbeFsync   = "probe_fsync_seconds"
+
+	// Heartbeat probe: how late each periodic wake-up came, one value per beat.
+	MetricHeartbeatLateness = "heartbeat_lateness_seconds"
 )
 
 // Label keys and special label values.

@@ -57,13 +57,14 @@ const TracerAttached = "attached"
 
 // Workload is a role of a stress run and where it lives.
 type Workload struct {
-	Name   string `json:"name"`             // victim, cpu-hog-0, ...
-	Kind   string `json:"kind"`             // victim, cpu, disk, memory, fsync
-	Cgroup string `json:"cgroup"`           // path below each hierarchy's root
-	CPU    string `json:"cpu,omitempty"`    // limit in Kubernetes notation, empty when unlimited
-	Memory string `json:"memory,omitempty"` // limit in Kubernetes notation, empty when unlimited
-	Target string `json:"target,omitempty"` // directory the workload writes to
-	Device string `json:"device,omitempty"` // MAJ:MIN of the whole disk behind Target
+	Name   string   `json:"name"`             // victim, cpu-hog-0, ...
+	Kind   string   `json:"kind"`             // victim, cpu, disk, memory, fsync
+	Cgroup string   `json:"cgroup"`           // path below each hierarchy's root
+	CPU    string   `json:"cpu,omitempty"`    // limit in Kubernetes notation, empty when unlimited
+	Memory string   `json:"memory,omitempty"` // limit in Kubernetes notation, empty when unlimited
+	Target string   `json:"target,omitempty"` // directory the workload writes to
+	Device string   `json:"device,omitempty"` // MAJ:MIN of the whole disk behind Target
+	Period Duration `json:"period,omitempty"` // a periodic probe's period (the heartbeat's)
 }
 
 // Meta is meta.json: what ran, where, and how it was configured.

@@ -111,6 +111,8 @@ LIMIT and SIZE use Kubernetes notation (250m, 1, 512Mi). No --hog is a quiet run
 	f.StringVar(&victimMem, "victim-memory", "", "victim memory limit (e.g. 512Mi); unlimited if empty")
 	f.DurationVar(&cfg.Baseline, "baseline", 20*time.Second, "how long the victim runs alone")
 	f.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long the victim runs next to the hogs")
+	f.DurationVar(&cfg.Heartbeat, "heartbeat", 0, "also run a heartbeat probe in a system cgroup, waking every PERIOD (--heartbeat alone: 1s) and recording how late it wakes, as a starved kubelet would")
+	f.Lookup("heartbeat").NoOptDefVal = "1s"
 	f.BoolVar(&cfg.Trace, "trace", false, "trace with eBPF (run-queue, fsync, block I/O per cgroup)")
 	f.StringVar(&cfg.Out, "out", "", "run directory to write (must not exist or be empty); default "+st.DefaultRunsDir+"/<run-id>")
 	f.StringVarP(&output, "output", "o", "text", "report format: text or json")

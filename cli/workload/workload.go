@@ -25,7 +25,7 @@ func New() *cobra.Command {
 	// The run a workload belongs to; unused by the bodies, it makes each process of a run
 	// recognisable in ps.
 	cmd.PersistentFlags().String("run", "", "id of the run this workload belongs to")
-	cmd.AddCommand(victim(), cpuHog(), diskHog(), fsyncHog(), memoryHog())
+	cmd.AddCommand(victim(), cpuHog(), diskHog(), fsyncHog(), memoryHog(), heartbeat())
 	return cmd
 }
 
@@ -113,5 +113,20 @@ func memoryHog() *cobra.Command {
 		},
 	}
 	cmd.Flags().Int64Var(&size, "bytes", 256<<20, "bytes to allocate and keep touching")
+	return cmd
+}
+
+func heartbeat() *cobra.Command {
+	var period time.Duration
+	cmd := &cobra.Command{
+		Use:   "heartbeat",
+		Short: "Wake up every period, like a node daemon's status update, and record how late each wake-up was",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			e := wl.NewEmitter(os.Stdout)
+			return run(func(ctx context.Context) error { return wl.Heartbeat(ctx, period, e) })
+		},
+	}
+	cmd.Flags().DurationVar(&period, "period", time.Second, "time between heartbeats")
 	return cmd
 }
