@@ -20,16 +20,18 @@ type Summary struct {
 
 // WorkloadPhase is one workload in one phase.
 type WorkloadPhase struct {
-	Workload       string      `json:"workload"`
-	Kind           string      `json:"kind"`
-	Phase          string      `json:"phase"`
-	Seconds        float64     `json:"seconds"`         // the phase's length
-	CPUCores       float64     `json:"cpu_cores"`       // CPU time used per second
-	ThrottledRatio float64     `json:"throttled_ratio"` // throttled CFS periods over periods
-	RunqP99        float64     `json:"runq_p99_seconds"`
-	RunqWait       float64     `json:"runq_wait_seconds"` // total run-queue wait of its tasks
-	IOBytes        float64     `json:"io_bytes"`          // block I/O it issued, all devices
-	Probe          *ProbeStats `json:"probe,omitempty"`   // a victim's own measurements
+	Workload         string      `json:"workload"`
+	Kind             string      `json:"kind"`
+	Phase            string      `json:"phase"`
+	Seconds          float64     `json:"seconds"`           // the phase's length
+	CPUCores         float64     `json:"cpu_cores"`         // CPU time used per second
+	ThrottledRatio   float64     `json:"throttled_ratio"`   // throttled CFS periods over periods
+	ThrottledSeconds float64     `json:"throttled_seconds"` // time its quota held it throttled
+	RunqP99          float64     `json:"runq_p99_seconds"`
+	RunqWait         float64     `json:"runq_wait_seconds"` // total run-queue wait of its tasks
+	IOBytes          float64     `json:"io_bytes"`          // block I/O it issued, all devices
+	FsyncP95         float64     `json:"fsync_p95_seconds"` // traced fsync latency, all devices
+	Probe            *ProbeStats `json:"probe,omitempty"`   // a victim's own measurements
 }
 
 // ProbeStats are a victim probe's per-iteration timings in one phase.
@@ -66,12 +68,16 @@ func (a *analysis) summary() Summary {
 			s.Workloads = append(s.Workloads, a.workloadPhase(wl, w))
 		}
 	}
-	ranked := a.run.Span()
-	if a.stress.Name != "" {
-		ranked = a.stress
-	}
-	s.Ranking = a.ranking(ranked)
+	s.Ranking = a.ranking(a.focus())
 	return s
+}
+
+// focus is the window a run is ranked and diffed by: the stress phase, else the whole run.
+func (a *analysis) focus() record.Window {
+	if a.stress.Name != "" {
+		return a.stress
+	}
+	return a.run.Span()
 }
 
 func (a *analysis) workloadPhase(wl record.Workload, w record.Window) WorkloadPhase {
@@ -79,11 +85,13 @@ func (a *analysis) workloadPhase(wl record.Workload, w record.Window) WorkloadPh
 	runq := of(record.MetricRunqLatency).HistDelta(w)
 	wp := WorkloadPhase{
 		Workload: wl.Name, Kind: wl.Kind, Phase: w.Name, Seconds: w.Seconds(),
-		CPUCores:       ratio(of(record.MetricCPUUsage).Delta(w), w.Seconds()),
-		ThrottledRatio: ratio(of(record.MetricCPUThrottled).Delta(w), of(record.MetricCPUPeriods).Delta(w)),
-		RunqP99:        runq.Quantile(0.99),
-		RunqWait:       secs(runq.SumNs),
-		IOBytes:        of(record.MetricBlkBytes).LabelIn(record.LabelOp, dataOps...).Delta(w),
+		CPUCores:         ratio(of(record.MetricCPUUsage).Delta(w), w.Seconds()),
+		ThrottledRatio:   ratio(of(record.MetricCPUThrottled).Delta(w), of(record.MetricCPUPeriods).Delta(w)),
+		ThrottledSeconds: of(record.MetricCPUThrottledTime).Delta(w),
+		RunqP99:          runq.Quantile(0.99),
+		RunqWait:         secs(runq.SumNs),
+		IOBytes:          of(record.MetricBlkBytes).LabelIn(record.LabelOp, dataOps...).Delta(w),
+		FsyncP95:         of(record.MetricFsyncLatency).HistDelta(w).Quantile(0.95),
 	}
 	work := of(record.MetricProbeCPUWork).Values(w)
 	fsyncs := of(record.MetricProbeFsync).Samples(w)

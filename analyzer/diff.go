@@ -1,0 +1,409 @@
+package analyzer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+// DiffReport compares two runs, A and B: `nodectl diff RUN_A RUN_B -o json`.
+type DiffReport struct {
+	A               DiffRun         `json:"a"`
+	B               DiffRun         `json:"b"`
+	Workloads       []WorkloadDiff  `json:"workloads"`
+	FindingsChanged []FindingChange `json:"findings_changed"`
+	// Notes say where the two runs are not measured alike, so ratios mislead.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// DiffRun is one side of a diff: the run, the window its measures cover and its findings.
+type DiffRun struct {
+	Run      RunInfo       `json:"run"`
+	Window   record.Window `json:"window"` // the stress phase, else the whole run
+	Findings []Finding     `json:"findings"`
+	Notes    []string      `json:"notes,omitempty"`
+}
+
+// WorkloadDiff is one workload's measures in both runs. Stress runs match workloads by name,
+// record-mode runs match cgroups by path.
+type WorkloadDiff struct {
+	Workload string       `json:"workload"`
+	In       string       `json:"in,omitempty"` // "a" or "b" when only that run has it
+	Metrics  []MetricDiff `json:"metrics"`
+}
+
+// MetricDiff is one measure in run A and run B. A side is absent when its run lacks the
+// workload or the measure; Ratio is absent when either side is, or A is zero.
+type MetricDiff struct {
+	Metric string   `json:"metric"`
+	Unit   string   `json:"unit"`
+	A      *float64 `json:"a,omitempty"`
+	B      *float64 `json:"b,omitempty"`
+	Ratio  *float64 `json:"ratio,omitempty"` // B/A
+}
+
+// FindingChange is a finding, by id and victim, that only one run has: "a" means it is gone
+// in B, "b" that it appeared in B.
+type FindingChange struct {
+	ID     string `json:"id"`
+	Victim string `json:"victim"`
+	In     string `json:"in"`
+}
+
+// Sides of a diff, as WorkloadDiff.In and FindingChange.In name them.
+const (
+	SideA = "a"
+	SideB = "b"
+)
+
+// unitCores measures CPU time used per second of a window.
+const unitCores = "cores"
+
+// diffMetrics are the measures a diff compares, in order. value reports false when the row
+// has no such measure (a workload without a probe has no CPU-work timings).
+var diffMetrics = []struct {
+	name, unit, label string
+	value             func(WorkloadPhase) (float64, bool)
+}{
+	{"cpu_work_p50_seconds", UnitSeconds, "cpu work p50", probeRow(func(p *ProbeStats) float64 { return p.CPUWorkP50 })},
+	{"cpu_work_p95_seconds", UnitSeconds, "cpu work p95", probeRow(func(p *ProbeStats) float64 { return p.CPUWorkP95 })},
+	{"cpu_cores", unitCores, "cpu cores", anyRow(func(wp WorkloadPhase) float64 { return wp.CPUCores })},
+	{"runq_p99_seconds", UnitSeconds, "run-queue p99", anyRow(func(wp WorkloadPhase) float64 { return wp.RunqP99 })},
+	{"runq_wait_seconds", UnitSeconds, "run-queue wait", anyRow(func(wp WorkloadPhase) float64 { return wp.RunqWait })},
+	{"throttled_seconds", UnitSeconds, "throttled time", anyRow(func(wp WorkloadPhase) float64 { return wp.ThrottledSeconds })},
+	{"throttled_ratio", UnitRatio, "throttled periods", anyRow(func(wp WorkloadPhase) float64 { return wp.ThrottledRatio })},
+	{"fsync_p95_seconds", UnitSeconds, "fsync p95", fsyncEither},
+	{"write_fsync_p95_seconds", UnitSeconds, "write+fsync p95", probeRow(func(p *ProbeStats) float64 { return p.WriteFsyncP95 })},
+	{"io_bytes", UnitBytes, "block I/O", anyRow(func(wp WorkloadPhase) float64 { return wp.IOBytes })},
+}
+
+func anyRow(f func(WorkloadPhase) float64) func(WorkloadPhase) (float64, bool) {
+	return func(wp WorkloadPhase) (float64, bool) { return f(wp), true }
+}
+
+// probeRow reads a probe timing; zero means the probe took no such reading, as no real timing is.
+func probeRow(f func(*ProbeStats) float64) func(WorkloadPhase) (float64, bool) {
+	return func(wp WorkloadPhase) (float64, bool) {
+		if wp.Probe == nil {
+			return 0, false
+		}
+		v := f(wp.Probe)
+		return v, v > 0
+	}
+}
+
+// fsyncEither is the probe's fsync p95, else the tracer's: the probe times every fsync itself.
+func fsyncEither(wp WorkloadPhase) (float64, bool) {
+	if wp.Probe != nil && wp.Probe.FsyncP95 > 0 {
+		return wp.Probe.FsyncP95, true
+	}
+	return wp.FsyncP95, wp.FsyncP95 > 0
+}
+
+// windowLengthTolerance: windows whose lengths differ by more than this share make totals
+// (run-queue wait, throttled time, block I/O) incomparable.
+const windowLengthTolerance = 0.10
+
+// Diff analyzes both runs and compares them workload by workload, over each run's stress
+// phase (or the whole run when it has none), and lists the findings only one of them has.
+func Diff(a, b *record.Run) (*DiffReport, error) {
+	if a == nil || b == nil {
+		return nil, errors.New("diffing runs: no run")
+	}
+	sa, err := newDiffSide(a)
+	if err != nil {
+		return nil, fmt.Errorf("analyzing run A: %w", err)
+	}
+	sb, err := newDiffSide(b)
+	if err != nil {
+		return nil, fmt.Errorf("analyzing run B: %w", err)
+	}
+	d := &DiffReport{
+		A: sa.DiffRun, B: sb.DiffRun,
+		Workloads:       []WorkloadDiff{},
+		FindingsChanged: findingsChanged(sa.Findings, sb.Findings),
+		Notes:           windowNotes(sa.Window, sb.Window),
+	}
+	keys := slices.Clone(sa.keys)
+	for _, k := range sb.keys {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		ra, okA := sa.row(k)
+		rb, okB := sb.row(k)
+		wd := WorkloadDiff{Workload: k, Metrics: []MetricDiff{}}
+		switch {
+		case !okB:
+			wd.In = SideA
+		case !okA:
+			wd.In = SideB
+		}
+		for _, m := range diffMetrics {
+			md := MetricDiff{Metric: m.name, Unit: m.unit, A: diffValue(m.value, ra, okA), B: diffValue(m.value, rb, okB)}
+			if md.A == nil && md.B == nil {
+				continue
+			}
+			if md.A != nil && md.B != nil && *md.A > 0 {
+				if r := *md.B / *md.A; !math.IsInf(r, 0) {
+					md.Ratio = &r
+				}
+			}
+			wd.Metrics = append(wd.Metrics, md)
+		}
+		d.Workloads = append(d.Workloads, wd)
+	}
+	return d, nil
+}
+
+// diffValue is a row's value of a measure, nil when the row or the measure is missing or the
+// value is not finite (JSON has no Inf or NaN).
+func diffValue(value func(WorkloadPhase) (float64, bool), wp WorkloadPhase, ok bool) *float64 {
+	if !ok {
+		return nil
+	}
+	v, has := value(wp)
+	if !has || math.IsInf(v, 0) || math.IsNaN(v) {
+		return nil
+	}
+	return &v
+}
+
+// diffSide is one analyzed run and how to find its workloads.
+type diffSide struct {
+	DiffRun
+	analysis *analysis
+	keys     []string                   // its workloads, in the order to show them
+	byName   map[string]record.Workload // a stress run's workloads
+	cgroups  map[string]bool            // a record-mode run: every cgroup it has samples of
+}
+
+func newDiffSide(run *record.Run) (*diffSide, error) {
+	rep, err := Analyze(run)
+	if err != nil {
+		return nil, err
+	}
+	a := newAnalysis(run)
+	s := &diffSide{
+		DiffRun:  DiffRun{Run: rep.Run, Window: a.focus(), Findings: rep.Findings, Notes: rep.Notes},
+		analysis: a,
+		byName:   map[string]record.Workload{},
+	}
+	for _, wl := range run.Meta.Workloads {
+		s.byName[wl.Name] = wl
+		s.keys = append(s.keys, wl.Name)
+	}
+	if len(run.Meta.Workloads) > 0 {
+		return s, nil
+	}
+	// A record-mode run has no roles: compare the cgroups that stood out, by path.
+	s.cgroups = map[string]bool{}
+	for _, r := range run.Records {
+		if r.Type == record.TypeSample && r.Cgroup != "" {
+			s.cgroups[r.Cgroup] = true
+		}
+	}
+	rk := rep.Summary.Ranking
+	for _, list := range [][]Ranked{rk.RunqWait, rk.Fsync, rk.IOBytes} {
+		for _, r := range list {
+			s.keys = append(s.keys, r.Cgroup)
+		}
+	}
+	slices.Sort(s.keys)
+	s.keys = slices.Compact(s.keys)
+	return s, nil
+}
+
+// row measures the workload named key (a cgroup path in record mode) over the side's window;
+// false when the run does not have it.
+func (s *diffSide) row(key string) (WorkloadPhase, bool) {
+	wl, ok := s.byName[key]
+	if !ok && s.cgroups[key] {
+		wl, ok = record.Workload{Name: key, Cgroup: key}, true
+	}
+	if !ok {
+		return WorkloadPhase{}, false
+	}
+	return s.analysis.workloadPhase(wl, s.Window), true
+}
+
+// findingsChanged lists the findings, by id and victim, that only one run has: A's first.
+func findingsChanged(a, b []Finding) []FindingChange {
+	out := []FindingChange{}
+	for _, side := range []struct {
+		in          string
+		list, other []Finding
+	}{{SideA, a, b}, {SideB, b, a}} {
+		for _, f := range side.list {
+			if !slices.ContainsFunc(side.other, sameFinding(f)) {
+				out = append(out, FindingChange{ID: f.ID, Victim: f.Victim, In: side.in})
+			}
+		}
+	}
+	return out
+}
+
+// sameFinding matches findings of the same id about the same victim.
+func sameFinding(f Finding) func(Finding) bool {
+	return func(g Finding) bool { return g.ID == f.ID && g.Victim == f.Victim }
+}
+
+// windowNotes says when the compared windows differ in kind or length.
+func windowNotes(a, b record.Window) []string {
+	var out []string
+	if a.Name != b.Name {
+		out = append(out, fmt.Sprintf("run A is measured over its %s window and run B over its %s window", a.Name, b.Name))
+	}
+	if la, lb := a.Seconds(), b.Seconds(); math.Abs(la-lb) > windowLengthTolerance*max(la, lb) {
+		out = append(out, fmt.Sprintf("the windows differ in length (A %s, B %s): totals such as run-queue wait, "+
+			"throttled time and block I/O grow with it", fmtSeconds(la), fmtSeconds(lb)))
+	}
+	return out
+}
+
+// RenderDiffJSON writes the diff as `nodectl diff -o json` (docs/run-format.md).
+func RenderDiffJSON(w io.Writer, d *DiffReport) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(d); err != nil {
+		return fmt.Errorf("rendering diff: %w", err)
+	}
+	return nil
+}
+
+// RenderDiffText writes the diff for a person: both runs, each workload's measures side by
+// side with B/A, and the findings of both runs. Measures that are zero in both runs are left
+// out of the table.
+func RenderDiffText(w io.Writer, d *DiffReport) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
+
+	for _, side := range []struct {
+		name string
+		run  DiffRun
+	}{{"A", d.A}, {"B", d.B}} {
+		r := side.run.Run
+		p("%s: run %s: scenario %s on %s, kernel %s; %s %s\n", side.name, r.ID, r.Scenario, r.Node, r.Kernel,
+			side.run.Window.Name, fmtSeconds(side.run.Window.Seconds()))
+	}
+
+	if len(d.Workloads) > 0 {
+		p("\nworkload\tmeasure\tA\tB\tB/A\n")
+	}
+	for _, wd := range d.Workloads {
+		name := wd.Workload
+		if wd.In != "" {
+			name += " (" + strings.ToUpper(wd.In) + " only)"
+		}
+		shown := 0
+		for _, m := range wd.Metrics {
+			if orZero(m.A) == 0 && orZero(m.B) == 0 {
+				continue
+			}
+			ratio := ""
+			if m.Ratio != nil {
+				ratio = fmtRatio(*m.Ratio)
+			}
+			p("%s\t%s\t%s\t%s\t%s\n", name, metricLabel(m.Metric), fmtDiff(m.A, m.Unit), fmtDiff(m.B, m.Unit), ratio)
+			name = ""
+			shown++
+		}
+		if shown == 0 {
+			p("%s\t(nothing measured)\n", name)
+		}
+	}
+
+	p("\n")
+	if len(d.A.Findings) == 0 && len(d.B.Findings) == 0 {
+		p("no findings in either run\n")
+	} else {
+		p("finding\tvictim\tA\tB\tchange\n")
+	}
+	all := slices.Clone(d.A.Findings)
+	for _, f := range d.B.Findings {
+		if !slices.ContainsFunc(all, sameFinding(f)) {
+			all = append(all, f)
+		}
+	}
+	for _, f := range all {
+		change := ""
+		for _, c := range d.FindingsChanged {
+			if c.ID == f.ID && c.Victim == f.Victim {
+				change = map[string]string{SideA: "gone", SideB: "appeared"}[c.In]
+			}
+		}
+		p("%s\t%s\t%s\t%s\t%s\n", f.ID, f.Victim, findingCell(d.A.Findings, f), findingCell(d.B.Findings, f), change)
+	}
+
+	for _, side := range []struct {
+		name  string
+		notes []string
+	}{{"A", d.A.Notes}, {"B", d.B.Notes}, {"", d.Notes}} {
+		for _, n := range side.notes {
+			if side.name != "" {
+				n = "run " + side.name + ": " + n
+			}
+			p("\nnote: %s\n", n)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("rendering diff: %w", err)
+	}
+	return nil
+}
+
+// findingCell is how a run's list shows finding f: its severity and culprits, or "-".
+func findingCell(list []Finding, f Finding) string {
+	i := slices.IndexFunc(list, sameFinding(f))
+	if i < 0 {
+		return "-"
+	}
+	if len(list[i].Culprits) == 0 {
+		return list[i].Severity
+	}
+	return list[i].Severity + ": " + strings.Join(list[i].Culprits, ", ")
+}
+
+func metricLabel(metric string) string {
+	for _, m := range diffMetrics {
+		if m.name == metric {
+			return m.label
+		}
+	}
+	return metric
+}
+
+func orZero(v *float64) float64 {
+	if v == nil {
+		return 0
+	}
+	return *v
+}
+
+// fmtRatio prints B/A as a factor, with two significant digits below 1 so that a drop to a
+// few percent does not read as 0.
+func fmtRatio(r float64) string {
+	if r < 1 {
+		return fmt.Sprintf("%.2gx", r)
+	}
+	return factor(r)
+}
+
+func fmtDiff(v *float64, unit string) string {
+	switch {
+	case v == nil:
+		return "-"
+	case unit == unitCores:
+		return fmt.Sprintf("%.2f", *v)
+	}
+	return fmtUnit(*v, unit)
+}
