@@ -70,3 +70,23 @@ func TestNoSystemDaemonStarvation(t *testing.T) {
 		})
 	}
 }
+
+func TestWakeupWaitsBlameWhatRanAndKernelThreadsAreNotNeighbours(t *testing.T) {
+	// The heartbeat sleeps between beats, so it is rarely preempted: it waits after waking up,
+	// behind whatever runs on its CPU.
+	b := heartbeatRun(0.002, 0.3, map[string][2]float64{record.CgroupKernel: {0.001, 0.5}})
+	for _, w := range []struct {
+		cg       string
+		b, s, nb float64
+	}{{cpuHog0, 0, 0.9, 900}, {cpuHog1, 0, 0.6, 600}, {record.CgroupKernel, 0, 0.4, 400}} {
+		b.counter(record.MetricRunqWakeupWait, heartbeatCg, w.b, w.s, record.LabelPreemptor, w.cg)
+		b.counter(record.MetricRunqWakeupWaits, heartbeatCg, 0, w.nb, record.LabelPreemptor, w.cg)
+	}
+	f := finding(t, b.analyze(t), IDSystemDaemonStarvation)
+	if want := []string{"cpu-hog-0", "cpu-hog-1"}; !reflect.DeepEqual(f.Culprits, want) {
+		t.Errorf("culprits = %v, want %v (kernel threads are system work, not neighbours)", f.Culprits, want)
+	}
+	if e := evidence(t, f, "runq_wakeup_wait_seconds", "cpu-hog-0"); e.Value != 0.9 {
+		t.Errorf("wakeup wait evidence = %+v", e)
+	}
+}

@@ -80,10 +80,14 @@ func (a *analysis) cpuContention(v record.Workload) *Finding {
 	return f
 }
 
-// preemptionWaits is how a cgroup's waits after preemptions split between its neighbours and
-// the rest (its own tasks, its quota, an idle CPU), in the baseline (B) and stress (S) phases.
+// preemptionWaits is how a cgroup's run-queue waits split between its neighbours and the rest
+// (its own tasks, its quota, an idle CPU, kernel threads), in the baseline (B) and stress (S)
+// phases. A wait is charged to whoever preempted the task, or, for a task that woke up on a
+// busy CPU, to whatever ran there just before it.
 type preemptionWaits struct {
-	waits, counts            map[string]record.SeriesSet // by preemptor
+	waits                    map[string]record.SeriesSet // by preemptor: seconds, preempted and woken
+	preempted, woken         map[string]record.SeriesSet // by preemptor: seconds of each kind
+	preemptions, wakeups     map[string]record.SeriesSet // by preemptor: how many waits of each kind
 	neighbours               []share                     // wait each neighbour added over its baseline rate
 	added                    float64                     // the sum of that
 	neighbourB, neighbourS   float64
@@ -91,18 +95,25 @@ type preemptionWaits struct {
 }
 
 // preemptions splits the waits of cgroup by preemptor. Neighbours are every preemptor but the
-// cgroup's own quota and its own tasks. A neighbour is charged what it added over its baseline
-// rate: a steady background preemptor explains no rise.
+// cgroup's own quota, its own tasks and kernel threads (system work, not a neighbour). A
+// neighbour is charged what it added over its baseline rate: a steady background preemptor
+// explains no rise.
 func (a *analysis) preemptions(cgroup string) preemptionWaits {
-	pw := preemptionWaits{
-		waits:  a.run.Series(record.MetricRunqPreemptWait).Cgroup(cgroup).ByLabel(record.LabelPreemptor),
-		counts: a.run.Series(record.MetricRunqPreemptions).Cgroup(cgroup).ByLabel(record.LabelPreemptor),
+	byPreemptor := func(metric string) map[string]record.SeriesSet {
+		return a.run.Series(metric).Cgroup(cgroup).ByLabel(record.LabelPreemptor)
 	}
+	pw := preemptionWaits{
+		preempted:   byPreemptor(record.MetricRunqPreemptWait),
+		woken:       byPreemptor(record.MetricRunqWakeupWait),
+		preemptions: byPreemptor(record.MetricRunqPreemptions),
+		wakeups:     byPreemptor(record.MetricRunqWakeupWaits),
+	}
+	pw.waits = merge(pw.preempted, pw.woken)
 	for preemptor, ss := range pw.waits {
 		b, s := ss.Delta(a.baseline), ss.Delta(a.stress)
 		pw.attributedB += b
 		pw.attributedS += s
-		if preemptor == record.CgroupIdle || preemptor == record.CgroupThrottled || within(preemptor, cgroup) {
+		if preemptor == record.CgroupIdle || preemptor == record.CgroupThrottled || preemptor == record.CgroupKernel || within(preemptor, cgroup) {
 			continue
 		}
 		pw.neighbourB += b
@@ -114,17 +125,34 @@ func (a *analysis) preemptions(cgroup string) preemptionWaits {
 	return pw
 }
 
-// blame names the culprits among pw's neighbours in f, with each one's preemptions and wait as
+// blame names the culprits among pw's neighbours in f, with each one's waits and their count as
 // evidence charged to victim.
 func (a *analysis) blame(f *Finding, victim string, pw preemptionWaits) {
 	for _, c := range culprits(pw.neighbours) {
 		n := a.name(c.cgroup)
 		f.Culprits = append(f.Culprits, n)
-		wait := a.evidence("runq_preempt_wait_seconds", victim, pw.waits[c.cgroup].Delta(a.baseline), pw.waits[c.cgroup].Delta(a.stress), UnitSeconds)
-		preemptions := a.evidence("runq_preemptions", victim, pw.counts[c.cgroup].Delta(a.baseline), pw.counts[c.cgroup].Delta(a.stress), UnitCount)
-		wait.Culprit, preemptions.Culprit = n, n
-		f.Evidence = append(f.Evidence, wait, preemptions)
+		for _, e := range []Evidence{
+			a.evidence("runq_preempt_wait_seconds", victim, pw.preempted[c.cgroup].Delta(a.baseline), pw.preempted[c.cgroup].Delta(a.stress), UnitSeconds),
+			a.evidence("runq_wakeup_wait_seconds", victim, pw.woken[c.cgroup].Delta(a.baseline), pw.woken[c.cgroup].Delta(a.stress), UnitSeconds),
+			a.evidence("runq_preemptions", victim, pw.preemptions[c.cgroup].Delta(a.baseline), pw.preemptions[c.cgroup].Delta(a.stress), UnitCount),
+			a.evidence("runq_wakeup_waits", victim, pw.wakeups[c.cgroup].Delta(a.baseline), pw.wakeups[c.cgroup].Delta(a.stress), UnitCount),
+		} {
+			e.Culprit = n
+			f.Evidence = append(f.Evidence, e)
+		}
 	}
+}
+
+// merge joins two groupings of series by the same key.
+func merge(a, b map[string]record.SeriesSet) map[string]record.SeriesSet {
+	out := make(map[string]record.SeriesSet, len(a)+len(b))
+	for k, v := range a {
+		out[k] = append(out[k], v...)
+	}
+	for k, v := range b {
+		out[k] = append(out[k], v...)
+	}
+	return out
 }
 
 // cpuThrottling: the victim's own CPU quota stopped it, in any phase (docs/findings.md).

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause */
-/* Run-queue latency per cgroup (wakeup or preemption to running), and who preempted whom:
- * for each (victim cgroup, preemptor cgroup) the number of involuntary switches and the time
- * the victim then waited. Cgroups are in the cpu hierarchy on v1 hosts. */
+/* Run-queue latency per cgroup (wakeup or preemption to running), and whom the waits are
+ * charged to: for each (victim cgroup, preemptor) the number of involuntary switches and the
+ * time the victim then waited, and the waits after a wakeup, charged to what ran on the CPU
+ * just before the victim got it. Cgroups are in the cpu hierarchy on v1 hosts. */
 #include "common.h"
 
 #define TASK_RUNNING 0
@@ -10,24 +11,38 @@
  * stay far below 2^63. */
 #define PREEMPTOR_IDLE 0ULL
 #define PREEMPTOR_THROTTLED (~0ULL)
+#define PREEMPTOR_KERNEL (~1ULL)
+
+/* include/linux/sched.h; the value has not changed since 2.6. */
+#define PF_KTHREAD 0x00200000
 
 enum drop_reason {
 	DROP_HIST_FULL = 0,    /* latency map full: a new cgroup's wait was not recorded */
-	DROP_PAIR_FULL = 1,    /* pairs map full: a new (victim, preemptor) pair was not counted */
+	DROP_PAIR_FULL = 1,    /* pairs map full (or out of memory): a wait was not counted */
 	DROP_STORAGE_FAIL = 2, /* task storage could not be created or taken (recursion) */
+};
+
+/* How the victim came to wait. */
+enum wait_kind {
+	WAIT_PREEMPTED = 0, /* switched out while runnable; preemptor took the CPU */
+	WAIT_WOKEN = 1,     /* woken up; preemptor ran on the CPU until the victim got it */
 };
 
 struct pair_key {
 	__u64 victim;
 	__u64 preemptor;
+	__u32 kind; /* enum wait_kind */
+	__u32 pad;
 };
 
 struct pair_val {
-	__u64 count;   /* involuntary switches of victim in favour of preemptor */
-	__u64 wait_ns; /* time the victim's tasks then waited to run again */
+	__u64 count;   /* waits: preempted, involuntary switches of victim in favour of
+			* preemptor; woken, waits after a wakeup behind preemptor */
+	__u64 wait_ns; /* their time */
 };
 
-/* Per-task: when it became runnable, and who switched it out if it was preempted. */
+/* Per-task: when it became runnable and, if it was preempted, who switched it out; if it
+ * was woken, PREEMPTOR_THROTTLED when its quota had run out at the time. */
 struct stamp {
 	__u64 ts; /* 0 when the task is not waiting */
 	__u64 preemptor;
@@ -57,8 +72,9 @@ struct {
 	__type(value, struct pair_val);
 } pairs SEC(".maps");
 
-/* Keeps enum drop_reason in BTF so that bpf2go generates its Go constants. */
+/* Keep the enums in BTF so that bpf2go generates their Go constants. */
 const enum drop_reason *unused_drop_reason __attribute__((unused));
+const enum wait_kind *unused_wait_kind __attribute__((unused));
 
 /* The task's cgroup id, as task_cgroup_id in common.h, by direct BTF loads: tp_btf arguments
  * are trusted pointers, and plain loads cost a fraction of the probe-read helper calls of
@@ -84,6 +100,17 @@ static __always_inline bool throttled(struct task_struct *t)
 	return cfs && cfs->throttle_count > 0;
 }
 
+/* Whom a wait for t is charged to: the idle task, a kernel thread (kworker, ksoftirqd, jbd2,
+ * kswapd: system work, whichever cgroup it sits in), or a user task's cgroup. */
+static __always_inline __u64 preemptor_of(struct task_struct *t)
+{
+	if (!t->pid)
+		return PREEMPTOR_IDLE;
+	if (t->flags & PF_KTHREAD)
+		return PREEMPTOR_KERNEL;
+	return cgroup_of(t);
+}
+
 static __always_inline struct pair_val *pair_get(struct pair_key *k)
 {
 	struct pair_val *v = bpf_map_lookup_elem(&pairs, k);
@@ -107,6 +134,7 @@ static __always_inline void stamp_wakeup(struct task_struct *t)
 		return;
 	s->ts = bpf_ktime_get_ns();
 	s->preempted = 0;
+	s->preemptor = throttled(t) ? PREEMPTOR_THROTTLED : PREEMPTOR_IDLE;
 }
 
 SEC("tp_btf/sched_wakeup")
@@ -137,21 +165,9 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	if (prev->pid && (preempt || prev_state == TASK_RUNNING)) {
 		s = bpf_task_storage_get(&stamps, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (s) {
-			struct pair_key k = { .victim = cgroup_of(prev) };
-			if (throttled(prev))
-				k.preemptor = PREEMPTOR_THROTTLED;
-			else if (!next->pid)
-				k.preemptor = PREEMPTOR_IDLE;
-			else
-				k.preemptor = cgroup_of(next);
 			s->ts = now;
-			s->preemptor = k.preemptor;
+			s->preemptor = throttled(prev) ? PREEMPTOR_THROTTLED : preemptor_of(next);
 			s->preempted = 1;
-			struct pair_val *v = pair_get(&k);
-			if (v)
-				v->count += 1;
-			else
-				count_drop(DROP_PAIR_FULL);
 		} else {
 			count_drop(DROP_STORAGE_FAIL);
 		}
@@ -172,14 +188,29 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	else
 		count_drop(DROP_HIST_FULL);
 
+	struct pair_key k = { .victim = cg, .preemptor = s->preemptor };
 	if (s->preempted) {
 		s->preempted = 0;
-		struct pair_key k = { .victim = cg, .preemptor = s->preemptor };
-		struct pair_val *v = pair_get(&k);
-		if (v)
-			v->wait_ns += delta;
-		else
-			count_drop(DROP_PAIR_FULL);
+	} else {
+		/* Woken: charged to the last task that held the CPU before next, unless its
+		 * quota was out at the wakeup (a quota that runs out later, while it waits, is
+		 * missed before 6.18, whose throttling switches the task out instead). From an
+		 * idle CPU it waited for nobody, and costs no lookup. */
+		k.kind = WAIT_WOKEN;
+		if (k.preemptor != PREEMPTOR_THROTTLED)
+			k.preemptor = preemptor_of(prev);
+		if (k.preemptor == PREEMPTOR_IDLE)
+			return 0;
 	}
+	/* The preemption is counted here too, not when it happened: one switch then adds at
+	 * most one pair, and the allocator of a per-CPU map, which keeps about one free value
+	 * per CPU, fails a second in the same switch. */
+	struct pair_val *v = pair_get(&k);
+	if (!v) {
+		count_drop(DROP_PAIR_FULL);
+		return 0;
+	}
+	v->count += 1;
+	v->wait_ns += delta;
 	return 0;
 }

@@ -8,6 +8,8 @@ const (
 	MetricRunqLatency     = "runq_latency_seconds"            // hist: wakeup/preemption to running
 	MetricRunqPreemptions = "runq_preemptions_total"          // labels preemptor: involuntary switches of cgroup by preemptor
 	MetricRunqPreemptWait = "runq_preempt_wait_seconds_total" // labels preemptor: time the preempted tasks then waited
+	MetricRunqWakeupWaits = "runq_wakeup_waits_total"         // labels preemptor: waits after a wakeup on a busy CPU, by what ran just before the task
+	MetricRunqWakeupWait  = "runq_wakeup_wait_seconds_total"  // labels preemptor: time those woken tasks waited
 
 	// fsync tracer (cgroup in the blkio hierarchy on v1 hosts).
 	MetricFsyncLatency = "fsync_latency_seconds" // hist, labels syscall (fsync|fdatasync|sync_file_range), device
@@ -62,4 +64,7 @@ const (
 	// CgroupThrottled is the preemptor recorded when the task's cgroup, or an ancestor, ran
 	// out of CPU quota: its own limit, not a neighbour, stopped it.
 	CgroupThrottled = "<throttled>"
+	// CgroupKernel is the preemptor recorded for a kernel thread (kworker, ksoftirqd, jbd2,
+	// kswapd, ...): system work, not a neighbour, whichever cgroup the thread sits in.
+	CgroupKernel = "<kernel>"
 )

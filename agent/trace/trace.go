@@ -345,14 +345,20 @@ func runqSeries(st runq.Stats, name namer) []series {
 			by = record.CgroupIdle
 		case runq.PreemptorThrottled:
 			by = record.CgroupThrottled
+		case runq.PreemptorKernel:
+			by = record.CgroupKernel
 		default:
 			by = name(p.Preemptor)
 		}
 		labels := map[string]string{record.LabelPreemptor: by}
 		victim := name(p.Victim)
+		count, wait := record.MetricRunqPreemptions, record.MetricRunqPreemptWait
+		if p.Woken {
+			count, wait = record.MetricRunqWakeupWaits, record.MetricRunqWakeupWait
+		}
 		out = append(out,
-			series{metric: record.MetricRunqPreemptions, cgroup: victim, labels: labels, value: float64(p.Count)},
-			series{metric: record.MetricRunqPreemptWait, cgroup: victim, labels: labels, value: seconds(p.WaitNs)})
+			series{metric: count, cgroup: victim, labels: labels, value: float64(p.Count)},
+			series{metric: wait, cgroup: victim, labels: labels, value: seconds(p.WaitNs)})
 	}
 	return append(out, dropSeries(ProgramRunq, st.Drops)...)
 }

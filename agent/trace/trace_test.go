@@ -154,6 +154,10 @@ func newFake() (*fakeSource, fakeResolver) {
 				{Victim: 10, Preemptor: 11, Count: 7, WaitNs: 1_500_000_000},
 				{Victim: 10, Preemptor: runq.PreemptorIdle, Count: 1, WaitNs: 10},
 				{Victim: 10, Preemptor: runq.PreemptorThrottled, Count: 2, WaitNs: 250_000_000},
+				{Victim: 10, Preemptor: runq.PreemptorKernel, Count: 5, WaitNs: 2_000_000},
+				{Victim: 10, Preemptor: 11, Woken: true, Count: 4, WaitNs: 40_000_000},
+				{Victim: 10, Preemptor: runq.PreemptorThrottled, Woken: true, Count: 6, WaitNs: 500_000_000},
+				{Victim: 10, Preemptor: runq.PreemptorKernel, Woken: true, Count: 8, WaitNs: 3000},
 				{Victim: 1, Preemptor: 99, Count: 3, WaitNs: 30},
 			},
 			Drops: map[string]uint64{"latency_map_full": 0, "pairs_map_full": 4},
@@ -198,22 +202,29 @@ func TestCollectConverts(t *testing.T) {
 	}
 	one(t, recs, record.MetricRunqLatency, "<unknown:99>", nil)
 
+	preempted := []string{record.MetricRunqPreemptions, record.MetricRunqPreemptWait}
+	woken := []string{record.MetricRunqWakeupWaits, record.MetricRunqWakeupWait}
 	for _, c := range []struct {
 		name      string
+		metrics   []string // count, wait
 		preemptor string
 		count     float64
 		wait      float64
 	}{
-		{"neighbour", "/nodectl/r/cpu-hog-0", 7, 1.5},
-		{"idle", record.CgroupIdle, 1, 1e-8},
-		{"throttled", record.CgroupThrottled, 2, 0.25},
+		{"neighbour", preempted, "/nodectl/r/cpu-hog-0", 7, 1.5},
+		{"idle", preempted, record.CgroupIdle, 1, 1e-8},
+		{"throttled", preempted, record.CgroupThrottled, 2, 0.25},
+		{"kernel", preempted, record.CgroupKernel, 5, 0.002},
+		{"woken_neighbour", woken, "/nodectl/r/cpu-hog-0", 4, 0.04},
+		{"woken_throttled", woken, record.CgroupThrottled, 6, 0.5},
+		{"woken_kernel", woken, record.CgroupKernel, 8, 3e-6},
 	} {
 		l := map[string]string{record.LabelPreemptor: c.preemptor}
-		if v := *one(t, recs, record.MetricRunqPreemptions, victim, l).Value; v != c.count {
-			t.Errorf("%s: preemptions %v, want %v", c.name, v, c.count)
+		if v := *one(t, recs, c.metrics[0], victim, l).Value; v != c.count {
+			t.Errorf("%s: %s %v, want %v", c.name, c.metrics[0], v, c.count)
 		}
-		if v := *one(t, recs, record.MetricRunqPreemptWait, victim, l).Value; v != c.wait {
-			t.Errorf("%s: wait %v s, want %v", c.name, v, c.wait)
+		if v := *one(t, recs, c.metrics[1], victim, l).Value; v != c.wait {
+			t.Errorf("%s: %s %v, want %v", c.name, c.metrics[1], v, c.wait)
 		}
 	}
 	one(t, recs, record.MetricRunqPreemptions, "/", map[string]string{record.LabelPreemptor: "<unknown:99>"})

@@ -490,3 +490,11 @@ func nodectlAs(t *testing.T, exe string, cred *syscall.Credential, args ...strin
 	err := cmd.Run()
 	return out.String(), errb.String(), err
 }
+
+func TestQuietHeartbeatIsNotStarved(t *testing.T) {
+	requireRoot(t)
+	rep, _ := noisyRun(t, "--heartbeat=100ms")
+	if _, ok := finding(rep, "system-daemon-starvation"); ok {
+		t.Errorf("a quiet run reported system-daemon-starvation; findings %v", rep.ids())
+	}
+}

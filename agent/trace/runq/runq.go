@@ -1,15 +1,17 @@
 // Package runq loads bpf/runq.bpf.c and reads its maps: run-queue latency per cgroup (wakeup
-// or preemption to running) and, for each (victim, preemptor) pair of cgroups, the number of
-// involuntary switches and the time the victim then waited.
+// or preemption to running) and, for each (victim, preemptor) pair, the number of involuntary
+// switches and the time the victim then waited, and the waits after a wakeup charged to what
+// ran on the CPU just before the victim got it.
 package runq
 
 import "github.com/nodectl/nodectl/agent/hist"
 
-// Special preemptor ids. Kernfs ids start at 1 (a hierarchy's root, so 1 is taken) and are
-// never all ones, so neither collides with a cgroup.
+// Special preemptor ids. Kernfs ids start at 1 (a hierarchy's root, so 1 is taken) and, on
+// 64-bit, stay far below 2^63, so none collides with a cgroup.
 const (
 	PreemptorIdle      uint64 = 0          // the CPU went idle while the victim stayed runnable
 	PreemptorThrottled uint64 = ^uint64(0) // the victim's cgroup (or an ancestor) ran out of quota
+	PreemptorKernel    uint64 = ^uint64(1) // a kernel thread (kworker, ksoftirqd, jbd2, ...), in whatever cgroup
 )
 
 // Defaults for Config's zero values.
@@ -25,11 +27,18 @@ type Config struct {
 	MaxPairs   uint32 // pairs map capacity; 0 means DefaultMaxPairs
 }
 
-// Pair is what one cgroup's preemptions of another cost it, cumulative.
+// Pair is what one cgroup's preemptions of another cost it, cumulative; or, Woken, what
+// Victim's tasks waited after a wakeup while Preemptor held the CPU.
 type Pair struct {
-	Victim, Preemptor uint64 // kernfs ids; Preemptor may be PreemptorIdle or PreemptorThrottled
-	Count             uint64 // involuntary switches of Victim's tasks in favour of Preemptor
-	WaitNs            uint64 // time those tasks then waited to run again
+	Victim, Preemptor uint64 // kernfs ids; Preemptor may be a special one (see the constants)
+	// Woken: the waits began at a wakeup, and Preemptor is what ran on the CPU just before
+	// the task got it (PreemptorThrottled if its quota was out at the wakeup). Waits on an
+	// idle CPU are in Latency only.
+	Woken bool
+	// Involuntary switches of Victim's tasks in favour of Preemptor (Woken: waits), each
+	// counted when the task runs again, with its wait.
+	Count  uint64
+	WaitNs uint64 // time those tasks then waited to run
 }
 
 // Stats is a cumulative snapshot of the maps.

@@ -32,6 +32,8 @@ type runqPairKey struct {
 	_         structs.HostLayout
 	Victim    uint64
 	Preemptor uint64
+	Kind      uint32
+	Pad       uint32
 }
 
 type runqPairVal struct {
@@ -48,6 +50,13 @@ type runqStamp struct {
 	Pad       uint32
 }
 
+type runqWaitKind uint32
+
+const (
+	runqWaitKindWAIT_PREEMPTED runqWaitKind = 0
+	runqWaitKindWAIT_WOKEN     runqWaitKind = 1
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -61,6 +70,7 @@ const (
 	runqProgRunqWakeupNew   = "runq_wakeup_new"
 	runqVarCgroupV1         = "cgroup_v1"
 	runqVarUnusedDropReason = "unused_drop_reason"
+	runqVarUnusedWaitKind   = "unused_wait_kind"
 )
 
 // loadRunq returns the embedded CollectionSpec for runq.
@@ -126,6 +136,7 @@ type runqMapSpecs struct {
 type runqVariableSpecs struct {
 	CgroupV1         *ebpf.VariableSpec `ebpf:"cgroup_v1"`
 	UnusedDropReason *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
+	UnusedWaitKind   *ebpf.VariableSpec `ebpf:"unused_wait_kind"`
 }
 
 // runqObjects contains all objects after they have been loaded into the kernel.
@@ -169,6 +180,7 @@ func (m *runqMaps) Close() error {
 type runqVariables struct {
 	CgroupV1         *ebpf.Variable `ebpf:"cgroup_v1"`
 	UnusedDropReason *ebpf.Variable `ebpf:"unused_drop_reason"`
+	UnusedWaitKind   *ebpf.Variable `ebpf:"unused_wait_kind"`
 }
 
 // runqPrograms contains all programs after they have been loaded into the kernel.

@@ -84,7 +84,7 @@ func (t *Tracer) Read() (Stats, error) {
 	var vs []runqPairVal
 	it = t.objs.Pairs.Iterate()
 	for it.Next(&k, &vs) {
-		p := Pair{Victim: k.Victim, Preemptor: k.Preemptor}
+		p := Pair{Victim: k.Victim, Preemptor: k.Preemptor, Woken: runqWaitKind(k.Kind) == runqWaitKindWAIT_WOKEN}
 		for _, v := range vs {
 			p.Count += v.Count
 			p.WaitNs += v.WaitNs
@@ -115,8 +115,7 @@ func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
 		return n, fmt.Errorf("forgetting runq latency entries: %w", err)
 	}
 	m, err := loader.DeleteIf(t.objs.Pairs, func(k runqPairKey) bool {
-		special := k.Preemptor == PreemptorIdle || k.Preemptor == PreemptorThrottled
-		return !live(k.Victim) || !special && !live(k.Preemptor)
+		return !live(k.Victim) || !special(k.Preemptor) && !live(k.Preemptor)
 	})
 	if err != nil {
 		return n + m, fmt.Errorf("forgetting runq pairs: %w", err)
@@ -129,4 +128,9 @@ func (t *Tracer) Close() error {
 	err := loader.Close("runq", t.links, &t.objs)
 	t.links, t.objs = nil, runqObjects{}
 	return err
+}
+
+// special reports whether a preemptor id stands for no cgroup.
+func special(preemptor uint64) bool {
+	return preemptor == PreemptorIdle || preemptor == PreemptorThrottled || preemptor == PreemptorKernel
 }
