@@ -481,6 +481,7 @@ func (r *noisyRun) cleanup() error {
 	if r.unclaim != nil {
 		r.unclaim()
 	}
+	pruneDirs(r.cfg.Paths)
 	return errors.Join(errs...)
 }
 

@@ -41,7 +41,7 @@ func DefaultPaths() Paths {
 		Sysfs:    "/sys",
 		Tracefs:  "/sys/kernel/tracing",
 		Scratch:  "/var/tmp/nodectl",
-		State:    "/run/nodectl/runs",
+		State:    "/run/nodectl",
 	}
 }
 
@@ -86,6 +86,14 @@ func noteTracefs(p Paths, id, dir string) error {
 		return fmt.Errorf("recording the tracefs mount in the run state: %w", err)
 	}
 	return nil
+}
+
+// pruneDirs removes the scratch and state parents when no run uses them any more; a directory
+// that is not empty stays.
+func pruneDirs(p Paths) {
+	for _, d := range []string{p.Scratch, p.State} {
+		_ = os.Remove(d)
+	}
 }
 
 // anyRunAlive reports whether any run's owner still runs.
@@ -192,10 +200,11 @@ func Clean(ctx context.Context, p Paths, ids []string, all bool, log *slog.Logge
 		}
 		log.Debug("cleaned run", "id", id)
 	}
-	// The parent itself goes when it is empty; a live run keeps it.
+	// The parents themselves go when they are empty; a live run keeps them.
 	if err := layout.Prune(CgroupParent); err != nil {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
+	pruneDirs(p)
 	if len(rep.Errors) > 0 {
 		return rep, fmt.Errorf("cleaning runs: %s", strings.Join(rep.Errors, "; "))
 	}

@@ -311,7 +311,7 @@ func leftovers(id string) []string {
 	if m, _ := filepath.Glob("/sys/fs/cgroup/nodectl/" + id); len(m) > 0 {
 		left = append(left, m...)
 	}
-	for _, d := range []string{"/var/tmp/nodectl/" + id, "/run/nodectl/runs/" + id} {
+	for _, d := range []string{"/var/tmp/nodectl/" + id, "/run/nodectl/" + id} {
 		if _, err := os.Stat(d); err == nil {
 			left = append(left, d)
 		}
