@@ -425,6 +425,9 @@ func (r *noisyRun) args(w record.Workload) []string {
 		return []string{"workload", "disk-hog", "--dir", w.Target, "--file-bytes", strconv.Itoa(workload.DefaultDiskHogFileBytes)}
 	case "fsync":
 		return []string{"workload", "fsync-hog", "--dir", w.Target}
+	case "churn":
+		parallel := threadsFor(r.specs[w.Name], runtime.NumCPU())
+		return []string{"workload", "churn", "--parallel", strconv.Itoa(parallel)}
 	case "memory":
 		size := r.specs[w.Name].MemBytes
 		// Stay a little under the limit: the hog is to hold memory, not to be OOM-killed.

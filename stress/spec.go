@@ -14,7 +14,7 @@ import (
 )
 
 // HogKinds are the neighbour kinds `--hog` accepts.
-var HogKinds = []string{"cpu", "disk", "memory", "fsync"}
+var HogKinds = []string{"cpu", "disk", "memory", "fsync", "churn"}
 
 // HogSpec is one `--hog KIND[,count=N][,cpu=LIMIT][,memory=SIZE][,target=PATH][,threads=N]`.
 type HogSpec struct {
@@ -23,7 +23,7 @@ type HogSpec struct {
 	CPUMilli int64  // 0 = unlimited
 	MemBytes int64  // 0 = unlimited (memory hogs default to DefaultMemoryHog)
 	Target   string // directory disk and fsync hogs write to; "" = the run's scratch directory
-	Threads  int    // busy threads of a cpu hog; 0 = one per CPU of its limit, or per online CPU
+	Threads  int    // busy threads of a cpu hog, processes at a time of a churn hog; 0 = one per CPU (of its limit)
 	raw      string
 }
 

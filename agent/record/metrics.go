@@ -44,6 +44,9 @@ const (
 
 	// Heartbeat probe: how late each periodic wake-up came, one value per beat.
 	MetricHeartbeatLateness = "heartbeat_lateness_seconds"
+
+	// Churn hog: processes it started in the last second, one value a second.
+	MetricChurnStarts = "churn_starts"
 )
 
 // Label keys and special label values.

@@ -417,7 +417,7 @@ func TestCLIErrorsNameTheProblem(t *testing.T) {
 		args []string
 		want string
 	}{
-		"unknown_hog_kind":   {[]string{"stress", "noisy", "--hog", "gpu"}, `unknown kind "gpu" (allowed: cpu, disk, memory, fsync)`},
+		"unknown_hog_kind":   {[]string{"stress", "noisy", "--hog", "gpu"}, `unknown kind "gpu" (allowed: cpu, disk, memory, fsync, churn)`},
 		"bad_hog_limit":      {[]string{"stress", "noisy", "--hog", "cpu,cpu=fast"}, `cpu=fast: bad CPU limit "fast"`},
 		"bad_victim_cpu":     {[]string{"stress", "noisy", "--victim-cpu", "-1"}, "--victim-cpu"},
 		"bad_victim_memory":  {[]string{"stress", "noisy", "--victim-memory", "lots"}, `--victim-memory: bad size "lots"`},
@@ -496,5 +496,30 @@ func TestQuietHeartbeatIsNotStarved(t *testing.T) {
 	rep, _ := noisyRun(t, "--heartbeat=100ms")
 	if _, ok := finding(rep, "system-daemon-starvation"); ok {
 		t.Errorf("a quiet run reported system-daemon-starvation; findings %v", rep.ids())
+	}
+}
+
+func TestHeartbeatNextToChurnIsStarved(t *testing.T) {
+	requireRoot(t)
+	rep, run := noisyRun(t, "--heartbeat=100ms", "--hog", "churn", "--hog", "cpu,count=2")
+	var hb string
+	for _, w := range run.Meta.Workloads {
+		if w.Name == "heartbeat" {
+			hb = w.Cgroup
+		}
+	}
+	late := run.Series(record.MetricHeartbeatLateness).Cgroup(hb)
+	b, _ := run.Phase(record.PhaseBaseline)
+	s, _ := run.Phase(record.PhaseStress)
+	base, stress := slices.Max(late.Values(b)), slices.Max(late.Values(s))
+	t.Logf("heartbeat worst lateness: baseline %.4fs stress %.4fs (x%.1f); findings %v", base, stress, stress/base, rep.ids())
+	i, ok := finding(rep, "system-daemon-starvation")
+	if !ok {
+		t.Fatalf("no system-daemon-starvation finding; got %v", rep.ids())
+	}
+	if f := rep.Findings[i]; f.Victim != "heartbeat" || !slices.ContainsFunc(f.Culprits, func(c string) bool {
+		return strings.HasPrefix(c, "churn-hog-") || strings.HasPrefix(c, "cpu-hog-")
+	}) {
+		t.Errorf("system-daemon-starvation of %s blames %v, want the churn or CPU hogs", f.Victim, f.Culprits)
 	}
 }

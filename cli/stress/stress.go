@@ -44,7 +44,8 @@ With --trace, eBPF programs record run-queue latency with the preempting cgroup,
 and block I/O per cgroup; the analyzer then names what slowed the victim.
 
 Hog kinds: cpu (busy threads), disk (512 MiB sequential writes + fsync, like dd conv=fsync),
-memory (allocates up to its limit and keeps touching it), fsync (4 KiB writes, fsync each).
+memory (allocates up to its limit and keeps touching it), fsync (4 KiB writes, fsync each),
+churn (short-lived processes started continuously, threads=N at a time, like pod start-up).
 LIMIT and SIZE use Kubernetes notation (250m, 1, 512Mi). No --hog is a quiet run.`,
 		Example: `  sudo nodectl stress noisy --hog cpu,count=2 --hog disk --trace
   sudo nodectl stress noisy --victim-cpu 250m --hog cpu,count=4,cpu=1 --trace -o json`,
@@ -106,7 +107,7 @@ LIMIT and SIZE use Kubernetes notation (250m, 1, 512Mi). No --hog is a quiet run
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&hogs, "hog", nil, "a neighbour: KIND[,count=N][,cpu=LIMIT][,memory=SIZE][,target=PATH][,threads=N]; KIND is cpu, disk, memory or fsync (repeatable)")
+	f.StringArrayVar(&hogs, "hog", nil, "a neighbour: KIND[,count=N][,cpu=LIMIT][,memory=SIZE][,target=PATH][,threads=N]; KIND is cpu, disk, memory, fsync or churn (repeatable)")
 	f.StringVar(&victimCPU, "victim-cpu", "", "victim CPU limit (Kubernetes notation, e.g. 250m); unlimited if empty")
 	f.StringVar(&victimMem, "victim-memory", "", "victim memory limit (e.g. 512Mi); unlimited if empty")
 	f.DurationVar(&cfg.Baseline, "baseline", 20*time.Second, "how long the victim runs alone")

@@ -4,6 +4,7 @@ package workload
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,7 +26,7 @@ func New() *cobra.Command {
 	// The run a workload belongs to; unused by the bodies, it makes each process of a run
 	// recognisable in ps.
 	cmd.PersistentFlags().String("run", "", "id of the run this workload belongs to")
-	cmd.AddCommand(victim(), cpuHog(), diskHog(), fsyncHog(), memoryHog(), heartbeat())
+	cmd.AddCommand(victim(), cpuHog(), diskHog(), fsyncHog(), memoryHog(), heartbeat(), churn())
 	return cmd
 }
 
@@ -128,5 +129,25 @@ func heartbeat() *cobra.Command {
 		},
 	}
 	cmd.Flags().DurationVar(&period, "period", time.Second, "time between heartbeats")
+	return cmd
+}
+
+func churn() *cobra.Command {
+	var parallel int
+	cmd := &cobra.Command{
+		Use:   "churn",
+		Short: "Start and stop short-lived processes continuously, as pod start-up churn does",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("churn: finding this binary: %w", err)
+			}
+			e := wl.NewEmitter(os.Stdout)
+			// Each process is this binary printing its version: a real Go process start and exit.
+			return run(func(ctx context.Context) error { return wl.Churn(ctx, []string{self, "version"}, parallel, e) })
+		},
+	}
+	cmd.Flags().IntVar(&parallel, "parallel", 2, "processes running at a time")
 	return cmd
 }

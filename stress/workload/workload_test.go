@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"testing"
 	"time"
 
@@ -42,5 +43,36 @@ func TestVictimEmitsItsMeasurements(t *testing.T) {
 func BenchmarkCPUWork(b *testing.B) {
 	for b.Loop() {
 		cpuWork(DefaultWorkRounds)
+	}
+}
+
+func TestChurnStartsProcessesContinuously(t *testing.T) {
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	defer cancel()
+	if err := Churn(ctx, []string{"true"}, 2, NewEmitter(&out)); err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	var seconds int
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		var m Measurement
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil || m.Metric != record.MetricChurnStarts {
+			t.Fatalf("bad line %q", sc.Text())
+		}
+		total += m.Value
+		seconds++
+	}
+	if seconds < 2 || total < float64(seconds) {
+		t.Errorf("churn started %.0f processes in %d reported seconds, want at least one a second", total, seconds)
+	}
+}
+
+func TestChurnFailsOnABadCommand(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := Churn(ctx, []string{"/nonexistent/cmd"}, 1, NewEmitter(io.Discard)); err == nil {
+		t.Fatal("churn of a missing command did not fail")
 	}
 }
