@@ -69,10 +69,14 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 	var paths []string
 	seen := map[string]bool{}
 	records := 0
+	start := time.Now()
 	observe := func(batch []record.Record) {
 		mu.Lock()
 		defer mu.Unlock()
 		records += len(batch)
+		if cfg.Progress != nil {
+			cfg.Progress(time.Since(start), records)
+		}
 		for _, r := range batch {
 			if r.Cgroup == "" || seen[r.Cgroup] || strings.HasPrefix(r.Cgroup, "<") || len(paths) >= cfg.MaxCgroups {
 				continue
@@ -92,7 +96,6 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 		"system":  sample.NewSystem(cfg.Procfs, cfg.Sysfs, nil),
 	}
 	c := collect.New(sources, w, cfg.Interval, observe, cfg.Log.With("component", "collect"))
-	start := time.Now()
 	if err := w.Append(record.Record{Type: record.TypePhase, Time: start, Name: "record", Event: record.EventStart}); err != nil {
 		return cfg.Out, err
 	}
@@ -101,24 +104,8 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
-	tick := time.NewTicker(cfg.Interval)
-	defer tick.Stop()
-loop:
-	for {
-		select {
-		case <-rctx.Done():
-			break loop
-		case now := <-tick.C:
-			if err := c.Snapshot(now); err != nil {
-				return cfg.Out, err
-			}
-			if cfg.Progress != nil {
-				mu.Lock()
-				n := records
-				mu.Unlock()
-				cfg.Progress(time.Since(start), n)
-			}
-		}
+	if err := c.Run(rctx); err != nil {
+		return cfg.Out, err
 	}
 	end := time.Now()
 	if err := c.Snapshot(end); err != nil {

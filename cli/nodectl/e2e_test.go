@@ -110,13 +110,17 @@ func probeValues(t *testing.T, run *record.Run, metric, phase string) []float64 
 	if !ok {
 		t.Fatalf("run has no %s phase", phase)
 	}
-	var victim string
-	for _, wl := range run.Meta.Workloads {
-		if wl.Name == "victim" {
-			victim = wl.Cgroup
+	return run.Series(metric).Cgroup(workloadCgroup(run, "victim")).Values(w)
+}
+
+// workloadCgroup is the cgroup of the run's workload name.
+func workloadCgroup(run *record.Run, name string) string {
+	for _, w := range run.Meta.Workloads {
+		if w.Name == name {
+			return w.Cgroup
 		}
 	}
-	return run.Series(metric).Cgroup(victim).Values(w)
+	return ""
 }
 
 func quantile(vs []float64, q float64) float64 {
@@ -502,13 +506,7 @@ func TestQuietHeartbeatIsNotStarved(t *testing.T) {
 func TestHeartbeatNextToChurnIsStarved(t *testing.T) {
 	requireRoot(t)
 	rep, run := noisyRun(t, "--heartbeat=100ms", "--hog", "churn", "--hog", "cpu,count=2")
-	var hb string
-	for _, w := range run.Meta.Workloads {
-		if w.Name == "heartbeat" {
-			hb = w.Cgroup
-		}
-	}
-	late := run.Series(record.MetricHeartbeatLateness).Cgroup(hb)
+	late := run.Series(record.MetricHeartbeatLateness).Cgroup(workloadCgroup(run, "heartbeat"))
 	b, _ := run.Phase(record.PhaseBaseline)
 	s, _ := run.Phase(record.PhaseStress)
 	base, stress := slices.Max(late.Values(b)), slices.Max(late.Values(s))
