@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"path"
 	"slices"
 	"strings"
 
@@ -45,6 +46,8 @@ type Report struct {
 	// Notes say what the run is missing: tracer programs that did not attach, events the
 	// tracer dropped, a record lost to a crash. Findings are weaker for each of them.
 	Notes []string `json:"notes,omitempty"`
+	// Limits tabulates a wake run by CPU limit (absent for other scenarios).
+	Limits []WakeLimit `json:"limits,omitempty"`
 }
 
 // RunInfo identifies the analyzed run.
@@ -94,6 +97,7 @@ func Analyze(run *record.Run) (*Report, error) {
 	rules := map[string][]func(record.Workload) *Finding{
 		kindVictim:    {a.cpuThrottling, a.cpuContention, a.diskContention},
 		kindHeartbeat: {a.systemDaemonStarvation},
+		kindDaemon:    {a.daemonStarvation},
 	}
 	for _, w := range run.Meta.Workloads {
 		for _, rule := range rules[w.Kind] {
@@ -101,6 +105,13 @@ func Analyze(run *record.Run) (*Report, error) {
 				rep.Findings = append(rep.Findings, *f)
 			}
 		}
+	}
+	if run.Meta.Scenario == scenarioWake {
+		var found []Finding
+		var missing []string
+		rep.Limits, found, missing = a.wake()
+		rep.Findings = append(rep.Findings, found...)
+		rep.Notes = append(rep.Notes, missing...)
 	}
 	return rep, nil
 }
@@ -132,10 +143,22 @@ func newAnalysis(run *record.Run) *analysis {
 	return a
 }
 
-// name is how a report calls a cgroup: its workload name, else its path.
+// name is how a report calls a cgroup: its workload's name, else its path.
 func (a *analysis) name(cgroup string) string {
-	if n, ok := a.names[cgroup]; ok {
+	if n, ok := a.names[a.owner(cgroup)]; ok {
 		return n
+	}
+	return cgroup
+}
+
+// owner is the cgroup of the workload cgroup belongs to: itself, or its nearest ancestor that is
+// a workload's (a churned sandbox's cgroup below its hog's, a container's below its pod's); a
+// cgroup of no workload is its own owner.
+func (a *analysis) owner(cgroup string) string {
+	for c := cgroup; c != "/" && c != "." && c != ""; c = path.Dir(c) {
+		if _, ok := a.names[c]; ok {
+			return c
+		}
 	}
 	return cgroup
 }

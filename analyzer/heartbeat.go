@@ -8,12 +8,16 @@ import (
 	"github.com/nodectl/nodectl/agent/record"
 )
 
-// IDSystemDaemonStarvation: a node daemon (the heartbeat probe standing in for the kubelet) woke
-// up late because neighbours held the CPU.
+// IDSystemDaemonStarvation: a node daemon (the heartbeat probe standing in for the kubelet, or a
+// real kubelet, containerd, journald the run followed) waited for the CPU because neighbours held it.
 const IDSystemDaemonStarvation = "system-daemon-starvation"
 
-// kindHeartbeat is the Workload.Kind of the heartbeat probe.
-const kindHeartbeat = "heartbeat"
+// Workload kinds of node daemons: the heartbeat probe, and a host daemon the run followed
+// (`--daemons`), which it traces but does not run.
+const (
+	kindHeartbeat = "heartbeat"
+	kindDaemon    = "daemon"
+)
 
 const (
 	// heartbeatRiseFactor: the worst lateness in the stress phase over the baseline's.
@@ -24,6 +28,17 @@ const (
 	// nodeMonitorGrace is the kube-controller-manager's node-monitor grace period: a node whose
 	// status has not been renewed for this long is marked NotReady.
 	nodeMonitorGrace = 40 * time.Second
+
+	// A followed daemon is starved when its run-queue wait rose by daemonRunqRiseFactor, stress
+	// over baseline, in its p99 (over at least daemonMinWaits waits, and to at least
+	// daemonMinP99) or in its wait per second (to at least daemonMinWaitPerSecond).
+	daemonRunqRiseFactor   = 3.0
+	daemonMinWaits         = 20
+	daemonMinP99           = 0.010
+	daemonMinWaitPerSecond = 0.020
+	// daemonCriticalP99: a daemon whose p99 wake-up waits this long for a CPU slips visibly (the
+	// kubelet's pod lifecycle relist runs every second).
+	daemonCriticalP99 = 0.100
 )
 
 // systemDaemonStarvation: the heartbeat probe woke up late in the stress phase, and neighbours
@@ -68,5 +83,46 @@ func (a *analysis) systemDaemonStarvation(hb record.Workload) *Finding {
 		"Reserve CPUs for system daemons (kubelet reservedSystemCPUs, a cpuset for system.slice) or limit the culprits.",
 		hb.Name, fmtSeconds(worstS), fmtSeconds(worstB), joinNames(f.Culprits), fmtSeconds(gap),
 		fmtPercent(gap/nodeMonitorGrace.Seconds()), nodeMonitorGrace)
+	return f
+}
+
+// daemonStarvation: a host daemon the run followed waited longer on the run queue in the stress
+// phase, and neighbours preempted it (docs/findings.md).
+func (a *analysis) daemonStarvation(d record.Workload) *Finding {
+	if !a.compare {
+		return nil
+	}
+	runq := a.run.Series(record.MetricRunqLatency).Cgroup(d.Cgroup)
+	rb, rs := runq.HistDelta(a.baseline), runq.HistDelta(a.stress)
+	p99b, p99s := rb.Quantile(0.99), rs.Quantile(0.99)
+	perSecB, perSecS := ratio(secs(rb.SumNs), a.baseline.Seconds()), ratio(secs(rs.SumNs), a.stress.Seconds())
+	p99Rose := rs.Count >= daemonMinWaits && p99s >= daemonMinP99 && ratio(p99s, p99b) >= daemonRunqRiseFactor
+	waitRose := perSecS >= daemonMinWaitPerSecond && ratio(perSecS, perSecB) >= daemonRunqRiseFactor
+	pw := a.preemptions(d.Cgroup)
+	shareS := ratio(pw.neighbourS, pw.attributedS)
+	if !p99Rose && !waitRose || pw.added < neighbourWaitMinSeconds || shareS < neighbourWaitMinShare {
+		return nil
+	}
+	sev := SeverityWarning
+	if p99s >= daemonCriticalP99 {
+		sev = SeverityCritical
+	}
+	f := &Finding{
+		ID: IDSystemDaemonStarvation, Severity: sev, Victim: d.Name,
+		Evidence: []Evidence{
+			a.evidence("runq_latency_p99", d.Name, p99b, p99s, UnitSeconds),
+			a.evidence("runq_latency_mean", d.Name, rb.Mean(), rs.Mean(), UnitSeconds),
+			a.evidence("runq_wait_per_second", d.Name, perSecB, perSecS, UnitRatio),
+			a.evidence("runq_wait_seconds", d.Name, secs(rb.SumNs), secs(rs.SumNs), UnitSeconds),
+			a.evidence("runq_waits", d.Name, float64(rb.Count), float64(rs.Count), UnitCount),
+			a.evidence("runq_neighbour_wait_share", d.Name, ratio(pw.neighbourB, pw.attributedB), shareS, UnitRatio),
+		},
+	}
+	a.blame(f, d.Name, pw)
+	f.Summary = fmt.Sprintf("the node's %s daemon (cgroup %s) waited longer for a CPU because %s preempted it: "+
+		"its run-queue p99 went %s → %s and its tasks waited %s → %s of every second. "+
+		"Reserve CPUs for system daemons (kubelet reservedSystemCPUs, a cpuset for system.slice) or limit the culprits.",
+		d.Name, d.Cgroup, joinNames(f.Culprits), fmtSeconds(p99b), fmtSeconds(p99s),
+		fmtSeconds(perSecB), fmtSeconds(perSecS))
 	return f
 }

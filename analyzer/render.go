@@ -27,6 +27,45 @@ func RenderText(w io.Writer, r *Report) error {
 	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
 
 	p("run %s: scenario %s on %s, kernel %s\n", r.Run.ID, r.Run.Scenario, r.Run.Node, r.Run.Kernel)
+	if len(r.Limits) > 0 {
+		// A wake run's phases are its starts: its table by limit says what they measured.
+		wakeTable(p, r.Limits)
+	} else {
+		summaryTables(p, r)
+	}
+
+	if len(r.Findings) == 0 {
+		p("\nno findings\n")
+	}
+	for _, f := range r.Findings {
+		p("\n%s %s: %s\n", strings.ToUpper(f.Severity), f.ID, f.Victim)
+		p("  %s\n", f.Summary)
+		if len(f.Culprits) > 0 {
+			p("  culprits: %s\n", strings.Join(f.Culprits, ", "))
+		}
+		p("  evidence\tworkload\t%s\t%s\tchange\n", baselineOf(f), phaseOf(f))
+		for _, e := range f.Evidence {
+			who := e.Workload
+			switch {
+			case e.Culprit != "":
+				who += " ← " + e.Culprit
+			case who == "" && e.Device != "":
+				who = "device " + e.Device
+			}
+			p("  %s\t%s\t%s\t%s\t%s\n", e.Metric, who, fmtUnit(e.Baseline, e.Unit), fmtUnit(e.Value, e.Unit), change(e))
+		}
+	}
+	for _, n := range r.Notes {
+		p("\nnote: %s\n", n)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("rendering report: %w", err)
+	}
+	return nil
+}
+
+// summaryTables prints the phases, the victim probes, every workload by phase and the rankings.
+func summaryTables(p func(string, ...any), r *Report) {
 	for _, ph := range r.Summary.Phases {
 		p("  %s\t%s\n", ph.Name, fmtSeconds(ph.Seconds()))
 	}
@@ -76,35 +115,6 @@ func RenderText(w io.Writer, r *Report) error {
 			p("  %s\t%s\n", name, list.value(x))
 		}
 	}
-
-	if len(r.Findings) == 0 {
-		p("\nno findings\n")
-	}
-	for _, f := range r.Findings {
-		p("\n%s %s: %s\n", strings.ToUpper(f.Severity), f.ID, f.Victim)
-		p("  %s\n", f.Summary)
-		if len(f.Culprits) > 0 {
-			p("  culprits: %s\n", strings.Join(f.Culprits, ", "))
-		}
-		p("  evidence\tworkload\tbaseline\t%s\tchange\n", phaseOf(f))
-		for _, e := range f.Evidence {
-			who := e.Workload
-			switch {
-			case e.Culprit != "":
-				who += " ← " + e.Culprit
-			case who == "" && e.Device != "":
-				who = "device " + e.Device
-			}
-			p("  %s\t%s\t%s\t%s\t%s\n", e.Metric, who, fmtUnit(e.Baseline, e.Unit), fmtUnit(e.Value, e.Unit), change(e))
-		}
-	}
-	for _, n := range r.Notes {
-		p("\nnote: %s\n", n)
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("rendering report: %w", err)
-	}
-	return nil
 }
 
 // phaseOf names the phase a finding's evidence measures.
@@ -113,6 +123,15 @@ func phaseOf(f Finding) string {
 		return f.Evidence[0].Phase
 	}
 	return "value"
+}
+
+// baselineOf names what a finding's evidence is compared with: the baseline phase, or in a wake
+// run the fastest CPU limit.
+func baselineOf(f Finding) string {
+	if phaseOf(f) == phaseWake {
+		return "fastest limit"
+	}
+	return "baseline"
 }
 
 // change is how Value compares with Baseline: a factor, or blank when it says nothing.

@@ -2,6 +2,7 @@ package analyzer
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nodectl/nodectl/agent/hist"
@@ -17,7 +18,7 @@ const (
 	culpritMinShare = 0.10
 
 	// cpu-contention.
-	runqRiseFactor          = 2.0   // run-queue p99 or mean, stress over baseline
+	runqRiseFactor          = 2.0   // run-queue p99, mean or wait a second, stress over baseline
 	cpuWorkRiseFactor       = 1.2   // probe CPU-work p50, stress over baseline
 	neighbourWaitMinShare   = 0.25  // neighbours' share of the victim's attributed waits
 	neighbourWaitMinSeconds = 0.010 // less wait added by neighbours is noise
@@ -46,7 +47,13 @@ func (a *analysis) cpuContention(v record.Workload) *Finding {
 	runq := a.run.Series(record.MetricRunqLatency).Cgroup(v.Cgroup)
 	rb, rs := runq.HistDelta(a.baseline), runq.HistDelta(a.stress)
 	p99b, p99s := rb.Quantile(0.99), rs.Quantile(0.99)
-	latencyRose := ratio(p99s, p99b) >= runqRiseFactor || ratio(rs.Mean(), rb.Mean()) >= runqRiseFactor
+	// The wait a second counts too: a throttled victim already waits out the rest of its CFS
+	// periods in the baseline, which sets its p99, and its mean is over hundreds of short waits a
+	// second. Neighbours that keep it under its quota replace those long waits with many more
+	// of their own, and the total shows it when p99 and mean may not.
+	perSecB, perSecS := ratio(secs(rb.SumNs), a.baseline.Seconds()), ratio(secs(rs.SumNs), a.stress.Seconds())
+	latencyRose := ratio(p99s, p99b) >= runqRiseFactor || ratio(rs.Mean(), rb.Mean()) >= runqRiseFactor ||
+		ratio(perSecS, perSecB) >= runqRiseFactor
 
 	work := a.run.Series(record.MetricProbeCPUWork).Cgroup(v.Cgroup)
 	wb, ws := work.Values(a.baseline), work.Values(a.stress)
@@ -66,17 +73,19 @@ func (a *analysis) cpuContention(v record.Workload) *Finding {
 			a.evidence("runq_latency_p99", v.Name, p99b, p99s, UnitSeconds),
 			a.evidence("runq_latency_mean", v.Name, rb.Mean(), rs.Mean(), UnitSeconds),
 			a.evidence("runq_wait_seconds", v.Name, secs(rb.SumNs), secs(rs.SumNs), UnitSeconds),
+			a.evidence("runq_wait_per_second", v.Name, perSecB, perSecS, UnitRatio),
 			a.evidence("probe_cpu_work_p50", v.Name, workB, workS, UnitSeconds),
 			a.evidence("runq_neighbour_wait_share", v.Name, ratio(pw.neighbourB, pw.attributedB), shareS, UnitRatio),
 		},
 	}
 	a.blame(f, v.Name, pw)
 	f.Summary = fmt.Sprintf("%s's CPU work took %s longer (p50 %s → %s) because %s preempted it: "+
-		"neighbours account for %s of its waits after a preemption and its run-queue p99 went %s → %s. "+
+		"neighbours account for %s of its waits after a preemption, its tasks waited %s → %s of every second "+
+		"and its run-queue p99 went %s → %s. "+
 		"A CPU limit caps a neighbour but reserves nothing for the victim: give the victim a larger "+
 		"CPU request (weight) or dedicated cores, or move or limit the culprits.",
 		v.Name, factor(slowdown), fmtSeconds(workB), fmtSeconds(workS), joinNames(f.Culprits),
-		fmtPercent(shareS), fmtSeconds(p99b), fmtSeconds(p99s))
+		fmtPercent(shareS), fmtSeconds(perSecB), fmtSeconds(perSecS), fmtSeconds(p99b), fmtSeconds(p99s))
 	return f
 }
 
@@ -99,8 +108,13 @@ type preemptionWaits struct {
 // neighbour is charged what it added over its baseline rate: a steady background preemptor
 // explains no rise.
 func (a *analysis) preemptions(cgroup string) preemptionWaits {
+	// Preemptors below a workload's cgroup are that workload.
 	byPreemptor := func(metric string) map[string]record.SeriesSet {
-		return a.run.Series(metric).Cgroup(cgroup).ByLabel(record.LabelPreemptor)
+		out := map[string]record.SeriesSet{}
+		for p, ss := range a.run.Series(metric).Cgroup(cgroup).ByLabel(record.LabelPreemptor) {
+			out[a.owner(p)] = append(out[a.owner(p)], ss...)
+		}
+		return out
 	}
 	pw := preemptionWaits{
 		preempted:   byPreemptor(record.MetricRunqPreemptWait),
@@ -179,16 +193,24 @@ func (a *analysis) cpuThrottling(v record.Workload) *Finding {
 	}
 
 	// Report the stress phase against the baseline when both exist, else the worst window.
-	var shown, ref throttle
+	worst := hit[0]
+	for _, t := range hit[1:] {
+		if ratio(t.seconds, t.w.Seconds()) > ratio(worst.seconds, worst.w.Seconds()) {
+			worst = t
+		}
+	}
+	shown, ref := worst, throttle{}
 	if a.compare {
 		shown, ref = measure(a.stress), measure(a.baseline)
-	} else {
-		shown = hit[0]
-		for _, t := range hit[1:] {
-			if ratio(t.seconds, t.w.Seconds()) > ratio(shown.seconds, shown.w.Seconds()) {
-				shown = t
-			}
-		}
+	}
+	// The summary quotes a window the quota held the victim back in. When the stress phase is
+	// not one (neighbours kept the victim under its quota there), it says so rather than
+	// blaming the quota for whatever slowed the victim in stress.
+	quoted, stressNote := shown, ""
+	if a.compare && !slices.ContainsFunc(hit, func(t throttle) bool { return t.w.Name == a.stress.Name }) {
+		quoted = worst
+		stressNote = fmt.Sprintf(" In %s it was throttled in only %s of its periods: its quota did not hold it back there.",
+			shown.w.Name, fmtPercent(ratio(shown.throttled, shown.periods)))
 	}
 	slowdown := 0.0 // if it had run instead of waiting: (used + throttled) / used
 	for _, t := range hit {
@@ -212,8 +234,8 @@ func (a *analysis) cpuThrottling(v record.Workload) *Finding {
 	return &Finding{
 		ID: IDCPUThrottling, Severity: severity(slowdown), Victim: v.Name, Culprits: []string{},
 		Summary: fmt.Sprintf("%s's own CPU quota%s throttled it in %s, %s throttled against %s of CPU used "+
-			"in %s: its limit, not its neighbours, slows it. Raise or remove its CPU limit.",
-			v.Name, limit, joinNames(where), fmtSeconds(shown.seconds), fmtSeconds(shown.usage), shown.w.Name),
+			"in %s: its limit, not its neighbours, slows it. Raise or remove its CPU limit.%s",
+			v.Name, limit, joinNames(where), fmtSeconds(quoted.seconds), fmtSeconds(quoted.usage), quoted.w.Name, stressNote),
 		Evidence: []Evidence{
 			ev("cpu_throttled_period_ratio", ratio(ref.throttled, ref.periods), ratio(shown.throttled, shown.periods), UnitRatio),
 			ev("cpu_throttled_periods", ref.throttled, shown.throttled, UnitCount),

@@ -65,6 +65,9 @@ func (a *analysis) summary() Summary {
 	s := Summary{Phases: a.windows, Workloads: []WorkloadPhase{}}
 	for _, wl := range a.run.Meta.Workloads {
 		for _, w := range a.windows {
+			if wl.Kind == kindWake && w.Name != wl.Name {
+				continue // a wake start is summarised over its own boot only
+			}
 			s.Workloads = append(s.Workloads, a.workloadPhase(wl, w))
 		}
 	}

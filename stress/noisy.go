@@ -32,13 +32,16 @@ type NoisyConfig struct {
 	VictimCPUMilli int64         // 0 = unlimited
 	VictimMemBytes int64         // 0 = unlimited
 	Heartbeat      time.Duration // period of the heartbeat probe in the system cgroup; 0 = none
+	Daemons        []string      // comm names of host daemons to follow (agent/daemons); none when empty
 	Baseline       time.Duration
 	Duration       time.Duration
 	Trace          bool
-	Out            string        // run directory; "" = DefaultRunsDir/<run-id>
-	Interval       time.Duration // sampling interval
-	Exe            string        // the nodectl binary that runs workloads; "" = this executable
-	Args           []string      // the command line, recorded in meta.json
+	Out            string         // run directory; "" = DefaultRunsDir/<run-id>
+	Interval       time.Duration  // sampling interval
+	Exe            string         // the nodectl binary that runs workloads; "" = this executable
+	Runtime        launch.Runtime // runs the victim and the hogs; "" = process. The heartbeat stands for a host daemon and is always a process.
+	RunscPlatform  string         // gVisor platform for the runsc runtime; "" = detected
+	Args           []string       // the command line, recorded in meta.json
 	Paths          Paths
 	Progress       io.Writer // live progress line; nil = none
 	ProgressTTY    bool
@@ -48,6 +51,10 @@ type NoisyConfig struct {
 	// workload.DefaultWorkRounds and workload.DefaultWriteBytes.
 	VictimWorkRounds int
 	VictimWriteBytes int64
+
+	// VictimCPURequestMilli sets the victim cgroup's CPU weight (see CPURequest); 0 = the
+	// kernel's default.
+	VictimCPURequestMilli int64
 }
 
 // Workload kinds besides the hog kinds: the probes, which run in both phases.
@@ -99,7 +106,7 @@ func Noisy(ctx context.Context, cfg NoisyConfig) (dir string, err error) {
 		dir = filepath.Join(DefaultRunsDir, id)
 	}
 
-	r := &noisyRun{cfg: cfg, id: id, layout: layout, scratch: filepath.Join(cfg.Paths.Scratch, id),
+	r := &noisyRun{runHost: runHost{paths: cfg.Paths, id: id, layout: layout}, cfg: cfg, scratch: filepath.Join(cfg.Paths.Scratch, id),
 		progress: &progressWriter{w: cfg.Progress, tty: cfg.ProgressTTY}, last: map[string]float64{}}
 	defer func() {
 		if cerr := r.cleanup(); cerr != nil {
@@ -113,23 +120,18 @@ func Noisy(ctx context.Context, cfg NoisyConfig) (dir string, err error) {
 }
 
 type noisyRun struct {
+	runHost
 	cfg     NoisyConfig
-	id      string
-	layout  *cgroup.Layout
 	scratch string
 
-	unclaim   func()
-	writer    *record.Writer
-	tracer    *trace.Tracer
-	collector *collect.Collector
-	stopColl  func()
+	resolver  *cgroup.Resolver // the tracer's; nil untraced
 	workloads []record.Workload
 	specs     map[string]HogSpec       // hog workload name -> the --hog it came from
 	limits    map[string]cgroup.Limits // workload name -> its cgroup's limits
 	dir       string
 	procs     []*launch.Process
+	local     *launch.Launcher // the heartbeat's: a plain process, as a host daemon is; runHost.launcher runs the victim and the hogs
 	logs      []*os.File
-	created   bool
 
 	progress *progressWriter
 	mu       sync.Mutex
@@ -161,44 +163,36 @@ func (r *noisyRun) setup(dir string) error {
 		return fmt.Errorf("creating the run's cgroup: %w", err)
 	}
 	for _, w := range r.workloads {
+		if !owned(w) {
+			continue // the host's cgroup: never created, limited or removed here
+		}
 		if err := r.layout.Create(w.Cgroup, r.limits[w.Name]); err != nil {
 			return fmt.Errorf("creating cgroup of %s: %w", w.Name, err)
 		}
 	}
 
+	if err := r.newLaunchers(); err != nil {
+		return err
+	}
 	sources := map[string]collect.Source{
 		"cgroups": sample.NewCgroups(r.layout, r.cgroupPaths),
 		"system":  sample.NewSystem(cfg.Paths.Procfs, cfg.Paths.Sysfs, r.devices),
 	}
 	status := map[string]string{}
 	if cfg.Trace {
-		res := cgroup.NewResolver(r.layout)
-		r.tracer, err = trace.New(trace.Config{CgroupV1: r.layout.V1, Sysfs: cfg.Paths.Sysfs, Tracefs: cfg.Paths.Tracefs}, res, cfg.Log.With("component", "trace"))
-		if err != nil {
-			return fmt.Errorf("--trace: %w", err)
-		}
-		status = r.tracer.Status()
-		warnUnattached(cfg.Log, status)
-		if dir := r.tracer.MountedTracefs(); dir != "" {
-			if err := noteTracefs(cfg.Paths, r.id, dir); err != nil {
-				return err
-			}
+		r.resolver = cgroup.NewResolver(r.layout)
+		if r.tracer, status, err = startTracer(cfg.Paths, r.id, r.layout, r.resolver, nil, cfg.Log); err != nil {
+			return err
 		}
 		sources["trace"] = collect.SourceFunc(r.tracer.Collect)
 	}
-	if err := r.writer.UpdateMeta(func(m *record.Meta) { m.Workloads = r.workloads; m.Tracer = status }); err != nil {
+	if err := r.writer.UpdateMeta(func(m *record.Meta) {
+		m.Workloads, m.Tracer, m.Runtime = r.workloads, status, r.launcher.Describe()
+	}); err != nil {
 		return err
 	}
 	r.collector = collect.New(sources, r.writer, cfg.Interval, nil, cfg.Log.With("component", "collect"))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := r.collector.Run(ctx); err != nil {
-			cfg.Log.Error("recording stopped", "err", err)
-		}
-	}()
-	r.stopColl = func() { cancel(); <-done }
+	r.stopColl = runCollector(r.collector, cfg.Log)
 	return nil
 }
 
@@ -207,7 +201,8 @@ func (r *noisyRun) planWorkloads() error {
 	cfg := r.cfg
 	base := RunCgroup(r.id)
 	victim := record.Workload{Name: "victim", Kind: kindVictim, Cgroup: base + "/victim",
-		CPU: FormatCPU(cfg.VictimCPUMilli), Memory: FormatSize(cfg.VictimMemBytes), Target: filepath.Join(r.scratch, "victim")}
+		CPU: FormatCPU(cfg.VictimCPUMilli), CPURequest: FormatCPU(cfg.VictimCPURequestMilli), Memory: FormatSize(cfg.VictimMemBytes),
+		Target: filepath.Join(r.scratch, "victim")}
 	// The victim and the hogs without a target= write below the scratch directory.
 	scratchDev, err := blockdev.ForPath(cfg.Paths.Sysfs, cfg.Paths.Scratch)
 	if err != nil {
@@ -215,7 +210,7 @@ func (r *noisyRun) planWorkloads() error {
 	}
 	victim.Device = scratchDev
 	r.workloads = []record.Workload{victim}
-	r.limits = map[string]cgroup.Limits{victim.Name: {CPUMilli: cfg.VictimCPUMilli, MemoryBytes: cfg.VictimMemBytes}}
+	r.limits = map[string]cgroup.Limits{victim.Name: {CPUMilli: cfg.VictimCPUMilli, CPURequestMilli: cfg.VictimCPURequestMilli, MemoryBytes: cfg.VictimMemBytes}}
 	if cfg.Heartbeat > 0 {
 		// The heartbeat stands in for a node daemon, so it lives where those do: a system cgroup
 		// beside the workloads, as the kubelet's system slice is beside the pods.
@@ -230,7 +225,7 @@ func (r *noisyRun) planWorkloads() error {
 			seen[h.Kind]++
 			name := fmt.Sprintf("%s-hog-%d", h.Kind, i)
 			w := record.Workload{Name: name, Kind: h.Kind, Cgroup: base + "/" + name,
-				CPU: FormatCPU(h.CPUMilli), Memory: FormatSize(h.MemBytes)}
+				CPU: FormatCPU(h.CPUMilli), CPURequest: FormatCPU(h.CPURequestMilli), Memory: FormatSize(h.MemBytes)}
 			if h.Kind == "disk" || h.Kind == "fsync" {
 				w.Target, w.Device = filepath.Join(r.scratch, name), scratchDev
 				if h.Target != "" {
@@ -240,11 +235,20 @@ func (r *noisyRun) planWorkloads() error {
 					}
 				}
 			}
+			if h.Kind == "memory" && memoryHogBytes(h.MemBytes, cfg.Runtime) < h.MemBytes/4 {
+				return fmt.Errorf("--hog %s: memory=%s leaves too little for the hog in a gVisor sandbox, whose limit also holds the Sentry (~%s): give at least %s",
+					h.raw, FormatSize(h.MemBytes), FormatSize(sentryReserve), FormatSize(2*sentryReserve))
+			}
 			r.workloads = append(r.workloads, w)
 			r.specs[name] = h
-			r.limits[name] = cgroup.Limits{CPUMilli: h.CPUMilli, MemoryBytes: h.MemBytes}
+			r.limits[name] = cgroup.Limits{CPUMilli: h.CPUMilli, CPURequestMilli: h.CPURequestMilli, MemoryBytes: h.MemBytes}
 		}
 	}
+	daemons, err := r.daemonWorkloads()
+	if err != nil {
+		return err
+	}
+	r.workloads = append(r.workloads, daemons...)
 	return nil
 }
 
@@ -281,7 +285,7 @@ func (r *noisyRun) phases(ctx context.Context) error {
 	// The probes run in both phases, the hogs only in the stress phase.
 	startAll := func(probes bool) error {
 		for _, w := range r.workloads {
-			if isProbe(w.Kind) == probes {
+			if owned(w) && isProbe(w.Kind) == probes {
 				if err := r.start(w, r.args(w)); err != nil {
 					return err
 				}
@@ -302,6 +306,58 @@ func (r *noisyRun) phases(ctx context.Context) error {
 	return r.phase(ctx, record.PhaseStress, r.cfg.Duration, func() error { return startAll(false) })
 }
 
+// sentryReserve is what a gVisor sandbox's own memory takes of its cgroup's limit besides the
+// application's: the Sentry and the gofer. Measured here: ~20 MiB steady, more while booting.
+const sentryReserve = 64 << 20
+
+// memoryHogBytes is what a memory hog with limit size holds: a sixteenth under the limit, and
+// under runsc also the Sentry's share, since the sandbox's cgroup holds the Sentry too.
+func memoryHogBytes(size int64, rt launch.Runtime) int64 {
+	n := size - size/16
+	if rt == launch.RuntimeRunsc {
+		n -= sentryReserve
+	}
+	return n
+}
+
+// newLaunchers prepares the runtime that runs the victim and the hogs, and the plain-process one
+// that runs the heartbeat.
+func (r *noisyRun) newLaunchers() error {
+	var err error
+	r.local, err = launch.New(launch.Config{Exe: r.cfg.Exe, Cgroups: r.layout, Procfs: r.cfg.Paths.Procfs, Log: r.cfg.Log})
+	if err != nil {
+		return err
+	}
+	r.launcher, err = launch.New(launch.Config{Runtime: r.cfg.Runtime, Exe: r.cfg.Exe, Cgroups: r.layout,
+		Procfs: r.cfg.Paths.Procfs, StateDir: RuntimeState(r.cfg.Paths, r.id), RunscPlatform: r.cfg.RunscPlatform,
+		Log: r.cfg.Log.With("component", "launch")})
+	return err
+}
+
+// noteHostProcesses records, while every workload runs, which host processes run each one: a
+// runsc sandbox's Sentry, gofer and stubs, a runc container's processes.
+func (r *noisyRun) noteHostProcesses() {
+	for i, w := range r.workloads {
+		if !owned(w) {
+			continue
+		}
+		l := r.launcher
+		if w.Kind == kindHeartbeat {
+			l = r.local
+		}
+		procs, err := l.HostProcesses(w.Cgroup)
+		if err != nil {
+			r.cfg.Log.Debug("listing host processes", "workload", w.Name, "err", err)
+			continue
+		}
+		r.workloads[i].Runtime = string(l.Runtime())
+		r.workloads[i].HostProcesses = procs
+	}
+	if err := r.writer.UpdateMeta(func(m *record.Meta) { m.Workloads = r.workloads }); err != nil {
+		r.cfg.Log.Warn("recording host processes", "err", err)
+	}
+}
+
 // phase marks a phase start, runs before (starting its workloads), waits d, and marks its end.
 func (r *noisyRun) phase(ctx context.Context, name string, d time.Duration, before func() error) error {
 	if err := r.mark(name, record.EventStart); err != nil {
@@ -314,6 +370,9 @@ func (r *noisyRun) phase(ctx context.Context, name string, d time.Duration, befo
 	}
 	if err := r.wait(ctx, name, d); err != nil {
 		return err
+	}
+	if name == record.PhaseStress {
+		r.noteHostProcesses()
 	}
 	return r.mark(name, record.EventEnd)
 }
@@ -400,7 +459,22 @@ func (r *noisyRun) start(w record.Workload, args []string) error {
 		r.mu.Unlock()
 	}
 	args = append(args, "--run", r.id)
-	p, err := launch.Start(r.cfg.Exe, r.layout, launch.Spec{Name: w.Name, Cgroup: w.Cgroup, Args: args, Log: logf}, onMeasure)
+	l := r.launcher
+	if w.Kind == kindHeartbeat {
+		l = r.local
+	}
+	var mounts []string
+	if w.Target != "" {
+		mounts = []string{w.Target}
+	}
+	if w.Kind == "churn" && l.Runtime() != launch.RuntimeProcess {
+		// Under a container runtime, churn is of sandboxes: their start-up is the load.
+		c := &sandboxChurn{name: w.Name, cgroup: w.Cgroup, parallel: threadsFor(r.specs[w.Name], runtime.NumCPU()),
+			launcher: l, layout: r.layout, log: logf, onMeasure: onMeasure, resolver: r.resolver}
+		r.procs = append(r.procs, launch.Go(w.Name, c.run))
+		return nil
+	}
+	p, err := l.Start(launch.Spec{Name: w.Name, Cgroup: w.Cgroup, Limits: r.limits[w.Name], Args: args, Mounts: mounts, Log: logf}, onMeasure)
 	if err != nil {
 		return err
 	}
@@ -429,9 +503,8 @@ func (r *noisyRun) args(w record.Workload) []string {
 		parallel := threadsFor(r.specs[w.Name], runtime.NumCPU())
 		return []string{"workload", "churn", "--parallel", strconv.Itoa(parallel)}
 	case "memory":
-		size := r.specs[w.Name].MemBytes
-		// Stay a little under the limit: the hog is to hold memory, not to be OOM-killed.
-		return []string{"workload", "memory-hog", "--bytes", strconv.FormatInt(size-size/16, 10)}
+		// Stay under the limit: the hog is to hold memory, not to be OOM-killed.
+		return []string{"workload", "memory-hog", "--bytes", strconv.FormatInt(memoryHogBytes(r.specs[w.Name].MemBytes, r.cfg.Runtime), 10)}
 	}
 	return nil
 }
@@ -442,26 +515,7 @@ func (r *noisyRun) cleanup() error {
 	r.progress.done()
 	var errs []error
 	launch.StopAll(r.procs, 5*time.Second)
-	if r.collector != nil {
-		r.stopColl()
-		if err := r.collector.Snapshot(time.Now()); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if r.tracer != nil {
-		if err := r.tracer.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if r.created {
-		if err := r.layout.Remove(RunCgroup(r.id)); err != nil {
-			errs = append(errs, err)
-		}
-		// The shared parent goes too when no other run is under it.
-		if err := r.layout.Prune(CgroupParent); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, r.release()...)
 	for _, f := range r.logs {
 		f.Close()
 	}
@@ -476,15 +530,7 @@ func (r *noisyRun) cleanup() error {
 	if err := os.RemoveAll(r.scratch); err != nil {
 		errs = append(errs, fmt.Errorf("removing scratch %s: %w", r.scratch, err))
 	}
-	if r.writer != nil {
-		if err := r.writer.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if r.unclaim != nil {
-		r.unclaim()
-	}
-	pruneDirs(r.cfg.Paths)
+	errs = append(errs, r.finish()...)
 	return errors.Join(errs...)
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agent/trace/tracefs"
+	"github.com/nodectl/nodectl/stress/launch"
 )
 
 // Paths are the host locations a run uses; configuration, never literals, so the same code
@@ -86,6 +87,15 @@ func noteTracefs(p Paths, id, dir string) error {
 		return fmt.Errorf("recording the tracefs mount in the run state: %w", err)
 	}
 	return nil
+}
+
+// RuntimeState is where a run keeps its container runtime's state (bundles, root filesystem,
+// the runtime's --root), so that `stress clean` can delete a killed run's containers.
+func RuntimeState(p Paths, id string) string { return filepath.Join(p.State, id, "runtime") }
+
+func dirExists(dir string) bool {
+	st, err := os.Stat(dir)
+	return err == nil && st.IsDir()
 }
 
 // pruneDirs removes the scratch and state parents when no run uses them any more; a directory
@@ -170,6 +180,14 @@ func Clean(ctx context.Context, p Paths, ids []string, all bool, log *slog.Logge
 		if !all && ownerAlive(p, id) {
 			rep.Skipped = append(rep.Skipped, id)
 			continue
+		}
+		// Containers first: the runtime kills them and forgets them; then their cgroups go.
+		if rt := RuntimeState(p, id); dirExists(rt) {
+			if err := launch.CleanRuntimeState(rt); err != nil {
+				rep.Errors = append(rep.Errors, err.Error())
+			} else {
+				rep.Removed = append(rep.Removed, "containers and runtime state "+rt)
+			}
 		}
 		if hasCgroup[id] {
 			if err := layout.Remove(RunCgroup(id)); err != nil {

@@ -16,16 +16,21 @@ import (
 // HogKinds are the neighbour kinds `--hog` accepts.
 var HogKinds = []string{"cpu", "disk", "memory", "fsync", "churn"}
 
-// HogSpec is one `--hog KIND[,count=N][,cpu=LIMIT][,memory=SIZE][,target=PATH][,threads=N]`.
+// HogSpec is one
+// `--hog KIND[,count=N][,cpu=LIMIT][,request=CPU][,memory=SIZE][,target=PATH][,threads=N]`.
 type HogSpec struct {
-	Kind     string
-	Count    int
-	CPUMilli int64  // 0 = unlimited
-	MemBytes int64  // 0 = unlimited (memory hogs default to DefaultMemoryHog)
-	Target   string // directory disk and fsync hogs write to; "" = the run's scratch directory
-	Threads  int    // busy threads of a cpu hog, processes at a time of a churn hog; 0 = one per CPU (of its limit)
-	raw      string
+	Kind            string
+	Count           int
+	CPUMilli        int64  // 0 = unlimited
+	CPURequestMilli int64  // sets the cgroup's CPU weight (see CPURequest); 0 = the kernel's default
+	MemBytes        int64  // 0 = unlimited (memory hogs default to DefaultMemoryHog)
+	Target          string // directory disk and fsync hogs write to; "" = the run's scratch directory
+	Threads         int    // busy threads of a cpu hog, processes at a time of a churn hog; 0 = one per CPU (of its limit)
+	raw             string
 }
+
+// hogKeys are the keys of a --hog value after its kind.
+const hogKeys = "count, cpu, request, memory, target, threads"
 
 // DefaultMemoryHog caps a memory hog that was given no memory limit, so a run never exhausts
 // the machine.
@@ -41,7 +46,7 @@ func ParseHog(s string) (HogSpec, error) {
 	for _, kv := range parts[1:] {
 		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		if !ok || v == "" {
-			return h, fmt.Errorf("--hog %q: %q is not key=value (keys: count, cpu, memory, target, threads)", s, kv)
+			return h, fmt.Errorf("--hog %q: %q is not key=value (keys: %s)", s, kv, hogKeys)
 		}
 		var err error
 		switch k {
@@ -51,6 +56,8 @@ func ParseHog(s string) (HogSpec, error) {
 			h.Threads, err = positiveInt(v, 1024)
 		case "cpu":
 			h.CPUMilli, err = ParseCPU(v)
+		case "request":
+			h.CPURequestMilli, err = ParseCPU(v)
 		case "memory":
 			h.MemBytes, err = ParseSize(v)
 		case "target":
@@ -59,16 +66,36 @@ func ParseHog(s string) (HogSpec, error) {
 			}
 			h.Target = v
 		default:
-			err = fmt.Errorf("unknown key (keys: count, cpu, memory, target, threads)")
+			err = fmt.Errorf("unknown key (keys: %s)", hogKeys)
 		}
 		if err != nil {
 			return h, fmt.Errorf("--hog %q: %s=%s: %w", s, k, v, err)
 		}
 	}
+	var err error
+	if h.CPURequestMilli, err = CPURequest(h.CPURequestMilli, h.CPUMilli); err != nil {
+		return h, fmt.Errorf("--hog %q: %w", s, err)
+	}
 	if h.Kind == "memory" && h.MemBytes == 0 {
 		h.MemBytes = DefaultMemoryHog
 	}
 	return h, nil
+}
+
+// CPURequest is a workload's CPU request in millicores: the one given, else its CPU limit, as
+// Kubernetes defaults a request to the limit (a Guaranteed pod). The request becomes the
+// cgroup's CPU weight as the kubelet sets it (cgroup.CPUShares), so a 250m workload next to
+// busy neighbours gets a quarter of a 1-CPU one's share of a contended CPU, even below its
+// limit. Without either it is 0: the kernel's default weight, which on cgroup v1 is that of a
+// 1-CPU request. A request above the limit is refused, as Kubernetes refuses it.
+func CPURequest(request, limit int64) (int64, error) {
+	if request == 0 {
+		return limit, nil
+	}
+	if limit > 0 && request > limit {
+		return 0, fmt.Errorf("CPU request %s is above the CPU limit %s", FormatCPU(request), FormatCPU(limit))
+	}
+	return request, nil
 }
 
 func positiveInt(v string, maxV int) (int, error) {

@@ -158,8 +158,16 @@ func TestLifecycle(t *testing.T) {
 	l, parent := testLayout(t)
 	path := parent + "/victim"
 	const mem = 64 << 20
-	if err := l.Create(path, Limits{CPUMilli: 250, MemoryBytes: mem}); err != nil {
+	if err := l.Create(path, Limits{CPUMilli: 250, CPURequestMilli: 250, MemoryBytes: mem}); err != nil {
 		t.Fatal(err)
+	}
+	// The request sets the weight as the kubelet does: 256 shares, weight 10 on v2.
+	weightFile, weight, defaultWeight := "cpu.shares", "256", "1024"
+	if !l.V1 {
+		weightFile, weight, defaultWeight = "cpu.weight", "10", "100"
+	}
+	if got := readTrim(t, filepath.Join(l.Dir("cpu", path), weightFile)); got != weight {
+		t.Fatalf("%s = %s, want %s", weightFile, got, weight)
 	}
 	if l.V1 {
 		if got := readTrim(t, filepath.Join(l.Dir("cpu", path), "cpu.cfs_quota_us")); got != "25000" {
@@ -187,6 +195,9 @@ func TestLifecycle(t *testing.T) {
 	}
 	if got := readTrim(t, filepath.Join(l.Dir("cpu", path), quotaFile)); got != want {
 		t.Fatalf("%s after lifting = %s, want %s", quotaFile, got, want)
+	}
+	if got := readTrim(t, filepath.Join(l.Dir("cpu", path), weightFile)); got != defaultWeight {
+		t.Fatalf("%s after lifting = %s, want the default %s", weightFile, got, defaultWeight)
 	}
 
 	sleep := start(t, "sleep", "60")
@@ -365,6 +376,9 @@ func TestV2Tree(t *testing.T) {
 	path := parent + "/v2"
 	if err := l.Create(path, Limits{CPUMilli: 100}); err == nil && !hasController(t, l, "cpu") {
 		t.Fatal("a cpu limit without a cpu controller did not fail")
+	}
+	if err := l.Create(path, Limits{CPURequestMilli: 100}); err == nil && !hasController(t, l, "cpu") {
+		t.Fatal("a cpu request without a cpu controller did not fail")
 	}
 	if err := l.Create(path, Limits{}); err != nil {
 		t.Fatal(err)

@@ -32,11 +32,17 @@ func (l *Layout) Create(path string, lim Limits) error {
 		q := lim.CPUMilli * int64(period) / 1000
 		quota = &q
 	}
+	// Without a request the default weight is written, so a repeated Create lifts an old one.
+	shares, weight := uint64(DefaultShares), uint64(DefaultWeight)
+	if lim.CPURequestMilli > 0 {
+		shares = CPUShares(lim.CPURequestMilli)
+		weight = CPUWeight(shares)
+	}
 	var err error
 	if l.V1 {
-		err = l.createV1(path, quota, period, lim.MemoryBytes)
+		err = l.createV1(path, quota, period, shares, lim.MemoryBytes)
 	} else {
-		err = l.createV2(path, quota, period, lim.MemoryBytes)
+		err = l.createV2(path, quota, period, weight, lim.CPURequestMilli > 0, lim.MemoryBytes)
 	}
 	if err != nil {
 		return fmt.Errorf("creating cgroup %s: %w", path, err)
@@ -44,7 +50,7 @@ func (l *Layout) Create(path string, lim Limits) error {
 	return nil
 }
 
-func (l *Layout) createV1(path string, quota *int64, period uint64, memory int64) error {
+func (l *Layout) createV1(path string, quota *int64, period, shares uint64, memory int64) error {
 	// -1 lifts a limit a previous Create may have set.
 	q, mem := int64(-1), int64(-1)
 	if quota != nil {
@@ -54,7 +60,7 @@ func (l *Layout) createV1(path string, quota *int64, period uint64, memory int64
 		mem = memory
 	}
 	res := &specs.LinuxResources{
-		CPU:    &specs.LinuxCPU{Quota: &q, Period: &period},
+		CPU:    &specs.LinuxCPU{Quota: &q, Period: &period, Shares: &shares},
 		Memory: &specs.LinuxMemory{Limit: &mem},
 	}
 	subs := l.v1Subsystems(v1Controllers)
@@ -71,7 +77,7 @@ func (l *Layout) createV1(path string, quota *int64, period uint64, memory int64
 	return nil
 }
 
-func (l *Layout) createV2(path string, quota *int64, period uint64, memory int64) error {
+func (l *Layout) createV2(path string, quota *int64, period, weight uint64, requested bool, memory int64) error {
 	b, err := os.ReadFile(filepath.Join(l.Unified, "cgroup.controllers"))
 	if err != nil {
 		return err
@@ -81,9 +87,11 @@ func (l *Layout) createV2(path string, quota *int64, period uint64, memory int64
 	res := &cgroup2.Resources{}
 	switch {
 	case has("cpu"):
-		res.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(quota, &period)}
+		res.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(quota, &period), Weight: &weight}
 	case quota != nil:
 		return errors.New("cpu limit: the cpu controller is not available")
+	case requested:
+		return errors.New("cpu request: the cpu controller is not available")
 	}
 	switch {
 	case has("memory"):

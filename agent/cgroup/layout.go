@@ -167,11 +167,33 @@ func (l *Layout) workloadRoots() []string {
 	return out
 }
 
-// Limits are a workload's resource limits.
+// Limits are a workload's resource limits, and its CPU request, which like the kubelet's
+// becomes the cgroup's CPU weight: what it gets when the CPUs are contended, below any limit.
 type Limits struct {
-	CPUMilli    int64  // CPU quota in millicores, 0 = unlimited
-	CPUPeriodUs uint64 // CFS period, 0 = 100000
-	MemoryBytes int64  // 0 = unlimited
+	CPUMilli        int64  // CPU quota in millicores, 0 = unlimited
+	CPURequestMilli int64  // CPU request in millicores, 0 = the kernel's default weight
+	CPUPeriodUs     uint64 // CFS period, 0 = 100000
+	MemoryBytes     int64  // 0 = unlimited
+}
+
+// Bounds and defaults of cgroup v1 cpu.shares and v2 cpu.weight.
+const (
+	minShares, maxShares, DefaultShares = 2, 262144, 1024
+	maxWeight, DefaultWeight            = 10000, 100
+)
+
+// CPUShares is the v1 cpu.shares the kubelet gives a CPU request of milli millicores
+// (MilliCPUToShares: 1024 per CPU, at least 2).
+func CPUShares(milli int64) uint64 {
+	return uint64(min(max(milli*DefaultShares/1000, minShares), maxShares))
+}
+
+// CPUWeight is the v2 cpu.weight the kubelet writes for cpu.shares (KEP-2254's linear map of
+// [2, 262144] onto [1, 10000]). It keeps the ratios of shares, so a 1-CPU request is 39, not
+// the kernel's default of 100.
+func CPUWeight(shares uint64) uint64 {
+	shares = min(max(shares, minShares), maxShares)
+	return 1 + (shares-minShares)*(maxWeight-1)/(maxShares-minShares)
 }
 
 // checkPath refuses paths that are relative, unclean or the root.

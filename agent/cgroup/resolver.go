@@ -88,6 +88,26 @@ func (r *Resolver) Path(controller string, id uint64) (string, bool) {
 	return e.path, ok
 }
 
+// Note remembers path's id in every hierarchy where it exists, so that a cgroup that lives
+// shorter than a collection (a churned sandbox's) still resolves after it is gone.
+func (r *Resolver) Note(path string) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, root := range r.l.roots() {
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join(root, path), &st) != nil {
+			continue
+		}
+		t := r.trees[root]
+		if t == nil {
+			t = &tree{byID: map[uint64]entry{}, pruned: now}
+			r.trees[root] = t
+		}
+		t.byID[st.Ino] = entry{path: path, seen: now}
+	}
+}
+
 // Live says whether the cgroup with id still exists in controller's hierarchy.
 func (r *Resolver) Live(controller string, id uint64) bool {
 	root := r.l.Dir(controller, "/")

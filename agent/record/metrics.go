@@ -47,6 +47,15 @@ const (
 
 	// Churn hog: processes it started in the last second, one value a second.
 	MetricChurnStarts = "churn_starts"
+
+	// Wake scenario, once per start of the sandbox. Both gauges.
+	MetricWake     = "wake_seconds"      // recorded by the driver: from just before the launch to the sandbox's answer
+	MetricWakeBoot = "wake_boot_seconds" // recorded by the sandbox: from its go to its answer
+
+	// Run-queue wait of a cgroup's live tasks from /proc/<pid>/task/*/schedstat (run_delay),
+	// read by the driver: the untraced stand-in for the runq tracer's histogram. A counter of
+	// the tasks alive when read: it drops when a task exits.
+	MetricSchedRunDelay = "sched_run_delay_seconds_total"
 )
 
 // Label keys and special label values.

@@ -57,14 +57,30 @@ const TracerAttached = "attached"
 
 // Workload is a role of a stress run and where it lives.
 type Workload struct {
-	Name   string   `json:"name"`             // victim, cpu-hog-0, ...
-	Kind   string   `json:"kind"`             // victim, cpu, disk, memory, fsync
-	Cgroup string   `json:"cgroup"`           // path below each hierarchy's root
-	CPU    string   `json:"cpu,omitempty"`    // limit in Kubernetes notation, empty when unlimited
-	Memory string   `json:"memory,omitempty"` // limit in Kubernetes notation, empty when unlimited
-	Target string   `json:"target,omitempty"` // directory the workload writes to
-	Device string   `json:"device,omitempty"` // MAJ:MIN of the whole disk behind Target
-	Period Duration `json:"period,omitempty"` // a periodic probe's period (the heartbeat's)
+	Name   string `json:"name"`             // victim, cpu-hog-0, ...
+	Kind   string `json:"kind"`             // victim, cpu, disk, memory, fsync
+	Cgroup string `json:"cgroup"`           // path below each hierarchy's root
+	CPU    string `json:"cpu,omitempty"`    // limit in Kubernetes notation, empty when unlimited
+	Memory string `json:"memory,omitempty"` // limit in Kubernetes notation, empty when unlimited
+	// CPURequest sets the cgroup's CPU weight as the kubelet does (Kubernetes notation); empty
+	// for the kernel's default weight.
+	CPURequest string   `json:"cpu_request,omitempty"`
+	Target     string   `json:"target,omitempty"` // directory the workload writes to
+	Device     string   `json:"device,omitempty"` // MAJ:MIN of the whole disk behind Target
+	Period     Duration `json:"period,omitempty"` // a periodic probe's period (the heartbeat's)
+	// Runtime runs the workload: process, runc or runsc; empty for what the run did not start.
+	Runtime string `json:"runtime,omitempty"`
+	// HostProcesses are the host processes found in the workload's cgroup while it ran, with
+	// their role (a runsc sandbox is a Sentry, a gofer and stubs, all charged to the sandbox's
+	// cgroup).
+	HostProcesses []HostProcess `json:"host_processes,omitempty"`
+}
+
+// HostProcess is one host process running part of a workload.
+type HostProcess struct {
+	PID  int    `json:"pid"`
+	Comm string `json:"comm"`
+	Role string `json:"role"` // sandbox, gofer, stub, process
 }
 
 // Meta is meta.json: what ran, where, and how it was configured.
@@ -79,7 +95,8 @@ type Meta struct {
 	Interval  Duration          `json:"interval"`
 	Args      []string          `json:"args,omitempty"`
 	Workloads []Workload        `json:"workloads,omitempty"`
-	Tracer    map[string]string `json:"tracer,omitempty"` // program -> TracerAttached or why not
+	Tracer    map[string]string `json:"tracer,omitempty"`  // program -> TracerAttached or why not
+	Runtime   string            `json:"runtime,omitempty"` // how workloads ran, e.g. "runsc (platform ptrace, network none)"
 }
 
 // Duration marshals as a Go duration string.

@@ -139,6 +139,15 @@ func TestCgroupThrottling(t *testing.T) {
 	if usage <= 0 || usage >= 0.3*wall {
 		t.Fatalf("usage %.3fs over %.3fs wall; a 50m quota allows 0.05 of it", usage, wall)
 	}
+	// The expected range: a busy loop exhausts 5 ms of quota early in every 100 ms period and is
+	// held for the rest, so nearly every period is throttled and the throttled time is most of
+	// the wall time (one thread: one CPU's run queue throttled at a time).
+	if throttled < 0.8*periods {
+		t.Errorf("throttled in %v of %v periods; a busy loop at 50m is throttled in nearly all", throttled, periods)
+	}
+	if r := throttledTime / wall; r < 0.6 || r > 1.3 {
+		t.Errorf("throttled %.3fs over %.3fs wall (x%.2f); a busy loop at 50m is held about 0.95 of the time", throttledTime, wall, r)
+	}
 	// The hog allocates nothing after it moved in, and v1 does not move charges: any value.
 	value(t, after, path, record.MetricMemoryUsage)
 	if l.Unified != "" {

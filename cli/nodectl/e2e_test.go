@@ -205,11 +205,12 @@ func TestNoisyQuietRunHasNoContention(t *testing.T) {
 }
 
 // startNoisy starts a long run in the background and waits until its stress phase runs.
-func startNoisy(t *testing.T) (*exec.Cmd, string) {
+func startNoisy(t *testing.T, extra ...string) (*exec.Cmd, string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "run")
-	cmd := exec.Command(os.Args[0], "stress", "noisy", "--trace", "--baseline", "2s", "--duration", "5m",
-		"--hog", "cpu", "--hog", "disk", "--hog", "fsync", "--hog", "memory,memory=64Mi", "--out", dir)
+	args := append([]string{"stress", "noisy", "--trace", "--baseline", "2s", "--duration", "5m",
+		"--hog", "cpu", "--hog", "disk", "--hog", "fsync", "--hog", "memory,memory=64Mi", "--out", dir}, extra...)
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), beMain+"=1")
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
@@ -259,8 +260,22 @@ func TestInterruptedRunLeavesNothing(t *testing.T) {
 
 func TestKilledRunIsCleanedByStressClean(t *testing.T) {
 	requireRoot(t)
+	testKilledRunIsCleaned(t)
+}
+
+// A killed run's containers outlive it (only the runtime process dies with nodectl): stress
+// clean deletes them through the runtime's state the run kept.
+func TestKilledSandboxRunIsCleanedByStressClean(t *testing.T) {
+	requireRoot(t)
+	testKilledRunIsCleaned(t, "--runtime", "runsc")
+	if out, _ := exec.Command("pgrep", "-f", "runsc-sandbox|runsc-gofer").Output(); len(out) > 0 {
+		t.Errorf("gVisor processes left: %s", out)
+	}
+}
+
+func testKilledRunIsCleaned(t *testing.T, extra ...string) {
 	mounts := tracefsMounts(t)
-	cmd, id := startNoisy(t)
+	cmd, id := startNoisy(t, extra...)
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -2,18 +2,23 @@
 package stress
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/nodectl/nodectl/agent/daemons"
 	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
 	st "github.com/nodectl/nodectl/stress"
+	"github.com/nodectl/nodectl/stress/launch"
 )
 
 // New returns the stress command group.
@@ -22,7 +27,7 @@ func New() *cobra.Command {
 		Use:   "stress",
 		Short: "Run stress scenarios on this node and explain what slowed the victim",
 	}
-	cmd.AddCommand(noisy(), clean())
+	cmd.AddCommand(noisy(), wake(), clean())
 	return cmd
 }
 
@@ -30,6 +35,9 @@ func noisy() *cobra.Command {
 	var (
 		hogs                 []string
 		victimCPU, victimMem string
+		victimRequest        string
+		daemonList           string
+		runtime              string
 		cfg                  = st.NoisyConfig{Paths: st.DefaultPaths()}
 		output               string
 		verbose              bool
@@ -46,7 +54,12 @@ and block I/O per cgroup; the analyzer then names what slowed the victim.
 Hog kinds: cpu (busy threads), disk (512 MiB sequential writes + fsync, like dd conv=fsync),
 memory (allocates up to its limit and keeps touching it), fsync (4 KiB writes, fsync each),
 churn (short-lived processes started continuously, threads=N at a time, like pod start-up).
-LIMIT and SIZE use Kubernetes notation (250m, 1, 512Mi). No --hog is a quiet run.`,
+LIMIT and SIZE use Kubernetes notation (250m, 1, 512Mi). No --hog is a quiet run.
+A CPU request (request=, --victim-request; by default the CPU limit, as for a Guaranteed pod)
+sets the cgroup's CPU weight as the kubelet does: below its limit, a workload gets that share
+of a contended CPU, no more. Workloads with neither keep the kernel's default weight.
+System daemons running on the node (--daemons) are followed in their own cgroups, which the
+run samples and traces but never changes.`,
 		Example: `  sudo nodectl stress noisy --hog cpu,count=2 --hog disk --trace
   sudo nodectl stress noisy --victim-cpu 250m --hog cpu,count=4,cpu=1 --trace -o json`,
 		Args: cobra.NoArgs,
@@ -67,10 +80,27 @@ LIMIT and SIZE use Kubernetes notation (250m, 1, 512Mi). No --hog is a quiet run
 					return fmt.Errorf("--victim-cpu: %w", err)
 				}
 			}
+			if victimRequest != "" {
+				if cfg.VictimCPURequestMilli, err = st.ParseCPU(victimRequest); err != nil {
+					return fmt.Errorf("--victim-request: %w", err)
+				}
+			}
+			if cfg.VictimCPURequestMilli, err = st.CPURequest(cfg.VictimCPURequestMilli, cfg.VictimCPUMilli); err != nil {
+				return fmt.Errorf("--victim-request: %w", err)
+			}
 			if victimMem != "" {
 				if cfg.VictimMemBytes, err = st.ParseSize(victimMem); err != nil {
 					return fmt.Errorf("--victim-memory: %w", err)
 				}
+			}
+			if cfg.Daemons, err = daemons.Parse(daemonList); err != nil {
+				return err
+			}
+			if cfg.Runtime, err = launch.ParseRuntime(runtime); err != nil {
+				return fmt.Errorf("--runtime: %w", err)
+			}
+			if err := checkPlatform(cfg.RunscPlatform, cfg.Runtime); err != nil {
+				return err
 			}
 			if cfg.Baseline < time.Second {
 				return fmt.Errorf("--baseline %s: must be at least 1s", cfg.Baseline)
@@ -78,18 +108,10 @@ LIMIT and SIZE use Kubernetes notation (250m, 1, 512Mi). No --hog is a quiet run
 			if cfg.Duration < time.Second {
 				return fmt.Errorf("--duration %s: must be at least 1s", cfg.Duration)
 			}
-			if cfg.Interval < 100*time.Millisecond {
-				return fmt.Errorf("--interval %s: must be at least 100ms", cfg.Interval)
-			}
-			why := map[int]string{clix.CapSysAdmin: "creating cgroups and moving workloads into them"}
-			if cfg.Trace {
-				why[clix.CapBPF] = "loading the --trace eBPF programs"
-				why[clix.CapPerfmon] = "attaching them to tracepoints"
-			}
-			if err := clix.Need("nodectl stress noisy", why); err != nil {
+			ctx, stop, err := startRun(cmd, "nodectl stress noisy", "creating cgroups and moving workloads into them", cfg.Trace, cfg.Interval)
+			if err != nil {
 				return err
 			}
-			ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
 			defer stop()
 			cfg.Args = os.Args
 			cfg.Progress = cmd.ErrOrStderr()
@@ -107,13 +129,17 @@ LIMIT and SIZE use Kubernetes notation (250m, 1, 512Mi). No --hog is a quiet run
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&hogs, "hog", nil, "a neighbour: KIND[,count=N][,cpu=LIMIT][,memory=SIZE][,target=PATH][,threads=N]; KIND is cpu, disk, memory, fsync or churn (repeatable)")
+	f.StringArrayVar(&hogs, "hog", nil, "a neighbour: KIND[,count=N][,cpu=LIMIT][,request=CPU][,memory=SIZE][,target=PATH][,threads=N]; KIND is cpu, disk, memory, fsync or churn (repeatable)")
 	f.StringVar(&victimCPU, "victim-cpu", "", "victim CPU limit (Kubernetes notation, e.g. 250m); unlimited if empty")
+	f.StringVar(&victimRequest, "victim-request", "", "victim CPU request, which sets its cgroup's CPU weight as the kubelet does; default its --victim-cpu limit, else the kernel's default weight")
 	f.StringVar(&victimMem, "victim-memory", "", "victim memory limit (e.g. 512Mi); unlimited if empty")
 	f.DurationVar(&cfg.Baseline, "baseline", 20*time.Second, "how long the victim runs alone")
 	f.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long the victim runs next to the hogs")
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", 0, "also run a heartbeat probe in a system cgroup, waking every PERIOD (--heartbeat alone: 1s) and recording how late it wakes, as a starved kubelet would")
 	f.Lookup("heartbeat").NoOptDefVal = "1s"
+	f.StringVar(&daemonList, "daemons", strings.Join(daemons.Default, ","), "system daemons to follow as workloads, by command name, comma-separated: each one's cgroup is sampled and traced in both phases; \"\" or none follows none")
+	f.StringVar(&runtime, "runtime", string(launch.RuntimeProcess), "how the victim and the hogs run: process (a child process in a cgroup), runc (a container) or runsc (a gVisor sandbox); the root filesystem is the nodectl binary alone")
+	f.StringVar(&cfg.RunscPlatform, "runsc-platform", "", "gVisor platform for --runtime runsc: systrap, ptrace or kvm; default systrap where runsc has it, else ptrace")
 	f.BoolVar(&cfg.Trace, "trace", false, "trace with eBPF (run-queue, fsync, block I/O per cgroup)")
 	f.StringVar(&cfg.Out, "out", "", "run directory to write (must not exist or be empty); default "+st.DefaultRunsDir+"/<run-id>")
 	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
@@ -122,6 +148,39 @@ LIMIT and SIZE use Kubernetes notation (250m, 1, 512Mi). No --hog is a quiet run
 	clix.HostPathFlags(f, &cfg.Paths)
 	clix.RunPathFlags(f, &cfg.Paths)
 	return cmd
+}
+
+// startRun checks what every stress scenario needs before it touches the host: a sane
+// --interval and the privileges (with --trace, those of eBPF), and returns the context that
+// SIGINT and SIGTERM cancel.
+func startRun(cmd *cobra.Command, name, why string, trace bool, interval time.Duration) (context.Context, func(), error) {
+	if interval < 100*time.Millisecond {
+		return nil, nil, fmt.Errorf("--interval %s: must be at least 100ms", interval)
+	}
+	caps := map[int]string{clix.CapSysAdmin: why}
+	if trace {
+		caps[clix.CapBPF] = "loading the --trace eBPF programs"
+		caps[clix.CapPerfmon] = "attaching them to tracepoints"
+	}
+	if err := clix.Need(name, caps); err != nil {
+		return nil, nil, err
+	}
+	ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
+	return ctx, stop, nil
+}
+
+// checkPlatform validates --runsc-platform, which only runsc takes.
+func checkPlatform(platform string, rt launch.Runtime) error {
+	if platform == "" {
+		return nil
+	}
+	if !slices.Contains([]string{"systrap", "ptrace", "kvm"}, platform) {
+		return fmt.Errorf("--runsc-platform %q: allowed are systrap, ptrace, kvm", platform)
+	}
+	if rt != launch.RuntimeRunsc {
+		return fmt.Errorf("--runsc-platform %s: only for --runtime runsc, not %s", platform, rt)
+	}
+	return nil
 }
 
 func countHogs(hs []st.HogSpec) int {
@@ -134,18 +193,27 @@ func countHogs(hs []st.HogSpec) int {
 
 // analyzeAndPrint analyzes a finished run, stores findings.json in it and prints the report.
 func analyzeAndPrint(cmd *cobra.Command, dir, output string) error {
-	run, err := record.Open(dir)
+	rep, err := analyzeRun(dir)
 	if err != nil {
-		return err
-	}
-	rep, err := analyzer.Analyze(run)
-	if err != nil {
-		return err
-	}
-	if err := record.WriteFindings(dir, rep); err != nil {
 		return err
 	}
 	return clix.Render(cmd.OutOrStdout(), rep, output)
+}
+
+// analyzeRun analyzes a finished run and stores findings.json in it.
+func analyzeRun(dir string) (*analyzer.Report, error) {
+	run, err := record.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := analyzer.Analyze(run)
+	if err != nil {
+		return nil, err
+	}
+	if err := record.WriteFindings(dir, rep); err != nil {
+		return nil, err
+	}
+	return rep, nil
 }
 
 func clean() *cobra.Command {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
@@ -26,8 +27,28 @@ func New() *cobra.Command {
 	// The run a workload belongs to; unused by the bodies, it makes each process of a run
 	// recognisable in ps.
 	cmd.PersistentFlags().String("run", "", "id of the run this workload belongs to")
-	cmd.AddCommand(victim(), cpuHog(), diskHog(), fsyncHog(), memoryHog(), heartbeat(), churn())
+	cmd.AddCommand(victim(), cpuHog(), diskHog(), fsyncHog(), memoryHog(), heartbeat(), churn(), wake(), execIn())
 	return cmd
+}
+
+// execIn becomes another program once the launcher has placed this process in its cgroup: how
+// a container runtime's own process is started inside a given cgroup.
+func execIn() *cobra.Command {
+	return &cobra.Command{
+		Use:   "exec -- PROGRAM [ARG...]",
+		Short: "Wait to be placed in a cgroup, then execute PROGRAM there",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			if err := launch.WaitStart(context.Background()); err != nil {
+				return err
+			}
+			path, err := exec.LookPath(args[0])
+			if err != nil {
+				return err
+			}
+			return syscall.Exec(path, args, os.Environ())
+		},
+	}
 }
 
 // run waits for the launcher's go, then runs body until SIGTERM or SIGINT.
@@ -149,5 +170,20 @@ func churn() *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&parallel, "parallel", 2, "processes running at a time")
+	return cmd
+}
+
+func wake() *cobra.Command {
+	var rounds int
+	cmd := &cobra.Command{
+		Use:   "wake",
+		Short: "A sandbox woken by a request: boot, answer the request pending on standard input, stay up",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			e := wl.NewEmitter(os.Stdout)
+			return run(func(ctx context.Context) error { return wl.Wake(ctx, rounds, os.Stdin, e) })
+		},
+	}
+	cmd.Flags().IntVar(&rounds, "boot-work", wl.DefaultBootRounds, "rounds of CPU work the boot does before answering")
 	return cmd
 }

@@ -1,5 +1,6 @@
-// Package launch starts stress workloads as child processes of the nodectl binary, each in its
-// own cgroup, collects the measurements they print, and stops them.
+// Package launch starts stress workloads, each in its own cgroup, as child processes of the
+// nodectl binary or inside runc containers or gVisor sandboxes, collects the measurements they
+// print, and stops them.
 package launch
 
 import (
@@ -29,26 +30,26 @@ type Placer interface {
 	AddProc(path string, pid int) error
 }
 
-// Spec describes one workload process.
-type Spec struct {
-	Name   string   // workload name: victim, cpu-hog-0, ...
-	Cgroup string   // cgroup path, created by the caller
-	Args   []string // arguments after the binary, e.g. ["workload", "victim", "--dir", ...]
-	Log    io.Writer
-}
-
 // Process is a running workload.
 type Process struct {
 	Name string
 	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-	mu   sync.Mutex
+	// terminate asks the workload to finish; nil sends SIGTERM to cmd (a container runtime
+	// instead delivers it to the container through the runtime).
+	terminate func()
+	done      chan struct{}
+	err       error
+	mu        sync.Mutex
 }
 
-// Start runs exe with spec.Args in spec.Cgroup. Each line the workload prints on standard
-// output is decoded as a workload.Measurement and handed to onMeasure.
+// Start runs exe with spec.Args in spec.Cgroup as a plain child process. Each line the workload
+// prints on standard output is decoded as a workload.Measurement and handed to onMeasure.
 func Start(exe string, p Placer, spec Spec, onMeasure func(string, workload.Measurement)) (*Process, error) {
+	return startPlaced(exe, p, spec, onMeasure, nil)
+}
+
+// startPlaced is Start with a hook that runs once the process has exited.
+func startPlaced(exe string, p Placer, spec Spec, onMeasure func(string, workload.Measurement), after func()) (*Process, error) {
 	startR, startW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", spec.Name, err)
@@ -57,33 +58,47 @@ func Start(exe string, p Placer, spec Spec, onMeasure func(string, workload.Meas
 	cmd := exec.Command(exe, spec.Args...)
 	cmd.Env = append(os.Environ(), StartFDEnv+"=3")
 	cmd.ExtraFiles = []*os.File{startR}
+	cmd.Stdin = spec.Stdin
 	cmd.Stderr = spec.Log
 	// The workload dies with the launcher's thread if nodectl is killed; cgroup removal
 	// (`nodectl stress clean`) catches anything that escapes this.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	stdout, err := cmd.StdoutPipe()
+	for _, m := range spec.Mounts {
+		if err := os.MkdirAll(m, 0o755); err != nil {
+			startW.Close()
+			return nil, fmt.Errorf("starting %s: %w", spec.Name, err)
+		}
+	}
+	proc, err := run(cmd, spec, onMeasure, after)
 	if err != nil {
 		startW.Close()
-		return nil, fmt.Errorf("starting %s: %w", spec.Name, err)
+		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		startW.Close()
-		return nil, fmt.Errorf("starting %s: %w", spec.Name, err)
-	}
-	proc := &Process{Name: spec.Name, cmd: cmd, done: make(chan struct{})}
 	if err := p.AddProc(spec.Cgroup, cmd.Process.Pid); err != nil {
 		startW.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		proc.kill()
 		return nil, fmt.Errorf("placing %s in cgroup %s: %w", spec.Name, spec.Cgroup, err)
 	}
 	_, werr := startW.Write([]byte{1})
 	startW.Close()
 	if werr != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		proc.kill()
 		return nil, fmt.Errorf("starting %s: %w", spec.Name, werr)
 	}
+	return proc, nil
+}
+
+// run starts cmd and decodes its standard output into measurements until it exits; after runs
+// once it has exited, before Done is closed.
+func run(cmd *exec.Cmd, spec Spec, onMeasure func(string, workload.Measurement), after func()) (*Process, error) {
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", spec.Name, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", spec.Name, err)
+	}
+	proc := &Process{Name: spec.Name, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
@@ -93,12 +108,21 @@ func Start(exe string, p Placer, spec Spec, onMeasure func(string, workload.Meas
 			}
 		}
 		err := cmd.Wait()
+		if after != nil {
+			after()
+		}
 		proc.mu.Lock()
 		proc.err = err
 		proc.mu.Unlock()
 		close(proc.done)
 	}()
 	return proc, nil
+}
+
+// kill ends a process that must not run, and waits for it.
+func (p *Process) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
 }
 
 // Done is closed when the process has exited.
@@ -118,13 +142,35 @@ func (p *Process) Stop(grace time.Duration) {
 		return
 	default:
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if p.terminate != nil {
+		p.terminate()
+	} else {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
 	select {
 	case <-p.done:
 	case <-time.After(grace):
-		_ = p.cmd.Process.Kill()
+		if p.cmd != nil {
+			_ = p.cmd.Process.Kill()
+		}
 		<-p.done
 	}
+}
+
+// Go runs fn as a workload that is not one process: a driver loop such as sandbox churn, which
+// starts containers of its own. Stop cancels its context and waits for it to return.
+func Go(name string, fn func(ctx context.Context) error) *Process {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Process{Name: name, terminate: cancel, done: make(chan struct{})}
+	go func() {
+		err := fn(ctx)
+		cancel()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(p.done)
+	}()
+	return p
 }
 
 // StopAll stops every workload at once, so that n workloads take one grace period, not n.

@@ -1,11 +1,14 @@
 package launch
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -18,6 +21,13 @@ import (
 // prints one measurement carrying the time it started, and runs until SIGTERM.
 const childEnv = "NODECTL_LAUNCH_TEST_CHILD"
 
+// With childEchoEnv set the child also reads a line from its input and reports its length; with
+// childMountEnv it writes a file in that directory.
+const (
+	childEchoEnv  = "NODECTL_LAUNCH_TEST_ECHO"
+	childMountEnv = "NODECTL_LAUNCH_TEST_MOUNT"
+)
+
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
@@ -26,7 +36,18 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}
-		_ = json.NewEncoder(os.Stdout).Encode(workload.Measurement{T: time.Now(), Metric: "started", Value: 1})
+		if dir := os.Getenv(childMountEnv); dir != "" {
+			if err := os.WriteFile(filepath.Join(dir, "written"), []byte("x"), 0o644); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(3)
+			}
+		}
+		out := json.NewEncoder(os.Stdout)
+		_ = out.Encode(workload.Measurement{T: time.Now(), Metric: "started", Value: 1})
+		if os.Getenv(childEchoEnv) == "1" {
+			line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+			_ = out.Encode(workload.Measurement{T: time.Now(), Metric: "echo", Value: float64(len(strings.TrimSpace(line)))})
+		}
 		<-ctx.Done()
 		os.Exit(0)
 	}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+// capHogs is how many CPU hogs the cap-vs-guarantee runs put next to the victim. On 2 CPUs,
+// two unlimited hogs (two busy threads each, at the default weight, a 1-CPU request's)
+// outweigh the 250m victim (cpu.shares 256) 8 to 1, so on its busy CPU it gets less than its
+// 250m; at cpu=500m they use one CPU between them and leave it the other.
+const capHogs = 2
+
+// TestCPULimitIsACapNotAGuarantee: a 250m victim is slowed by unlimited CPU hogs although it
+// stays under its limit, and limiting the hogs gives it back most of what it lost.
+func TestCPULimitIsACapNotAGuarantee(t *testing.T) {
+	requireRoot(t)
+	unlimited := fmt.Sprintf("cpu,count=%d", capHogs)
+	repA, runA := noisyRun(t, "--victim-cpu", "250m", "--hog", unlimited)
+	repB, runB := noisyRun(t, "--victim-cpu", "250m", "--hog", unlimited+",cpu=500m")
+	slowA, slowB := cpuWorkSlowdown(t, runA), cpuWorkSlowdown(t, runB)
+	t.Logf("victim CPU-work slowdown (stress p50 / baseline p50): unlimited hogs x%.2f, hogs at 500m x%.2f; findings %v / %v",
+		slowA, slowB, repA.ids(), repB.ids())
+
+	i, ok := finding(repA, "cpu-contention")
+	if !ok {
+		t.Fatalf("a 250m victim next to unlimited CPU hogs: no cpu-contention finding; got %v", repA.ids())
+	}
+	// The victim runs on one CPU, so the hogs named are those whose threads shared it, most
+	// often all of them; the first, the one it waited behind most, is always a hog.
+	if c := repA.Findings[i].Culprits; len(c) == 0 || !strings.HasPrefix(c[0], "cpu-hog-") {
+		t.Errorf("cpu-contention culprits %v, want a CPU hog first", c)
+	}
+	if slowB >= slowA {
+		t.Errorf("limiting the hogs to 500m did not shrink the victim's slowdown: x%.2f with unlimited hogs, x%.2f with 500m hogs", slowA, slowB)
+	}
+	// Its own quota bounds the 250m victim alone already: both runs say so.
+	for name, rep := range map[string]report{"unlimited hogs": repA, "hogs at 500m": repB} {
+		if _, ok := finding(rep, "cpu-throttling"); !ok {
+			t.Errorf("run with %s: the 250m victim was not reported as cpu-throttling; got %v", name, rep.ids())
+		}
+	}
+}
+
+// cpuWorkSlowdown is the victim probe's CPU-work p50 in the stress phase over the baseline's.
+func cpuWorkSlowdown(t *testing.T, run *record.Run) float64 {
+	t.Helper()
+	base := quantile(probeValues(t, run, record.MetricProbeCPUWork, record.PhaseBaseline), 0.5)
+	stress := quantile(probeValues(t, run, record.MetricProbeCPUWork, record.PhaseStress), 0.5)
+	if base == 0 || stress == 0 {
+		t.Fatalf("the victim probe measured no CPU work in a phase: baseline p50 %v, stress p50 %v", base, stress)
+	}
+	return stress / base
+}
+
+func TestCPURequestErrorsNameTheProblem(t *testing.T) {
+	tests := map[string]struct {
+		args []string
+		want string
+	}{
+		"victim_request_over_limit": {[]string{"stress", "noisy", "--victim-cpu", "250m", "--victim-request", "1"}, "--victim-request: CPU request 1 is above the CPU limit 250m"},
+		"bad_victim_request":        {[]string{"stress", "noisy", "--victim-request", "lots"}, `--victim-request: bad CPU limit "lots"`},
+		"hog_request_over_limit":    {[]string{"stress", "noisy", "--hog", "cpu,cpu=500m,request=1"}, "CPU request 1 is above the CPU limit 500m"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, stderr, err := nodectlAs(t, os.Args[0], nil, tc.args...)
+			if err == nil || !strings.Contains(stderr, tc.want) {
+				t.Errorf("nodectl %v: err %v, stderr %q, want it to say %q", tc.args, err, stderr, tc.want)
+			}
+		})
+	}
+}

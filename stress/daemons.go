@@ -1,0 +1,45 @@
+package stress
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/nodectl/nodectl/agent/daemons"
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+// kindDaemon is the Workload.Kind of a system daemon the run follows: the host's process in the
+// host's cgroup, sampled and traced but never created, started, limited or removed by the run.
+const kindDaemon = "daemon"
+
+// owned says whether the run makes w: its cgroup and its processes, removed at cleanup.
+func owned(w record.Workload) bool { return w.Kind != kindDaemon }
+
+// daemonWorkloads finds the daemons of --daemons on the host, one workload per cgroup.
+func (r *noisyRun) daemonWorkloads() ([]record.Workload, error) {
+	if len(r.cfg.Daemons) == 0 {
+		return nil, nil
+	}
+	found, inRoot, err := daemons.Find(r.cfg.Paths.Procfs, r.layout.V1, r.cfg.Daemons)
+	if err != nil {
+		return nil, fmt.Errorf("--daemons: %w", err)
+	}
+	if len(inRoot) > 0 {
+		r.cfg.Log.Warn("not following daemons in the root cgroup: every other task there would be charged to them",
+			"daemons", strings.Join(inRoot, ","))
+	}
+	var out []record.Workload
+	for _, d := range found {
+		for _, w := range r.workloads {
+			if w.Name == d.Name {
+				return nil, fmt.Errorf("--daemons: daemon %s has the name of one of the run's workloads; leave it out of --daemons", d.Name)
+			}
+		}
+		r.cfg.Log.Info("following a system daemon", "daemon", d.Name, "cgroup", d.Cgroup, "pids", d.PIDs)
+		out = append(out, record.Workload{Name: d.Name, Kind: kindDaemon, Cgroup: d.Cgroup})
+	}
+	if len(out) == 0 {
+		r.cfg.Log.Info("no system daemon to follow", "daemons", strings.Join(r.cfg.Daemons, ","))
+	}
+	return out, nil
+}

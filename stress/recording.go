@@ -1,0 +1,116 @@
+package stress
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/agent/collect"
+	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/agent/trace"
+	"github.com/nodectl/nodectl/stress/launch"
+)
+
+// runHost is what every scenario's run makes on the host, and undoes on every exit path: its
+// claim in the state directory, its cgroup, its recording, its tracer and its launcher.
+type runHost struct {
+	paths  Paths
+	id     string
+	layout *cgroup.Layout
+
+	unclaim   func()
+	writer    *record.Writer
+	launcher  *launch.Launcher
+	tracer    *trace.Tracer
+	collector *collect.Collector
+	stopColl  func()
+	created   bool // the run's cgroup was made
+}
+
+// release deletes the launcher's containers, takes the last snapshot, closes the tracer and
+// removes the run's cgroup (and the shared parent when no other run is under it). Stop the
+// workloads first.
+func (h *runHost) release() []error {
+	var errs []error
+	if h.launcher != nil {
+		if err := h.launcher.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if h.collector != nil {
+		h.stopColl()
+		if err := h.collector.Snapshot(time.Now()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if h.tracer != nil {
+		if err := h.tracer.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if h.created {
+		if err := h.layout.Remove(RunCgroup(h.id)); err != nil {
+			errs = append(errs, err)
+		}
+		if err := h.layout.Prune(CgroupParent); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// finish closes the recording and gives up the run's claim; the last step of a cleanup.
+func (h *runHost) finish() []error {
+	var errs []error
+	if h.writer != nil {
+		if err := h.writer.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if h.unclaim != nil {
+		h.unclaim()
+	}
+	pruneDirs(h.paths)
+	return errs
+}
+
+// startTracer loads the tracer programs a run asked for (nil: all of them), warns about those
+// that did not attach, and notes a tracefs mount it made in the run's state so that `stress
+// clean` can undo it after a kill. The status lists the requested programs only: one left out
+// on purpose is no missing evidence.
+func startTracer(p Paths, id string, layout *cgroup.Layout, res *cgroup.Resolver, programs []string, log *slog.Logger) (*trace.Tracer, map[string]string, error) {
+	t, err := trace.New(trace.Config{CgroupV1: layout.V1, Programs: programs, Sysfs: p.Sysfs, Tracefs: p.Tracefs},
+		res, log.With("component", "trace"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("--trace: %w", err)
+	}
+	status := t.Status()
+	if programs != nil {
+		maps.DeleteFunc(status, func(prog, _ string) bool { return !slices.Contains(programs, prog) })
+	}
+	warnUnattached(log, status)
+	if dir := t.MountedTracefs(); dir != "" {
+		if err := noteTracefs(p, id, dir); err != nil {
+			_ = t.Close()
+			return nil, nil, err
+		}
+	}
+	return t, status, nil
+}
+
+// runCollector snapshots on the collector's interval in the background until stop is called.
+func runCollector(c *collect.Collector, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.Run(ctx); err != nil {
+			log.Error("recording stopped", "err", err)
+		}
+	}()
+	return func() { cancel(); <-done }
+}

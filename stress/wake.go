@@ -1,0 +1,384 @@
+package stress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/agent/collect"
+	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/agent/sample"
+	"github.com/nodectl/nodectl/agent/trace"
+	"github.com/nodectl/nodectl/stress/launch"
+	"github.com/nodectl/nodectl/stress/workload"
+)
+
+// WakeConfig configures `nodectl stress wake`.
+type WakeConfig struct {
+	CPULimits  []int64       // millicores, in the order given (ParseCPULimits)
+	Count      int           // starts per limit
+	BootRounds int           // size of the sandbox's boot work; 0 = workload.DefaultBootRounds
+	Timeout    time.Duration // how long one start may take to answer; 0 = DefaultWakeTimeout
+	Runtime    launch.Runtime
+	// RunscPlatform is gVisor's --platform for the runsc runtime; "" lets the launcher pick.
+	RunscPlatform string
+	Trace         bool
+	Out           string        // run directory; "" = DefaultRunsDir/<run-id>
+	Interval      time.Duration // sampling interval
+	Exe           string        // the nodectl binary that runs the sandbox; "" = this executable
+	Args          []string      // the command line, recorded in meta.json
+	Paths         Paths
+	Progress      io.Writer // live progress line; nil = none
+	ProgressTTY   bool
+	Log           *slog.Logger
+}
+
+// Defaults of `stress wake`.
+const (
+	DefaultWakeCount   = 5
+	DefaultWakeTimeout = time.Minute
+)
+
+// DefaultWakeLimits are the CPU limits a wake run compares when none are given.
+var DefaultWakeLimits = []string{"50m", "250m", "1"}
+
+// minWakeCPUMilli is the smallest limit a sandbox can be started at: below it the CFS quota of
+// a 100 ms period would be under the kernel's 1 ms minimum.
+const minWakeCPUMilli = 10
+
+// kindWake is the Workload.Kind of a wake start; scenarioWake the run's scenario.
+const (
+	kindWake     = "wake"
+	scenarioWake = "wake"
+)
+
+// wakeRequest is the request pending on the sandbox's standard input from its launch, as a
+// request waits for a sleeping sandbox to wake.
+const wakeRequest = "wake\n"
+
+// stopGrace is how long a sandbox gets to exit after SIGTERM before it is killed.
+const stopGrace = 5 * time.Second
+
+// ParseCPULimits parses --cpu-limits values (Kubernetes notation), keeping their order, and
+// refuses duplicates and limits below 10m.
+func ParseCPULimits(vs []string) ([]int64, error) {
+	if len(vs) == 0 {
+		return nil, errors.New("--cpu-limits: give at least one CPU limit, e.g. 50m,250m,1")
+	}
+	var out []int64
+	seen := map[int64]string{}
+	for _, v := range vs {
+		v = strings.TrimSpace(v)
+		m, err := ParseCPU(v)
+		if err != nil {
+			return nil, fmt.Errorf("--cpu-limits: %w", err)
+		}
+		if m < minWakeCPUMilli {
+			return nil, fmt.Errorf("--cpu-limits: %s is below %s, the smallest CFS quota the kernel takes (1 ms per 100 ms)", v, FormatCPU(minWakeCPUMilli))
+		}
+		if prev, ok := seen[m]; ok {
+			return nil, fmt.Errorf("--cpu-limits: %s and %s are the same limit", prev, v)
+		}
+		seen[m] = v
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// Wake runs the wake scenario: the same sandbox started at each CPU limit, Count times each,
+// one start at a time, each in a fresh cgroup with that limit, timing how long the sandbox takes
+// to answer the request pending since its launch. It returns the run directory; the caller
+// analyzes it. Everything the run created on the host is removed before Wake returns, also when
+// ctx is cancelled (SIGINT, SIGTERM) or a step fails.
+func Wake(ctx context.Context, cfg WakeConfig) (dir string, err error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.BootRounds == 0 {
+		cfg.BootRounds = workload.DefaultBootRounds
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultWakeTimeout
+	}
+	if len(cfg.CPULimits) == 0 || cfg.Count < 1 {
+		return "", errors.New("a wake run needs at least one CPU limit and one start per limit")
+	}
+	if cfg.Exe == "" {
+		if cfg.Exe, err = os.Executable(); err != nil {
+			return "", fmt.Errorf("finding the nodectl binary: %w", err)
+		}
+	}
+	layout, err := cgroup.DetectProcfs(cfg.Paths.Cgroupfs, cfg.Paths.Procfs)
+	if err != nil {
+		return "", err
+	}
+	id := NewRunID(scenarioWake)
+	dir = cfg.Out
+	if dir == "" {
+		dir = filepath.Join(DefaultRunsDir, id)
+	}
+	r := &wakeRun{runHost: runHost{paths: cfg.Paths, id: id, layout: layout}, cfg: cfg, dir: dir,
+		progress: &progressWriter{w: cfg.Progress, tty: cfg.ProgressTTY}, wakes: map[string][]time.Duration{}}
+	defer func() {
+		if cerr := r.cleanup(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	if err := r.setup(); err != nil {
+		return dir, err
+	}
+	for i, w := range r.workloads {
+		if err := r.start(ctx, i, w); err != nil {
+			return dir, err
+		}
+	}
+	return dir, nil
+}
+
+type wakeRun struct {
+	runHost
+	cfg       WakeConfig
+	dir       string
+	workloads []record.Workload // the starts, in the order they run
+	limits    map[string]int64  // start name -> its CPU limit in millicores
+
+	progress *progressWriter
+	wakes    map[string][]time.Duration // CPU limit -> wake times so far, for the progress line
+
+	mu      sync.Mutex // guards sampled, which the collector reads
+	sampled string     // the cgroup of the start under way; "" between starts
+}
+
+func (r *wakeRun) setup() error {
+	cfg := r.cfg
+	unclaim, err := claim(cfg.Paths, r.id)
+	if err != nil {
+		return err
+	}
+	r.unclaim = unclaim
+	meta := record.NewMeta(r.id, scenarioWake, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
+	if r.writer, err = record.Create(r.dir, meta); err != nil {
+		return err
+	}
+	r.plan()
+	r.created = true
+	if err := r.layout.Create(RunCgroup(r.id), cgroup.Limits{}); err != nil {
+		return fmt.Errorf("creating the run's cgroup: %w", err)
+	}
+	r.launcher, err = launch.New(launch.Config{Runtime: cfg.Runtime, Exe: cfg.Exe, Cgroups: r.layout, Procfs: cfg.Paths.Procfs,
+		StateDir: RuntimeState(cfg.Paths, r.id), RunscPlatform: cfg.RunscPlatform, Log: cfg.Log.With("component", "launch")})
+	if err != nil {
+		return err // it names --runtime
+	}
+	// Only the start under way is sampled: a finished sandbox's cgroup has nothing more to say,
+	// and its counters are read at its answer. No disk matters here.
+	sources := map[string]collect.Source{
+		"cgroups": sample.NewCgroups(r.layout, r.sampledCgroups),
+		"system":  sample.NewSystem(cfg.Paths.Procfs, cfg.Paths.Sysfs, func() []string { return nil }),
+	}
+	status := map[string]string{}
+	if cfg.Trace {
+		// The run-queue tracer is the one that sees a boot; fsync and block I/O have nothing to say.
+		if r.tracer, status, err = startTracer(cfg.Paths, r.id, r.layout, cgroup.NewResolver(r.layout), []string{trace.ProgramRunq}, cfg.Log); err != nil {
+			return err
+		}
+		sources["trace"] = collect.SourceFunc(r.tracer.Collect)
+	}
+	if err := r.writer.UpdateMeta(func(m *record.Meta) {
+		m.Workloads, m.Tracer, m.Runtime = r.workloads, status, r.launcher.Describe()
+	}); err != nil {
+		return err
+	}
+	r.collector = collect.New(sources, r.writer, cfg.Interval, nil, cfg.Log.With("component", "collect"))
+	r.stopColl = runCollector(r.collector, cfg.Log)
+	return nil
+}
+
+// plan names the starts: wake-<limit>-<i>, the limits taking turns so that a slow spell of
+// the machine touches every limit alike instead of all the starts of one.
+func (r *wakeRun) plan() {
+	r.limits = map[string]int64{}
+	for i := range r.cfg.Count {
+		for _, m := range r.cfg.CPULimits {
+			cpu := FormatCPU(m)
+			name := fmt.Sprintf("%s-%s-%d", kindWake, cpu, i)
+			r.workloads = append(r.workloads, record.Workload{Name: name, Kind: kindWake, Cgroup: RunCgroup(r.id) + "/" + name, CPU: cpu, CPURequest: cpu})
+			r.limits[name] = m
+		}
+	}
+}
+
+func (r *wakeRun) sampledCgroups() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sampled == "" {
+		return nil
+	}
+	return []string{r.sampled}
+}
+
+func (r *wakeRun) setSampled(cg string) {
+	r.mu.Lock()
+	r.sampled = cg
+	r.mu.Unlock()
+}
+
+// start runs one start of the sandbox: a fresh cgroup with the limit, the launch with the
+// request pending, the wait for the answer, and right after it the boot's counters. Its boot is
+// a phase named after it, so the analyzer reads each start over its own boot.
+func (r *wakeRun) start(ctx context.Context, n int, w record.Workload) error {
+	// Requested as much as the limit, as a Guaranteed pod is: the kubelet's weight for it.
+	limits := cgroup.Limits{CPUMilli: r.limits[w.Name], CPURequestMilli: r.limits[w.Name]}
+	if err := r.layout.Create(w.Cgroup, limits); err != nil {
+		return fmt.Errorf("creating cgroup of %s: %w", w.Name, err)
+	}
+	logPath := filepath.Join(r.dir, "workloads", w.Name+".log")
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return fmt.Errorf("making the workload log directory: %w", err)
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return fmt.Errorf("creating log of %s: %w", w.Name, err)
+	}
+	defer logf.Close()
+
+	answered := make(chan time.Time, 1)
+	onMeasure := func(name string, m workload.Measurement) {
+		at := time.Now() // first: the answer's arrival stops the clock
+		v := m.Value
+		if err := r.writer.Append(record.Record{Type: record.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: w.Cgroup, Workload: name, Value: &v}); err != nil {
+			r.cfg.Log.Warn("recording a measurement", "workload", name, "err", err)
+		}
+		if m.Metric == record.MetricWakeBoot {
+			select {
+			case answered <- at:
+			default:
+			}
+		}
+	}
+	r.setSampled(w.Cgroup)
+	defer r.setSampled("")
+	if err := r.writer.Append(record.Record{Type: record.TypePhase, Time: time.Now(), Name: w.Name, Event: record.EventStart}); err != nil {
+		return err
+	}
+	args := []string{"workload", "wake", "--boot-work", strconv.Itoa(r.cfg.BootRounds), "--run", r.id}
+	launched := time.Now()
+	p, err := r.launcher.Start(launch.Spec{Name: w.Name, Cgroup: w.Cgroup, Limits: limits, Args: args,
+		Stdin: strings.NewReader(wakeRequest), Log: logf}, onMeasure)
+	if err != nil {
+		return err
+	}
+	defer p.Stop(stopGrace)
+	at, err := r.await(ctx, n, w, p, answered, launched, logPath)
+	if err != nil {
+		return err
+	}
+
+	// The cgroup is fresh, so its counters now are the boot's: read them before the sandbox
+	// does anything else, and end the boot's phase at the snapshot.
+	wake := at.Sub(launched).Seconds()
+	recs := []record.Record{{Type: record.TypeSample, Time: at, Metric: record.MetricWake, Cgroup: w.Cgroup, Workload: w.Name, Value: &wake}}
+	procs, perr := r.launcher.HostProcesses(w.Cgroup)
+	var delay time.Duration
+	if perr == nil {
+		delay, perr = sample.RunDelay(r.cfg.Paths.Procfs, pids(procs))
+	}
+	now := time.Now()
+	if err := r.collector.Snapshot(now); err != nil {
+		return err
+	}
+	if perr != nil {
+		r.cfg.Log.Warn("reading the run-queue wait of the sandbox's processes", "workload", w.Name, "err", perr)
+	} else {
+		v := delay.Seconds()
+		recs = append(recs, record.Record{Type: record.TypeSample, Time: now, Metric: record.MetricSchedRunDelay, Cgroup: w.Cgroup, Workload: w.Name, Value: &v})
+	}
+	recs = append(recs, record.Record{Type: record.TypePhase, Time: now, Name: w.Name, Event: record.EventEnd})
+	if err := r.writer.Append(recs...); err != nil {
+		return err
+	}
+	r.workloads[n].Runtime, r.workloads[n].HostProcesses = string(r.launcher.Runtime()), procs
+	if err := r.writer.UpdateMeta(func(m *record.Meta) { m.Workloads = r.workloads }); err != nil {
+		r.cfg.Log.Warn("recording host processes", "workload", w.Name, "err", err)
+	}
+	r.wakes[w.CPU] = append(r.wakes[w.CPU], at.Sub(launched))
+	return nil
+}
+
+// await waits for the sandbox's answer and returns when it arrived, showing progress meanwhile.
+func (r *wakeRun) await(ctx context.Context, n int, w record.Workload, p *launch.Process, answered <-chan time.Time, launched time.Time, logPath string) (time.Time, error) {
+	timeout := time.NewTimer(r.cfg.Timeout)
+	defer timeout.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case at := <-answered:
+			r.showProgress(n, w, at.Sub(launched))
+			return at, nil
+		case <-p.Done():
+			select {
+			case at := <-answered: // it answered, then exited: the answer counts
+				return at, nil
+			default:
+			}
+			r.progress.done()
+			return time.Time{}, fmt.Errorf("sandbox %s exited before answering: %v (see %s)", w.Name, p.Err(), logPath)
+		case <-ctx.Done():
+			r.progress.done()
+			return time.Time{}, fmt.Errorf("%w during %s: %v", ErrInterrupted, w.Name, context.Cause(ctx))
+		case <-timeout.C:
+			r.progress.done()
+			return time.Time{}, fmt.Errorf("sandbox %s did not answer within %s (--timeout; see %s)", w.Name, r.cfg.Timeout, logPath)
+		case <-tick.C:
+			r.showProgress(n, w, time.Since(launched))
+		}
+	}
+}
+
+func pids(procs []record.HostProcess) []int {
+	out := make([]int, len(procs))
+	for i, hp := range procs {
+		out[i] = hp.PID
+	}
+	return out
+}
+
+func (r *wakeRun) showProgress(n int, w record.Workload, elapsed time.Duration) {
+	var done []string
+	for _, m := range r.cfg.CPULimits {
+		cpu := FormatCPU(m)
+		if ws := r.wakes[cpu]; len(ws) > 0 {
+			s := slices.Clone(ws)
+			slices.Sort(s)
+			done = append(done, fmt.Sprintf("%s %s", cpu, s[(len(s)-1)/2].Round(time.Millisecond)))
+		}
+	}
+	line := fmt.Sprintf("wake %d/%d %-14s %6s", n+1, len(r.workloads), w.Name, elapsed.Round(10*time.Millisecond))
+	if len(done) > 0 {
+		line += " | p50 " + strings.Join(done, ", ")
+	}
+	r.progress.update(line)
+}
+
+// cleanup stops the recording and removes the cgroups and the run's state. It runs on every
+// exit path; the sandbox under way was stopped by its start.
+func (r *wakeRun) cleanup() error {
+	r.progress.done()
+	errs := r.release()
+	errs = append(errs, r.finish()...)
+	return errors.Join(errs...)
+}
