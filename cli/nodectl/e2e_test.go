@@ -205,11 +205,13 @@ func TestNoisyQuietRunHasNoContention(t *testing.T) {
 }
 
 // startNoisy starts a long run in the background and waits until its stress phase runs.
-func startNoisy(t *testing.T, extra ...string) (*exec.Cmd, string) {
+// startNoisy starts a long run with every kind of hog (a memory hog of memory, which must leave
+// room for a gVisor Sentry when extra picks runsc) and returns once its stress phase runs.
+func startNoisy(t *testing.T, memory string, extra ...string) (*exec.Cmd, string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "run")
 	args := append([]string{"stress", "noisy", "--trace", "--baseline", "2s", "--duration", "5m",
-		"--hog", "cpu", "--hog", "disk", "--hog", "fsync", "--hog", "memory,memory=64Mi", "--out", dir}, extra...)
+		"--hog", "cpu", "--hog", "disk", "--hog", "fsync", "--hog", "memory,memory=" + memory, "--out", dir}, extra...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), beMain+"=1")
 	var errb bytes.Buffer
@@ -243,7 +245,7 @@ func startNoisy(t *testing.T, extra ...string) (*exec.Cmd, string) {
 func TestInterruptedRunLeavesNothing(t *testing.T) {
 	requireRoot(t)
 	mounts := tracefsMounts(t)
-	cmd, id := startNoisy(t)
+	cmd, id := startNoisy(t, "64Mi")
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -260,22 +262,22 @@ func TestInterruptedRunLeavesNothing(t *testing.T) {
 
 func TestKilledRunIsCleanedByStressClean(t *testing.T) {
 	requireRoot(t)
-	testKilledRunIsCleaned(t)
+	testKilledRunIsCleaned(t, "64Mi")
 }
 
 // A killed run's containers outlive it (only the runtime process dies with nodectl): stress
 // clean deletes them through the runtime's state the run kept.
 func TestKilledSandboxRunIsCleanedByStressClean(t *testing.T) {
 	requireRoot(t)
-	testKilledRunIsCleaned(t, "--runtime", "runsc")
+	testKilledRunIsCleaned(t, "192Mi", "--runtime", "runsc")
 	if out, _ := exec.Command("pgrep", "-f", "runsc-sandbox|runsc-gofer").Output(); len(out) > 0 {
 		t.Errorf("gVisor processes left: %s", out)
 	}
 }
 
-func testKilledRunIsCleaned(t *testing.T, extra ...string) {
+func testKilledRunIsCleaned(t *testing.T, memory string, extra ...string) {
 	mounts := tracefsMounts(t)
-	cmd, id := startNoisy(t, extra...)
+	cmd, id := startNoisy(t, memory, extra...)
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +367,8 @@ func TestRecordRanksAUserCgroup(t *testing.T) {
 		}
 	})
 	dir := filepath.Join(t.TempDir(), "rec")
-	rec := exec.Command(os.Args[0], "record", "--duration", "6s", "--out", dir)
+	// Long enough for the load to finish inside it on a slow disk; the test waits for both.
+	rec := exec.Command(os.Args[0], "record", "--duration", "12s", "--out", dir)
 	rec.Env = append(os.Environ(), beMain+"=1")
 	var recErr bytes.Buffer
 	rec.Stderr = &recErr
