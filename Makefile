@@ -19,8 +19,9 @@ build: ## build bin/nodectl (static, no clang needed: generated BPF objects are 
 test: ## run every test; as root the BPF, cgroup and end-to-end tests run for real
 	CGO_ENABLED=0 $(GO) test -count=1 -p 1 -timeout 40m ./...
 
-bench: build ## tracer overhead: scheduler-heavy load with the tracer detached vs attached, ns per event
+bench: build ## tracer overhead (detached vs attached, ns per event); cgroup sampling cost at 100 and 1,000 cgroups
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./bench/...
+	$(GO) test -run '^$$' -bench BenchmarkCgroupSampling -benchtime 2s -timeout 10m ./agent/sample/
 
 demo: build ## a noisy run with CPU and disk neighbours, traced, and its explanation
 	./$(BIN) stress noisy --hog cpu,count=2 --hog disk --trace --baseline 15s --duration 20s

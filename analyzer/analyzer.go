@@ -48,6 +48,8 @@ type Report struct {
 	Notes []string `json:"notes,omitempty"`
 	// Limits tabulates a wake run by CPU limit (absent for other scenarios).
 	Limits []WakeLimit `json:"limits,omitempty"`
+	// Storm tabulates an fsync-storm run by writer and storm (absent for other scenarios).
+	Storm *Storm `json:"storm,omitempty"`
 }
 
 // RunInfo identifies the analyzed run.
@@ -106,12 +108,18 @@ func Analyze(run *record.Run) (*Report, error) {
 			}
 		}
 	}
+	rep.Findings = append(rep.Findings, a.memory()...)
+	rep.Findings = append(rep.Findings, a.swapThrashing()...)
 	if run.Meta.Scenario == scenarioWake {
 		var found []Finding
 		var missing []string
 		rep.Limits, found, missing = a.wake()
 		rep.Findings = append(rep.Findings, found...)
 		rep.Notes = append(rep.Notes, missing...)
+	}
+	a.storm(rep)
+	if run.Meta.Scenario == scenarioDensity {
+		rep.Findings = append(rep.Findings, a.density()...)
 	}
 	return rep, nil
 }

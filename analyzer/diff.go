@@ -19,6 +19,8 @@ type DiffReport struct {
 	B               DiffRun         `json:"b"`
 	Workloads       []WorkloadDiff  `json:"workloads"`
 	FindingsChanged []FindingChange `json:"findings_changed"`
+	// Density compares two density sweeps (absent otherwise): e.g. without and with swap.
+	Density *DensityDiff `json:"density,omitempty"`
 	// Notes say where the two runs are not measured alike, so ratios mislead.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -131,6 +133,9 @@ func Diff(a, b *record.Run) (*DiffReport, error) {
 		FindingsChanged: findingsChanged(sa.Findings, sb.Findings),
 		Notes:           windowNotes(sa.Window, sb.Window),
 	}
+	if a.Meta.Scenario == scenarioDensity && b.Meta.Scenario == scenarioDensity {
+		d.Density = densityDiff(Density(a, nil), Density(b, nil))
+	}
 	keys := slices.Clone(sa.keys)
 	for _, k := range sb.keys {
 		if !slices.Contains(keys, k) {
@@ -162,6 +167,33 @@ func Diff(a, b *record.Run) (*DiffReport, error) {
 		d.Workloads = append(d.Workloads, wd)
 	}
 	return d, nil
+}
+
+// DensityDiff is the density gain from sweep A to sweep B: the highest stable density of each,
+// where and why each collapsed, and which resource bounded it.
+type DensityDiff struct {
+	MaxStableA int              `json:"max_stable_a"`
+	MaxStableB int              `json:"max_stable_b"`
+	Gain       *float64         `json:"gain,omitempty"` // MaxStableB / MaxStableA; absent when A held none
+	CollapseA  *DensityCollapse `json:"collapse_a"`
+	CollapseB  *DensityCollapse `json:"collapse_b"`
+	CeilingA   string           `json:"ceiling_a,omitempty"`
+	CeilingB   string           `json:"ceiling_b,omitempty"`
+}
+
+func densityDiff(a, b *DensityReport) *DensityDiff {
+	d := &DensityDiff{MaxStableA: a.MaxStable, MaxStableB: b.MaxStable, CollapseA: a.Collapse, CollapseB: b.Collapse}
+	if a.MaxStable > 0 {
+		g := float64(b.MaxStable) / float64(a.MaxStable)
+		d.Gain = &g
+	}
+	if a.Ceiling != nil {
+		d.CeilingA = a.Ceiling.Resource
+	}
+	if b.Ceiling != nil {
+		d.CeilingB = b.Ceiling.Resource
+	}
+	return d
 }
 
 // diffValue is a row's value of a measure, nil when the row or the measure is missing or the
@@ -296,6 +328,22 @@ func RenderDiffText(w io.Writer, d *DiffReport) error {
 			side.run.Window.Name, fmtSeconds(side.run.Window.Seconds()))
 	}
 
+	if dd := d.Density; dd != nil {
+		collapse := func(c *DensityCollapse) string {
+			if c == nil {
+				return "no collapse"
+			}
+			return fmt.Sprintf("collapsed at %d (%s)", c.Density, c.Signal)
+		}
+		gain := "-"
+		if dd.Gain != nil {
+			gain = fmtRatio(*dd.Gain)
+		}
+		p("\ndensity\tA\tB\tB/A\n")
+		p("max stable\t%d\t%d\t%s\n", dd.MaxStableA, dd.MaxStableB, gain)
+		p("collapse\t%s\t%s\t\n", collapse(dd.CollapseA), collapse(dd.CollapseB))
+		p("ceiling\t%s\t%s\t\n", orDash(dd.CeilingA), orDash(dd.CeilingB))
+	}
 	if len(d.Workloads) > 0 {
 		p("\nworkload\tmeasure\tA\tB\tB/A\n")
 	}
@@ -406,4 +454,11 @@ func fmtDiff(v *float64, unit string) string {
 		return fmt.Sprintf("%.2f", *v)
 	}
 	return fmtUnit(*v, unit)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -7,6 +7,8 @@ import (
 	"math"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/nodectl/nodectl/agent/record"
 )
 
 // RenderJSON writes the report as the findings JSON contract (ARCHITECTURE.md).
@@ -18,6 +20,18 @@ func RenderJSON(w io.Writer, r *Report) error {
 		return fmt.Errorf("rendering report: %w", err)
 	}
 	return nil
+}
+
+// RenderRunText writes the report of run for a person in its scenario's own form: a density
+// sweep's step table, a storm's tables by writer and round, else RenderText's.
+func RenderRunText(w io.Writer, run *record.Run, r *Report) error {
+	switch run.Meta.Scenario {
+	case scenarioDensity:
+		return RenderDensityText(w, Density(run, r), r)
+	case scenarioStorm:
+		return RenderStormText(w, r)
+	}
+	return RenderText(w, r)
 }
 
 // RenderText writes the report for a person: the run, its summary tables, then each finding

@@ -196,6 +196,14 @@ func Clean(ctx context.Context, p Paths, ids []string, all bool, log *slog.Logge
 				rep.Removed = append(rep.Removed, "cgroup "+RunCgroup(id))
 			}
 		}
+		// A swap file and sysctls a density run changed are put back once its cgroups are gone.
+		if what, errs := undoNotedHostChanges(p, id); len(errs) > 0 {
+			for _, e := range errs {
+				rep.Errors = append(rep.Errors, e.Error())
+			}
+		} else if what != "" {
+			rep.Removed = append(rep.Removed, "host changes (restored "+what+")")
+		}
 		// A tracefs the killed run mounted goes too, unless a live run may be using it.
 		if b, err := os.ReadFile(filepath.Join(p.State, id, tracefsFile)); err == nil && !anyRunAlive(p) {
 			dir := strings.TrimSpace(string(b))

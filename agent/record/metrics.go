@@ -80,3 +80,80 @@ const (
 	// kswapd, ...): system work, not a neighbour, whichever cgroup the thread sits in.
 	CgroupKernel = "<kernel>"
 )
+
+// fsync storm (`stress fsync-storm`, issue 4). The writers record their times once per storm;
+// the driver records the node's dirty and writeback memory every stormDirtyInterval during a
+// storm, as bytes (/proc/vmstat counts pages). All gauges.
+const (
+	MetricStormDurable = "fsync_storm_durable_seconds" // by a writer: its first write to its fsync's return
+	MetricStormWrite   = "fsync_storm_write_seconds"   // by a writer: the writes (page cache copy, dirty throttling)
+	MetricStormFsync   = "fsync_storm_fsync_seconds"   // by a writer: the fsync
+
+	MetricDirty              = "node_dirty_bytes"                      // vmstat nr_dirty
+	MetricWriteback          = "node_writeback_bytes"                  // vmstat nr_writeback
+	MetricDirtyThreshold     = "node_dirty_threshold_bytes"            // vmstat nr_dirty_threshold: writers are stopped above it
+	MetricDirtyBackThreshold = "node_dirty_background_threshold_bytes" // vmstat nr_dirty_background_threshold: the flusher starts above it
+)
+
+// Density scenario (`nodectl stress density`): sandbox stand-ins and the driver's view of the
+// emulated node. Gauges unless named _total.
+const (
+	// Recorded by each sandbox: from its go to its heap and binary in memory (its ready
+	// heartbeat); how late each tick of its event loop woke; how long each activity burst took.
+	MetricSandboxReady        = "sandbox_ready_seconds"
+	MetricSandboxTickLateness = "sandbox_tick_lateness_seconds"
+	MetricSandboxActivity     = "sandbox_activity_seconds"
+	// Recorded by the driver: from just before a sandbox's launch to its ready line's arrival.
+	MetricSandboxReadiness = "sandbox_readiness_seconds"
+	// Recorded by the driver, no cgroup: sandboxes launched so far, at each launch.
+	MetricDensitySandboxes = "density_sandboxes"
+	// The run cgroup's memory (the emulated node), labels name: usage, limit, anon, file,
+	// inactive_file, swap, working_set (usage less inactive file, as the kubelet counts it).
+	MetricDensityMemory = "density_memory_bytes"
+	// OOM kills in the run cgroup or below (v1 memory.oom_control oom_kill, v2 memory.events).
+	MetricDensityOOMKills = "density_oom_kills_total"
+	// The run's swap file, no cgroup, labels name: size, used (from /proc/swaps).
+	MetricDensitySwap = "density_swap_bytes"
+)
+
+// Memory signals of a cgroup, read by the cgroup sampler from the memory controller's files
+// (issue 4: swap, faults, refaults, OOM kills, limit hits). On v1 the memory.stat values are
+// the hierarchical total_* ones, as v2's are, so a parent includes its children.
+const (
+	MetricMemorySwap        = "memory_swap_bytes"         // gauge: swap charged (v1 memory.stat total_swap, v2 memory.swap.current)
+	MetricMemoryMajorFaults = "memory_major_faults_total" // pgmajfault
+	MetricMemoryRefaults    = "memory_refaults_total"     // labels kind (anon|file): workingset_refault_*
+	MetricMemorySwapPages   = "memory_swap_pages_total"   // labels op (in|out): v2 memory.stat pswpin/pswpout (kernel 6.12+); v1 has none
+	MetricMemoryOOMKills    = "memory_oom_kills_total"    // v1 memory.oom_control oom_kill, v2 memory.events oom_kill
+	MetricMemoryLimitEvents = "memory_limit_events_total" // labels kind (max|high): v1 memory.failcnt is max; v2 memory.events max, high
+
+	// Node memory from /proc/meminfo, by the system sampler.
+	MetricMeminfo = "meminfo_bytes" // gauge, labels name (MemTotal, MemAvailable, SwapTotal, SwapFree)
+)
+
+// Reclaim tracer (bpf/reclaim.bpf.c, issue 4; cgroup in the memory hierarchy on v1 hosts): the
+// stalls of the cgroup's own tasks, whoever's limit or memory shortage caused them.
+const (
+	MetricReclaimStall    = "reclaim_stall_seconds"    // hist, labels kind (direct|memcg): time in one reclaim
+	MetricReclaimPages    = "reclaim_pages_total"      // labels kind: pages those reclaims freed
+	MetricCompactionStall = "compaction_stall_seconds" // hist: time in one direct compaction
+	MetricKswapdWakeups   = "kswapd_wakeups_total"     // no cgroup: kswapd woke up to reclaim
+	MetricKswapdSleeps    = "kswapd_sleeps_total"      // no cgroup: kswapd went back to sleep
+	MetricOOMKills        = "oom_kills_total"          // OOM kills of the cgroup's processes
+
+	// ReclaimDirect and ReclaimMemcg are the values of LabelKind on the reclaim metrics.
+	ReclaimDirect = "direct"
+	ReclaimMemcg  = "memcg"
+
+	// EventOOMKill is the Name of an event record of an OOM kill; its Cgroup is the killed
+	// process's, and its labels are the LabelOOM* keys.
+	EventOOMKill = "oom_kill"
+
+	LabelOOMPID         = "pid"          // the killed process (thread group id)
+	LabelOOMComm        = "comm"         // its command name
+	LabelOOMLimitCgroup = "limit_cgroup" // the cgroup whose memory limit was hit; absent when none was found (a global OOM)
+	LabelOOMUsage       = "usage_bytes"  // that cgroup's memory usage at the kill
+	LabelOOMLimit       = "limit_bytes"  // and its limit
+	LabelOOMTriggerPID  = "trigger_pid"  // the process whose allocation ran the OOM killer
+	LabelOOMTriggerComm = "trigger_comm"
+)

@@ -5,139 +5,250 @@ package sample
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
+	"runtime"
+	"sync"
+	"syscall"
 	"time"
 
-	"github.com/containerd/cgroups/v3/cgroup1"
-	"github.com/containerd/cgroups/v3/cgroup2"
+	"golang.org/x/sys/unix"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agent/record"
 )
 
+// retryAbsent: a file that was missing (its hierarchy lacks the cgroup, its controller is not
+// enabled, the kernel has no such file) is looked for again every this many samples.
+const retryAbsent = 16
+
 // Cgroups samples per-cgroup counters.
+//
+// Each cgroup's files are opened once and re-read with pread at offset 0, which makes kernfs
+// generate them anew: opening, registering with the poller and closing every file on every
+// sample was most of the cost (BenchmarkCgroupSampling). A file whose cgroup was removed reads
+// ENODEV; the cgroup's files are then closed, as are those of cgroups paths no longer lists.
 type Cgroups struct {
 	l     *cgroup.Layout
 	paths func() []string
+	files []cgFile
+
+	mu    sync.Mutex
+	open  *openFiles
+	buf   []byte
+	round uint64 // samples taken
+	last  int    // records of the previous sample, to size the next
 }
 
-// NewCgroups samples CPU usage and throttling, memory usage and pressure of the cgroups paths
-// returns, asked anew on every Sample. A cgroup that does not exist is skipped.
+// openFiles are the descriptors held, apart from Cgroups so that a cleanup can close them.
+type openFiles struct {
+	by     map[string]*cgOpen
+	held   int // descriptors open
+	budget int // the most to hold: past it files are opened, read and closed each time
+}
+
+// cgOpen is one cgroup's descriptors, by index in Cgroups.files; -1 is not open.
+type cgOpen struct {
+	fd     []int
+	absent []bool
+	round  uint64 // the last sample that listed the cgroup
+}
+
+// cgFile is one file sampled in every cgroup: in controller's hierarchy, parsed by read.
+type cgFile struct {
+	controller, name string
+	read             func(out []record.Record, now time.Time, path string, b []byte) ([]record.Record, error)
+}
+
+// NewCgroups samples CPU usage and throttling, memory usage, swap, faults, refaults, OOM kills
+// and limit hits, and pressure of the cgroups paths returns, asked anew on every Sample. A
+// cgroup that does not exist is skipped.
 func NewCgroups(l *cgroup.Layout, paths func() []string) *Cgroups {
-	return &Cgroups{l: l, paths: paths}
+	s := &Cgroups{l: l, paths: paths, open: &openFiles{by: map[string]*cgOpen{}, budget: fdBudget()}, buf: make([]byte, 16<<10)}
+	if l.V1 {
+		s.files = v1Files(l)
+	} else {
+		s.files = v2Files(l)
+	}
+	if l.Unified != "" {
+		// On a hybrid host the v2 cgroup exists only if its creator made one.
+		for _, res := range pressureResources {
+			s.files = append(s.files, cgFile{cgroup.Unified, res + ".pressure", readPressure(res)})
+		}
+	}
+	runtime.AddCleanup(s, func(o *openFiles) { o.closeAll() }, s.open)
+	return s
+}
+
+func v1Files(l *cgroup.Layout) []cgFile {
+	var out []cgFile
+	mounted := func(c string) bool { _, ok := l.Mounts[c]; return ok }
+	if mounted("cpuacct") {
+		out = append(out, cgFile{"cpuacct", "cpuacct.usage", readValue(record.MetricCPUUsage, 1e-9, nil)})
+	}
+	if mounted("cpu") {
+		out = append(out, cgFile{"cpu", "cpu.stat", readFlat(v1CPUStat)})
+	}
+	if mounted("memory") {
+		out = append(out,
+			cgFile{"memory", "memory.usage_in_bytes", readValue(record.MetricMemoryUsage, 1, nil)},
+			cgFile{"memory", "memory.stat", readFlat(v1MemoryStat)},
+			cgFile{"memory", "memory.oom_control", readFlat(v1OOMControl)},
+			cgFile{"memory", "memory.failcnt", readValue(record.MetricMemoryLimitEvents, 1, labelsMax)},
+		)
+	}
+	return out
+}
+
+func v2Files(l *cgroup.Layout) []cgFile {
+	if l.Unified == "" {
+		return nil
+	}
+	// Memory files exist only where the memory controller is enabled; swap.current only with
+	// swap accounting. cpu.stat always exists, its throttling keys only with the cpu controller.
+	return []cgFile{
+		{cgroup.Unified, "cpu.stat", readFlat(v2CPUStat)},
+		{cgroup.Unified, "memory.current", readValue(record.MetricMemoryUsage, 1, nil)},
+		{cgroup.Unified, "memory.swap.current", readValue(record.MetricMemorySwap, 1, nil)},
+		{cgroup.Unified, "memory.stat", readFlat(v2MemoryStat)},
+		{cgroup.Unified, "memory.events", readFlat(v2MemoryEvents)},
+	}
 }
 
 // Sample reads every cgroup; the records of those that could be read come back with the
 // errors of those that could not.
 func (s *Cgroups) Sample(now time.Time) ([]record.Record, error) {
-	var out []record.Record
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.round++
+	out := make([]record.Record, 0, s.last)
 	var errs []error
 	for _, p := range s.paths() {
 		var err error
-		if s.l.V1 {
-			out, err = s.v1(out, now, p)
-		} else {
-			out, err = s.v2(out, now, p)
+		// A cgroup removed and made again under the same path reads ENODEV through the old
+		// descriptors: forget them and read the new one.
+		for range 2 {
+			var gone bool
+			out, gone, err = s.read(out, now, p)
+			if !gone {
+				break
+			}
+			s.open.forget(p)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("sampling cgroup %s: %w", p, err))
 		}
 	}
+	for p, o := range s.open.by {
+		if o.round != s.round {
+			s.open.forget(p)
+		}
+	}
+	s.last = len(out)
 	return out, errors.Join(errs...)
 }
 
-func (s *Cgroups) v1(out []record.Record, now time.Time, path string) ([]record.Record, error) {
-	cg, err := s.l.LoadV1(path, "cpu", "cpuacct")
-	if errors.Is(err, cgroup1.ErrCgroupDeleted) {
-		return out, nil
+// read appends path's records; gone says the cgroup vanished while it was read, and then
+// nothing of it is appended.
+func (s *Cgroups) read(out []record.Record, now time.Time, path string) (_ []record.Record, gone bool, err error) {
+	o := s.open.by[path]
+	if o == nil {
+		o = &cgOpen{fd: make([]int, len(s.files)), absent: make([]bool, len(s.files))}
+		for i := range o.fd {
+			o.fd[i] = -1
+		}
+		s.open.by[path] = o
 	}
-	if err != nil {
-		return out, err
-	}
-	m, err := cg.Stat()
-	if vanished(err) {
-		return out, nil
-	}
-	if err != nil {
-		return out, err
-	}
-	// Load leaves out hierarchies where the cgroup is missing; their fields read zero.
-	var loaded []cgroup1.Name
-	for _, sub := range cg.Subsystems() {
-		loaded = append(loaded, sub.Name())
-	}
-	if slices.Contains(loaded, cgroup1.Cpuacct) {
-		out = append(out, sample(now, path, record.MetricCPUUsage, float64(m.CPU.Usage.Total)/1e9, nil))
-	}
-	if slices.Contains(loaded, cgroup1.Cpu) {
-		th := m.CPU.Throttling
-		out = append(out,
-			sample(now, path, record.MetricCPUPeriods, float64(th.Periods), nil),
-			sample(now, path, record.MetricCPUThrottled, float64(th.ThrottledPeriods), nil),
-			sample(now, path, record.MetricCPUThrottledTime, float64(th.ThrottledTime)/1e9, nil),
-		)
-	}
-	// One file instead of the library's memory Stat, which parses memory.stat and five more
-	// files and was half the cost of a sample (BenchmarkCgroupSampler).
-	if _, ok := s.l.Mounts["memory"]; ok {
-		b, err := os.ReadFile(filepath.Join(s.l.Dir("memory", path), "memory.usage_in_bytes"))
+	o.round = s.round
+	n := len(out)
+	for i, f := range s.files {
+		fd, transient := o.fd[i], false
+		if fd < 0 {
+			if o.absent[i] && s.round%retryAbsent != 0 {
+				continue
+			}
+			var err error
+			fd, err = unix.Open(s.l.Dir(f.controller, path)+"/"+f.name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if vanished(err) || errors.Is(err, syscall.EOPNOTSUPP) {
+				o.absent[i] = true
+				continue
+			}
+			if err != nil {
+				return out[:n], false, fmt.Errorf("opening %s: %w", f.name, err)
+			}
+			o.absent[i] = false
+			if s.open.held < s.open.budget {
+				o.fd[i] = fd
+				s.open.held++
+			} else {
+				transient = true
+			}
+		}
+		b, err := s.pread(fd)
+		if transient {
+			unix.Close(fd)
+		}
 		switch {
 		case vanished(err):
+			return out[:n], true, nil
+		case errors.Is(err, syscall.EOPNOTSUPP):
+			// PSI turned off for this cgroup (cgroup.pressure 0).
+			s.open.close(o, i)
+			o.absent[i] = true
+			continue
 		case err != nil:
-			return out, err
-		default:
-			v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-			if err != nil {
-				return out, fmt.Errorf("parsing memory.usage_in_bytes: %w", err)
-			}
-			out = append(out, sample(now, path, record.MetricMemoryUsage, float64(v), nil))
+			return out[:n], false, fmt.Errorf("reading %s: %w", f.name, err)
+		}
+		if out, err = f.read(out, now, path, b); err != nil {
+			return out[:n], false, fmt.Errorf("parsing %s: %w", f.name, err)
 		}
 	}
-	return pressure(out, now, s.l, path)
+	return out, false, nil
 }
 
-func (s *Cgroups) v2(out []record.Record, now time.Time, path string) ([]record.Record, error) {
-	dir := s.l.Dir(cgroup.Unified, path)
-	// The library reads a missing cgroup as zeros, so look before and after.
-	if _, err := os.Stat(dir); vanished(err) {
-		return out, nil
-	}
-	mgr, err := s.l.LoadV2(path)
-	if err != nil {
-		return out, err
-	}
-	st, err := mgr.StatFiltered(cgroup2.StatCPU | cgroup2.StatMemory)
-	if err != nil {
-		return out, err
-	}
-	ctrls, err := mgr.Controllers()
-	if err != nil {
-		if vanished(err) {
-			return out, nil
+// pread reads the whole file at fd from its start into s.buf, growing it if needed.
+func (s *Cgroups) pread(fd int) ([]byte, error) {
+	for {
+		n, err := unix.Pread(fd, s.buf, 0)
+		if err != nil {
+			return nil, err
 		}
-		return out, err
+		if n < len(s.buf) {
+			return s.buf[:n], nil
+		}
+		s.buf = make([]byte, 2*len(s.buf))
 	}
-	n := len(out)
-	// usage_usec is there without the cpu controller; the throttling fields and memory
-	// files only with their controllers enabled.
-	out = append(out, sample(now, path, record.MetricCPUUsage, float64(st.CPU.UsageUsec)/1e6, nil))
-	if slices.Contains(ctrls, "cpu") {
-		out = append(out,
-			sample(now, path, record.MetricCPUPeriods, float64(st.CPU.NrPeriods), nil),
-			sample(now, path, record.MetricCPUThrottled, float64(st.CPU.NrThrottled), nil),
-			sample(now, path, record.MetricCPUThrottledTime, float64(st.CPU.ThrottledUsec)/1e6, nil),
-		)
+}
+
+func (o *openFiles) forget(path string) {
+	if c := o.by[path]; c != nil {
+		for i := range c.fd {
+			o.close(c, i)
+		}
+		delete(o.by, path)
 	}
-	if slices.Contains(ctrls, "memory") {
-		out = append(out, sample(now, path, record.MetricMemoryUsage, float64(st.Memory.Usage), nil))
+}
+
+// close closes c's i-th file if it is held.
+func (o *openFiles) close(c *cgOpen, i int) {
+	if c.fd[i] >= 0 {
+		unix.Close(c.fd[i])
+		c.fd[i] = -1
+		o.held--
 	}
-	out, err = pressure(out, now, s.l, path)
-	if _, serr := os.Stat(dir); vanished(serr) {
-		return out[:n], nil
+}
+
+// fdBudget is how many descriptors the sampler may hold: half the soft limit on open files
+// (which Go raises to the hard limit at start), so the tracer, the recorder and the workloads'
+// pipes keep the rest. A thousand cgroups hold about nine thousand on v1.
+func fdBudget() int {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return 0
 	}
-	return out, err
+	return int(min(lim.Cur/2, 1<<20))
+}
+
+func (o *openFiles) closeAll() {
+	for p := range o.by {
+		o.forget(p)
+	}
 }

@@ -18,13 +18,14 @@ import (
 	"github.com/nodectl/nodectl/agent/record"
 )
 
-func TestParsePressure(t *testing.T) {
-	got, err := parsePressure([]byte("some avg10=1.50 avg60=0.00 avg300=0.00 total=2500000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=42\n"))
+func TestReadPressure(t *testing.T) {
+	recs, err := readPressure("io")(nil, time.Now(), "/a", []byte("some avg10=1.50 avg60=0.00 avg300=0.00 total=2500000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=42\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got["some"] != 2.5 || got["full"] != 42e-6 || len(got) != 2 {
-		t.Fatalf("got %v", got)
+	if some, full := value(t, recs, "/a", record.MetricCgroupPressure, record.LabelResource, "io", record.LabelKind, "some"),
+		value(t, recs, "/a", record.MetricCgroupPressure, record.LabelResource, "io", record.LabelKind, "full"); some != 2.5 || full != 42e-6 || len(recs) != 2 {
+		t.Fatalf("got some %v, full %v in %d records", some, full, len(recs))
 	}
 }
 
@@ -264,30 +265,6 @@ func TestSystemOpenFails(t *testing.T) {
 			}
 		}
 	}
-}
-
-func BenchmarkCgroupSampler(b *testing.B) {
-	l, parent := testParent(b, "bench")
-	const n = 100
-	paths := make([]string, n)
-	for i := range paths {
-		paths[i] = fmt.Sprintf("%s/c%03d", parent, i)
-		if err := l.Create(paths[i], cgroup.Limits{CPUMilli: 500, MemoryBytes: 256 << 20}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	s := NewCgroups(l, func() []string { return paths })
-	start := time.Now()
-	for b.Loop() {
-		recs, err := s.Sample(time.Now())
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(recs) < n {
-			b.Fatalf("%d records for %d cgroups", len(recs), n)
-		}
-	}
-	b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N*n), "ns/cgroup")
 }
 
 // TestCgroupV2Tree samples through the v2 code path on a hybrid host's cgroup2 mount, which has

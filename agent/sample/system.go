@@ -36,9 +36,9 @@ type System struct {
 	err     error // opening either filesystem failed: every Sample returns it
 }
 
-// NewSystem samples node-wide PSI, selected /proc/vmstat counters and /proc/diskstats of the
-// devices ("MAJ:MIN") devices returns, or of every whole disk when devices is nil. Whole disks
-// are those in <sysfsDir>/block ("" means /sys); loop and ram devices are left out.
+// NewSystem samples node-wide PSI, memory and swap totals of /proc/meminfo, selected
+// /proc/vmstat counters and /proc/diskstats of the devices ("MAJ:MIN") devices returns, or of
+// every whole disk when devices is nil. Whole disks are those in <sysfsDir>/block ("" means /sys); loop and ram devices are left out.
 func NewSystem(procfsDir, sysfsDir string, devices func() []string) *System {
 	if sysfsDir == "" {
 		sysfsDir = "/sys"
@@ -53,7 +53,7 @@ func NewSystem(procfsDir, sysfsDir string, devices func() []string) *System {
 	return s
 }
 
-// Sample reads PSI, vmstat and diskstats; PSI is skipped where the kernel has it off.
+// Sample reads PSI, meminfo, vmstat and diskstats; PSI is skipped where the kernel has it off.
 func (s *System) Sample(now time.Time) ([]record.Record, error) {
 	if s.err != nil {
 		return nil, s.err
@@ -76,11 +76,34 @@ func (s *System) Sample(now time.Time) ([]record.Record, error) {
 		}
 	}
 	var err error
+	if out, err = s.meminfo(out, now); err != nil {
+		return nil, err
+	}
 	if out, err = s.vmstat(out, now); err != nil {
 		return nil, err
 	}
 	if out, err = s.diskstats(out, now); err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// meminfo appends the node's memory and swap totals, for how much room the workloads had.
+func (s *System) meminfo(out []record.Record, now time.Time) ([]record.Record, error) {
+	mi, err := s.proc.Meminfo()
+	if err != nil {
+		return nil, fmt.Errorf("reading meminfo: %w", err)
+	}
+	for _, f := range []struct {
+		name string
+		v    *uint64
+	}{
+		{"MemTotal", mi.MemTotalBytes}, {"MemAvailable", mi.MemAvailableBytes},
+		{"SwapTotal", mi.SwapTotalBytes}, {"SwapFree", mi.SwapFreeBytes},
+	} {
+		if f.v != nil {
+			out = append(out, sample(now, "", record.MetricMeminfo, float64(*f.v), map[string]string{record.LabelName: f.name}))
+		}
 	}
 	return out, nil
 }

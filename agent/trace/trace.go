@@ -1,5 +1,5 @@
-// Package trace runs the BPF tracers (run queue, fsync, block I/O) side by side and turns their
-// maps into run-record samples keyed by cgroup path.
+// Package trace runs the BPF tracers (run queue, fsync, block I/O, reclaim) side by side and
+// turns their maps into run-record samples keyed by cgroup path, and OOM kills into events.
 package trace
 
 import (
@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/agent/trace/blkio"
 	"github.com/nodectl/nodectl/agent/trace/fsync"
+	"github.com/nodectl/nodectl/agent/trace/reclaim"
 	"github.com/nodectl/nodectl/agent/trace/runq"
 	"github.com/nodectl/nodectl/agent/trace/tracefs"
 )
@@ -25,10 +27,12 @@ const (
 	ProgramRunq  = "runq"
 	ProgramFsync = "fsync"
 	ProgramBlkio = "blkio"
+	// ProgramReclaim traces reclaim and compaction stalls, kswapd and OOM kills.
+	ProgramReclaim = "reclaim"
 )
 
 // Programs lists every program in load order.
-var Programs = []string{ProgramRunq, ProgramFsync, ProgramBlkio}
+var Programs = []string{ProgramRunq, ProgramFsync, ProgramBlkio, ProgramReclaim}
 
 // StatusAttached is Status's value for a program that runs.
 const StatusAttached = record.TracerAttached
@@ -40,7 +44,7 @@ const (
 )
 
 // Resolver names cgroups. Path returns the cgroup's path below its hierarchy's root
-// (/nodectl/<run>/victim) given the v1 controller whose hierarchy the id is from ("cpu" or
+// (/nodectl/<run>/victim) given the v1 controller whose hierarchy the id is from ("cpu", "memory" or
 // "blkio"; ignored on v2 hosts). It must report false only for cgroups that no longer exist
 // (a cache looks again on a miss): the tracer forgets those ids.
 type Resolver interface {
@@ -84,6 +88,9 @@ type series struct {
 	labels map[string]string
 	value  float64
 	hist   *hist.Log2
+	// event, when set, is a discrete happening to record as it is (an OOM kill): it is
+	// emitted once, at its own time, and none of the other fields apply.
+	event *record.Record
 }
 
 func (s series) key() string { return record.SeriesKey(s.metric, s.cgroup, s.labels) }
@@ -218,6 +225,12 @@ func load(program string, cfg Config, log *slog.Logger) (source, error) {
 			return source{}, err
 		}
 		return newSource(program, "blkio", tr, blkioSeries, func(st blkio.Stats) float64 { return st.Fill }), nil
+	case ProgramReclaim:
+		tr, err := reclaim.New(reclaim.Config{CgroupV1: cfg.CgroupV1}, log)
+		if err != nil {
+			return source{}, err
+		}
+		return newSource(program, "memory", tr, reclaimSeries, func(st reclaim.Stats) float64 { return st.Fill }), nil
 	}
 	return source{}, fmt.Errorf("unknown program %q", program)
 }
@@ -253,6 +266,10 @@ func (t *Tracer) Collect(now time.Time) ([]record.Record, error) {
 		last := t.last[src.program]
 		current := make(map[string]series, len(ss))
 		for _, s := range ss {
+			if s.event != nil {
+				recs = append(recs, *s.event)
+				continue
+			}
 			k := s.key()
 			current[k] = s
 			if old, ok := last[k]; ok && s.same(old) {
@@ -397,6 +414,52 @@ func blkioSeries(st blkio.Stats, name namer) []series {
 			series{metric: record.MetricBlkRequests, cgroup: cg, labels: labels(k), value: float64(c.Requests)})
 	}
 	return append(out, dropSeries(ProgramBlkio, st.Drops)...)
+}
+
+func reclaimSeries(st reclaim.Stats, name namer) []series {
+	var out []series
+	for k, s := range st.Stalls {
+		cg := name(k.Cgroup)
+		if k.Kind == reclaim.KindCompaction {
+			out = append(out, series{metric: record.MetricCompactionStall, cgroup: cg, hist: &s.Time})
+			continue
+		}
+		labels := map[string]string{record.LabelKind: k.Kind}
+		out = append(out,
+			series{metric: record.MetricReclaimStall, cgroup: cg, labels: labels, hist: &s.Time},
+			series{metric: record.MetricReclaimPages, cgroup: cg, labels: labels, value: float64(s.Pages)})
+	}
+	for id, n := range st.OOMKills {
+		out = append(out, series{metric: record.MetricOOMKills, cgroup: name(id), value: float64(n)})
+	}
+	out = append(out,
+		series{metric: record.MetricKswapdWakeups, value: float64(st.KswapdWakes)},
+		series{metric: record.MetricKswapdSleeps, value: float64(st.KswapdSleeps)})
+	for _, k := range st.Kills {
+		out = append(out, series{event: oomKillEvent(k, name)})
+	}
+	return append(out, dropSeries(ProgramReclaim, st.Drops)...)
+}
+
+// oomKillEvent is the event record of an OOM kill.
+func oomKillEvent(k reclaim.Kill, name namer) *record.Record {
+	victim := name(k.Cgroup)
+	labels := map[string]string{
+		record.LabelOOMPID:         strconv.FormatUint(uint64(k.PID), 10),
+		record.LabelOOMComm:        k.Comm,
+		record.LabelOOMTriggerPID:  strconv.FormatUint(uint64(k.TriggerPID), 10),
+		record.LabelOOMTriggerComm: k.TriggerComm,
+	}
+	limit := "no cgroup's memory limit (a node-wide OOM)"
+	if k.Limit != 0 {
+		lc := name(k.Limit)
+		labels[record.LabelOOMLimitCgroup] = lc
+		labels[record.LabelOOMUsage] = strconv.FormatUint(k.UsageBytes, 10)
+		labels[record.LabelOOMLimit] = strconv.FormatUint(k.LimitBytes, 10)
+		limit = fmt.Sprintf("the memory limit of %s (%d of %d bytes)", lc, k.UsageBytes, k.LimitBytes)
+	}
+	return &record.Record{Type: record.TypeEvent, Time: k.Time, Name: record.EventOOMKill, Cgroup: victim, Labels: labels,
+		Message: fmt.Sprintf("OOM kill of process %d (%s) in %s, after %s was hit", k.PID, k.Comm, victim, limit)}
 }
 
 func dropSeries(program string, drops map[string]uint64) []series {

@@ -345,9 +345,9 @@ func TestCollectForgetSchedule(t *testing.T) {
 		f.runq.Latency[gone] = f.runq.Latency[gone].Add(histOf(7))
 	}
 	recs := collect(3)
-	for _, p := range Programs {
-		if _, ok := f.asked[p]; !ok {
-			t.Errorf("collect 3 of every 3: %s not forgotten", p)
+	for _, src := range tr.sources {
+		if _, ok := f.asked[src.program]; !ok {
+			t.Errorf("collect 3 of every 3: %s not forgotten", src.program)
 		}
 	}
 	last := one(t, recs, record.MetricRunqLatency, "<unknown:99>", nil).Hist

@@ -34,7 +34,10 @@ findings.json in the run directory. Runs need no privileges to analyze.`,
 			}
 			// Storing findings is a convenience; a read-only run directory still gets its report.
 			_ = record.WriteFindings(args[0], rep)
-			return clix.Render(cmd.OutOrStdout(), rep, output)
+			if output == "json" {
+				return analyzer.RenderJSON(cmd.OutOrStdout(), rep)
+			}
+			return analyzer.RenderRunText(cmd.OutOrStdout(), run, rep)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "report format: text or json")

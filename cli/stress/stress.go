@@ -28,6 +28,8 @@ func New() *cobra.Command {
 		Short: "Run stress scenarios on this node and explain what slowed the victim",
 	}
 	cmd.AddCommand(noisy(), wake(), clean())
+	cmd.AddCommand(density())
+	cmd.AddCommand(fsyncStorm())
 	return cmd
 }
 

@@ -27,7 +27,7 @@ func New() *cobra.Command {
 	// The run a workload belongs to; unused by the bodies, it makes each process of a run
 	// recognisable in ps.
 	cmd.PersistentFlags().String("run", "", "id of the run this workload belongs to")
-	cmd.AddCommand(victim(), cpuHog(), diskHog(), fsyncHog(), memoryHog(), heartbeat(), churn(), wake(), execIn())
+	cmd.AddCommand(victim(), cpuHog(), diskHog(), fsyncHog(), memoryHog(), heartbeat(), churn(), wake(), fsyncWriter(), sandbox(), execIn())
 	return cmd
 }
 

@@ -1,0 +1,137 @@
+package sample
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+// Label sets of the cgroup sampler's records. Each is shared by every record that carries it,
+// which saves an allocation per record at a thousand cgroups: never modify one.
+var (
+	labelsAnon     = map[string]string{record.LabelKind: "anon"}
+	labelsFile     = map[string]string{record.LabelKind: "file"}
+	labelsMax      = map[string]string{record.LabelKind: "max"}
+	labelsHigh     = map[string]string{record.LabelKind: "high"}
+	labelsSwapIn   = map[string]string{record.LabelOp: "in"}
+	labelsSwapOut  = map[string]string{record.LabelOp: "out"}
+	labelsPressure = map[string]map[string]map[string]string{} // resource -> kind -> labels
+)
+
+func init() {
+	for _, res := range pressureResources {
+		labelsPressure[res] = map[string]map[string]string{}
+		for _, kind := range []string{"some", "full"} {
+			labelsPressure[res][kind] = map[string]string{record.LabelResource: res, record.LabelKind: kind}
+		}
+	}
+}
+
+// statKey maps a key of a flat-keyed cgroup file ("key value" lines) to a metric: value×scale.
+type statKey struct {
+	key    string
+	metric string
+	scale  float64
+	labels map[string]string
+}
+
+// The keys read from each flat-keyed file. Keys a kernel does not have yield no record:
+// memory.stat's swap only with swap accounting, pswpin/pswpout from 6.12 on v2, workingset
+// refaults split by anon and file from 5.9; cpu.stat's throttling only with a CPU controller.
+var (
+	v1CPUStat = []statKey{
+		{"nr_periods", record.MetricCPUPeriods, 1, nil},
+		{"nr_throttled", record.MetricCPUThrottled, 1, nil},
+		{"throttled_time", record.MetricCPUThrottledTime, 1e-9, nil},
+	}
+	v2CPUStat = []statKey{
+		{"usage_usec", record.MetricCPUUsage, 1e-6, nil},
+		{"nr_periods", record.MetricCPUPeriods, 1, nil},
+		{"nr_throttled", record.MetricCPUThrottled, 1, nil},
+		{"throttled_usec", record.MetricCPUThrottledTime, 1e-6, nil},
+	}
+	// v1's own keys count the cgroup alone; total_* include its children, as v2's keys do.
+	v1MemoryStat = []statKey{
+		{"total_swap", record.MetricMemorySwap, 1, nil},
+		{"total_pgmajfault", record.MetricMemoryMajorFaults, 1, nil},
+		{"total_workingset_refault_anon", record.MetricMemoryRefaults, 1, labelsAnon},
+		{"total_workingset_refault_file", record.MetricMemoryRefaults, 1, labelsFile},
+	}
+	v1OOMControl = []statKey{
+		{"oom_kill", record.MetricMemoryOOMKills, 1, nil},
+	}
+	v2MemoryStat = []statKey{
+		{"pgmajfault", record.MetricMemoryMajorFaults, 1, nil},
+		{"workingset_refault_anon", record.MetricMemoryRefaults, 1, labelsAnon},
+		{"workingset_refault_file", record.MetricMemoryRefaults, 1, labelsFile},
+		{"pswpin", record.MetricMemorySwapPages, 1, labelsSwapIn},
+		{"pswpout", record.MetricMemorySwapPages, 1, labelsSwapOut},
+	}
+	v2MemoryEvents = []statKey{
+		{"high", record.MetricMemoryLimitEvents, 1, labelsHigh},
+		{"max", record.MetricMemoryLimitEvents, 1, labelsMax},
+		{"oom_kill", record.MetricMemoryOOMKills, 1, nil},
+	}
+)
+
+// readFlat returns a parser of a flat-keyed file that appends a record per key of keys found.
+func readFlat(keys []statKey) func([]record.Record, time.Time, string, []byte) ([]record.Record, error) {
+	return func(out []record.Record, now time.Time, cg string, b []byte) ([]record.Record, error) {
+		for len(b) > 0 {
+			var line []byte
+			line, b, _ = bytes.Cut(b, []byte{'\n'})
+			key, val, ok := bytes.Cut(line, []byte{' '})
+			if !ok {
+				continue
+			}
+			for _, k := range keys {
+				if string(key) != k.key {
+					continue
+				}
+				v, err := strconv.ParseUint(string(val), 10, 64)
+				if err != nil {
+					return out, fmt.Errorf("key %s: %w", k.key, err)
+				}
+				out = append(out, sample(now, cg, k.metric, float64(v)*k.scale, k.labels))
+			}
+		}
+		return out, nil
+	}
+}
+
+// readValue returns a parser of a single-value file.
+func readValue(metric string, scale float64, labels map[string]string) func([]record.Record, time.Time, string, []byte) ([]record.Record, error) {
+	return func(out []record.Record, now time.Time, cg string, b []byte) ([]record.Record, error) {
+		v, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64)
+		if err != nil {
+			return out, err
+		}
+		return append(out, sample(now, cg, metric, float64(v)*scale, labels)), nil
+	}
+}
+
+// readPressure returns a parser of resource's PSI file: the total= of each line, in seconds.
+func readPressure(res string) func([]record.Record, time.Time, string, []byte) ([]record.Record, error) {
+	return func(out []record.Record, now time.Time, cg string, b []byte) ([]record.Record, error) {
+		for len(b) > 0 {
+			var line []byte
+			line, b, _ = bytes.Cut(b, []byte{'\n'})
+			kind, rest, _ := bytes.Cut(line, []byte{' '})
+			labels := labelsPressure[res][string(kind)]
+			_, total, ok := bytes.Cut(rest, []byte("total="))
+			if labels == nil || !ok {
+				continue
+			}
+			total, _, _ = bytes.Cut(total, []byte{' '})
+			us, err := strconv.ParseUint(string(total), 10, 64)
+			if err != nil {
+				return out, fmt.Errorf("%s total: %w", kind, err)
+			}
+			out = append(out, sample(now, cg, record.MetricCgroupPressure, float64(us)/1e6, labels))
+		}
+		return out, nil
+	}
+}

@@ -1,0 +1,478 @@
+package analyzer
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+// IDMemoryCollapse: a density sweep reached a density its node could not hold.
+const IDMemoryCollapse = "memory-collapse"
+
+// A density run (`nodectl stress density`) adds sandboxes in steps; each step is a phase named
+// step-<density>. Its first event (density-config) holds the sweep's configuration; a collapse
+// event names the step and the criterion the driver saw crossed first.
+const (
+	scenarioDensity    = "density"
+	densityStepPrefix  = "step-"
+	eventCollapse      = "collapse"
+	eventDensityConfig = "density-config"
+	eventHold          = "hold"
+	workloadNode       = "node"
+	pageBytes          = 4096
+	// unlimitedBytes: a memory limit this large is none (v1 reads "no limit" as about 2^63).
+	unlimitedBytes = 1 << 60
+)
+
+// Ceiling resources: what bounded the density.
+const (
+	CeilingMemory  = "memory-working-set"
+	CeilingSwap    = "swap-exhausted"
+	CeilingSwapIO  = "swap-device-io"
+	CeilingCPU     = "cpu"
+	ceilingSwapUse = 0.90 // swap used over its size: exhausted
+	ceilingIOBusy  = 0.80 // the swap device's busy share: saturated
+	ceilingCPUBusy = 0.90 // CPU used over the CPUs: saturated
+)
+
+// DensityStep is one step of a density sweep: the density it held and what the node showed.
+// Shares are of the step's wall time; rates are per second of it; bytes are the step's maximum.
+type DensityStep struct {
+	Density         int     `json:"density"`
+	Phase           string  `json:"phase"`
+	Seconds         float64 `json:"seconds"`
+	Started         int     `json:"started"` // sandboxes launched in the step
+	Ready           int     `json:"ready"`   // readiness lines that arrived in the step
+	ReadinessP50    float64 `json:"readiness_p50_seconds"`
+	ReadinessP99    float64 `json:"readiness_p99_seconds"`
+	TickLatenessP99 float64 `json:"tick_lateness_p99_seconds"`
+	TickLatenessMax float64 `json:"tick_lateness_max_seconds"`
+	ActivityP99     float64 `json:"activity_p99_seconds"` // a burst's duration
+	// Memory PSI of the run's cgroup (the node) and of the whole machine, as shares of the
+	// step's settled hold: from its hold event to its end.
+	PSIMemorySome   float64  `json:"psi_memory_some_share"`
+	PSIMemoryFull   float64  `json:"psi_memory_full_share"`
+	HostPSIMemFull  float64  `json:"host_psi_memory_full_share"`
+	WorkingSet      float64  `json:"working_set_bytes"`
+	MemoryUsage     float64  `json:"memory_usage_bytes"`
+	MemoryLimit     float64  `json:"memory_limit_bytes"` // the node cgroup's limit as read
+	Anon            float64  `json:"anon_bytes"`
+	File            float64  `json:"file_bytes"`
+	SwapUsed        float64  `json:"swap_used_bytes"`           // by the node's cgroup
+	SwapFileUsed    float64  `json:"swap_file_used_bytes"`      // of the run's swap file, by anyone: a swap area is the host's
+	SwapIn          float64  `json:"swap_in_bytes_per_second"`  // host-wide pswpin
+	SwapOut         float64  `json:"swap_out_bytes_per_second"` // host-wide pswpout
+	RefaultsFile    float64  `json:"refaults_file_per_second"`  // the node's cgroup, else host-wide
+	RefaultsAnon    float64  `json:"refaults_anon_per_second"`
+	MajorFaults     float64  `json:"major_faults_per_second"`
+	ReclaimStall    float64  `json:"reclaim_stall_seconds"`     // time the sandboxes' tasks spent in reclaim (--trace)
+	ReclaimStallP99 float64  `json:"reclaim_stall_p99_seconds"` // one reclaim's p99
+	OOMKills        float64  `json:"oom_kills"`
+	CPUCores        float64  `json:"cpu_cores"`              // used by the run's cgroup
+	SwapDeviceBusy  float64  `json:"swap_device_busy_share"` // the device under the swap file
+	Signals         []string `json:"signals,omitempty"`      // collapse criteria this step crossed
+}
+
+// DensityCollapse is the step that collapsed and the criterion crossed first there.
+type DensityCollapse struct {
+	Density int     `json:"density"`
+	Signal  string  `json:"signal"`
+	Value   float64 `json:"value"`
+	Bound   float64 `json:"bound"`
+}
+
+// DensityCeiling says which resource bounded the density, with its numbers at the collapse.
+type DensityCeiling struct {
+	Resource    string  `json:"resource"` // memory-working-set, swap-exhausted, swap-device-io, cpu
+	WorkingSet  float64 `json:"working_set_bytes"`
+	NodeMemory  float64 `json:"node_memory_bytes"`
+	SwapUsed    float64 `json:"swap_used_bytes"` // of the swap file (or by the node, if more)
+	SwapSize    float64 `json:"swap_size_bytes"`
+	SwapBusy    float64 `json:"swap_device_busy_share"`
+	CPUCores    float64 `json:"cpu_cores"`
+	CPUs        float64 `json:"cpus"`
+	PerSandbox  float64 `json:"working_set_per_sandbox_bytes"`
+	ByRequest   int     `json:"admitted_by_request"` // sandboxes a scheduler admits by their memory request
+	Explanation string  `json:"explanation"`
+}
+
+// DensityReport is what `nodectl stress density -o json` prints.
+type DensityReport struct {
+	Steps     []DensityStep    `json:"steps"`
+	MaxStable int              `json:"max_stable"`
+	Collapse  *DensityCollapse `json:"collapse"`
+	Ceiling   *DensityCeiling  `json:"ceiling,omitempty"`
+	Findings  []Finding        `json:"findings"`
+}
+
+// densityConfig is the sweep's configuration, from its density-config event.
+type densityConfig map[string]string
+
+func (c densityConfig) num(key string) float64 {
+	v, _ := strconv.ParseFloat(c[key], 64)
+	return v
+}
+
+// Density tabulates a density run by step, with its collapse and ceiling; findings come from
+// the report Analyze made.
+func Density(run *record.Run, rep *Report) *DensityReport {
+	a := newAnalysis(run)
+	dr := a.densityTable()
+	dr.Findings = []Finding{}
+	if rep != nil {
+		dr.Findings = rep.Findings
+	}
+	return dr
+}
+
+// density is Analyze's hook: the memory-collapse finding of a density run.
+func (a *analysis) density() []Finding {
+	dr := a.densityTable()
+	if f := a.memoryCollapse(dr); f != nil {
+		return []Finding{*f}
+	}
+	return nil
+}
+
+// densityEvents reads the sweep's configuration, its collapse (nil when none) and each step's
+// hold start.
+func (a *analysis) densityEvents() (densityConfig, *record.Record, map[string]time.Time) {
+	cfg := densityConfig{}
+	holds := map[string]time.Time{}
+	var collapse *record.Record
+	for i, rec := range a.run.Records {
+		if rec.Type != record.TypeEvent {
+			continue
+		}
+		switch rec.Name {
+		case eventDensityConfig:
+			cfg = rec.Labels
+		case eventCollapse:
+			if collapse == nil {
+				collapse = &a.run.Records[i]
+			}
+		case eventHold:
+			holds[rec.Labels["phase"]] = rec.Time
+		}
+	}
+	return cfg, collapse, holds
+}
+
+func (a *analysis) densityTable() *DensityReport {
+	cfg, ev, holds := a.densityEvents()
+	dr := &DensityReport{Steps: []DensityStep{}}
+	for _, w := range a.windows {
+		d, ok := strings.CutPrefix(w.Name, densityStepPrefix)
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(d)
+		if err != nil {
+			continue
+		}
+		dr.Steps = append(dr.Steps, a.densityStep(n, w, cfg, holds))
+	}
+	if ev != nil {
+		n, _ := strconv.Atoi(ev.Labels["density"])
+		v, _ := strconv.ParseFloat(ev.Labels["value"], 64)
+		b, _ := strconv.ParseFloat(ev.Labels["bound"], 64)
+		dr.Collapse = &DensityCollapse{Density: n, Signal: ev.Labels["signal"], Value: v, Bound: b}
+	}
+	for _, s := range dr.Steps {
+		if dr.Collapse != nil && s.Density >= dr.Collapse.Density {
+			break
+		}
+		dr.MaxStable = s.Density
+	}
+	if dr.Collapse != nil {
+		for _, s := range dr.Steps {
+			if s.Density == dr.Collapse.Density {
+				dr.Ceiling = ceiling(s, cfg)
+			}
+		}
+	}
+	return dr
+}
+
+func (a *analysis) densityStep(n int, w record.Window, cfg densityConfig, holds map[string]time.Time) DensityStep {
+	run := a.run
+	cg := a.nodeCgroup()
+	s := DensityStep{Density: n, Phase: w.Name, Seconds: w.Seconds()}
+	sec := max(w.Seconds(), 1e-9)
+	// Sandboxes launched: the count at the step's end less the count at its start.
+	counts := run.Series(record.MetricDensitySandboxes)
+	for _, ss := range counts {
+		s.Started = int(ss.Delta(w))
+	}
+	ready := run.Series(record.MetricSandboxReadiness).Values(w)
+	s.Ready = len(ready)
+	s.ReadinessP50, s.ReadinessP99 = quantile(ready, 0.5), quantile(ready, 0.99)
+	late := run.Series(record.MetricSandboxTickLateness).Values(w)
+	s.TickLatenessP99 = quantile(late, 0.99)
+	if len(late) > 0 {
+		s.TickLatenessMax = slices.Max(late)
+	}
+	s.ActivityP99 = quantile(run.Series(record.MetricSandboxActivity).Values(w), 0.99)
+	// Pressure over the settled hold: from the step's hold event (its sandboxes were up and had
+	// settled; the driver snapshots then) to its end; start-up reclaim is not a collapse.
+	hold := w
+	if t, ok := holds[w.Name]; ok {
+		hold.Start = t
+	}
+	hsec := max(hold.Seconds(), 1e-9)
+	psi := run.Series(record.MetricCgroupPressure).Cgroup(cg).Label(record.LabelResource, "memory")
+	s.PSIMemorySome = psi.Label(record.LabelKind, "some").Delta(hold) / hsec
+	s.PSIMemoryFull = psi.Label(record.LabelKind, "full").Delta(hold) / hsec
+	s.HostPSIMemFull = run.Series(record.MetricSystemPressure).Label(record.LabelResource, "memory").Label(record.LabelKind, "full").Delta(hold) / hsec
+	mem := run.Series(record.MetricDensityMemory).Cgroup(cg)
+	maxOf := func(ss record.SeriesSet) float64 {
+		if vs := ss.Values(w); len(vs) > 0 {
+			return slices.Max(vs)
+		}
+		return 0
+	}
+	s.WorkingSet = maxOf(mem.Label(record.LabelName, "working_set"))
+	s.MemoryUsage = maxOf(mem.Label(record.LabelName, "usage"))
+	s.MemoryLimit = maxOf(mem.Label(record.LabelName, "limit"))
+	if s.MemoryLimit <= 0 || s.MemoryLimit >= unlimitedBytes {
+		// No node limit: the node is the host.
+		s.MemoryLimit = maxOf(run.Series(record.MetricMeminfo).Label(record.LabelName, "MemTotal"))
+	}
+	s.Anon = maxOf(mem.Label(record.LabelName, "anon"))
+	s.File = maxOf(mem.Label(record.LabelName, "file"))
+	s.SwapUsed = maxOf(mem.Label(record.LabelName, "swap"))
+	s.SwapFileUsed = maxOf(run.Series(record.MetricDensitySwap).Label(record.LabelName, "used"))
+	vm := run.Series(record.MetricVmstat)
+	rate := func(name string) float64 { return vm.Label(record.LabelName, name).Delta(w) / sec }
+	// Swap traffic of the node's cgroup where the kernel counts it (v2, 6.12+), else the host's.
+	if sp := run.Series(record.MetricMemorySwapPages).Cgroup(cg); len(sp) > 0 {
+		s.SwapIn = sp.Label(record.LabelOp, "in").Delta(w) / sec * pageBytes
+		s.SwapOut = sp.Label(record.LabelOp, "out").Delta(w) / sec * pageBytes
+	} else {
+		s.SwapIn, s.SwapOut = rate("pswpin")*pageBytes, rate("pswpout")*pageBytes
+	}
+	// Refaults and major faults of the node's cgroup where the sampler read them (its
+	// memory.stat counts its sandboxes too), else the host's.
+	if ref := run.Series(record.MetricMemoryRefaults).Cgroup(cg); len(ref) > 0 {
+		s.RefaultsFile = ref.Label(record.LabelKind, "file").Delta(w) / sec
+		s.RefaultsAnon = ref.Label(record.LabelKind, "anon").Delta(w) / sec
+	} else {
+		s.RefaultsFile, s.RefaultsAnon = rate("workingset_refault_file"), rate("workingset_refault_anon")
+	}
+	if mf := run.Series(record.MetricMemoryMajorFaults).Cgroup(cg); len(mf) > 0 {
+		s.MajorFaults = mf.Delta(w) / sec
+	} else {
+		s.MajorFaults = rate("pgmajfault")
+	}
+	// Reclaim stalls of the sandboxes' tasks (the reclaim tracer, with --trace).
+	var stalls record.SeriesSet
+	for _, ss := range run.Series(record.MetricReclaimStall) {
+		if cg != "" && within(ss.Cgroup, cg) {
+			stalls = append(stalls, ss)
+		}
+	}
+	st := stalls.HistDelta(w)
+	s.ReclaimStall, s.ReclaimStallP99 = secs(st.SumNs), st.Quantile(0.99)
+	s.OOMKills = run.Series(record.MetricDensityOOMKills).Cgroup(cg).Delta(w)
+	s.CPUCores = run.Series(record.MetricCPUUsage).Cgroup(cg).Delta(w) / sec
+	if dev := a.swapDevice(); dev != "" && cfg.num("swap_bytes") > 0 {
+		s.SwapDeviceBusy = run.Series(record.MetricDiskIOTime).Label(record.LabelDevice, dev).Delta(w) / sec
+	}
+	s.Signals = crossed(s, cfg)
+	return s
+}
+
+// crossed lists the collapse criteria a step's numbers cross, by the bounds the run used.
+func crossed(s DensityStep, cfg densityConfig) []string {
+	var out []string
+	if b := cfg.num("criterion_readiness_p99_seconds"); b > 0 && (s.ReadinessP99 > b || s.Ready < s.Started) {
+		out = append(out, "readiness")
+	}
+	if b := cfg.num("criterion_psi_full_share"); b > 0 && s.PSIMemoryFull > b {
+		out = append(out, "psi-memory-full")
+	}
+	if cfg.num("criterion_oom_kill") > 0 && s.OOMKills > 0 {
+		out = append(out, "oom-kill")
+	}
+	if b := cfg.num("criterion_tick_gap_seconds"); b > 0 && s.TickLatenessMax > b {
+		out = append(out, "tick-gap")
+	}
+	return out
+}
+
+// nodeCgroup is the run's cgroup: the emulated node all sandboxes live in.
+func (a *analysis) nodeCgroup() string {
+	for _, w := range a.run.Meta.Workloads {
+		if w.Name == workloadNode {
+			return w.Cgroup
+		}
+	}
+	return ""
+}
+
+func (a *analysis) swapDevice() string {
+	for _, w := range a.run.Meta.Workloads {
+		if w.Name == workloadNode {
+			return w.Device
+		}
+	}
+	return ""
+}
+
+// ceiling says which resource bounded the density at the collapse step s: the swap file full,
+// the swap device saturated, the CPUs saturated, else the memory working set.
+func ceiling(s DensityStep, cfg densityConfig) *DensityCeiling {
+	c := &DensityCeiling{WorkingSet: s.WorkingSet, NodeMemory: cfg.num("node_memory_bytes"), SwapUsed: max(s.SwapUsed, s.SwapFileUsed),
+		SwapSize: cfg.num("swap_bytes"), SwapBusy: s.SwapDeviceBusy, CPUCores: s.CPUCores, CPUs: cfg.num("cpus")}
+	if c.NodeMemory <= 0 {
+		c.NodeMemory = s.MemoryLimit // no --node-memory: the host's memory, as the kernel reports the cgroup's
+	}
+	if s.Density > 0 {
+		c.PerSandbox = s.WorkingSet / float64(s.Density)
+	}
+	if req := cfg.num("request_bytes"); req > 0 && c.NodeMemory > 0 {
+		c.ByRequest = int(c.NodeMemory / req)
+	}
+	switch {
+	case c.SwapSize > 0 && c.SwapUsed >= ceilingSwapUse*c.SwapSize:
+		c.Resource = CeilingSwap
+		c.Explanation = fmt.Sprintf("swap was exhausted: %s of the %s swap in use, with the working set at %s of %s memory; more swap (or smaller sandboxes) would raise the density",
+			fmtBytes(c.SwapUsed), fmtBytes(c.SwapSize), fmtBytes(c.WorkingSet), fmtBytes(c.NodeMemory))
+	case c.SwapSize > 0 && c.SwapBusy >= ceilingIOBusy:
+		c.Resource = CeilingSwapIO
+		c.Explanation = fmt.Sprintf("the swap device was busy %s of the time (swap-in %s/s, swap-out %s/s): the sandboxes' pages could not come back as fast as they were touched; faster swap (local SSD) or a smaller hot set would raise the density",
+			fmtPercent(c.SwapBusy), fmtBytes(s.SwapIn), fmtBytes(s.SwapOut))
+	case c.CPUs > 0 && c.CPUCores >= ceilingCPUBusy*c.CPUs:
+		c.Resource = CeilingCPU
+		c.Explanation = fmt.Sprintf("the sandboxes used %.2f of %.0f CPUs: CPU, not memory, bounded the density", c.CPUCores, c.CPUs)
+	default:
+		c.Resource = CeilingMemory
+		c.Explanation = fmt.Sprintf("the working set, %s (%s a sandbox), filled %s of the node's %s memory",
+			fmtBytes(c.WorkingSet), fmtBytes(c.PerSandbox), fmtPercent(ratio(c.WorkingSet, c.NodeMemory)), fmtBytes(c.NodeMemory))
+		if c.SwapSize > 0 {
+			c.Explanation += fmt.Sprintf(" with %s of %s swap in use: what the sandboxes touch no longer fit", fmtBytes(c.SwapUsed), fmtBytes(c.SwapSize))
+		} else {
+			c.Explanation += ", without swap to hold the cold part of their heaps"
+		}
+	}
+	if c.ByRequest > 0 {
+		c.Explanation += fmt.Sprintf("; by their memory request a scheduler would admit %d", c.ByRequest)
+	}
+	return c
+}
+
+// memoryCollapse: the sweep collapsed at a density (docs/findings.md).
+func (a *analysis) memoryCollapse(dr *DensityReport) *Finding {
+	if dr.Collapse == nil || dr.Ceiling == nil {
+		return nil
+	}
+	var at, before DensityStep
+	for _, s := range dr.Steps {
+		if s.Density == dr.Collapse.Density {
+			at = s
+		}
+		if s.Density == dr.MaxStable {
+			before = s
+		}
+	}
+	c, col := dr.Ceiling, dr.Collapse
+	ev := func(metric string, b, v float64, unit string) Evidence {
+		return Evidence{Metric: metric, Workload: workloadNode, Phase: at.Phase, Baseline: b, Value: v, Unit: unit}
+	}
+	f := &Finding{ID: IDMemoryCollapse, Severity: SeverityCritical, Victim: workloadNode, Culprits: []string{},
+		Evidence: []Evidence{
+			ev("density", float64(dr.MaxStable), float64(col.Density), UnitCount),
+			ev("readiness_p99", before.ReadinessP99, at.ReadinessP99, UnitSeconds),
+			ev("tick_lateness_max", before.TickLatenessMax, at.TickLatenessMax, UnitSeconds),
+			ev("psi_memory_full_share", before.PSIMemoryFull, at.PSIMemoryFull, UnitRatio),
+			ev("oom_kills", before.OOMKills, at.OOMKills, UnitCount),
+			ev("working_set", before.WorkingSet, at.WorkingSet, UnitBytes),
+			ev("node_memory", c.NodeMemory, c.NodeMemory, UnitBytes),
+			ev("swap_used", before.SwapUsed, at.SwapUsed, UnitBytes),
+			ev("swap_size", c.SwapSize, c.SwapSize, UnitBytes),
+			ev("refaults_file_per_second", before.RefaultsFile, at.RefaultsFile, UnitCount),
+			ev("reclaim_stall", before.ReclaimStall, at.ReclaimStall, UnitSeconds),
+			ev("swap_in_bytes_per_second", before.SwapIn, at.SwapIn, UnitBytes),
+			ev("swap_device_busy_share", before.SwapDeviceBusy, at.SwapDeviceBusy, UnitRatio),
+			ev("cpu_cores", before.CPUCores, at.CPUCores, UnitRatio),
+		}}
+	// Who the OOM killer took, from the sandboxes' own counters (the cgroup sampler's).
+	var killed []string
+	for _, ss := range a.run.Series(record.MetricMemoryOOMKills) {
+		if ss.Cgroup != a.nodeCgroup() && within(ss.Cgroup, a.nodeCgroup()) && ss.Delta(a.run.Span()) > 0 {
+			killed = append(killed, a.name(ss.Cgroup))
+		}
+	}
+	slices.Sort(killed)
+	killed = slices.Compact(killed)
+	swap := "no swap"
+	if c.SwapSize > 0 {
+		swap = fmt.Sprintf("swap %s of %s", fmtBytes(c.SwapUsed), fmtBytes(c.SwapSize))
+	}
+	f.Summary = fmt.Sprintf("the node collapsed at %d sandboxes (%d held): %s crossed first (%s); "+
+		"the working set was %s of %s memory (%s), %s. Ceiling: %s — %s.",
+		col.Density, dr.MaxStable, col.Signal, fmtCrossing(col),
+		fmtBytes(c.WorkingSet), fmtBytes(c.NodeMemory), fmtPercent(ratio(c.WorkingSet, c.NodeMemory)), swap, c.Resource, c.Explanation)
+	if len(killed) > 0 {
+		f.Summary += fmt.Sprintf(" The OOM killer killed %s.", joinNames(killed))
+	}
+	return f
+}
+
+// fmtCrossing says how far a collapse signal crossed its bound.
+func fmtCrossing(c *DensityCollapse) string {
+	switch c.Signal {
+	case "psi-memory-full":
+		return fmt.Sprintf("%s of the time, over its bound %s", fmtPercent(c.Value), fmtPercent(c.Bound))
+	case "oom-kill":
+		return fmt.Sprintf("%.0f kill(s)", c.Value)
+	}
+	return fmt.Sprintf("%s, over its bound %s", fmtSeconds(c.Value), fmtSeconds(c.Bound))
+}
+
+// RenderDensityJSON writes a density run's steps, collapse, ceiling and findings.
+func RenderDensityJSON(w io.Writer, dr *DensityReport) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(dr); err != nil {
+		return fmt.Errorf("rendering report: %w", err)
+	}
+	return nil
+}
+
+// RenderDensityText writes the sweep's table (density × readiness × memory signals), its
+// collapse and ceiling, then the findings and notes of the report.
+func RenderDensityText(w io.Writer, dr *DensityReport, rep *Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "density\tready\treadiness p50\tp99\ttick late max\tPSI mem some\tfull\tworking set\tswap used\tswap in/s\tout/s\trefaults/s\treclaim stall\tOOM kills\tcpu\tsignals\t\n")
+	for _, s := range dr.Steps {
+		fmt.Fprintf(tw, "%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%.0f\t%.2f\t%s\t\n", s.Density, s.Ready, s.Started,
+			fmtSeconds(s.ReadinessP50), fmtSeconds(s.ReadinessP99), fmtSeconds(s.TickLatenessMax),
+			fmtPercent(s.PSIMemorySome), fmtPercent(s.PSIMemoryFull), fmtBytes(s.WorkingSet), fmtBytes(s.SwapUsed),
+			fmtBytes(s.SwapIn), fmtBytes(s.SwapOut), s.RefaultsFile+s.RefaultsAnon, fmtSeconds(s.ReclaimStall), s.OOMKills, s.CPUCores, strings.Join(s.Signals, ","))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if dr.Collapse != nil {
+		fmt.Fprintf(w, "\ncollapse at %d sandboxes: %s (%s); max stable %d\n", dr.Collapse.Density, dr.Collapse.Signal,
+			fmtCrossing(dr.Collapse), dr.MaxStable)
+	} else {
+		fmt.Fprintf(w, "\nno collapse up to %d sandboxes\n", dr.MaxStable)
+	}
+	if dr.Ceiling != nil {
+		fmt.Fprintf(w, "ceiling: %s: %s\n\n", dr.Ceiling.Resource, dr.Ceiling.Explanation)
+	}
+	// The per-workload summary of every sandbox in every step would bury the table.
+	short := *rep
+	short.Summary = Summary{}
+	return RenderText(w, &short)
+}

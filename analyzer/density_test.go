@@ -1,0 +1,208 @@
+package analyzer
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+const densityNode = "/nodectl/density-r1"
+
+// densityStepSpec is one synthetic step of 10 s: what the node showed in it.
+type densityStepSpec struct {
+	density             int
+	readiness           []float64 // seconds, one per sandbox started in the step
+	workingSet, swap    float64   // bytes, peak
+	swapFileUsed        float64
+	psiFull             float64 // seconds of full pressure in the settled hold (its last 5 s)
+	oomKills, swapBusyS float64
+}
+
+// densityRun builds a density run of steps; step i runs (10i, 10i+10], its hold from 10i+5.
+func densityRun(nodeMem, swapBytes int64, collapse map[string]string, steps ...densityStepSpec) *builder {
+	node := record.Workload{Name: "node", Kind: "node", Cgroup: densityNode, Device: "254:0"}
+	b := &builder{meta: record.Meta{ID: "density-r1", Scenario: "density", Node: "node-a", Kernel: "6.18.0", Start: at(-1), Workloads: []record.Workload{node}}}
+	b.recs = append(b.recs, record.Record{Type: record.TypeEvent, Time: at(-1), Name: eventDensityConfig, Labels: map[string]string{
+		"node_memory_bytes": strconv.FormatInt(nodeMem, 10), "swap_bytes": strconv.FormatInt(swapBytes, 10), "request_bytes": strconv.Itoa(150 << 20),
+		"cpus": "2", "criterion_readiness_p99_seconds": "10", "criterion_psi_full_share": "0.1", "criterion_oom_kill": "1", "criterion_tick_gap_seconds": "5",
+	}})
+	sample := func(t float64, metric, cg string, v float64, kv ...string) {
+		b.recs = append(b.recs, record.Record{Type: record.TypeSample, Time: at(t), Metric: metric, Cgroup: cg, Labels: labels(kv...), Value: &v})
+	}
+	var launched, full, ooms, busy float64
+	for i, s := range steps {
+		start, hold, end := float64(10*i), float64(10*i+5), float64(10*i+10)
+		name := "step-" + strconv.Itoa(s.density)
+		b.recs = append(b.recs,
+			record.Record{Type: record.TypePhase, Time: at(start), Name: name, Event: record.EventStart},
+			record.Record{Type: record.TypeEvent, Time: at(hold), Name: eventHold, Labels: map[string]string{"phase": name}},
+			record.Record{Type: record.TypePhase, Time: at(end), Name: name, Event: record.EventEnd})
+		for j, r := range s.readiness {
+			launched++
+			sample(start+0.1*float64(j+1), record.MetricDensitySandboxes, "", launched)
+			sample(start+1, record.MetricSandboxReadiness, densityNode+"/sandbox-"+strconv.Itoa(int(launched)-1), r)
+		}
+		// Cumulative counters at the step's start, hold and end.
+		sample(start, record.MetricCgroupPressure, densityNode, full, record.LabelResource, "memory", record.LabelKind, "full")
+		sample(hold, record.MetricCgroupPressure, densityNode, full, record.LabelResource, "memory", record.LabelKind, "full")
+		full += s.psiFull
+		ooms += s.oomKills
+		busy += s.swapBusyS
+		sample(end, record.MetricCgroupPressure, densityNode, full, record.LabelResource, "memory", record.LabelKind, "full")
+		sample(end, record.MetricDensityOOMKills, densityNode, ooms)
+		sample(end, record.MetricDiskIOTime, "", busy, record.LabelDevice, "254:0")
+		sample(start, record.MetricDiskIOTime, "", busy-s.swapBusyS, record.LabelDevice, "254:0")
+		sample(end-1, record.MetricDensityMemory, densityNode, s.workingSet, record.LabelName, "working_set")
+		sample(end-1, record.MetricDensityMemory, densityNode, s.swap, record.LabelName, "swap")
+		sample(end-1, record.MetricDensitySwap, "", s.swapFileUsed, record.LabelName, "used")
+	}
+	if collapse != nil {
+		b.recs = append(b.recs, record.Record{Type: record.TypeEvent, Time: at(float64(10 * len(steps))), Name: eventCollapse, Labels: collapse})
+	}
+	return b
+}
+
+func TestDensityMemoryCollapseWithoutSwap(t *testing.T) {
+	const gi = 1 << 30
+	b := densityRun(gi, 0, map[string]string{"density": "6", "signal": "psi-memory-full", "value": "0.4", "bound": "0.1"},
+		densityStepSpec{density: 2, readiness: []float64{0.1, 0.2}, workingSet: 0.3 * gi},
+		densityStepSpec{density: 4, readiness: []float64{0.1, 0.3}, workingSet: 0.6 * gi},
+		densityStepSpec{density: 6, readiness: []float64{0.5, 0.9}, workingSet: 0.99 * gi, psiFull: 2},
+	)
+	run := b.open(t)
+	rep, err := Analyze(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := finding(t, rep, IDMemoryCollapse)
+	dr := Density(run, rep)
+	if dr.MaxStable != 4 || dr.Collapse == nil || dr.Collapse.Density != 6 || dr.Collapse.Signal != "psi-memory-full" {
+		t.Fatalf("max stable %d, collapse %+v; want 4 and psi-memory-full at 6", dr.MaxStable, dr.Collapse)
+	}
+	if len(dr.Steps) != 3 || dr.Steps[2].Started != 2 || dr.Steps[2].Ready != 2 || dr.Steps[2].ReadinessP99 != 0.9 {
+		t.Errorf("steps %+v", dr.Steps)
+	}
+	// Pressure is over the settled hold: 2 s of full in 5 s.
+	if got := dr.Steps[2].PSIMemoryFull; got < 0.39 || got > 0.41 {
+		t.Errorf("PSI full share of step-6 %.3f, want 0.4 (over the hold, not the step)", got)
+	}
+	if got := dr.Steps[2].Signals; strings.Join(got, ",") != "psi-memory-full" {
+		t.Errorf("signals of step-6 %v, want psi-memory-full", got)
+	}
+	if dr.Ceiling == nil || dr.Ceiling.Resource != CeilingMemory || dr.Ceiling.ByRequest != 6 {
+		t.Errorf("ceiling %+v, want the memory working set, 6 admitted by a 150Mi request in 1Gi", dr.Ceiling)
+	}
+	if e := evidence(t, f, "density", ""); e.Baseline != 4 || e.Value != 6 || e.Phase != "step-6" {
+		t.Errorf("density evidence %+v", e)
+	}
+	if e := evidence(t, f, "working_set", ""); e.Value != 0.99*gi {
+		t.Errorf("working set evidence %+v", e)
+	}
+	if !strings.Contains(f.Summary, "psi-memory-full crossed first") || !strings.Contains(f.Summary, "no swap") {
+		t.Errorf("summary %q", f.Summary)
+	}
+	var buf bytes.Buffer
+	if err := RenderDensityJSON(&buf, dr); err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"steps", "max_stable", "collapse", "findings"} {
+		if _, ok := doc[k]; !ok {
+			t.Errorf("density JSON has no %q: %s", k, buf.String())
+		}
+	}
+	buf.Reset()
+	if err := RenderDensityText(&buf, dr, rep); err != nil || !strings.Contains(buf.String(), "collapse at 6 sandboxes") {
+		t.Errorf("text report (%v):\n%s", err, buf.String())
+	}
+}
+
+func TestDensityCeiling(t *testing.T) {
+	const gi = 1 << 30
+	tests := map[string]struct {
+		swap int64
+		step densityStepSpec
+		want string
+	}{
+		"swap_exhausted":    {swap: gi, step: densityStepSpec{density: 4, readiness: []float64{1, 1}, workingSet: gi, swap: 0.8 * gi, swapFileUsed: 0.95 * gi}, want: CeilingSwap},
+		"swap_device_busy":  {swap: gi, step: densityStepSpec{density: 4, readiness: []float64{1, 1}, workingSet: gi, swap: 0.5 * gi, swapBusyS: 9}, want: CeilingSwapIO},
+		"working_set":       {swap: gi, step: densityStepSpec{density: 4, readiness: []float64{1, 1}, workingSet: gi, swap: 0.5 * gi, swapBusyS: 2}, want: CeilingMemory},
+		"no_swap_oom_kills": {step: densityStepSpec{density: 4, readiness: []float64{1, 1}, workingSet: gi, oomKills: 1}, want: CeilingMemory},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			b := densityRun(gi, tc.swap, map[string]string{"density": "4", "signal": "oom-kill", "value": "1", "bound": "0"},
+				densityStepSpec{density: 2, readiness: []float64{0.1, 0.1}, workingSet: 0.5 * gi}, tc.step)
+			run := b.open(t)
+			dr := Density(run, nil)
+			if dr.Ceiling == nil || dr.Ceiling.Resource != tc.want {
+				t.Fatalf("ceiling %+v, want %s", dr.Ceiling, tc.want)
+			}
+			if dr.MaxStable != 2 {
+				t.Errorf("max stable %d, want 2", dr.MaxStable)
+			}
+		})
+	}
+}
+
+// A sweep that reached its max without a collapse has no finding and no ceiling.
+func TestDensityNoCollapse(t *testing.T) {
+	const gi = 1 << 30
+	run := densityRun(gi, 0, nil,
+		densityStepSpec{density: 2, readiness: []float64{0.1, 0.1}, workingSet: 0.2 * gi},
+		densityStepSpec{density: 4, readiness: []float64{0.1, 0.1}, workingSet: 0.4 * gi},
+	).open(t)
+	rep, err := Analyze(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(rep); len(got) != 0 {
+		t.Errorf("findings %v, want none", got)
+	}
+	dr := Density(run, rep)
+	if dr.Collapse != nil || dr.Ceiling != nil || dr.MaxStable != 4 {
+		t.Errorf("collapse %+v, ceiling %+v, max stable %d; want none, none, 4", dr.Collapse, dr.Ceiling, dr.MaxStable)
+	}
+	var buf bytes.Buffer
+	if err := RenderDensityJSON(&buf, dr); err != nil || !strings.Contains(buf.String(), `"collapse": null`) {
+		t.Errorf("JSON (%v) without a collapse must say \"collapse\": null:\n%s", err, buf.String())
+	}
+}
+
+// nodectl diff of a sweep without swap and one with it states the density gain.
+func TestDiffStatesTheDensityGain(t *testing.T) {
+	const gi = 1 << 30
+	noSwap := densityRun(gi, 0, map[string]string{"density": "6", "signal": "psi-memory-full", "value": "0.4", "bound": "0.1"},
+		densityStepSpec{density: 2, readiness: []float64{0.1, 0.2}, workingSet: 0.3 * gi},
+		densityStepSpec{density: 4, readiness: []float64{0.1, 0.3}, workingSet: 0.6 * gi},
+		densityStepSpec{density: 6, readiness: []float64{0.5, 0.9}, workingSet: 0.99 * gi, psiFull: 2},
+	).open(t)
+	withSwap := densityRun(gi, gi, nil,
+		densityStepSpec{density: 2, readiness: []float64{0.1, 0.2}, workingSet: 0.3 * gi},
+		densityStepSpec{density: 4, readiness: []float64{0.1, 0.3}, workingSet: 0.6 * gi},
+		densityStepSpec{density: 6, readiness: []float64{0.2, 0.4}, workingSet: 0.9 * gi, swap: 0.2 * gi},
+		densityStepSpec{density: 8, readiness: []float64{0.3, 0.5}, workingSet: 0.95 * gi, swap: 0.4 * gi},
+	).open(t)
+	d, err := Diff(noSwap, withSwap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dd := d.Density
+	if dd == nil || dd.MaxStableA != 4 || dd.MaxStableB != 8 || dd.Gain == nil || *dd.Gain != 2 {
+		t.Fatalf("density diff %+v, want 4 → 8, a gain of 2", dd)
+	}
+	if dd.CollapseA == nil || dd.CollapseA.Signal != "psi-memory-full" || dd.CollapseB != nil {
+		t.Errorf("collapses %+v / %+v, want A at psi-memory-full and none in B", dd.CollapseA, dd.CollapseB)
+	}
+	var buf bytes.Buffer
+	if err := RenderDiffText(&buf, d); err != nil || !strings.Contains(buf.String(), "max stable") || !strings.Contains(buf.String(), "no collapse") {
+		t.Errorf("diff text (%v):\n%s", err, buf.String())
+	}
+}

@@ -1,0 +1,334 @@
+package analyzer
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nodectl/nodectl/agent/hist"
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+// Finding ids of the memory rules.
+const (
+	IDMemoryReclaim = "memory-reclaim"
+	IDOOMKill       = "oom-kill"
+)
+
+// Thresholds of memory-reclaim; docs/findings.md explains them.
+const (
+	reclaimStallMinSeconds = 0.050 // less stall time in a window is noise
+	reclaimStallMinShare   = 0.005 // stall time over the window's wall time
+	reclaimRiseFactor      = 2.0   // stall time a second, stress over baseline
+	// reclaimCriticalShare: stalls summing to this share of the window's wall time are critical.
+	reclaimCriticalShare = 0.10
+	// growthMinBytes: a neighbour whose memory grew less than this in the window is no culprit.
+	growthMinBytes = 16 << 20
+)
+
+// memory applies memory-reclaim to every workload and reports every OOM kill (docs/findings.md).
+func (a *analysis) memory() []Finding {
+	var out []Finding
+	for _, w := range a.run.Meta.Workloads {
+		if f := a.memoryReclaim(w); f != nil {
+			out = append(out, *f)
+		}
+	}
+	return append(out, a.oomKills()...)
+}
+
+// reclaimStalls is what a workload's tasks spent reclaiming in a window, by kind.
+type reclaimStalls struct {
+	w     record.Window
+	stall map[string]hist.Log2 // by kind
+	pages map[string]float64
+	total float64 // seconds, all kinds
+}
+
+// reclaimStallsOf measures the reclaim stalls of cgroup and the cgroups it owns in w.
+func (a *analysis) reclaimStallsOf(cgroup string, w record.Window) reclaimStalls {
+	r := reclaimStalls{w: w, stall: map[string]hist.Log2{}, pages: map[string]float64{}}
+	mine := func(ss record.SeriesSet) map[string]record.SeriesSet {
+		out := map[string]record.SeriesSet{}
+		for cg, s := range ss.ByCgroup() {
+			if a.owner(cg) != cgroup {
+				continue
+			}
+			for kind, k := range s.ByLabel(record.LabelKind) {
+				out[kind] = append(out[kind], k...)
+			}
+		}
+		return out
+	}
+	for kind, ss := range mine(a.run.Series(record.MetricReclaimStall)) {
+		h := ss.HistDelta(w)
+		r.stall[kind] = h
+		r.total += secs(h.SumNs)
+	}
+	for kind, ss := range mine(a.run.Series(record.MetricReclaimPages)) {
+		r.pages[kind] = ss.Delta(w)
+	}
+	return r
+}
+
+// material reports whether the stalls are more than noise for their window.
+func (r reclaimStalls) material() bool {
+	return r.total >= reclaimStallMinSeconds && ratio(r.total, r.w.Seconds()) >= reclaimStallMinShare
+}
+
+// memoryReclaim: the workload's tasks stalled reclaiming memory (docs/findings.md).
+func (a *analysis) memoryReclaim(v record.Workload) *Finding {
+	var shown, ref reclaimStalls
+	if a.compare {
+		shown, ref = a.reclaimStallsOf(v.Cgroup, a.stress), a.reclaimStallsOf(v.Cgroup, a.baseline)
+		if !shown.material() || ratio(ratio(shown.total, shown.w.Seconds()), ratio(ref.total, ref.w.Seconds())) < reclaimRiseFactor {
+			return nil
+		}
+	} else {
+		for _, w := range a.windows {
+			if s := a.reclaimStallsOf(v.Cgroup, w); s.material() && s.total > shown.total {
+				shown = s
+			}
+		}
+		if shown.total == 0 {
+			return nil
+		}
+		ref = reclaimStalls{stall: map[string]hist.Log2{}, pages: map[string]float64{}}
+	}
+
+	share := ratio(shown.total, shown.w.Seconds())
+	f := &Finding{ID: IDMemoryReclaim, Severity: SeverityWarning, Victim: v.Name, Culprits: []string{}}
+	if share >= reclaimCriticalShare {
+		f.Severity = SeverityCritical
+	}
+	ev := func(metric string, b, s float64, unit string) Evidence {
+		return Evidence{Metric: metric, Workload: v.Name, Phase: shown.w.Name, Baseline: b, Value: s, Unit: unit}
+	}
+	var parts []string
+	for _, kind := range []string{record.ReclaimMemcg, record.ReclaimDirect} {
+		h, hb := shown.stall[kind], ref.stall[kind]
+		if h.Count == 0 {
+			continue
+		}
+		f.Evidence = append(f.Evidence,
+			ev("reclaim_stall_seconds_"+kind, secs(hb.SumNs), secs(h.SumNs), UnitSeconds),
+			ev("reclaim_stall_p99_"+kind, hb.Quantile(0.99), h.Quantile(0.99), UnitSeconds),
+			ev("reclaim_stalls_"+kind, float64(hb.Count), float64(h.Count), UnitCount),
+			ev("reclaim_pages_"+kind, ref.pages[kind], shown.pages[kind], UnitCount))
+		parts = append(parts, fmt.Sprintf("%s in %d %s reclaims (p99 %s, %.0f pages)",
+			fmtSeconds(secs(h.SumNs)), h.Count, kind, fmtSeconds(h.Quantile(0.99)), shown.pages[kind]))
+	}
+	f.Evidence = append(f.Evidence, ev("reclaim_stall_share", ratio(ref.total, ref.w.Seconds()), share, UnitRatio))
+
+	// memcg reclaim is a limit: the workload's own when it has one. Anything else (direct
+	// reclaim, or a limit above the workload's cgroup) is memory the node or the parent ran
+	// short of, and the neighbours that grew took it.
+	memcg, direct := secs(shown.stall[record.ReclaimMemcg].SumNs), secs(shown.stall[record.ReclaimDirect].SumNs)
+	var cause string
+	if memcg >= direct && v.Memory != "" {
+		cause = fmt.Sprintf("its own memory limit (%s) made it reclaim, not its neighbours: its memory, "+
+			"page cache included, does not fit under it. Raise its memory limit or shrink its working set.", v.Memory)
+	} else {
+		where := "the node ran short of free memory (direct reclaim)"
+		if memcg >= direct {
+			where = "a memory limit above its cgroup was reached (it has none of its own)"
+		}
+		growers := a.growers(v.Cgroup, shown.w)
+		for _, c := range culprits(growers) {
+			n := a.name(c.cgroup)
+			f.Culprits = append(f.Culprits, n)
+			e := ev("memory_growth_bytes", 0, c.value, UnitBytes)
+			e.Culprit = n
+			f.Evidence = append(f.Evidence, e)
+		}
+		cause = where + ": "
+		if len(f.Culprits) > 0 {
+			its := "their"
+			if len(f.Culprits) == 1 {
+				its = "its"
+			}
+			cause += joinNames(f.Culprits) + " grew " + its + " memory the most meanwhile. "
+		} else {
+			cause += "no neighbour's memory grew by much meanwhile. "
+		}
+		cause += "Limit the neighbours' memory, or run fewer of them next to the workload."
+	}
+	f.Summary = fmt.Sprintf("%s's tasks stalled reclaiming memory in %s: %s, %s of the wall time; %s",
+		v.Name, shown.w.Name, joinNames(parts), fmtPercent(share), cause)
+	return f
+}
+
+// growers lists, for every sampled cgroup outside victim (and not an ancestor of another
+// sampled cgroup, which would count its children twice), how much its memory usage rose in w:
+// its highest reading less its first, added up by owning workload.
+func (a *analysis) growers(victim string, w record.Window) []share {
+	by := a.run.Series(record.MetricMemoryUsage).ByCgroup()
+	growth := map[string]float64{}
+	for cg, ss := range by {
+		if within(cg, victim) || within(victim, cg) || ancestorOfAny(cg, by) {
+			continue
+		}
+		if vs := ss.Values(w); len(vs) > 0 {
+			growth[a.owner(cg)] += slices.Max(vs) - vs[0]
+		}
+	}
+	var out []share
+	for cg, g := range growth {
+		if g >= growthMinBytes {
+			out = append(out, share{cgroup: cg, value: g})
+		}
+	}
+	return out
+}
+
+// ancestorOfAny reports whether cg is an ancestor of another cgroup of by.
+func ancestorOfAny(cg string, by map[string]record.SeriesSet) bool {
+	for o := range by {
+		if o != cg && within(o, cg) {
+			return true
+		}
+	}
+	return false
+}
+
+// killEvent is one OOM kill as the tracer recorded it.
+type killEvent struct {
+	rec   record.Record
+	phase string
+}
+
+// oomKills: one finding per workload (or cgroup, outside workloads) that lost a process to the
+// OOM killer in the run (docs/findings.md).
+func (a *analysis) oomKills() []Finding {
+	byOwner := map[string][]killEvent{}
+	var order []string
+	for _, r := range a.run.Records {
+		if r.Type != record.TypeEvent || r.Name != record.EventOOMKill {
+			continue
+		}
+		o := a.owner(r.Cgroup)
+		if _, ok := byOwner[o]; !ok {
+			order = append(order, o)
+		}
+		byOwner[o] = append(byOwner[o], killEvent{rec: r, phase: a.phaseOfRecord(r)})
+	}
+	var out []Finding
+	for _, o := range order {
+		out = append(out, a.oomKill(o, byOwner[o]))
+	}
+	// Without the tracer's events (it did not attach, or its ring overflowed), the cgroup
+	// sampler's counters still tell that a workload lost processes.
+	for _, w := range a.run.Meta.Workloads {
+		if _, ok := byOwner[w.Cgroup]; ok {
+			continue
+		}
+		n := a.run.Series(record.MetricOOMKills).Cgroup(w.Cgroup).Delta(a.run.Span())
+		if n == 0 {
+			n = a.run.Series(record.MetricMemoryOOMKills).Cgroup(w.Cgroup).Delta(a.run.Span())
+		}
+		if n > 0 {
+			out = append(out, Finding{ID: IDOOMKill, Severity: SeverityCritical, Victim: w.Name, Culprits: []string{},
+				Summary: fmt.Sprintf("the OOM killer killed %.0f of %s's processes in the run (which ones is not recorded: "+
+					"the reclaim tracer's kill events are missing).", n, w.Name),
+				Evidence: []Evidence{{Metric: "oom_kills", Workload: w.Name, Phase: a.run.Span().Name, Value: n, Unit: UnitCount}}})
+		}
+	}
+	return out
+}
+
+// oomKill is the finding for the kills of owner's processes.
+func (a *analysis) oomKill(owner string, kills []killEvent) Finding {
+	victim := a.name(owner)
+	f := Finding{ID: IDOOMKill, Severity: SeverityCritical, Victim: victim, Culprits: []string{}}
+	var procs []string
+	limits := map[string]bool{}
+	for _, k := range kills {
+		l := k.rec.Labels
+		procs = append(procs, fmt.Sprintf("%s (pid %s, in %s)", l[record.LabelOOMComm], l[record.LabelOOMPID], k.phase))
+		limits[l[record.LabelOOMLimitCgroup]] = true
+	}
+	f.Evidence = append(f.Evidence, Evidence{Metric: "oom_kills", Workload: victim, Phase: kills[0].phase,
+		Value: float64(len(kills)), Unit: UnitCount})
+	last := kills[len(kills)-1].rec.Labels
+	var cause string
+	switch lc := last[record.LabelOOMLimitCgroup]; {
+	case lc == "":
+		cause = "The node itself ran out of memory (no cgroup's limit was hit)"
+		f.Culprits = a.biggestUsers(owner, "/")
+	case a.owner(lc) == owner:
+		cause = fmt.Sprintf("Its own memory limit was hit (%s of %s)", fmtBytesLabel(last[record.LabelOOMUsage]),
+			fmtBytesLabel(last[record.LabelOOMLimit]))
+		if w := a.workloadByCgroup(owner); w != nil && w.Memory != "" {
+			cause += ", limit " + w.Memory
+		}
+		cause += ": its working set does not fit. Raise its memory limit or shrink its working set"
+	default:
+		cause = fmt.Sprintf("The memory limit of %s, above it, was hit (%s of %s): what runs under that limit "+
+			"together did not fit", a.name(lc), fmtBytesLabel(last[record.LabelOOMUsage]), fmtBytesLabel(last[record.LabelOOMLimit]))
+		f.Culprits = a.biggestUsers(owner, lc)
+	}
+	for _, k := range []string{record.LabelOOMUsage, record.LabelOOMLimit} {
+		var v float64
+		if _, err := fmt.Sscan(last[k], &v); err == nil {
+			f.Evidence = append(f.Evidence, Evidence{Metric: "oom_" + strings.TrimSuffix(k, "_bytes") + "_bytes",
+				Workload: a.name(last[record.LabelOOMLimitCgroup]), Phase: kills[len(kills)-1].phase, Value: v, Unit: UnitBytes})
+		}
+	}
+	if len(f.Culprits) > 0 {
+		cause += "; the largest users of that memory were " + joinNames(f.Culprits)
+	}
+	what := "process"
+	if len(procs) > 1 {
+		what = "processes"
+	}
+	f.Summary = fmt.Sprintf("The OOM killer killed %s's %s %s. %s.", victim, what, joinNames(procs), cause)
+	return f
+}
+
+// biggestUsers names the workloads (other than owner's) below limit with the highest memory usage
+// reading in the run, the largest and those near it, as culprits.
+func (a *analysis) biggestUsers(owner, limit string) []string {
+	var shares []share
+	for _, w := range a.run.Meta.Workloads {
+		if w.Cgroup == owner || !within(w.Cgroup, limit) {
+			continue
+		}
+		if vs := a.run.Series(record.MetricMemoryUsage).Cgroup(w.Cgroup).Values(a.run.Span()); len(vs) > 0 {
+			shares = append(shares, share{cgroup: w.Cgroup, value: slices.Max(vs)})
+		}
+	}
+	var out []string
+	for _, c := range culprits(shares) {
+		out = append(out, a.name(c.cgroup))
+	}
+	return out
+}
+
+// workloadByCgroup is the workload whose cgroup is cgroup, nil if none.
+func (a *analysis) workloadByCgroup(cgroup string) *record.Workload {
+	for i, w := range a.run.Meta.Workloads {
+		if w.Cgroup == cgroup {
+			return &a.run.Meta.Workloads[i]
+		}
+	}
+	return nil
+}
+
+// phaseOfRecord names the window r happened in: the first that holds it, else the whole run's.
+func (a *analysis) phaseOfRecord(r record.Record) string {
+	for _, w := range a.windows {
+		if r.Time.After(w.Start) && !r.Time.After(w.End) {
+			return w.Name
+		}
+	}
+	return a.run.Span().Name
+}
+
+// fmtBytesLabel formats a byte count carried as a label value.
+func fmtBytesLabel(s string) string {
+	var v float64
+	if _, err := fmt.Sscan(s, &v); err != nil {
+		return "?"
+	}
+	return fmtBytes(v)
+}

@@ -1,0 +1,153 @@
+package analyzer
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+const memHog = runCg + "/memory-hog-0"
+
+func memHogWorkload() record.Workload {
+	return record.Workload{Name: "memory-hog-0", Kind: "memory", Cgroup: memHog}
+}
+
+// oomEvent records an OOM kill of pid (comm) in cgroup at sec, the limit of limitCgroup hit.
+func (b *builder) oomEvent(sec float64, cgroup, pid, comm, limitCgroup string) *builder {
+	l := labels(record.LabelOOMPID, pid, record.LabelOOMComm, comm, record.LabelOOMTriggerPID, pid, record.LabelOOMTriggerComm, comm)
+	if limitCgroup != "" {
+		l[record.LabelOOMLimitCgroup] = limitCgroup
+		l[record.LabelOOMUsage] = "134217728"
+		l[record.LabelOOMLimit] = "134217728"
+	}
+	b.recs = append(b.recs, record.Record{Type: record.TypeEvent, Time: at(sec), Name: record.EventOOMKill, Cgroup: cgroup,
+		Labels: l, Message: "OOM kill"})
+	return b
+}
+
+func TestMemoryReclaim(t *testing.T) {
+	limited := victimWorkload()
+	limited.Memory = "128Mi"
+	memcg := []string{record.LabelKind, record.ReclaimMemcg}
+	direct := []string{record.LabelKind, record.ReclaimDirect}
+	for _, c := range []struct {
+		name     string
+		build    func() *builder
+		want     bool
+		severity string
+		culprits []string
+		says     string
+	}{
+		{"own_limit", func() *builder {
+			return newRun(limited).
+				histogram(record.MetricReclaimStall, victim, lat(0, 0), lat(400, 0.002), memcg...).
+				counter(record.MetricReclaimPages, victim, 0, 40000, memcg...)
+		}, true, SeverityWarning, []string{}, "its own memory limit (128Mi)"},
+		{"direct_neighbour_grew", func() *builder {
+			return newRun(victimWorkload(), memHogWorkload()).
+				histogram(record.MetricReclaimStall, victim, lat(0, 0), lat(1000, 0.004), direct...).
+				counter(record.MetricReclaimPages, victim, 0, 90000, direct...).
+				gauge(record.MetricMemoryUsage, victim, []float64{100 << 20}, []float64{100 << 20}).
+				gauge(record.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{1 << 30, 2 << 30, 3 << 30})
+		}, true, SeverityCritical, []string{"memory-hog-0"}, "direct reclaim"},
+		{"parent_limit", func() *builder {
+			return newRun(victimWorkload(), memHogWorkload()).
+				histogram(record.MetricReclaimStall, victim, lat(0, 0), lat(400, 0.002), memcg...).
+				gauge(record.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{1 << 20, 512 << 20})
+		}, true, SeverityWarning, []string{"memory-hog-0"}, "a memory limit above its cgroup"},
+		{"steady", func() *builder {
+			return newRun(limited).
+				histogram(record.MetricReclaimStall, victim, lat(200, 0.002), lat(400, 0.002), memcg...)
+		}, false, "", nil, ""},
+		{"noise", func() *builder {
+			return newRun(limited).
+				histogram(record.MetricReclaimStall, victim, lat(0, 0), lat(10, 0.0001), memcg...)
+		}, false, "", nil, ""},
+		{"churned_child", func() *builder {
+			return newRun(limited).
+				histogram(record.MetricReclaimStall, victim+"/sandbox-1", lat(0, 0), lat(400, 0.002), memcg...)
+		}, true, SeverityWarning, []string{}, "its own memory limit"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rep := c.build().analyze(t)
+			if !c.want {
+				if slices.Contains(ids(rep), IDMemoryReclaim) {
+					t.Fatalf("unexpected memory-reclaim: %+v", rep.Findings)
+				}
+				return
+			}
+			f := finding(t, rep, IDMemoryReclaim)
+			if f.Victim != "victim" || f.Severity != c.severity || !slices.Equal(f.Culprits, c.culprits) {
+				t.Errorf("victim %q severity %q culprits %v, want victim %q %v", f.Victim, f.Severity, f.Culprits, c.severity, c.culprits)
+			}
+			if !strings.Contains(f.Summary, c.says) {
+				t.Errorf("summary %q does not say %q", f.Summary, c.says)
+			}
+			if e := evidence(t, f, "reclaim_stall_share", ""); e.Value <= e.Baseline {
+				t.Errorf("stall share %v, baseline %v: want a rise", e.Value, e.Baseline)
+			}
+		})
+	}
+}
+
+// A record-mode run, without phases, reports the stalls of the whole run.
+func TestMemoryReclaimWithoutPhases(t *testing.T) {
+	b := newRun(record.Workload{Name: "app", Kind: "victim", Cgroup: victim, Memory: "64Mi"})
+	b.recs = nil
+	b.histogram(record.MetricReclaimStall, victim, lat(0, 0), lat(300, 0.002), record.LabelKind, record.ReclaimMemcg)
+	f := finding(t, b.analyze(t), IDMemoryReclaim)
+	if f.Evidence[0].Phase != "run" {
+		t.Errorf("phase %q, want run", f.Evidence[0].Phase)
+	}
+}
+
+func TestOOMKill(t *testing.T) {
+	limited := victimWorkload()
+	limited.Memory = "128Mi"
+	for _, c := range []struct {
+		name     string
+		build    func() *builder
+		victim   string
+		culprits []string
+		says     []string
+	}{
+		{"own_limit", func() *builder {
+			return newRun(limited, memHogWorkload()).oomEvent(15, victim, "4242", "probe", victim)
+		}, "victim", []string{}, []string{"probe (pid 4242, in stress)", "Its own memory limit was hit (128.0 MiB of 128.0 MiB), limit 128Mi"}},
+		{"parent_limit", func() *builder {
+			return newRun(victimWorkload(), memHogWorkload(), hogWorkload("cpu", 0)).
+				gauge(record.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{900 << 20}).
+				gauge(record.MetricMemoryUsage, cpuHog0, []float64{1 << 20}, []float64{2 << 20}).
+				oomEvent(12, victim+"/sandbox-0", "7", "dd", runCg)
+		}, "victim", []string{"memory-hog-0"}, []string{"dd (pid 7, in stress)", "The memory limit of " + runCg}},
+		{"node_wide", func() *builder {
+			return newRun(victimWorkload(), memHogWorkload()).
+				gauge(record.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{900 << 20}).
+				oomEvent(5, memHog, "9", "hog", "")
+		}, "memory-hog-0", []string{}, []string{"hog (pid 9, in baseline)", "The node itself ran out of memory"}},
+		{"counter_only", func() *builder {
+			return newRun(victimWorkload()).counter(record.MetricMemoryOOMKills, victim, 0, 2)
+		}, "victim", []string{}, []string{"killed 2 of victim's processes"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rep := c.build().analyze(t)
+			f := finding(t, rep, IDOOMKill)
+			if f.Victim != c.victim || f.Severity != SeverityCritical || !slices.Equal(f.Culprits, c.culprits) {
+				t.Errorf("victim %q severity %q culprits %v, want %q critical %v", f.Victim, f.Severity, f.Culprits, c.victim, c.culprits)
+			}
+			for _, s := range c.says {
+				if !strings.Contains(f.Summary, s) {
+					t.Errorf("summary %q does not say %q", f.Summary, s)
+				}
+			}
+			if n := evidence(t, f, "oom_kills", "").Value; n < 1 {
+				t.Errorf("oom_kills %v, want at least 1", n)
+			}
+		})
+	}
+	if got := ids(newRun(victimWorkload()).analyze(t)); slices.Contains(got, IDOOMKill) {
+		t.Errorf("oom-kill without any kill: %v", got)
+	}
+}

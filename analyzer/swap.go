@@ -1,0 +1,246 @@
+package analyzer
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+// IDSwapThrashing: a cgroup keeps faulting back what was swapped out of it, or the node swaps in
+// and out at once.
+const IDSwapThrashing = "swap-thrashing"
+
+// Thresholds of swap-thrashing (docs/findings.md).
+const (
+	// swapFaultsMinPerSecond: a cgroup faulting back (major faults, anon refaults or swap-ins,
+	// whichever is highest) at least this many pages a second, in each half of a window,
+	// thrashes. One fault-back is a disk read of up to milliseconds; a hundred a second is a
+	// tenth of a thread's time at a millisecond each.
+	swapFaultsMinPerSecond = 100.0
+	// swapFaultsCriticalPerSecond: at this rate the workload mostly waits for the swap device.
+	swapFaultsCriticalPerSecond = 1000.0
+	// swapNodeMinPagesPerSecond: the node swaps in and out at once when both pswpin and pswpout
+	// reach this rate (1 MiB/s of 4 KiB pages each way) in a window.
+	swapNodeMinPagesPerSecond = 256.0
+)
+
+// swapUse is what a cgroup swapped and faulted back in a window.
+type swapUse struct {
+	w                                    record.Window
+	swapMax                              float64 // bytes, the highest memory_swap_bytes reading
+	majors, refaults, swapIns, limitHits float64 // counts over the window
+	firstHalf, secondHalf                float64 // fault-backs a second in each half
+}
+
+// faultBack is the pages the cgroup brought back: the highest of its three counts (they overlap:
+// a swap-in from disk is a major fault, and a refault when the kernel still remembered the page).
+func (u swapUse) faultBack() float64 { return max(u.majors, u.refaults, u.swapIns) }
+
+// swapThrashing applies swap-thrashing to every sampled cgroup and to the node
+// (docs/findings.md).
+func (a *analysis) swapThrashing() []Finding {
+	var hit []swapUse
+	var cgroups []string
+	for cg, swap := range a.run.Series(record.MetricMemorySwap).ByCgroup() {
+		var worst *swapUse
+		for _, w := range a.windows {
+			u := a.swapUse(cg, swap, w)
+			if u.swapMax <= 0 || u.firstHalf < swapFaultsMinPerSecond || u.secondHalf < swapFaultsMinPerSecond {
+				continue
+			}
+			if worst == nil || ratio(u.faultBack(), u.w.Seconds()) > ratio(worst.faultBack(), worst.w.Seconds()) {
+				worst = &u
+			}
+		}
+		if worst != nil {
+			hit = append(hit, *worst)
+			cgroups = append(cgroups, cg)
+		}
+	}
+	var out []Finding
+	for i, cg := range cgroups {
+		// A v1 parent's total_* and a v2 parent's counters include its children's: report the
+		// deepest cgroup that thrashes, not every ancestor of it.
+		if slices.ContainsFunc(cgroups, func(c string) bool { return c != cg && within(c, cg) }) {
+			continue
+		}
+		out = append(out, a.swapFinding(cg, hit[i]))
+	}
+	slices.SortFunc(out, func(x, y Finding) int { return cmp.Compare(x.Victim, y.Victim) })
+	if f := a.nodeSwapThrashing(); f != nil {
+		out = append(out, *f)
+	}
+	return out
+}
+
+func (a *analysis) swapUse(cg string, swap record.SeriesSet, w record.Window) swapUse {
+	series := func(metric string, kv ...string) record.SeriesSet {
+		ss := a.run.Series(metric).Cgroup(cg)
+		if len(kv) == 2 {
+			ss = ss.Label(kv[0], kv[1])
+		}
+		return ss
+	}
+	majors, refaults := series(record.MetricMemoryMajorFaults), series(record.MetricMemoryRefaults, record.LabelKind, "anon")
+	swapIns := series(record.MetricMemorySwapPages, record.LabelOp, "in")
+	w = observed(w, majors, refaults, swapIns)
+	u := swapUse{w: w, majors: majors.Delta(w), refaults: refaults.Delta(w), swapIns: swapIns.Delta(w),
+		limitHits: series(record.MetricMemoryLimitEvents, record.LabelKind, "max").Delta(w)}
+	for _, v := range swap.Values(w) {
+		u.swapMax = max(u.swapMax, v)
+	}
+	mid := splitAt(w, majors, refaults, swapIns)
+	for i, half := range []record.Window{{Name: w.Name, Start: w.Start, End: mid}, {Name: w.Name, Start: mid, End: w.End}} {
+		rate := ratio(max(majors.Delta(half), refaults.Delta(half), swapIns.Delta(half)), half.Seconds())
+		if i == 0 {
+			u.firstHalf = rate
+		} else {
+			u.secondHalf = rate
+		}
+	}
+	return u
+}
+
+// observed is w from the first sample of sets on, when that comes later: a counter counts from
+// its cgroup's birth (the node's from boot) and reads zero before its first sample, so a window
+// opening before that sample would count everything since then.
+func observed(w record.Window, sets ...record.SeriesSet) record.Window {
+	var first time.Time
+	for _, ss := range sets {
+		for _, s := range ss {
+			if len(s.Samples) > 0 && (first.IsZero() || s.Samples[0].Time.Before(first)) {
+				first = s.Samples[0].Time
+			}
+		}
+	}
+	if first.After(w.Start) && first.Before(w.End) {
+		w.Start = first
+	}
+	return w
+}
+
+// splitAt is where to cut w in two halves: at the sample of sets nearest w's middle, so that
+// each half holds whole sampling intervals (a cut between two samples would give one half
+// nothing); at the middle itself when no sample lies inside w.
+func splitAt(w record.Window, sets ...record.SeriesSet) time.Time {
+	mid := w.Start.Add(w.End.Sub(w.Start) / 2)
+	best, bestDist := mid, time.Duration(-1)
+	for _, ss := range sets {
+		for _, s := range ss {
+			for _, r := range s.Samples {
+				if !r.Time.After(w.Start) || !r.Time.Before(w.End) {
+					continue
+				}
+				if d := max(r.Time.Sub(mid), mid.Sub(r.Time)); bestDist < 0 || d < bestDist {
+					best, bestDist = r.Time, d
+				}
+			}
+		}
+	}
+	return best
+}
+
+func (a *analysis) swapFinding(cg string, u swapUse) Finding {
+	name := a.name(cg)
+	// The stress phase is shown against the baseline when both exist, as for cpu-throttling;
+	// a window that thrashed is quoted either way.
+	ref := swapUse{}
+	if a.compare && u.w.Name == a.stress.Name {
+		ref = a.swapUse(cg, a.run.Series(record.MetricMemorySwap).Cgroup(cg), a.baseline)
+	}
+	ev := func(metric string, b, v float64, unit string) Evidence {
+		return Evidence{Metric: metric, Workload: name, Phase: u.w.Name, Baseline: b, Value: v, Unit: unit}
+	}
+	rate := ratio(u.faultBack(), u.w.Seconds())
+	sev := SeverityWarning
+	if rate >= swapFaultsCriticalPerSecond {
+		sev = SeverityCritical
+	}
+	f := Finding{
+		ID: IDSwapThrashing, Severity: sev, Victim: name, Culprits: []string{},
+		Evidence: []Evidence{
+			ev("memory_swap_bytes_max", ref.swapMax, u.swapMax, UnitBytes),
+			ev("major_faults", ref.majors, u.majors, UnitCount),
+			ev("anon_refaults", ref.refaults, u.refaults, UnitCount),
+		},
+	}
+	if len(a.run.Series(record.MetricMemorySwapPages).Cgroup(cg)) > 0 {
+		f.Evidence = append(f.Evidence, ev("swap_ins", ref.swapIns, u.swapIns, UnitCount))
+	}
+	f.Evidence = append(f.Evidence, ev("memory_limit_hits", ref.limitHits, u.limitHits, UnitCount))
+	limit := ""
+	for _, wl := range a.run.Meta.Workloads {
+		if wl.Cgroup == a.owner(cg) && wl.Memory != "" {
+			limit = " (limit " + wl.Memory + ")"
+		}
+	}
+	f.Summary = fmt.Sprintf("%s keeps faulting back what was swapped out of it: %s of it in swap, "+
+		"%.0f pages a second brought back in the %s window (%.0f major faults, %.0f anon refaults), %.0f/s in its first half "+
+		"and %.0f/s in its second. Its working set does not fit its memory%s: swap keeps it alive but "+
+		"every fault-back waits on the swap device. Raise its memory limit or shrink its working set.",
+		name, fmtBytes(u.swapMax), rate, u.w.Name, u.majors, u.refaults, u.firstHalf, u.secondHalf, limit)
+	return f
+}
+
+// nodeSwapThrashing: the node swapped in and out at high rates in the same window; the cgroups
+// that brought back the most pages then are its culprits.
+func (a *analysis) nodeSwapThrashing() *Finding {
+	vm := a.run.Series(record.MetricVmstat).Cgroup("")
+	in, out := vm.Label(record.LabelName, "pswpin"), vm.Label(record.LabelName, "pswpout")
+	var worst *record.Window
+	var worstRate float64
+	for _, w := range a.windows {
+		w = observed(w, in, out)
+		rin, rout := ratio(in.Delta(w), w.Seconds()), ratio(out.Delta(w), w.Seconds())
+		if rin >= swapNodeMinPagesPerSecond && rout >= swapNodeMinPagesPerSecond && min(rin, rout) > worstRate {
+			worst, worstRate = &w, min(rin, rout)
+		}
+	}
+	if worst == nil {
+		return nil
+	}
+	w := *worst
+	var refIn, refOut float64
+	if a.compare && w.Name == a.stress.Name {
+		refIn, refOut = in.Delta(a.baseline), out.Delta(a.baseline)
+	}
+	f := &Finding{
+		ID: IDSwapThrashing, Severity: SeverityWarning, Victim: "node", Culprits: []string{},
+		Evidence: []Evidence{
+			{Metric: "pswpin", Phase: w.Name, Baseline: refIn, Value: in.Delta(w), Unit: UnitCount},
+			{Metric: "pswpout", Phase: w.Name, Baseline: refOut, Value: out.Delta(w), Unit: UnitCount},
+		},
+	}
+	// Culprits by pages brought back, charged to their workloads; only the deepest cgroups count,
+	// as their parents' counters include them.
+	byOwner := map[string]float64{}
+	cgs := slices.Collect(maps.Keys(a.run.Series(record.MetricMemorySwap).ByCgroup()))
+	for _, cg := range cgs {
+		if slices.ContainsFunc(cgs, func(c string) bool { return c != cg && within(c, cg) }) {
+			continue
+		}
+		byOwner[a.owner(cg)] += a.swapUse(cg, nil, w).faultBack()
+	}
+	var shares []share
+	for cg, v := range byOwner {
+		shares = append(shares, share{cgroup: cg, value: v})
+	}
+	for _, c := range culprits(shares) {
+		n := a.name(c.cgroup)
+		f.Culprits = append(f.Culprits, n)
+		f.Evidence = append(f.Evidence, Evidence{Metric: "fault_backs", Workload: n, Culprit: n, Phase: w.Name, Value: c.value, Unit: UnitCount})
+	}
+	by := ""
+	if len(f.Culprits) > 0 {
+		by = ", mostly brought back by " + joinNames(f.Culprits)
+	}
+	f.Summary = fmt.Sprintf("The node swapped in and out at once in the %s window: %.0f pages a second in and %.0f out%s. "+
+		"Memory is overcommitted beyond what swap can absorb: every page written out is soon read back. "+
+		"Lower the density or the working sets, or give the node memory.",
+		w.Name, ratio(in.Delta(w), w.Seconds()), ratio(out.Delta(w), w.Seconds()), by)
+	return f
+}

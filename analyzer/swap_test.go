@@ -1,0 +1,154 @@
+package analyzer
+
+import (
+	"testing"
+
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+const sandbox = runCg + "/sandbox-0"
+
+func sandboxWorkload() record.Workload {
+	return record.Workload{Name: "sandbox-0", Kind: "sandbox", Cgroup: sandbox, Memory: "64Mi"}
+}
+
+// points records a counter with the given (time, value) samples.
+func (b *builder) points(metric, cgroup string, tv []float64, kv ...string) *builder {
+	for i := 0; i+1 < len(tv); i += 2 {
+		v := tv[i+1]
+		b.recs = append(b.recs, record.Record{Type: record.TypeSample, Time: at(tv[i]), Metric: metric, Cgroup: cgroup, Labels: labels(kv...), Value: &v})
+	}
+	return b
+}
+
+// thrashing is a sandbox at its limit in the stress phase (20 s): 64 MiB in swap, majors and
+// anon refaults at majors/20 and refaults/20 a second, evenly over the phase.
+func thrashing(cg string, majors, refaults float64) *builder {
+	return newRun(sandboxWorkload()).thrash(cg, majors, refaults)
+}
+
+func (b *builder) thrash(cg string, majors, refaults float64) *builder {
+	return b.gauge(record.MetricMemorySwap, cg, []float64{0}, []float64{64 << 20}).
+		counter(record.MetricMemoryMajorFaults, cg, 0, majors).
+		counter(record.MetricMemoryRefaults, cg, 0, refaults, record.LabelKind, "anon").
+		counter(record.MetricMemoryLimitEvents, cg, 0, 5000, record.LabelKind, "max")
+}
+
+func (b *builder) nodeSwap(in, out float64) *builder {
+	return b.counter(record.MetricVmstat, "", 0, in, record.LabelName, "pswpin").
+		counter(record.MetricVmstat, "", 0, out, record.LabelName, "pswpout")
+}
+
+func swapFindings(rep *Report) []Finding {
+	var out []Finding
+	for _, f := range rep.Findings {
+		if f.ID == IDSwapThrashing {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func TestSwapThrashing(t *testing.T) {
+	rep := thrashing(sandbox, 10000, 12000).nodeSwap(8000, 9000).analyze(t)
+	found := swapFindings(rep)
+	if len(found) != 2 {
+		t.Fatalf("%d swap-thrashing findings, want the sandbox's and the node's: %+v", len(found), found)
+	}
+	f := found[0]
+	if f.Victim != "sandbox-0" || f.Severity != SeverityWarning || len(f.Culprits) != 0 {
+		t.Errorf("finding %s/%s culprits %v, want a warning for sandbox-0 with no culprits", f.Victim, f.Severity, f.Culprits)
+	}
+	for metric, want := range map[string]float64{
+		"memory_swap_bytes_max": 64 << 20, "major_faults": 10000, "anon_refaults": 12000, "memory_limit_hits": 5000,
+	} {
+		e := evidence(t, f, metric, "")
+		if e.Value != want || e.Baseline != 0 || e.Phase != record.PhaseStress || e.Workload != "sandbox-0" {
+			t.Errorf("%s: %+v, want %v in stress against 0", metric, e, want)
+		}
+	}
+	for _, e := range f.Evidence {
+		if e.Metric == "swap_ins" {
+			t.Error("swap_ins evidence without swap-in records (a v1 host has none)")
+		}
+	}
+	t.Log(f.Summary)
+
+	node := found[1]
+	if node.Victim != "node" || len(node.Culprits) != 1 || node.Culprits[0] != "sandbox-0" {
+		t.Errorf("node finding %s culprits %v, want the node with sandbox-0", node.Victim, node.Culprits)
+	}
+	if e := evidence(t, node, "pswpin", ""); e.Value != 8000 {
+		t.Errorf("pswpin %v, want 8000", e.Value)
+	}
+	if e := evidence(t, node, "fault_backs", "sandbox-0"); e.Value != 12000 {
+		t.Errorf("fault-backs of sandbox-0 %v, want the highest of its counts, 12000", e.Value)
+	}
+	t.Log(node.Summary)
+}
+
+func TestSwapThrashingCritical(t *testing.T) {
+	rep := thrashing(sandbox, 30000, 0).counter(record.MetricMemorySwapPages, sandbox, 0, 25000, record.LabelOp, "in").analyze(t)
+	f := finding(t, rep, IDSwapThrashing)
+	if f.Severity != SeverityCritical {
+		t.Errorf("severity %s at 1500 fault-backs a second, want critical", f.Severity)
+	}
+	if e := evidence(t, f, "swap_ins", ""); e.Value != 25000 {
+		t.Errorf("swap_ins %v, want 25000", e.Value)
+	}
+}
+
+// A parent's counters include its child's: only the child is reported.
+func TestSwapThrashingDeepest(t *testing.T) {
+	rep := thrashing(sandbox, 10000, 0).thrash(runCg, 10000, 0).analyze(t)
+	found := swapFindings(rep)
+	if len(found) != 1 || found[0].Victim != "sandbox-0" {
+		t.Fatalf("findings %+v, want sandbox-0's only", found)
+	}
+}
+
+func TestSwapThrashingNot(t *testing.T) {
+	for name, b := range map[string]*builder{
+		// Cold memory swapped out and left there: nothing comes back.
+		"swapped_out_cold": newRun(sandboxWorkload()).
+			gauge(record.MetricMemorySwap, sandbox, []float64{0}, []float64{64 << 20}).
+			counter(record.MetricMemoryMajorFaults, sandbox, 0, 100),
+		// Major faults of file pages (a binary re-read) without swap are another story.
+		"no_swap": newRun(sandboxWorkload()).
+			gauge(record.MetricMemorySwap, sandbox, []float64{0}, []float64{0}).
+			counter(record.MetricMemoryMajorFaults, sandbox, 0, 50000),
+		// A burst of fault-backs at the start of the phase that stops: not kept up.
+		"burst": newRun(sandboxWorkload()).
+			gauge(record.MetricMemorySwap, sandbox, []float64{0}, []float64{64 << 20}).
+			points(record.MetricMemoryMajorFaults, sandbox, []float64{0, 0, 10, 0, 12, 20000, 20, 20000, 30, 20100}),
+		// The node swaps out but reads nothing back.
+		"node_out_only": newRun(sandboxWorkload()).nodeSwap(100, 50000),
+		"quiet":         newRun(sandboxWorkload()),
+		// Counters first read at 0.5 s hold what happened before the run (since boot, for the
+		// node's): only their growth from that reading on counts.
+		"counted_before": newRun(sandboxWorkload()).
+			gauge(record.MetricMemorySwap, sandbox, []float64{64 << 20}, []float64{64 << 20}).
+			points(record.MetricMemoryMajorFaults, sandbox, []float64{0.5, 1e6, 10, 1e6, 30, 1e6}).
+			points(record.MetricVmstat, "", []float64{0.5, 1e6, 10, 1e6, 30, 1e6}, record.LabelName, "pswpin").
+			points(record.MetricVmstat, "", []float64{0.5, 1e6, 10, 1e6, 30, 1e6}, record.LabelName, "pswpout"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if found := swapFindings(b.analyze(t)); len(found) != 0 {
+				t.Fatalf("findings %+v, want none", found)
+			}
+		})
+	}
+}
+
+// Samples far apart: the window is cut at the sample nearest its middle (21 s), not at 20 s,
+// where the first half would hold no sample and so no faults.
+func TestSwapThrashingSparseSamples(t *testing.T) {
+	rep := newRun(sandboxWorkload()).
+		gauge(record.MetricMemorySwap, sandbox, []float64{0}, []float64{64 << 20}).
+		points(record.MetricMemoryMajorFaults, sandbox, []float64{0, 0, 10, 0, 21, 11000, 30, 20000}).
+		analyze(t)
+	f := finding(t, rep, IDSwapThrashing)
+	if e := evidence(t, f, "major_faults", ""); e.Value != 20000 {
+		t.Errorf("major faults %v, want 20000", e.Value)
+	}
+}

@@ -1,0 +1,214 @@
+package stress
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/cli/internal/clix"
+	st "github.com/nodectl/nodectl/stress"
+	"github.com/nodectl/nodectl/stress/launch"
+	"github.com/nodectl/nodectl/stress/workload"
+)
+
+// maxDensity bounds --max: each sandbox is a process and a cgroup.
+const maxDensity = 10000
+
+func density() *cobra.Command {
+	var (
+		sandboxMem, request, limit, nodeMem, binarySize, swap string
+		runtime                                               string
+		cfg                                                   = st.DensityConfig{Paths: st.DefaultPaths(), Criteria: st.DefaultDensityCriteria}
+		output                                                string
+		verbose                                               bool
+	)
+	cmd := &cobra.Command{
+		Use:   "density",
+		Short: "Add browser-like sandboxes in steps until the node collapses, and say what bounded it",
+		Long: `Adds sandbox stand-ins, --step at a time (--pace apart), until a step collapses or --max
+is reached. Each sandbox (sandbox-<i>, in cgroup nodectl/<run-id>/sandbox-<i> with --limit)
+models a headless browser: --sandbox-memory of anonymous heap held steadily, a shared
+file-backed binary (--binary-size, one file per run) it maps and reads, and an activity burst
+every --activity that touches --hot-share of its heap and part of the binary. Its readiness is
+the time from its launch to its first ready heartbeat; its event loop records how late each
+1 s tick wakes.
+
+--node-memory emulates a smaller node: the whole run sits under one cgroup with that memory
+limit (swap allowed). --swap FILE:SIZE creates and enables a swap file for the run, and
+--swappiness / --watermark-scale-factor set those sysctls (the seed used 100 and 500); all of
+it is put back when the run ends, fails or is interrupted, and by 'stress clean' after a kill.
+
+Each step is a phase step-<density>: its sandboxes start, become ready, and the density is held
+for --step-duration. A step collapses when a criterion is crossed: its sandboxes' readiness p99
+over --collapse-readiness (or one never ready within --ready-timeout), the node cgroup's memory
+PSI full over --collapse-psi-full of the step's time, an OOM kill (--collapse-oom), or a tick
+late by more than --collapse-tick-gap. The report is a table of density × readiness × memory
+signals, the collapse, and the ceiling: which resource bounded the density.`,
+		Example: `  sudo nodectl stress density --node-memory 4Gi --sandbox-memory 200Mi --step 2 --max 40
+  sudo nodectl stress density --node-memory 4Gi --swap /var/tmp/nodectl.swap:4Gi --swappiness 100 --watermark-scale-factor 500 -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := clix.CheckOutput(output); err != nil {
+				return err
+			}
+			if err := parseDensityFlags(&cfg, sandboxMem, request, limit, nodeMem, binarySize, swap); err != nil {
+				return err
+			}
+			rt, err := launch.ParseRuntime(runtime)
+			if err != nil {
+				return fmt.Errorf("--runtime: %w", err)
+			}
+			cfg.Runtime = rt
+			if err := checkPlatform(cfg.RunscPlatform, rt); err != nil {
+				return err
+			}
+			ctx, stop, err := startRun(cmd, "nodectl stress density", "creating cgroups, swap and sysctls", cfg.Trace, cfg.Interval)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			cfg.Args = os.Args
+			cfg.Progress = cmd.ErrOrStderr()
+			cfg.ProgressTTY = clix.IsTerminal(os.Stderr)
+			cfg.Log = clix.Logger(cmd.ErrOrStderr(), verbose)
+			node := "this host"
+			if cfg.NodeMemory > 0 {
+				node = "a node of " + st.FormatSize(cfg.NodeMemory)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "density: sandboxes of %s, %d per step up to %d, on %s\n", st.FormatSize(cfg.SandboxMemory), cfg.Step, cfg.Max, node)
+			dir, runErr := st.Density(ctx, cfg)
+			if dir != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "run directory: %s\n", dir)
+			}
+			if runErr != nil {
+				return runErr
+			}
+			rep, err := analyzeRun(dir)
+			if err != nil {
+				return err
+			}
+			run, err := record.Open(dir)
+			if err != nil {
+				return err
+			}
+			dr := analyzer.Density(run, rep)
+			if output == "json" {
+				return analyzer.RenderDensityJSON(cmd.OutOrStdout(), dr)
+			}
+			return analyzer.RenderDensityText(cmd.OutOrStdout(), dr, rep)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Step, "step", 10, "sandboxes added per step")
+	f.IntVar(&cfg.Max, "max", 200, "the sweep stops after the step that reaches this many sandboxes")
+	f.DurationVar(&cfg.Pace, "pace", 200*time.Millisecond, "time between two sandbox launches within a step")
+	f.DurationVar(&cfg.StepDuration, "step-duration", 30*time.Second, "how long each step holds its density once its sandboxes are ready")
+	f.DurationVar(&cfg.ReadyTimeout, "ready-timeout", st.DefaultReadyTimeout, "how long a sandbox may take to become ready")
+	f.StringVar(&sandboxMem, "sandbox-memory", "200Mi", "anonymous heap each sandbox allocates and holds (Kubernetes notation)")
+	f.Float64Var(&cfg.HotShare, "hot-share", workload.DefaultSandboxHotShare, "share of its heap each activity burst touches; the rest stays cold (swappable)")
+	f.StringVar(&binarySize, "binary-size", st.FormatSize(st.DefaultBinaryBytes), "size of the shared binary every sandbox maps")
+	f.DurationVar(&cfg.Activity, "activity", workload.DefaultSandboxActivity, "time between a sandbox's activity bursts")
+	f.StringVar(&request, "request", "150Mi", "each sandbox's memory request: recorded, and the ceiling says how many a scheduler would admit by it")
+	f.StringVar(&limit, "limit", "2Gi", "each sandbox's memory limit (its cgroup's); \"\" for none")
+	f.StringVar(&nodeMem, "node-memory", "", "emulate a node of SIZE: the run's cgroup gets this memory limit (swap allowed); required unless every sandbox fits in this host")
+	f.StringVar(&swap, "swap", "", "FILE:SIZE: create and enable a swap file for the run (FILE must not exist; removed afterwards)")
+	f.IntVar(&cfg.Swappiness, "swappiness", -1, "set vm.swappiness (0-200) for the run; -1 leaves it")
+	f.IntVar(&cfg.WatermarkScaleFactor, "watermark-scale-factor", -1, "set vm.watermark_scale_factor (1-3000) for the run; -1 leaves it")
+	f.DurationVar(&cfg.Criteria.ReadinessP99, "collapse-readiness", cfg.Criteria.ReadinessP99, "collapse when a step's readiness p99 is above this; 0 turns it off")
+	f.Float64Var(&cfg.Criteria.PSIFull, "collapse-psi-full", cfg.Criteria.PSIFull, "collapse when the node's memory PSI full is above this share of a step (0-1); 0 turns it off")
+	f.BoolVar(&cfg.Criteria.OOMKill, "collapse-oom", cfg.Criteria.OOMKill, "collapse at the first OOM kill")
+	f.DurationVar(&cfg.Criteria.TickGap, "collapse-tick-gap", cfg.Criteria.TickGap, "collapse when a sandbox's tick is later than this; 0 turns it off")
+	f.StringVar(&runtime, "runtime", string(launch.RuntimeProcess), "how the sandboxes run: process, runc or runsc")
+	f.StringVar(&cfg.RunscPlatform, "runsc-platform", "", "gVisor platform for --runtime runsc: systrap, ptrace or kvm")
+	f.BoolVar(&cfg.Trace, "trace", false, "trace with eBPF (every program: run queue, fsync, block I/O, and reclaim where built)")
+	f.StringVar(&cfg.Out, "out", "", "run directory to write (must not exist or be empty); default "+st.DefaultRunsDir+"/<run-id>")
+	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
+	f.DurationVar(&cfg.Interval, "interval", time.Second, "sampling interval of the tracer and samplers")
+	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
+	clix.HostPathFlags(f, &cfg.Paths)
+	clix.RunPathFlags(f, &cfg.Paths)
+	return cmd
+}
+
+// parseDensityFlags checks the sizes, counts and bounds, naming the flag and what is allowed.
+func parseDensityFlags(cfg *st.DensityConfig, sandboxMem, request, limit, nodeMem, binarySize, swap string) error {
+	var err error
+	if cfg.Step < 1 || cfg.Step > maxDensity {
+		return fmt.Errorf("--step %d: want an integer from 1 to %d", cfg.Step, maxDensity)
+	}
+	if cfg.Max < cfg.Step || cfg.Max > maxDensity {
+		return fmt.Errorf("--max %d: want an integer from --step (%d) to %d", cfg.Max, cfg.Step, maxDensity)
+	}
+	if cfg.Pace < 0 {
+		return fmt.Errorf("--pace %s: must not be negative", cfg.Pace)
+	}
+	if cfg.StepDuration < time.Second {
+		return fmt.Errorf("--step-duration %s: must be at least 1s", cfg.StepDuration)
+	}
+	if cfg.ReadyTimeout < time.Second {
+		return fmt.Errorf("--ready-timeout %s: must be at least 1s", cfg.ReadyTimeout)
+	}
+	if cfg.SandboxMemory, err = st.ParseSize(sandboxMem); err != nil {
+		return fmt.Errorf("--sandbox-memory: %w", err)
+	}
+	if cfg.HotShare <= 0 || cfg.HotShare > 1 {
+		return fmt.Errorf("--hot-share %g: want a share above 0 and at most 1", cfg.HotShare)
+	}
+	if cfg.BinaryBytes, err = st.ParseSize(binarySize); err != nil {
+		return fmt.Errorf("--binary-size: %w", err)
+	}
+	if cfg.Activity < 100*time.Millisecond {
+		return fmt.Errorf("--activity %s: must be at least 100ms", cfg.Activity)
+	}
+	if cfg.RequestBytes, err = st.ParseSize(request); err != nil {
+		return fmt.Errorf("--request: %w", err)
+	}
+	if limit != "" {
+		if cfg.LimitBytes, err = st.ParseSize(limit); err != nil {
+			return fmt.Errorf("--limit: %w", err)
+		}
+		if cfg.LimitBytes <= cfg.SandboxMemory {
+			return fmt.Errorf("--limit %s: must be above --sandbox-memory %s, or the sandbox's own limit kills it", limit, sandboxMem)
+		}
+		if cfg.RequestBytes > cfg.LimitBytes {
+			return fmt.Errorf("--request %s: is above --limit %s", request, limit)
+		}
+	}
+	if nodeMem != "" {
+		if cfg.NodeMemory, err = st.ParseSize(nodeMem); err != nil {
+			return fmt.Errorf("--node-memory: %w", err)
+		}
+		if cfg.NodeMemory <= cfg.SandboxMemory+cfg.BinaryBytes {
+			return fmt.Errorf("--node-memory %s: must hold at least one sandbox (--sandbox-memory %s) and the binary (--binary-size %s)", nodeMem, sandboxMem, binarySize)
+		}
+	}
+	if swap != "" {
+		file, size, ok := strings.Cut(swap, ":")
+		if !ok || !filepath.IsAbs(file) || filepath.Clean(file) != file {
+			return fmt.Errorf("--swap %q: want FILE:SIZE with an absolute FILE, e.g. /var/tmp/nodectl.swap:4Gi", swap)
+		}
+		if cfg.SwapBytes, err = st.ParseSize(size); err != nil {
+			return fmt.Errorf("--swap %q: %w", swap, err)
+		}
+		cfg.SwapFile = file
+	}
+	if cfg.Swappiness < -1 || cfg.Swappiness > 200 {
+		return fmt.Errorf("--swappiness %d: want 0 to 200, or -1 to leave it", cfg.Swappiness)
+	}
+	if cfg.WatermarkScaleFactor == 0 || cfg.WatermarkScaleFactor < -1 || cfg.WatermarkScaleFactor > 3000 {
+		return fmt.Errorf("--watermark-scale-factor %d: want 1 to 3000, or -1 to leave it", cfg.WatermarkScaleFactor)
+	}
+	if cfg.Criteria.PSIFull < 0 || cfg.Criteria.PSIFull > 1 {
+		return fmt.Errorf("--collapse-psi-full %g: want a share from 0 to 1", cfg.Criteria.PSIFull)
+	}
+	if cfg.Criteria.ReadinessP99 < 0 || cfg.Criteria.TickGap < 0 {
+		return fmt.Errorf("--collapse-readiness and --collapse-tick-gap must not be negative")
+	}
+	return nil
+}

@@ -1,0 +1,871 @@
+package stress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodectl/nodectl/agent/blockdev"
+	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/agent/collect"
+	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/agent/sample"
+	"github.com/nodectl/nodectl/stress/launch"
+	"github.com/nodectl/nodectl/stress/workload"
+)
+
+// DensityConfig configures `nodectl stress density`.
+type DensityConfig struct {
+	Step         int           // sandboxes added per step
+	Max          int           // the sweep stops after the step that reaches it
+	Pace         time.Duration // between two sandbox launches within a step
+	StepDuration time.Duration // how long each step holds its density after its sandboxes are ready
+	ReadyTimeout time.Duration // how long a sandbox may take to become ready; 0 = DefaultReadyTimeout
+
+	SandboxMemory int64         // anonymous heap of each sandbox
+	HotShare      float64       // share of its heap a sandbox's bursts touch; 0 = workload default
+	BinaryBytes   int64         // the shared binary's size; 0 = DefaultBinaryBytes
+	Activity      time.Duration // between a sandbox's activity bursts; 0 = workload default
+	RequestBytes  int64         // each sandbox's memory request (recorded; the scheduler's view)
+	LimitBytes    int64         // each sandbox's memory limit; 0 = none
+
+	NodeMemory int64  // memory limit of the run's cgroup, the emulated node; 0 = none
+	SwapFile   string // swap file to create and enable for the run; "" = none
+	SwapBytes  int64
+	// Swappiness and WatermarkScaleFactor set vm.swappiness and vm.watermark_scale_factor for
+	// the run (and the run cgroup's memory.swappiness on v1); -1 leaves them.
+	Swappiness           int
+	WatermarkScaleFactor int
+
+	Criteria DensityCriteria
+
+	Trace         bool
+	Runtime       launch.Runtime
+	RunscPlatform string
+	Out           string        // run directory; "" = DefaultRunsDir/<run-id>
+	Interval      time.Duration // sampling interval
+	Exe           string        // the nodectl binary that runs the sandboxes; "" = this executable
+	Args          []string
+	Paths         Paths
+	Progress      io.Writer
+	ProgressTTY   bool
+	Log           *slog.Logger
+}
+
+// DensityCriteria say when a step has collapsed: the first one crossed ends the sweep. A zero
+// bound is off.
+type DensityCriteria struct {
+	ReadinessP99 time.Duration // a step's sandboxes' readiness p99 above this (or one never ready)
+	PSIFull      float64       // memory PSI full of the run's cgroup, share of the step's time
+	OOMKill      bool          // any OOM kill in the run's cgroup
+	TickGap      time.Duration // a sandbox's tick late by more than this
+}
+
+// Collapse signals, as recorded in the collapse event and reported.
+const (
+	SignalReadiness = "readiness"
+	SignalPSIFull   = "psi-memory-full"
+	SignalOOMKill   = "oom-kill"
+	SignalTickGap   = "tick-gap"
+)
+
+// Defaults of `stress density`.
+var DefaultDensityCriteria = DensityCriteria{ReadinessP99: 10 * time.Second, PSIFull: 0.10, OOMKill: true, TickGap: 5 * time.Second}
+
+const (
+	DefaultReadyTimeout = time.Minute
+	DefaultBinaryBytes  = 64 << 20
+	// hostReserve is what a sweep without --node-memory must leave of the machine's memory.
+	hostReserve = 4 << 30
+)
+
+// Names of a density run.
+const (
+	scenarioDensity = "density"
+	kindSandbox     = "sandbox"
+	// eventCollapse is the Name of the event record a density run writes when a step collapsed;
+	// eventDensityConfig that of the event with the sweep's configuration, written first.
+	eventCollapse      = "collapse"
+	eventDensityConfig = "density-config"
+	// eventHold marks when a step's sandboxes were up and had settled for half its hold: its
+	// memory pressure is measured from there to its end. Label phase names the step.
+	eventHold  = "hold"
+	labelPhase = "phase"
+	// Labels of the collapse event.
+	labelDensity = "density"
+	labelSignal  = "signal"
+	labelBound   = "bound"
+	// stepPrefix begins the phase name of each step: step-<density>.
+	stepPrefix = "step-"
+)
+
+// Density adds sandboxes in steps until a step collapses (DensityCriteria) or Max is reached,
+// recording each step as a phase step-<density>. It returns the run directory; the caller
+// analyzes it. Everything the run made or changed on the host (cgroups, sandboxes, the swap file,
+// sysctls, scratch files) is removed or restored before it returns, also when ctx is cancelled
+// or a step fails.
+func Density(ctx context.Context, cfg DensityConfig) (dir string, err error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = DefaultReadyTimeout
+	}
+	if cfg.BinaryBytes == 0 {
+		cfg.BinaryBytes = DefaultBinaryBytes
+	}
+	if cfg.Step < 1 || cfg.Max < cfg.Step || cfg.SandboxMemory < 1<<20 || cfg.StepDuration <= 0 {
+		return "", errors.New("a density run needs a step of at least 1, a max of at least the step, sandboxes of at least 1Mi and a step duration")
+	}
+	if cfg.Exe == "" {
+		if cfg.Exe, err = os.Executable(); err != nil {
+			return "", fmt.Errorf("finding the nodectl binary: %w", err)
+		}
+	}
+	if err := checkFits(cfg); err != nil {
+		return "", err
+	}
+	layout, err := cgroup.DetectProcfs(cfg.Paths.Cgroupfs, cfg.Paths.Procfs)
+	if err != nil {
+		return "", err
+	}
+	id := NewRunID(scenarioDensity)
+	dir = cfg.Out
+	if dir == "" {
+		dir = filepath.Join(DefaultRunsDir, id)
+	}
+	r := &densityRun{runHost: runHost{paths: cfg.Paths, id: id, layout: layout}, cfg: cfg, dir: dir,
+		scratch: filepath.Join(cfg.Paths.Scratch, id), host: &hostUndo{paths: cfg.Paths, id: id},
+		progress: &progressWriter{w: cfg.Progress, tty: cfg.ProgressTTY}}
+	defer func() {
+		if cerr := r.cleanup(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	if err := r.setup(); err != nil {
+		return dir, err
+	}
+	return dir, r.sweep(ctx)
+}
+
+// checkFits refuses a sweep that could exhaust the machine: without --node-memory, every
+// sandbox's heap must fit in what the host has available, less a reserve.
+func checkFits(cfg DensityConfig) error {
+	if cfg.NodeMemory > 0 {
+		return nil
+	}
+	avail, err := memAvailable(cfg.Paths.Procfs)
+	if err != nil {
+		return err
+	}
+	need := int64(cfg.Max) * cfg.SandboxMemory
+	if need > avail-hostReserve {
+		return fmt.Errorf("--max %d sandboxes of --sandbox-memory %s need %s, more than this host has available less %s: give --node-memory to emulate a smaller node inside a memory-limited cgroup",
+			cfg.Max, FormatSize(cfg.SandboxMemory), FormatSize(need), FormatSize(hostReserve))
+	}
+	return nil
+}
+
+func memAvailable(procfs string) (int64, error) {
+	b, err := os.ReadFile(filepath.Join(procfs, "meminfo"))
+	if err != nil {
+		return 0, fmt.Errorf("reading meminfo: %w", err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("reading meminfo: no MemAvailable")
+}
+
+type densityRun struct {
+	runHost
+	cfg     DensityConfig
+	dir     string
+	scratch string
+	binary  string
+	host    *hostUndo
+
+	progress *progressWriter
+	logs     []*os.File
+	procs    []*launch.Process
+
+	mu        sync.Mutex // guards what measurements and the collector read
+	workloads []record.Workload
+	ready     map[string]time.Time // sandbox -> when its ready line arrived
+	launched  map[string]time.Time
+	worstTick float64   // worst tick lateness since the step began
+	tickAt    time.Time // when it was recorded
+}
+
+func (r *densityRun) setup() error {
+	cfg := r.cfg
+	unclaim, err := claim(cfg.Paths, r.id)
+	if err != nil {
+		return err
+	}
+	r.unclaim = unclaim
+	r.ready, r.launched = map[string]time.Time{}, map[string]time.Time{}
+	if err := os.MkdirAll(r.scratch, 0o755); err != nil {
+		return fmt.Errorf("making scratch directory: %w", err)
+	}
+	meta := record.NewMeta(r.id, scenarioDensity, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
+	if r.writer, err = record.Create(r.dir, meta); err != nil {
+		return err
+	}
+	if cfg.SwapFile != "" {
+		if err := r.host.enableSwap(cfg.SwapFile, cfg.SwapBytes); err != nil {
+			return err
+		}
+	}
+	if cfg.Swappiness >= 0 {
+		if err := r.host.setSysctl("vm/swappiness", strconv.Itoa(cfg.Swappiness)); err != nil {
+			return fmt.Errorf("--swappiness: %w", err)
+		}
+	}
+	if cfg.WatermarkScaleFactor >= 0 {
+		if err := r.host.setSysctl("vm/watermark_scale_factor", strconv.Itoa(cfg.WatermarkScaleFactor)); err != nil {
+			return fmt.Errorf("--watermark-scale-factor: %w", err)
+		}
+	}
+	r.created = true
+	if err := r.layout.Create(RunCgroup(r.id), cgroup.Limits{MemoryBytes: cfg.NodeMemory}); err != nil {
+		return fmt.Errorf("creating the run's cgroup: %w", err)
+	}
+	if cfg.SwapFile == "" && cfg.NodeMemory > 0 {
+		if err := r.noSwap(); err != nil {
+			return err
+		}
+	}
+	// On v1 a memcg has its own swappiness, copied from its parent when it is made: set the
+	// run's so the sandboxes' cgroups inherit it.
+	if r.layout.V1 && cfg.Swappiness >= 0 {
+		if err := os.WriteFile(filepath.Join(r.layout.Dir("memory", RunCgroup(r.id)), "memory.swappiness"), []byte(strconv.Itoa(cfg.Swappiness)), 0o644); err != nil {
+			return fmt.Errorf("--swappiness: setting the run cgroup's memory.swappiness: %w", err)
+		}
+	}
+	r.binary = filepath.Join(r.scratch, "binary")
+	if err := writeBinary(r.binary, cfg.BinaryBytes); err != nil {
+		return err
+	}
+	r.launcher, err = launch.New(launch.Config{Runtime: cfg.Runtime, Exe: cfg.Exe, Cgroups: r.layout, Procfs: cfg.Paths.Procfs,
+		StateDir: RuntimeState(cfg.Paths, r.id), RunscPlatform: cfg.RunscPlatform, Log: cfg.Log.With("component", "launch")})
+	if err != nil {
+		return err
+	}
+	var devices []string
+	for _, p := range []string{cfg.Paths.Scratch, cfg.SwapFile} {
+		if p == "" {
+			continue
+		}
+		dev, err := blockdev.ForPath(cfg.Paths.Sysfs, filepath.Dir(p))
+		if err != nil {
+			cfg.Log.Warn("no block device behind a path the run uses", "path", p, "err", err)
+			continue
+		}
+		if !slices.Contains(devices, dev) {
+			devices = append(devices, dev)
+		}
+	}
+	swapDev := ""
+	if cfg.SwapFile != "" {
+		swapDev, _ = blockdev.ForPath(cfg.Paths.Sysfs, filepath.Dir(cfg.SwapFile))
+	}
+	r.workloads = []record.Workload{{Name: "node", Kind: "node", Cgroup: RunCgroup(r.id), Memory: FormatSize(cfg.NodeMemory),
+		Target: cfg.SwapFile, Device: swapDev}}
+	sources := map[string]collect.Source{
+		"cgroups": sample.NewCgroups(r.layout, r.cgroupPaths),
+		"system":  sample.NewSystem(cfg.Paths.Procfs, cfg.Paths.Sysfs, func() []string { return devices }),
+		"density": collect.SourceFunc(r.sampleNode),
+	}
+	status := map[string]string{}
+	if cfg.Trace {
+		if r.tracer, status, err = startTracer(cfg.Paths, r.id, r.layout, cgroup.NewResolver(r.layout), nil, cfg.Log); err != nil {
+			return err
+		}
+		sources["trace"] = collect.SourceFunc(r.tracer.Collect)
+	}
+	if err := r.writer.UpdateMeta(func(m *record.Meta) {
+		m.Workloads, m.Tracer, m.Runtime = r.workloads, status, r.launcher.Describe()
+	}); err != nil {
+		return err
+	}
+	if err := r.writer.Append(r.configEvent()); err != nil {
+		return err
+	}
+	r.collector = collect.New(sources, r.writer, cfg.Interval, nil, cfg.Log.With("component", "collect"))
+	r.stopColl = runCollector(r.collector, cfg.Log)
+	return nil
+}
+
+// noSwap keeps the emulated node from swapping when the run has no --swap: whatever swap the
+// host has is not the node's.
+func (r *densityRun) noSwap() error {
+	cg := RunCgroup(r.id)
+	var file, v string
+	if r.layout.V1 {
+		file, v = filepath.Join(r.layout.Dir("memory", cg), "memory.memsw.limit_in_bytes"), strconv.FormatInt(r.cfg.NodeMemory, 10)
+	} else {
+		file, v = filepath.Join(r.layout.Dir(cgroup.Unified, cg), "memory.swap.max"), "0"
+	}
+	if err := os.WriteFile(file, []byte(v), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("--node-memory without --swap: keeping the node from swapping (%s): %w", file, err)
+	}
+	return nil
+}
+
+// configEvent records the sweep's configuration for the analyzer: sizes in bytes, bounds in
+// seconds or shares, as event labels (meta.json has no place for them).
+func (r *densityRun) configEvent() record.Record {
+	cfg := r.cfg
+	i := func(v int64) string { return strconv.FormatInt(v, 10) }
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	oom := "0"
+	if cfg.Criteria.OOMKill {
+		oom = "1"
+	}
+	return record.Record{Type: record.TypeEvent, Time: time.Now(), Name: eventDensityConfig, Labels: map[string]string{
+		"step": strconv.Itoa(cfg.Step), "cpus": strconv.Itoa(runtime.NumCPU()), "max": strconv.Itoa(cfg.Max), "sandbox_memory_bytes": i(cfg.SandboxMemory),
+		"request_bytes": i(cfg.RequestBytes), "limit_bytes": i(cfg.LimitBytes), "node_memory_bytes": i(cfg.NodeMemory),
+		"swap_bytes": i(r.swapBytes()), "binary_bytes": i(cfg.BinaryBytes),
+		"swappiness": strconv.Itoa(cfg.Swappiness), "watermark_scale_factor": strconv.Itoa(cfg.WatermarkScaleFactor),
+		"criterion_readiness_p99_seconds": f(cfg.Criteria.ReadinessP99.Seconds()), "criterion_psi_full_share": f(cfg.Criteria.PSIFull),
+		"criterion_oom_kill": oom, "criterion_tick_gap_seconds": f(cfg.Criteria.TickGap.Seconds()),
+	}, Message: "density sweep configuration"}
+}
+
+// swapBytes is the size of the run's swap file, 0 without one.
+func (r *densityRun) swapBytes() int64 {
+	if r.host.swap == nil {
+		return 0
+	}
+	return r.host.swap.Size
+}
+
+// writeBinary writes the sandboxes' shared binary and drops it from the page cache, so that the
+// first sandbox to map it reads it in and the run's cgroup is charged for its pages.
+func writeBinary(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("writing the sandboxes' binary: %w", err)
+	}
+	defer f.Close()
+	// Incompressible, like machine code, in case the filesystem or zswap compresses.
+	rng := rand.NewChaCha8([32]byte{1})
+	buf := make([]byte, 1<<20)
+	for left := size; left > 0; left -= int64(len(buf)) {
+		_, _ = rng.Read(buf)
+		if _, err := f.Write(buf[:min(left, int64(len(buf)))]); err != nil {
+			return fmt.Errorf("writing the sandboxes' binary: %w", err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("writing the sandboxes' binary: %w", err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return fmt.Errorf("dropping the sandboxes' binary from the page cache: %w", err)
+	}
+	return f.Close()
+}
+
+func (r *densityRun) cgroupPaths() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, len(r.workloads))
+	for i, w := range r.workloads {
+		out[i] = w.Cgroup
+	}
+	return out
+}
+
+// sampleNode reads the emulated node's memory (the run cgroup's usage, limit, anonymous and file
+// memory, swap), its OOM kills, and the run's swap file.
+func (r *densityRun) sampleNode(now time.Time) ([]record.Record, error) {
+	cg := RunCgroup(r.id)
+	mem, err := nodeMemory(r.layout, cg)
+	oom := r.oomKills()
+	var out []record.Record
+	for _, name := range slices.Sorted(maps.Keys(mem)) {
+		v := float64(mem[name])
+		out = append(out, record.Record{Type: record.TypeSample, Time: now, Metric: record.MetricDensityMemory, Cgroup: cg, Workload: "node",
+			Labels: map[string]string{record.LabelName: name}, Value: &v})
+	}
+	if oom >= 0 {
+		v := float64(oom)
+		out = append(out, record.Record{Type: record.TypeSample, Time: now, Metric: record.MetricDensityOOMKills, Cgroup: cg, Workload: "node", Value: &v})
+	}
+	if r.cfg.SwapFile != "" {
+		used, serr := swapUsed(r.cfg.Paths.Procfs, r.cfg.SwapFile)
+		if serr != nil {
+			err = errors.Join(err, serr)
+		} else if used >= 0 {
+			for name, b := range map[string]int64{"used": used, "size": r.swapBytes()} {
+				v := float64(b)
+				out = append(out, record.Record{Type: record.TypeSample, Time: now, Metric: record.MetricDensitySwap,
+					Labels: map[string]string{record.LabelName: name}, Value: &v})
+			}
+		}
+	}
+	return out, err
+}
+
+// nodeMemory reads a cgroup's memory by name (usage, limit, anon, file, inactive_file, swap,
+// working_set), its sandboxes' included.
+func nodeMemory(l *cgroup.Layout, cg string) (map[string]int64, error) {
+	mem := map[string]int64{}
+	if l.V1 {
+		dir := l.Dir("memory", cg)
+		st, err := readKV(filepath.Join(dir, "memory.stat"))
+		if err != nil {
+			return nil, err
+		}
+		for name, key := range map[string]string{"anon": "total_rss", "file": "total_cache", "inactive_file": "total_inactive_file", "swap": "total_swap"} {
+			if v, ok := st[key]; ok {
+				mem[name] = v
+			}
+		}
+		for name, file := range map[string]string{"usage": "memory.usage_in_bytes", "limit": "memory.limit_in_bytes"} {
+			if v, err := readInt(filepath.Join(dir, file)); err == nil {
+				mem[name] = v
+			}
+		}
+	} else {
+		dir := l.Dir(cgroup.Unified, cg)
+		st, err := readKV(filepath.Join(dir, "memory.stat"))
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range []string{"anon", "file", "inactive_file"} {
+			if v, ok := st[k]; ok {
+				mem[k] = v
+			}
+		}
+		for name, file := range map[string]string{"usage": "memory.current", "limit": "memory.max", "swap": "memory.swap.current"} {
+			if v, err := readInt(filepath.Join(dir, file)); err == nil {
+				mem[name] = v
+			}
+		}
+	}
+	if u, ok := mem["usage"]; ok {
+		mem["working_set"] = max(0, u-mem["inactive_file"])
+	}
+	return mem, nil
+}
+
+// readKV reads a "key value" per line cgroup file.
+func readKV(path string) (map[string]int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+			out[k] = n
+		}
+	}
+	return out, sc.Err()
+}
+
+// readInt reads a one-number cgroup file; "max" (v2) reads as -1.
+func readInt(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "max" {
+		return -1, nil
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// memoryFullTotal is the run cgroup's memory PSI full total, in seconds; ok is false where the
+// host has no per-cgroup pressure.
+func (r *densityRun) memoryFullTotal() (float64, bool) {
+	if r.layout.Unified == "" {
+		return 0, false
+	}
+	b, err := os.ReadFile(filepath.Join(r.layout.Dir(cgroup.Unified, RunCgroup(r.id)), "memory.pressure"))
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "full "); ok {
+			for f := range strings.FieldsSeq(rest) {
+				if v, ok := strings.CutPrefix(f, "total="); ok {
+					us, err := strconv.ParseUint(v, 10, 64)
+					return float64(us) / 1e6, err == nil
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
+// oomKills counts the OOM kills in the node's cgroup and below, -1 when the kernel does not say.
+// v2 memory.events counts a cgroup's descendants; v1 memory.oom_control counts only the
+// cgroup's own tasks, so there every sandbox's is added.
+func (r *densityRun) oomKills() int64 {
+	file, key, paths := "memory.events", "oom_kill", []string{RunCgroup(r.id)}
+	ctrl := cgroup.Unified
+	if r.layout.V1 {
+		file, ctrl, paths = "memory.oom_control", "memory", r.cgroupPaths()
+	}
+	n := int64(-1)
+	for _, p := range paths {
+		kv, err := readKV(filepath.Join(r.layout.Dir(ctrl, p), file))
+		if v, ok := kv[key]; err == nil && ok {
+			n = max(n, 0) + v
+		}
+	}
+	return n
+}
+
+// crossing is a collapse criterion crossed, and when it was seen.
+type crossing struct {
+	signal       string
+	value, bound float64
+	at           time.Time
+}
+
+// sweep runs the steps until one collapses or Max is reached.
+func (r *densityRun) sweep(ctx context.Context) error {
+	n := 0
+	for n < r.cfg.Max {
+		d := min(n+r.cfg.Step, r.cfg.Max)
+		c, err := r.step(ctx, n, d)
+		if err != nil {
+			return err
+		}
+		n = d
+		if c != nil {
+			return r.writer.Append(record.Record{Type: record.TypeEvent, Time: c.at, Name: eventCollapse,
+				Labels: map[string]string{labelDensity: strconv.Itoa(d), labelSignal: c.signal,
+					"value": strconv.FormatFloat(c.value, 'g', 6, 64), labelBound: strconv.FormatFloat(c.bound, 'g', 6, 64)},
+				Message: fmt.Sprintf("density %d collapsed: %s %.3g over its bound %.3g", d, c.signal, c.value, c.bound)})
+		}
+	}
+	return nil
+}
+
+// step brings the density from n to d sandboxes (paced), waits for them to be ready, holds the
+// density for StepDuration, and says which collapse criterion it crossed first, if any. A step
+// ends early once one is crossed.
+func (r *densityRun) step(ctx context.Context, n, d int) (*crossing, error) {
+	name := fmt.Sprintf("%s%d", stepPrefix, d)
+	start := time.Now()
+	if err := r.collector.Snapshot(start); err != nil {
+		return nil, err
+	}
+	if err := r.writer.Append(record.Record{Type: record.TypePhase, Time: start, Name: name, Event: record.EventStart}); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.worstTick, r.tickAt = 0, time.Time{}
+	r.mu.Unlock()
+	oom0 := r.oomKills()
+	crit := r.cfg.Criteria
+
+	var found []crossing
+	check := func(now time.Time) {
+		if crit.OOMKill && oom0 >= 0 {
+			if k := r.oomKills(); k > oom0 && !hasSignal(found, SignalOOMKill) {
+				found = append(found, crossing{SignalOOMKill, float64(k - oom0), 0, now})
+			}
+		}
+		if crit.OOMKill && !hasSignal(found, SignalOOMKill) && r.killedSandbox() {
+			found = append(found, crossing{SignalOOMKill, 1, 0, now})
+		}
+		r.mu.Lock()
+		worst, at := r.worstTick, r.tickAt
+		r.mu.Unlock()
+		if crit.TickGap > 0 && worst > crit.TickGap.Seconds() && !hasSignal(found, SignalTickGap) {
+			found = append(found, crossing{SignalTickGap, worst, crit.TickGap.Seconds(), at})
+		}
+	}
+	// Launch this step's sandboxes, paced.
+	var names []string
+	for i := n; i < d; i++ {
+		if i > n && r.cfg.Pace > 0 {
+			if err := r.hold(ctx, name, start, r.cfg.Pace, check, func() bool { return len(found) > 0 }); err != nil {
+				return nil, err
+			}
+		}
+		w, err := r.launch(i)
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, w)
+	}
+	// Wait until they are ready (or time out), then hold the density.
+	readyBy := time.Now().Add(r.cfg.ReadyTimeout)
+	for !r.allReady(names) && time.Now().Before(readyBy) && len(found) == 0 {
+		if err := r.hold(ctx, name, start, 250*time.Millisecond, check, func() bool { return r.allReady(names) || len(found) > 0 }); err != nil {
+			return nil, err
+		}
+	}
+	// Memory pressure counts over the second half of the hold only: a new sandbox's start-up
+	// reclaim, and the others faulting back what it pushed out, are the price of density and
+	// settle; pressure that stays is the collapse ("past the point of recovery").
+	stopEarly := func() bool { return len(found) > 0 }
+	settle := r.cfg.StepDuration / 2
+	if !stopEarly() {
+		if err := r.hold(ctx, name, start, settle, check, stopEarly); err != nil {
+			return nil, err
+		}
+	}
+	settled := time.Now()
+	if err := r.collector.Snapshot(settled); err != nil {
+		return nil, err
+	}
+	if err := r.writer.Append(record.Record{Type: record.TypeEvent, Time: settled, Name: eventHold,
+		Labels: map[string]string{labelPhase: name}, Message: "the step's sandboxes are up and settled; its pressure window begins"}); err != nil {
+		return nil, err
+	}
+	full0, psiOK := r.memoryFullTotal()
+	if !stopEarly() {
+		if err := r.hold(ctx, name, start, r.cfg.StepDuration-settle, check, stopEarly); err != nil {
+			return nil, err
+		}
+	}
+	end := time.Now()
+	check(end)
+	if crit.ReadinessP99 > 0 {
+		var ready []float64
+		r.mu.Lock()
+		for _, w := range names {
+			if at, ok := r.ready[w]; ok {
+				ready = append(ready, at.Sub(r.launched[w]).Seconds())
+			} else {
+				ready = append(ready, end.Sub(r.launched[w]).Seconds()) // never ready: at least this long
+			}
+		}
+		r.mu.Unlock()
+		if p99 := p99Of(ready); p99 > crit.ReadinessP99.Seconds() {
+			found = append(found, crossing{SignalReadiness, p99, crit.ReadinessP99.Seconds(), end})
+		}
+	}
+	if full1, ok := r.memoryFullTotal(); crit.PSIFull > 0 && psiOK && ok {
+		if share := (full1 - full0) / max(end.Sub(settled).Seconds(), 1e-9); share > crit.PSIFull {
+			found = append(found, crossing{SignalPSIFull, share, crit.PSIFull, end})
+		}
+	}
+	if err := r.collector.Snapshot(end); err != nil {
+		return nil, err
+	}
+	if err := r.writer.Append(record.Record{Type: record.TypePhase, Time: end, Name: name, Event: record.EventEnd}); err != nil {
+		return nil, err
+	}
+	if len(found) == 0 {
+		return nil, nil
+	}
+	slices.SortStableFunc(found, func(a, b crossing) int { return a.at.Compare(b.at) })
+	return &found[0], nil
+}
+
+func hasSignal(cs []crossing, s string) bool {
+	return slices.ContainsFunc(cs, func(c crossing) bool { return c.signal == s })
+}
+
+// p99Of is the nearest-rank 99th percentile.
+func p99Of(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	i := (99*len(s)+99)/100 - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func (r *densityRun) allReady(names []string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range names {
+		if _, ok := r.ready[w]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// killedSandbox reports whether a sandbox died of SIGKILL (the OOM killer's signal) on its own;
+// a sandbox that exited otherwise is an error the hold reports.
+func (r *densityRun) killedSandbox() bool {
+	for _, p := range r.procs {
+		select {
+		case <-p.Done():
+			if killedBySIGKILL(p.Err()) {
+				return true
+			}
+		default:
+		}
+	}
+	return false
+}
+
+func killedBySIGKILL(err error) bool {
+	var ee interface{ Sys() any }
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
+			return ws.Signaled() && ws.Signal() == syscall.SIGKILL
+		}
+	}
+	return false
+}
+
+// hold waits d, checking the criteria and showing progress, returning early when done says so;
+// it fails when ctx is cancelled or a sandbox exited other than by an OOM kill.
+func (r *densityRun) hold(ctx context.Context, step string, start time.Time, d time.Duration, check func(time.Time), done func() bool) error {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			r.progress.done()
+			return fmt.Errorf("%w during %s: %v", ErrInterrupted, step, context.Cause(ctx))
+		case <-deadline.C:
+			return nil
+		case now := <-tick.C:
+			for _, p := range r.procs {
+				select {
+				case <-p.Done():
+					if !killedBySIGKILL(p.Err()) {
+						r.progress.done()
+						return fmt.Errorf("sandbox %s exited during %s: %v (see %s)", p.Name, step, p.Err(), r.logPath(p.Name))
+					}
+				default:
+				}
+			}
+			check(now)
+			r.showProgress(step, start)
+			if done() {
+				return nil
+			}
+		}
+	}
+}
+
+func (r *densityRun) showProgress(step string, start time.Time) {
+	r.mu.Lock()
+	line := fmt.Sprintf("%-10s %5s | %d sandboxes, %d ready | worst tick lateness %s", step,
+		time.Since(start).Round(time.Second), len(r.launched), len(r.ready), fmtSecs(r.worstTick))
+	r.mu.Unlock()
+	r.progress.update(line)
+}
+
+func (r *densityRun) logPath(name string) string {
+	return filepath.Join(r.dir, "workloads", name+".log")
+}
+
+// launch starts sandbox-<i> in its cgroup below the run's.
+func (r *densityRun) launch(i int) (string, error) {
+	cfg := r.cfg
+	name := fmt.Sprintf("%s-%d", kindSandbox, i)
+	w := record.Workload{Name: name, Kind: kindSandbox, Cgroup: RunCgroup(r.id) + "/" + name, Memory: FormatSize(cfg.LimitBytes),
+		Target: r.binary}
+	lim := cgroup.Limits{MemoryBytes: cfg.LimitBytes}
+	if err := r.layout.Create(w.Cgroup, lim); err != nil {
+		return "", fmt.Errorf("creating cgroup of %s: %w", name, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(r.logPath(name)), 0o755); err != nil {
+		return "", fmt.Errorf("making the workload log directory: %w", err)
+	}
+	logf, err := os.Create(r.logPath(name))
+	if err != nil {
+		return "", fmt.Errorf("creating log of %s: %w", name, err)
+	}
+	r.logs = append(r.logs, logf)
+	var launched time.Time
+	onMeasure := func(name string, m workload.Measurement) {
+		at := time.Now()
+		v := m.Value
+		recs := []record.Record{{Type: record.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: w.Cgroup, Workload: name, Value: &v}}
+		r.mu.Lock()
+		switch m.Metric {
+		case record.MetricSandboxReady:
+			r.ready[name] = at
+			ready := at.Sub(launched).Seconds()
+			recs = append(recs, record.Record{Type: record.TypeSample, Time: at, Metric: record.MetricSandboxReadiness, Cgroup: w.Cgroup, Workload: name, Value: &ready})
+		case record.MetricSandboxTickLateness:
+			if m.Value > r.worstTick {
+				r.worstTick, r.tickAt = m.Value, m.T
+			}
+		}
+		r.mu.Unlock()
+		if err := r.writer.Append(recs...); err != nil {
+			cfg.Log.Warn("recording a measurement", "workload", name, "err", err)
+		}
+	}
+	args := []string{"workload", "sandbox", "--memory", strconv.FormatInt(cfg.SandboxMemory, 10), "--binary", r.binary, "--run", r.id}
+	if cfg.HotShare > 0 {
+		args = append(args, "--hot-share", strconv.FormatFloat(cfg.HotShare, 'g', -1, 64))
+	}
+	if cfg.Activity > 0 {
+		args = append(args, "--activity", cfg.Activity.String())
+	}
+	r.mu.Lock()
+	r.workloads = append(r.workloads, w)
+	launched = time.Now()
+	r.launched[name] = launched
+	r.mu.Unlock()
+	p, err := r.launcher.Start(launch.Spec{Name: name, Cgroup: w.Cgroup, Limits: lim, Args: args, Mounts: []string{r.scratch}, Log: logf}, onMeasure)
+	if err != nil {
+		return "", err
+	}
+	r.procs = append(r.procs, p)
+	if err := r.writer.UpdateMeta(func(m *record.Meta) { m.Workloads = slices.Clone(r.workloads) }); err != nil {
+		return "", err
+	}
+	v := float64(len(r.procs))
+	return name, r.writer.Append(record.Record{Type: record.TypeSample, Time: launched, Metric: record.MetricDensitySandboxes, Value: &v})
+}
+
+// cleanup stops the sandboxes, removes the cgroups, turns the swap file off and removes it,
+// restores the sysctls and removes scratch files and state. It runs on every exit path.
+func (r *densityRun) cleanup() error {
+	r.progress.done()
+	var errs []error
+	launch.StopAll(r.procs, stopGrace)
+	errs = append(errs, r.release()...)
+	for _, f := range r.logs {
+		f.Close()
+	}
+	// After the cgroups: swapoff must bring back only what is still alive, which is nothing.
+	errs = append(errs, r.host.undo()...)
+	if err := os.RemoveAll(r.scratch); err != nil {
+		errs = append(errs, fmt.Errorf("removing scratch %s: %w", r.scratch, err))
+	}
+	errs = append(errs, r.finish()...)
+	return errors.Join(errs...)
+}

@@ -1,0 +1,547 @@
+package stress
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodectl/nodectl/agent/blockdev"
+	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/agent/collect"
+	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/agent/sample"
+	"github.com/nodectl/nodectl/agent/trace"
+	"github.com/nodectl/nodectl/stress/launch"
+	"github.com/nodectl/nodectl/stress/workload"
+)
+
+// StormConfig configures `nodectl stress fsync-storm`.
+type StormConfig struct {
+	Writers int
+	Bytes   int64  // written and fsynced by each writer per storm
+	Target  string // directory the writers write below; "" = the run's scratch directory
+	Rounds  int
+	Pause   time.Duration // between storms; 0 = DefaultStormPause
+	Timeout time.Duration // how long one storm may take; 0 = DefaultStormTimeout
+	Runtime launch.Runtime
+	// RunscPlatform is gVisor's --platform for the runsc runtime; "" lets the launcher pick.
+	RunscPlatform string
+	Trace         bool
+	Out           string        // run directory; "" = DefaultRunsDir/<run-id>
+	Interval      time.Duration // sampling interval
+	Exe           string        // the nodectl binary that runs the writers; "" = this executable
+	Args          []string      // the command line, recorded in meta.json
+	Paths         Paths
+	Progress      io.Writer // live progress line; nil = none
+	ProgressTTY   bool
+	Log           *slog.Logger
+}
+
+// Defaults and bounds of `stress fsync-storm`.
+const (
+	DefaultStormWriters = 8
+	DefaultStormBytes   = 128 << 20
+	DefaultStormRounds  = 3
+	DefaultStormPause   = 2 * time.Second
+	DefaultStormTimeout = 5 * time.Minute
+	MaxStormWriters     = 256
+	MinStormBytes       = 1 << 20
+	// MaxStormTotalBytes bounds writers × size: the storm's page cache and disk space.
+	MaxStormTotalBytes = 16 << 30
+)
+
+// kindStormWriter is the Workload.Kind of a storm writer; scenarioStorm the run's scenario.
+const (
+	kindStormWriter = "fsync-writer"
+	scenarioStorm   = "fsync-storm"
+)
+
+// stormDirtyInterval is how often the driver reads the node's dirty and writeback memory during
+// a storm: a storm lasts seconds, the collector's interval is about one.
+const stormDirtyInterval = 50 * time.Millisecond
+
+// StormRoundPhase names the phase of storm n (1-based).
+func StormRoundPhase(n int) string { return "round-" + strconv.Itoa(n) }
+
+// Storm runs the fsync-storm scenario: Writers writers, each in its own cgroup, each write Bytes
+// and fsync it, all released at once, Rounds times with a pause between. Each storm is a phase
+// round-<n>, from just before the go to the snapshot after the last writer's fsync returned. It
+// returns the run directory; the caller analyzes it. Everything the run created on the host is
+// removed before Storm returns, also when ctx is cancelled (SIGINT, SIGTERM) or a step fails.
+func Storm(ctx context.Context, cfg StormConfig) (dir string, err error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Pause <= 0 {
+		cfg.Pause = DefaultStormPause
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultStormTimeout
+	}
+	if cfg.Writers < 1 || cfg.Rounds < 1 || cfg.Bytes < MinStormBytes {
+		return "", errors.New("an fsync storm needs at least one writer, one round and 1 MiB per writer")
+	}
+	if cfg.Exe == "" {
+		if cfg.Exe, err = os.Executable(); err != nil {
+			return "", fmt.Errorf("finding the nodectl binary: %w", err)
+		}
+	}
+	layout, err := cgroup.DetectProcfs(cfg.Paths.Cgroupfs, cfg.Paths.Procfs)
+	if err != nil {
+		return "", err
+	}
+	id := NewRunID(scenarioStorm)
+	dir = cfg.Out
+	if dir == "" {
+		dir = filepath.Join(DefaultRunsDir, id)
+	}
+	r := &stormRun{runHost: runHost{paths: cfg.Paths, id: id, layout: layout}, cfg: cfg, dir: dir,
+		scratch: filepath.Join(cfg.Paths.Scratch, id), progress: &progressWriter{w: cfg.Progress, tty: cfg.ProgressTTY},
+		events: make(chan stormEvent, 16*cfg.Writers), counts: map[string][]int{}, last: make([]time.Duration, cfg.Writers)}
+	defer func() {
+		if cerr := r.cleanup(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	if err := r.setup(); err != nil {
+		return dir, err
+	}
+	return dir, r.storms(ctx)
+}
+
+type stormRun struct {
+	runHost
+	cfg     StormConfig
+	dir     string
+	scratch string
+	target  string // where the writers' directories are: below scratch, or nodectl-<id> in --target
+	device  string
+
+	workloads []record.Workload
+	procs     []*launch.Process
+	gos       []*os.File // each writer's standard input: a go line starts its storm
+	logs      []*os.File
+	events    chan stormEvent
+	counts    map[string][]int // metric -> events of each writer so far; read by the driver only
+	last      []time.Duration  // each writer's latest time to durable
+
+	progress *progressWriter
+	durable  []time.Duration // slowest writer of each storm so far, for the progress line
+}
+
+// stormEvent is a writer's measurement as the driver waits on it.
+type stormEvent struct {
+	writer int
+	metric string
+	value  float64
+}
+
+func (r *stormRun) setup() error {
+	cfg := r.cfg
+	unclaim, err := claim(cfg.Paths, r.id)
+	if err != nil {
+		return err
+	}
+	r.unclaim = unclaim
+	if err := os.MkdirAll(r.scratch, 0o755); err != nil {
+		return fmt.Errorf("making scratch directory: %w", err)
+	}
+	r.target = r.scratch
+	if cfg.Target != "" {
+		r.target = filepath.Join(cfg.Target, "nodectl-"+r.id)
+	}
+	// The parent of the run's directory exists: the device and the free space are its.
+	if r.device, err = blockdev.ForPath(cfg.Paths.Sysfs, filepath.Dir(r.target)); err != nil {
+		return fmt.Errorf("--target %s: %w", filepath.Dir(r.target), err)
+	}
+	if err := checkSpace(filepath.Dir(r.target), int64(cfg.Writers)*cfg.Bytes); err != nil {
+		return err
+	}
+	meta := record.NewMeta(r.id, scenarioStorm, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
+	if r.writer, err = record.Create(r.dir, meta); err != nil {
+		return err
+	}
+	r.plan()
+	r.created = true
+	if err := r.layout.Create(RunCgroup(r.id), cgroup.Limits{}); err != nil {
+		return fmt.Errorf("creating the run's cgroup: %w", err)
+	}
+	for _, w := range r.workloads {
+		if err := r.layout.Create(w.Cgroup, r.limits()); err != nil {
+			return fmt.Errorf("creating cgroup of %s: %w", w.Name, err)
+		}
+	}
+	r.launcher, err = launch.New(launch.Config{Runtime: cfg.Runtime, Exe: cfg.Exe, Cgroups: r.layout, Procfs: cfg.Paths.Procfs,
+		StateDir: RuntimeState(cfg.Paths, r.id), RunscPlatform: cfg.RunscPlatform, Log: cfg.Log.With("component", "launch")})
+	if err != nil {
+		return err // it names --runtime
+	}
+	paths := make([]string, len(r.workloads))
+	for i, w := range r.workloads {
+		paths[i] = w.Cgroup
+	}
+	sources := map[string]collect.Source{
+		"cgroups": sample.NewCgroups(r.layout, func() []string { return paths }),
+		"system":  sample.NewSystem(cfg.Paths.Procfs, cfg.Paths.Sysfs, func() []string { return []string{r.device} }),
+	}
+	status := map[string]string{}
+	if cfg.Trace {
+		// fsync latency and block I/O per cgroup explain a storm; the run queue does not.
+		if r.tracer, status, err = startTracer(cfg.Paths, r.id, r.layout, cgroup.NewResolver(r.layout),
+			[]string{trace.ProgramFsync, trace.ProgramBlkio}, cfg.Log); err != nil {
+			return err
+		}
+		sources["trace"] = collect.SourceFunc(r.tracer.Collect)
+	}
+	if err := r.writer.UpdateMeta(func(m *record.Meta) {
+		m.Workloads, m.Tracer, m.Runtime = r.workloads, status, r.launcher.Describe()
+	}); err != nil {
+		return err
+	}
+	r.collector = collect.New(sources, r.writer, cfg.Interval, nil, cfg.Log.With("component", "collect"))
+	r.stopColl = runCollector(r.collector, cfg.Log)
+	return nil
+}
+
+// checkSpace refuses a storm whose files would not fit on the target's filesystem with a
+// margin: filling the node's disk is not the experiment.
+func checkSpace(dir string, need int64) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("reading free space of %s: %w", dir, err)
+	}
+	free := int64(st.Bavail) * st.Bsize
+	if need > free/2 {
+		return fmt.Errorf("--writers × --size is %s, more than half the %s free on %s: write less or choose another --target",
+			FormatSize(need), FormatSize(free), dir)
+	}
+	return nil
+}
+
+// plan names the writers fsync-writer-<i>, each with its own directory on the target.
+func (r *stormRun) plan() {
+	mem := FormatSize(r.limits().MemoryBytes)
+	for i := range r.cfg.Writers {
+		name := fmt.Sprintf("%s-%d", kindStormWriter, i)
+		r.workloads = append(r.workloads, record.Workload{Name: name, Kind: kindStormWriter, Cgroup: RunCgroup(r.id) + "/" + name,
+			Memory: mem, Target: filepath.Join(r.target, name), Device: r.device})
+	}
+}
+
+// limits bound each writer's memory, so its page cache is capped as every stress load is, with
+// room for two files' worth: the limit never makes a writer reclaim or wait for its own writeback.
+func (r *stormRun) limits() cgroup.Limits {
+	return cgroup.Limits{MemoryBytes: 2*r.cfg.Bytes + 64<<20}
+}
+
+func (r *stormRun) logPath(name string) string {
+	return filepath.Join(r.dir, "workloads", name+".log")
+}
+
+// storms starts the writers, then runs the rounds: wait until every writer is ready, release
+// them all at once, wait for every fsync, pause.
+func (r *stormRun) storms(ctx context.Context) error {
+	for i, w := range r.workloads {
+		if err := r.start(i, w); err != nil {
+			return err
+		}
+	}
+	r.noteHostProcesses()
+	for n := 1; n <= r.cfg.Rounds; n++ {
+		if err := r.await(ctx, n, workload.MetricStormReady); err != nil {
+			return err
+		}
+		if err := r.round(ctx, n); err != nil {
+			return err
+		}
+		if n < r.cfg.Rounds {
+			if err := r.pause(ctx, n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// start launches writer i with a pipe on its standard input, through which its go comes.
+func (r *stormRun) start(i int, w record.Workload) error {
+	if err := os.MkdirAll(filepath.Dir(r.logPath(w.Name)), 0o755); err != nil {
+		return fmt.Errorf("making the workload log directory: %w", err)
+	}
+	logf, err := os.Create(r.logPath(w.Name))
+	if err != nil {
+		return fmt.Errorf("creating log of %s: %w", w.Name, err)
+	}
+	r.logs = append(r.logs, logf)
+	in, goW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("starting %s: %w", w.Name, err)
+	}
+	r.gos = append(r.gos, goW)
+	onMeasure := func(name string, m workload.Measurement) {
+		if m.Metric != workload.MetricStormReady {
+			v := m.Value
+			if err := r.writer.Append(record.Record{Type: record.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: w.Cgroup, Workload: name, Value: &v}); err != nil {
+				r.cfg.Log.Warn("recording a measurement", "workload", name, "err", err)
+			}
+		}
+		// Never blocks: a full channel would stall the writer's output and its exit. It holds
+		// several storms' events, so nothing is dropped while the driver waits on them.
+		select {
+		case r.events <- stormEvent{writer: i, metric: m.Metric, value: m.Value}:
+		default:
+		}
+	}
+	args := []string{"workload", "fsync-writer", "--dir", w.Target, "--bytes", strconv.FormatInt(r.cfg.Bytes, 10), "--run", r.id}
+	p, err := r.launcher.Start(launch.Spec{Name: w.Name, Cgroup: w.Cgroup, Limits: r.limits(), Args: args,
+		Mounts: []string{w.Target}, Stdin: in, Log: logf}, onMeasure)
+	in.Close() // the writer has its own copy
+	if err != nil {
+		return err
+	}
+	r.procs = append(r.procs, p)
+	return nil
+}
+
+// noteHostProcesses records which host processes run each writer.
+func (r *stormRun) noteHostProcesses() {
+	for i, w := range r.workloads {
+		procs, err := r.launcher.HostProcesses(w.Cgroup)
+		if err != nil {
+			r.cfg.Log.Debug("listing host processes", "workload", w.Name, "err", err)
+			continue
+		}
+		r.workloads[i].Runtime, r.workloads[i].HostProcesses = string(r.launcher.Runtime()), procs
+	}
+	if err := r.writer.UpdateMeta(func(m *record.Meta) { m.Workloads = r.workloads }); err != nil {
+		r.cfg.Log.Warn("recording host processes", "err", err)
+	}
+}
+
+// round runs storm n: the phase opens with a snapshot, every writer gets its go in one pass
+// over the pipes (microseconds apart), and the phase closes with a snapshot once the last
+// fsync returned, so the tracer's counters over the phase are the storm's.
+func (r *stormRun) round(ctx context.Context, n int) error {
+	phase := StormRoundPhase(n)
+	if err := r.mark(phase, record.EventStart); err != nil {
+		return err
+	}
+	stopDirty := r.sampleDirty()
+	defer stopDirty()
+	for i, f := range r.gos {
+		if _, err := f.WriteString(workload.StormGo); err != nil {
+			return fmt.Errorf("releasing %s: %w", r.workloads[i].Name, err)
+		}
+	}
+	if err := r.await(ctx, n, record.MetricStormDurable); err != nil {
+		return err
+	}
+	stopDirty()
+	r.durable = append(r.durable, slices.Max(r.last))
+	return r.mark(phase, record.EventEnd)
+}
+
+func (r *stormRun) mark(name, event string) error {
+	now := time.Now()
+	if err := r.collector.Snapshot(now); err != nil {
+		return err
+	}
+	return r.writer.Append(record.Record{Type: record.TypePhase, Time: now, Name: name, Event: event})
+}
+
+// await waits until every writer has emitted metric n times in all, and shows progress
+// meanwhile. Events are counted as they come, whichever wait is under way: a fast writer's
+// ready for the next storm arrives while the slow ones still fsync.
+func (r *stormRun) await(ctx context.Context, n int, metric string) error {
+	timeout := time.NewTimer(r.cfg.Timeout)
+	defer timeout.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	started := time.Now()
+	done := func() int {
+		k := 0
+		for _, c := range r.counts[metric] {
+			if c >= n {
+				k++
+			}
+		}
+		return k
+	}
+	for done() < len(r.workloads) {
+		select {
+		case ev := <-r.events:
+			if r.counts[ev.metric] == nil {
+				r.counts[ev.metric] = make([]int, len(r.workloads))
+			}
+			r.counts[ev.metric][ev.writer]++
+			if ev.metric == record.MetricStormDurable {
+				r.last[ev.writer] = time.Duration(ev.value * float64(time.Second))
+			}
+		case <-ctx.Done():
+			r.progress.done()
+			return fmt.Errorf("%w during %s: %v", ErrInterrupted, StormRoundPhase(n), context.Cause(ctx))
+		case <-timeout.C:
+			r.progress.done()
+			return fmt.Errorf("%s: %d of %d writers did not finish within %s (--timeout; see %s)", StormRoundPhase(n),
+				len(r.workloads)-done(), len(r.workloads), r.cfg.Timeout, filepath.Join(r.dir, "workloads"))
+		case <-tick.C:
+			if err := r.exited(); err != nil {
+				return err
+			}
+		}
+		r.showProgress(n, metric, done(), time.Since(started))
+	}
+	return nil
+}
+
+// exited reports a writer that died: the storm would wait for it forever.
+func (r *stormRun) exited() error {
+	for _, p := range r.procs {
+		select {
+		case <-p.Done():
+			r.progress.done()
+			return fmt.Errorf("writer %s exited: %v (see %s)", p.Name, p.Err(), r.logPath(p.Name))
+		default:
+		}
+	}
+	return nil
+}
+
+// pause lets the device settle between storms, so that one storm's writeback is not the next
+// one's queue.
+func (r *stormRun) pause(ctx context.Context, n int) error {
+	t := time.NewTimer(r.cfg.Pause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		r.progress.done()
+		return fmt.Errorf("%w after %s: %v", ErrInterrupted, StormRoundPhase(n), context.Cause(ctx))
+	case <-t.C:
+		return nil
+	}
+}
+
+func (r *stormRun) showProgress(n int, metric string, done int, elapsed time.Duration) {
+	what := "ready"
+	if metric == record.MetricStormDurable {
+		what = "durable"
+	}
+	line := fmt.Sprintf("storm %d/%d: %d/%d writers %s %6s", n, r.cfg.Rounds, done, len(r.workloads), what, elapsed.Round(10*time.Millisecond))
+	if len(r.durable) > 0 {
+		var s []string
+		for _, d := range r.durable {
+			s = append(s, d.Round(time.Millisecond).String())
+		}
+		line += " | slowest writer per storm " + strings.Join(s, ", ")
+	}
+	r.progress.update(line)
+}
+
+// dirtyNames maps the /proc/vmstat lines the storm reads to their metrics.
+var dirtyNames = map[string]string{
+	"nr_dirty":                      record.MetricDirty,
+	"nr_writeback":                  record.MetricWriteback,
+	"nr_dirty_threshold":            record.MetricDirtyThreshold,
+	"nr_dirty_background_threshold": record.MetricDirtyBackThreshold,
+}
+
+// sampleDirty records the node's dirty and writeback memory every stormDirtyInterval until the
+// returned stop is called (more than once is fine).
+func (r *stormRun) sampleDirty() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		page := float64(os.Getpagesize())
+		tick := time.NewTicker(stormDirtyInterval)
+		defer tick.Stop()
+		for {
+			recs, err := readDirty(filepath.Join(r.cfg.Paths.Procfs, "vmstat"), page)
+			if err != nil {
+				r.cfg.Log.Warn("reading dirty memory; the storm's writeback goes unrecorded", "err", err)
+				return
+			}
+			if err := r.writer.Append(recs...); err != nil {
+				r.cfg.Log.Warn("recording dirty memory", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return func() { cancel(); wg.Wait() }
+}
+
+// readDirty reads the dirtyNames lines of a vmstat file as samples in bytes.
+func readDirty(path string, page float64) ([]record.Record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	now := time.Now()
+	var out []record.Record
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		metric, want := dirtyNames[name]
+		if !ok || !want {
+			continue
+		}
+		n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return nil, fmt.Errorf("parsing %s in %s: %w", name, path, err)
+		}
+		n *= page
+		out = append(out, record.Record{Type: record.TypeSample, Time: now, Metric: metric, Value: &n})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s has none of %s", path, strings.Join(slices.Sorted(maps.Keys(dirtyNames)), ", "))
+	}
+	return out, nil
+}
+
+// cleanup ends the writers (the end of their input, then SIGTERM), stops the recording, and
+// removes the cgroups, the files and the run's state. It runs on every exit path.
+func (r *stormRun) cleanup() error {
+	r.progress.done()
+	var errs []error
+	for _, f := range r.gos {
+		f.Close()
+	}
+	launch.StopAll(r.procs, stopGrace)
+	errs = append(errs, r.release()...)
+	for _, f := range r.logs {
+		f.Close()
+	}
+	if r.target != "" && r.target != r.scratch {
+		if err := os.RemoveAll(r.target); err != nil {
+			errs = append(errs, fmt.Errorf("removing the writers' files in %s: %w", r.target, err))
+		}
+	}
+	if err := os.RemoveAll(r.scratch); err != nil {
+		errs = append(errs, fmt.Errorf("removing scratch %s: %w", r.scratch, err))
+	}
+	errs = append(errs, r.finish()...)
+	return errors.Join(errs...)
+}
