@@ -72,6 +72,7 @@ func (a *analysis) cpuContention(v record.Workload) *Finding {
 		Evidence: []Evidence{
 			a.evidence("runq_latency_p99", v.Name, p99b, p99s, UnitSeconds),
 			a.evidence("runq_latency_mean", v.Name, rb.Mean(), rs.Mean(), UnitSeconds),
+			a.evidence("runq_latency_max_at_least", v.Name, rb.LongestAtLeast(), rs.LongestAtLeast(), UnitSeconds),
 			a.evidence("runq_wait_seconds", v.Name, secs(rb.SumNs), secs(rs.SumNs), UnitSeconds),
 			a.evidence("runq_wait_per_second", v.Name, perSecB, perSecS, UnitRatio),
 			a.evidence("probe_cpu_work_p50", v.Name, workB, workS, UnitSeconds),
@@ -86,8 +87,19 @@ func (a *analysis) cpuContention(v record.Workload) *Finding {
 		"CPU request (weight) or dedicated cores, or move or limit the culprits.",
 		v.Name, factor(slowdown), fmtSeconds(workB), fmtSeconds(workS), joinNames(f.Culprits),
 		fmtPercent(shareS), fmtSeconds(perSecB), fmtSeconds(perSecS), fmtSeconds(p99b), fmtSeconds(p99s))
+	if longest := rs.LongestAtLeast(); longest >= stallMinSeconds && longest >= stallOverP99*p99s {
+		f.Summary += fmt.Sprintf(" One wait lasted at least %s, far beyond any fair share: a stall, which the total wait above includes.", fmtSeconds(longest))
+	}
 	return f
 }
+
+// A single wait of at least stallMinSeconds and stallOverP99 times the p99 is called out in
+// cpu-contention's summary: fair sharing at any weight does not keep a task off the CPU that
+// long, and the p99 hides it.
+const (
+	stallMinSeconds = 1.0
+	stallOverP99    = 10.0
+)
 
 // preemptionWaits is how a cgroup's run-queue waits split between its neighbours and the rest
 // (its own tasks, its quota, an idle CPU, kernel threads), in the baseline (B) and stress (S)

@@ -229,7 +229,11 @@ func (r *noisyRun) planWorkloads() error {
 			if h.Kind == "disk" || h.Kind == "fsync" {
 				w.Target, w.Device = filepath.Join(r.scratch, name), scratchDev
 				if h.Target != "" {
-					w.Target = filepath.Join(h.Target, "nodectl-"+r.id, name)
+					dir, err := TargetDir(cfg.Paths, r.id, h.Target)
+					if err != nil {
+						return err
+					}
+					w.Target = filepath.Join(dir, name)
 					if w.Device, err = blockdev.ForPath(cfg.Paths.Sysfs, h.Target); err != nil {
 						return fmt.Errorf("--hog %s: target=%s: %w", h.raw, h.Target, err)
 					}

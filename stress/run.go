@@ -89,6 +89,44 @@ func noteTracefs(p Paths, id, dir string) error {
 	return nil
 }
 
+// targetsFile, in a run's state directory, lists the directories the run made outside its
+// scratch directory (`nodectl-<id>` below a user's --target or target=), one per line.
+const targetsFile = "targets"
+
+// TargetDir is the directory a run makes below a user's target directory, and notes in its
+// state so that `stress clean` removes it after a kill.
+func TargetDir(p Paths, id, target string) (string, error) {
+	dir := filepath.Join(target, "nodectl-"+id)
+	f, err := os.OpenFile(filepath.Join(p.State, id, targetsFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("recording the target directory in the run state: %w", err)
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintln(f, dir); err != nil {
+		return "", fmt.Errorf("recording the target directory in the run state: %w", err)
+	}
+	return dir, nil
+}
+
+// removeTargets removes the directories a killed run made below users' targets; only those
+// named after the run, whatever the state file says.
+func removeTargets(p Paths, id string, rep *CleanReport) {
+	b, err := os.ReadFile(filepath.Join(p.State, id, targetsFile))
+	if err != nil {
+		return
+	}
+	for _, dir := range strings.Fields(string(b)) {
+		if filepath.Base(dir) != "nodectl-"+id || !dirExists(dir) {
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			rep.Errors = append(rep.Errors, err.Error())
+		} else {
+			rep.Removed = append(rep.Removed, dir)
+		}
+	}
+}
+
 // RuntimeState is where a run keeps its container runtime's state (bundles, root filesystem,
 // the runtime's --root), so that `stress clean` can delete a killed run's containers.
 func RuntimeState(p Paths, id string) string { return filepath.Join(p.State, id, "runtime") }
@@ -215,6 +253,7 @@ func Clean(ctx context.Context, p Paths, ids []string, all bool, log *slog.Logge
 				}
 			}
 		}
+		removeTargets(p, id, &rep)
 		for _, dir := range []string{filepath.Join(p.Scratch, id), filepath.Join(p.State, id)} {
 			if _, err := os.Stat(dir); err == nil {
 				if err := os.RemoveAll(dir); err != nil {

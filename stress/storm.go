@@ -164,7 +164,9 @@ func (r *stormRun) setup() error {
 	}
 	r.target = r.scratch
 	if cfg.Target != "" {
-		r.target = filepath.Join(cfg.Target, "nodectl-"+r.id)
+		if r.target, err = TargetDir(cfg.Paths, r.id, cfg.Target); err != nil {
+			return err
+		}
 	}
 	// The parent of the run's directory exists: the device and the free space are its.
 	if r.device, err = blockdev.ForPath(cfg.Paths.Sysfs, filepath.Dir(r.target)); err != nil {

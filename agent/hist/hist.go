@@ -106,3 +106,15 @@ func (h Log2) Quantile(q float64) float64 {
 	}
 	return math.Ldexp(1, len(h.Buckets)) / 1e9
 }
+
+// LongestAtLeast returns, in seconds, a lower bound of the largest value: the floor of the
+// highest non-empty bucket (0 for an empty histogram). One huge wait hides in a p99; this
+// shows it.
+func (h Log2) LongestAtLeast() float64 {
+	for i := len(h.Buckets) - 1; i > 0; i-- {
+		if h.Buckets[i] > 0 {
+			return math.Ldexp(1, i) / 1e9
+		}
+	}
+	return 0
+}

@@ -262,7 +262,12 @@ func TestInterruptedRunLeavesNothing(t *testing.T) {
 
 func TestKilledRunIsCleanedByStressClean(t *testing.T) {
 	requireRoot(t)
-	testKilledRunIsCleaned(t, "64Mi")
+	// A hog writing below a user's directory: the run's directory there goes too.
+	target := t.TempDir()
+	testKilledRunIsCleaned(t, "64Mi", "--hog", "fsync,target="+target)
+	if left, _ := os.ReadDir(target); len(left) > 0 {
+		t.Errorf("stress clean left %s in the hog's target %s", left[0].Name(), target)
+	}
 }
 
 // A killed run's containers outlive it (only the runtime process dies with nodectl): stress

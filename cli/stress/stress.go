@@ -27,9 +27,7 @@ func New() *cobra.Command {
 		Use:   "stress",
 		Short: "Run stress scenarios on this node and explain what slowed the victim",
 	}
-	cmd.AddCommand(noisy(), wake(), clean())
-	cmd.AddCommand(density())
-	cmd.AddCommand(fsyncStorm())
+	cmd.AddCommand(noisy(), wake(), density(), fsyncStorm(), clean())
 	return cmd
 }
 
@@ -226,8 +224,11 @@ func clean() *cobra.Command {
 		Use:   "clean [RUN_ID...]",
 		Short: "Remove what killed runs left behind: cgroups under nodectl/, their processes, scratch files",
 		Long: `Removes every run's cgroups under the nodectl parent (killing any process still in
-them), its scratch directory, its state, and the tracefs mount it made for its fsync tracer
-(unless another run is live); with RUN_IDs, only those runs'. Runs whose nodectl
+them), its containers (deleted through the runtime's state the run kept), its scratch
+directory, the nodectl-<run-id> directories it made below --target or target= directories,
+its swap file (turned off first) and the sysctls it changed (restored), its state, and the
+tracefs mount it made for its fsync tracer (unless another run is live); with RUN_IDs, only
+those runs'. Runs whose nodectl
 process is still alive are left alone unless --all is given.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, ids []string) error {
