@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -56,17 +54,7 @@ type DensityConfig struct {
 
 	Criteria DensityCriteria
 
-	Trace         bool
-	Runtime       launch.Runtime
-	RunscPlatform string
-	Out           string        // run directory; "" = DefaultRunsDir/<run-id>
-	Interval      time.Duration // sampling interval
-	Exe           string        // the nodectl binary that runs the sandboxes; "" = this executable
-	Args          []string
-	Paths         Paths
-	Progress      io.Writer
-	ProgressTTY   bool
-	Log           *slog.Logger
+	RunOptions
 }
 
 // DensityCriteria say when a step has collapsed: the first one crossed ends the sweep. A zero
@@ -122,11 +110,8 @@ const (
 // sysctls, scratch files) is removed or restored before it returns, also when ctx is cancelled
 // or a step fails.
 func Density(ctx context.Context, cfg DensityConfig) (dir string, err error) {
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = time.Second
+	if err := cfg.RunOptions.defaults(); err != nil {
+		return "", err
 	}
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = DefaultReadyTimeout
@@ -137,25 +122,16 @@ func Density(ctx context.Context, cfg DensityConfig) (dir string, err error) {
 	if cfg.Step < 1 || cfg.Max < cfg.Step || cfg.SandboxMemory < 1<<20 || cfg.StepDuration <= 0 {
 		return "", errors.New("a density run needs a step of at least 1, a max of at least the step, sandboxes of at least 1Mi and a step duration")
 	}
-	if cfg.Exe == "" {
-		if cfg.Exe, err = os.Executable(); err != nil {
-			return "", fmt.Errorf("finding the nodectl binary: %w", err)
-		}
-	}
 	if err := checkFits(cfg); err != nil {
 		return "", err
 	}
-	layout, err := cgroup.DetectProcfs(cfg.Paths.Cgroupfs, cfg.Paths.Procfs)
+	host, err := newRunHost(cfg.RunOptions, scenarioDensity)
 	if err != nil {
 		return "", err
 	}
-	id := NewRunID(scenarioDensity)
-	dir = cfg.Out
-	if dir == "" {
-		dir = filepath.Join(DefaultRunsDir, id)
-	}
-	r := &densityRun{runHost: runHost{paths: cfg.Paths, id: id, layout: layout}, cfg: cfg, dir: dir,
-		scratch: filepath.Join(cfg.Paths.Scratch, id), host: &hostUndo{paths: cfg.Paths, id: id},
+	dir = host.dir
+	r := &densityRun{runHost: host, cfg: cfg,
+		scratch: filepath.Join(cfg.Paths.Scratch, host.id), host: &hostUndo{paths: cfg.Paths, id: host.id},
 		progress: &progressWriter{w: cfg.Progress, tty: cfg.ProgressTTY}}
 	defer func() {
 		if cerr := r.cleanup(); cerr != nil {
@@ -203,7 +179,6 @@ func memAvailable(procfs string) (int64, error) {
 type densityRun struct {
 	runHost
 	cfg     DensityConfig
-	dir     string
 	scratch string
 	binary  string
 	host    *hostUndo
@@ -296,7 +271,8 @@ func (r *densityRun) setup() error {
 	r.workloads = []record.Workload{{Name: "node", Kind: "node", Cgroup: RunCgroup(r.id), Memory: FormatSize(cfg.NodeMemory),
 		Target: cfg.SwapFile, Device: swapDev}}
 	sources := map[string]collect.Source{
-		"cgroups": sample.NewCgroups(r.layout, r.cgroupPaths),
+		// The node's memory and pressure are rated per step: read in full at every sample.
+		"cgroups": sample.NewCgroups(r.layout, r.cgroupPaths).Priority(func(p string) bool { return p == RunCgroup(r.id) }),
 		"system":  sample.NewSystem(cfg.Paths.Procfs, cfg.Paths.Sysfs, func() []string { return devices }),
 		"density": collect.SourceFunc(r.sampleNode),
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -35,17 +34,6 @@ type NoisyConfig struct {
 	Daemons        []string      // comm names of host daemons to follow (agent/daemons); none when empty
 	Baseline       time.Duration
 	Duration       time.Duration
-	Trace          bool
-	Out            string         // run directory; "" = DefaultRunsDir/<run-id>
-	Interval       time.Duration  // sampling interval
-	Exe            string         // the nodectl binary that runs workloads; "" = this executable
-	Runtime        launch.Runtime // runs the victim and the hogs; "" = process. The heartbeat stands for a host daemon and is always a process.
-	RunscPlatform  string         // gVisor platform for the runsc runtime; "" = detected
-	Args           []string       // the command line, recorded in meta.json
-	Paths          Paths
-	Progress       io.Writer // live progress line; nil = none
-	ProgressTTY    bool
-	Log            *slog.Logger
 
 	// VictimWorkRounds and VictimWriteBytes size the probe's fixed work; 0 means
 	// workload.DefaultWorkRounds and workload.DefaultWriteBytes.
@@ -55,6 +43,8 @@ type NoisyConfig struct {
 	// VictimCPURequestMilli sets the victim cgroup's CPU weight (see CPURequest); 0 = the
 	// kernel's default.
 	VictimCPURequestMilli int64
+
+	RunOptions
 }
 
 // Workload kinds besides the hog kinds: the probes, which run in both phases.
@@ -76,11 +66,8 @@ const DefaultRunsDir = "/var/lib/nodectl/runs"
 // analyzes it. Everything the run created on the host is removed before Noisy returns, also
 // when ctx is cancelled (SIGINT, SIGTERM) or a step fails.
 func Noisy(ctx context.Context, cfg NoisyConfig) (dir string, err error) {
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = time.Second
+	if err := cfg.RunOptions.defaults(); err != nil {
+		return "", err
 	}
 	if cfg.Baseline <= 0 || cfg.Duration <= 0 {
 		return "", errors.New("the baseline and stress phases must last longer than zero")
@@ -91,29 +78,20 @@ func Noisy(ctx context.Context, cfg NoisyConfig) (dir string, err error) {
 	if cfg.VictimWriteBytes == 0 {
 		cfg.VictimWriteBytes = workload.DefaultWriteBytes
 	}
-	if cfg.Exe == "" {
-		if cfg.Exe, err = os.Executable(); err != nil {
-			return "", fmt.Errorf("finding the nodectl binary: %w", err)
-		}
-	}
-	layout, err := cgroup.DetectProcfs(cfg.Paths.Cgroupfs, cfg.Paths.Procfs)
+	host, err := newRunHost(cfg.RunOptions, "noisy")
 	if err != nil {
 		return "", err
 	}
-	id := NewRunID("noisy")
-	dir = cfg.Out
-	if dir == "" {
-		dir = filepath.Join(DefaultRunsDir, id)
-	}
+	dir = host.dir
 
-	r := &noisyRun{runHost: runHost{paths: cfg.Paths, id: id, layout: layout}, cfg: cfg, scratch: filepath.Join(cfg.Paths.Scratch, id),
+	r := &noisyRun{runHost: host, cfg: cfg, scratch: filepath.Join(cfg.Paths.Scratch, host.id),
 		progress: &progressWriter{w: cfg.Progress, tty: cfg.ProgressTTY}, last: map[string]float64{}}
 	defer func() {
 		if cerr := r.cleanup(); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 	}()
-	if err := r.setup(dir); err != nil {
+	if err := r.setup(); err != nil {
 		return dir, err
 	}
 	return dir, r.phases(ctx)
@@ -128,7 +106,6 @@ type noisyRun struct {
 	workloads []record.Workload
 	specs     map[string]HogSpec       // hog workload name -> the --hog it came from
 	limits    map[string]cgroup.Limits // workload name -> its cgroup's limits
-	dir       string
 	procs     []*launch.Process
 	local     *launch.Launcher // the heartbeat's: a plain process, as a host daemon is; runHost.launcher runs the victim and the hogs
 	logs      []*os.File
@@ -140,9 +117,8 @@ type noisyRun struct {
 	phaseEnd time.Time
 }
 
-func (r *noisyRun) setup(dir string) error {
+func (r *noisyRun) setup() error {
 	cfg := r.cfg
-	r.dir = dir
 	unclaim, err := claim(cfg.Paths, r.id)
 	if err != nil {
 		return err
@@ -152,7 +128,7 @@ func (r *noisyRun) setup(dir string) error {
 		return fmt.Errorf("making scratch directory: %w", err)
 	}
 	meta := record.NewMeta(r.id, "noisy", cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
-	if r.writer, err = record.Create(dir, meta); err != nil {
+	if r.writer, err = record.Create(r.dir, meta); err != nil {
 		return err
 	}
 	if err := r.planWorkloads(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 type runHost struct {
 	paths  Paths
 	id     string
+	dir    string // the run directory
 	layout *cgroup.Layout
 
 	unclaim   func()
@@ -29,6 +31,20 @@ type runHost struct {
 	collector *collect.Collector
 	stopColl  func()
 	created   bool // the run's cgroup was made
+}
+
+// newRunHost names a new run of scenario and finds the host's cgroup layout; nothing is made yet.
+func newRunHost(o RunOptions, scenario string) (runHost, error) {
+	layout, err := cgroup.DetectProcfs(o.Paths.Cgroupfs, o.Paths.Procfs)
+	if err != nil {
+		return runHost{}, err
+	}
+	id := NewRunID(scenario)
+	dir := o.Out
+	if dir == "" {
+		dir = filepath.Join(DefaultRunsDir, id)
+	}
+	return runHost{paths: o.Paths, id: id, dir: dir, layout: layout}, nil
 }
 
 // release deletes the launcher's containers, takes the last snapshot, closes the tracer and

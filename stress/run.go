@@ -23,6 +23,40 @@ import (
 	"github.com/nodectl/nodectl/stress/launch"
 )
 
+// RunOptions are what every scenario takes besides its own knobs: how workloads run, whether
+// to trace, where the run goes, and how it reports.
+type RunOptions struct {
+	Runtime       launch.Runtime // runs the workloads; "" = process
+	RunscPlatform string         // gVisor platform for the runsc runtime; "" = detected
+	Trace         bool
+	Out           string        // run directory; "" = DefaultRunsDir/<run-id>
+	Interval      time.Duration // sampling interval; 0 = 1s
+	Exe           string        // the nodectl binary that runs workloads; "" = this executable
+	Args          []string      // the command line, recorded in meta.json
+	Paths         Paths
+	Progress      io.Writer // live progress line; nil = none
+	ProgressTTY   bool
+	Log           *slog.Logger // nil = discard
+}
+
+// defaults fills in what was left unset.
+func (o *RunOptions) defaults() error {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	if o.Exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding the nodectl binary: %w", err)
+		}
+		o.Exe = exe
+	}
+	return nil
+}
+
 // Paths are the host locations a run uses; configuration, never literals, so the same code
 // works on /host in a DaemonSet and on a scratch tree in tests.
 type Paths struct {

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -36,18 +34,8 @@ type StormConfig struct {
 	Rounds  int
 	Pause   time.Duration // between storms; 0 = DefaultStormPause
 	Timeout time.Duration // how long one storm may take; 0 = DefaultStormTimeout
-	Runtime launch.Runtime
-	// RunscPlatform is gVisor's --platform for the runsc runtime; "" lets the launcher pick.
-	RunscPlatform string
-	Trace         bool
-	Out           string        // run directory; "" = DefaultRunsDir/<run-id>
-	Interval      time.Duration // sampling interval
-	Exe           string        // the nodectl binary that runs the writers; "" = this executable
-	Args          []string      // the command line, recorded in meta.json
-	Paths         Paths
-	Progress      io.Writer // live progress line; nil = none
-	ProgressTTY   bool
-	Log           *slog.Logger
+
+	RunOptions
 }
 
 // Defaults and bounds of `stress fsync-storm`.
@@ -82,11 +70,8 @@ func StormRoundPhase(n int) string { return "round-" + strconv.Itoa(n) }
 // returns the run directory; the caller analyzes it. Everything the run created on the host is
 // removed before Storm returns, also when ctx is cancelled (SIGINT, SIGTERM) or a step fails.
 func Storm(ctx context.Context, cfg StormConfig) (dir string, err error) {
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = time.Second
+	if err := cfg.RunOptions.defaults(); err != nil {
+		return "", err
 	}
 	if cfg.Pause <= 0 {
 		cfg.Pause = DefaultStormPause
@@ -97,22 +82,13 @@ func Storm(ctx context.Context, cfg StormConfig) (dir string, err error) {
 	if cfg.Writers < 1 || cfg.Rounds < 1 || cfg.Bytes < MinStormBytes {
 		return "", errors.New("an fsync storm needs at least one writer, one round and 1 MiB per writer")
 	}
-	if cfg.Exe == "" {
-		if cfg.Exe, err = os.Executable(); err != nil {
-			return "", fmt.Errorf("finding the nodectl binary: %w", err)
-		}
-	}
-	layout, err := cgroup.DetectProcfs(cfg.Paths.Cgroupfs, cfg.Paths.Procfs)
+	host, err := newRunHost(cfg.RunOptions, scenarioStorm)
 	if err != nil {
 		return "", err
 	}
-	id := NewRunID(scenarioStorm)
-	dir = cfg.Out
-	if dir == "" {
-		dir = filepath.Join(DefaultRunsDir, id)
-	}
-	r := &stormRun{runHost: runHost{paths: cfg.Paths, id: id, layout: layout}, cfg: cfg, dir: dir,
-		scratch: filepath.Join(cfg.Paths.Scratch, id), progress: &progressWriter{w: cfg.Progress, tty: cfg.ProgressTTY},
+	dir = host.dir
+	r := &stormRun{runHost: host, cfg: cfg,
+		scratch: filepath.Join(cfg.Paths.Scratch, host.id), progress: &progressWriter{w: cfg.Progress, tty: cfg.ProgressTTY},
 		events: make(chan stormEvent, 16*cfg.Writers), counts: map[string][]int{}, last: make([]time.Duration, cfg.Writers)}
 	defer func() {
 		if cerr := r.cleanup(); cerr != nil {
@@ -128,7 +104,6 @@ func Storm(ctx context.Context, cfg StormConfig) (dir string, err error) {
 type stormRun struct {
 	runHost
 	cfg     StormConfig
-	dir     string
 	scratch string
 	target  string // where the writers' directories are: below scratch, or nodectl-<id> in --target
 	device  string

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,18 +27,8 @@ type WakeConfig struct {
 	Count      int           // starts per limit
 	BootRounds int           // size of the sandbox's boot work; 0 = workload.DefaultBootRounds
 	Timeout    time.Duration // how long one start may take to answer; 0 = DefaultWakeTimeout
-	Runtime    launch.Runtime
-	// RunscPlatform is gVisor's --platform for the runsc runtime; "" lets the launcher pick.
-	RunscPlatform string
-	Trace         bool
-	Out           string        // run directory; "" = DefaultRunsDir/<run-id>
-	Interval      time.Duration // sampling interval
-	Exe           string        // the nodectl binary that runs the sandbox; "" = this executable
-	Args          []string      // the command line, recorded in meta.json
-	Paths         Paths
-	Progress      io.Writer // live progress line; nil = none
-	ProgressTTY   bool
-	Log           *slog.Logger
+
+	RunOptions
 }
 
 // Defaults of `stress wake`.
@@ -101,11 +89,8 @@ func ParseCPULimits(vs []string) ([]int64, error) {
 // analyzes it. Everything the run created on the host is removed before Wake returns, also when
 // ctx is cancelled (SIGINT, SIGTERM) or a step fails.
 func Wake(ctx context.Context, cfg WakeConfig) (dir string, err error) {
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = time.Second
+	if err := cfg.RunOptions.defaults(); err != nil {
+		return "", err
 	}
 	if cfg.BootRounds == 0 {
 		cfg.BootRounds = workload.DefaultBootRounds
@@ -116,21 +101,12 @@ func Wake(ctx context.Context, cfg WakeConfig) (dir string, err error) {
 	if len(cfg.CPULimits) == 0 || cfg.Count < 1 {
 		return "", errors.New("a wake run needs at least one CPU limit and one start per limit")
 	}
-	if cfg.Exe == "" {
-		if cfg.Exe, err = os.Executable(); err != nil {
-			return "", fmt.Errorf("finding the nodectl binary: %w", err)
-		}
-	}
-	layout, err := cgroup.DetectProcfs(cfg.Paths.Cgroupfs, cfg.Paths.Procfs)
+	host, err := newRunHost(cfg.RunOptions, scenarioWake)
 	if err != nil {
 		return "", err
 	}
-	id := NewRunID(scenarioWake)
-	dir = cfg.Out
-	if dir == "" {
-		dir = filepath.Join(DefaultRunsDir, id)
-	}
-	r := &wakeRun{runHost: runHost{paths: cfg.Paths, id: id, layout: layout}, cfg: cfg, dir: dir,
+	dir = host.dir
+	r := &wakeRun{runHost: host, cfg: cfg,
 		progress: &progressWriter{w: cfg.Progress, tty: cfg.ProgressTTY}, wakes: map[string][]time.Duration{}}
 	defer func() {
 		if cerr := r.cleanup(); cerr != nil {
@@ -151,7 +127,6 @@ func Wake(ctx context.Context, cfg WakeConfig) (dir string, err error) {
 type wakeRun struct {
 	runHost
 	cfg       WakeConfig
-	dir       string
 	workloads []record.Workload // the starts, in the order they run
 	limits    map[string]int64  // start name -> its CPU limit in millicores
 

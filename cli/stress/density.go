@@ -2,7 +2,6 @@ package stress
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -11,9 +10,7 @@ import (
 
 	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/analyzer"
-	"github.com/nodectl/nodectl/cli/internal/clix"
 	st "github.com/nodectl/nodectl/stress"
-	"github.com/nodectl/nodectl/stress/launch"
 	"github.com/nodectl/nodectl/stress/workload"
 )
 
@@ -23,11 +20,9 @@ const maxDensity = 10000
 func density() *cobra.Command {
 	var (
 		sandboxMem, request, limit, nodeMem, binarySize, swap string
-		runtime                                               string
-		cfg                                                   = st.DensityConfig{Paths: st.DefaultPaths(), Criteria: st.DefaultDensityCriteria}
-		output                                                string
-		verbose                                               bool
+		cfg                                                   = st.DensityConfig{RunOptions: st.RunOptions{Paths: st.DefaultPaths()}, Criteria: st.DefaultDensityCriteria}
 	)
+	rf := runFlags{opts: &cfg.RunOptions}
 	cmd := &cobra.Command{
 		Use:   "density",
 		Short: "Add browser-like sandboxes in steps until the node collapses, and say what bounded it",
@@ -54,42 +49,24 @@ signals, the collapse, and the ceiling: which resource bounded the density.`,
   sudo nodectl stress density --node-memory 4Gi --swap /var/tmp/nodectl.swap:4Gi --swappiness 100 --watermark-scale-factor 500 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := clix.CheckOutput(output); err != nil {
+			if err := rf.check(); err != nil {
 				return err
 			}
 			if err := parseDensityFlags(&cfg, sandboxMem, request, limit, nodeMem, binarySize, swap); err != nil {
 				return err
 			}
-			rt, err := launch.ParseRuntime(runtime)
-			if err != nil {
-				return fmt.Errorf("--runtime: %w", err)
-			}
-			cfg.Runtime = rt
-			if err := checkPlatform(cfg.RunscPlatform, rt); err != nil {
-				return err
-			}
-			ctx, stop, err := startRun(cmd, "nodectl stress density", "creating cgroups, swap and sysctls", cfg.Trace, cfg.Interval)
+			ctx, stop, err := rf.start(cmd, "nodectl stress density", "creating cgroups, swap and sysctls")
 			if err != nil {
 				return err
 			}
 			defer stop()
-			cfg.Args = os.Args
-			cfg.Progress = cmd.ErrOrStderr()
-			cfg.ProgressTTY = clix.IsTerminal(os.Stderr)
-			cfg.Log = clix.Logger(cmd.ErrOrStderr(), verbose)
 			node := "this host"
 			if cfg.NodeMemory > 0 {
 				node = "a node of " + st.FormatSize(cfg.NodeMemory)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "density: sandboxes of %s, %d per step up to %d, on %s\n", st.FormatSize(cfg.SandboxMemory), cfg.Step, cfg.Max, node)
 			dir, runErr := st.Density(ctx, cfg)
-			if dir != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "run directory: %s\n", dir)
-			}
-			if runErr != nil {
-				return runErr
-			}
-			rep, err := analyzeRun(dir)
+			rep, err := finish(cmd, dir, runErr)
 			if err != nil {
 				return err
 			}
@@ -98,7 +75,7 @@ signals, the collapse, and the ceiling: which resource bounded the density.`,
 				return err
 			}
 			dr := analyzer.Density(run, rep)
-			if output == "json" {
+			if rf.output == "json" {
 				return analyzer.RenderDensityJSON(cmd.OutOrStdout(), dr)
 			}
 			return analyzer.RenderDensityText(cmd.OutOrStdout(), dr, rep)
@@ -124,15 +101,7 @@ signals, the collapse, and the ceiling: which resource bounded the density.`,
 	f.Float64Var(&cfg.Criteria.PSIFull, "collapse-psi-full", cfg.Criteria.PSIFull, "collapse when the node's memory PSI full is above this share of a step (0-1); 0 turns it off")
 	f.BoolVar(&cfg.Criteria.OOMKill, "collapse-oom", cfg.Criteria.OOMKill, "collapse at the first OOM kill")
 	f.DurationVar(&cfg.Criteria.TickGap, "collapse-tick-gap", cfg.Criteria.TickGap, "collapse when a sandbox's tick is later than this; 0 turns it off")
-	f.StringVar(&runtime, "runtime", string(launch.RuntimeProcess), "how the sandboxes run: process, runc or runsc")
-	f.StringVar(&cfg.RunscPlatform, "runsc-platform", "", "gVisor platform for --runtime runsc: systrap, ptrace or kvm")
-	f.BoolVar(&cfg.Trace, "trace", false, "trace with eBPF (every program: run queue, fsync, block I/O, and reclaim where built)")
-	f.StringVar(&cfg.Out, "out", "", "run directory to write (must not exist or be empty); default "+st.DefaultRunsDir+"/<run-id>")
-	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
-	f.DurationVar(&cfg.Interval, "interval", time.Second, "sampling interval of the tracer and samplers")
-	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
-	clix.HostPathFlags(f, &cfg.Paths)
-	clix.RunPathFlags(f, &cfg.Paths)
+	rf.register(f, "the sandboxes", "every program: run queue, fsync, block I/O, reclaim and OOM kills", true)
 	return cmd
 }
 

@@ -8,9 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/analyzer"
-	"github.com/nodectl/nodectl/cli/internal/clix"
 	st "github.com/nodectl/nodectl/stress"
-	"github.com/nodectl/nodectl/stress/launch"
 )
 
 // maxStormRounds bounds --rounds: storms run one after another, each with a pause.
@@ -18,12 +16,10 @@ const maxStormRounds = 100
 
 func fsyncStorm() *cobra.Command {
 	var (
-		size    string
-		runtime string
-		cfg     = st.StormConfig{Paths: st.DefaultPaths()}
-		output  string
-		verbose bool
+		size string
+		cfg  = st.StormConfig{RunOptions: st.RunOptions{Paths: st.DefaultPaths()}}
 	)
+	rf := runFlags{opts: &cfg.RunOptions}
 	cmd := &cobra.Command{
 		Use:   "fsync-storm",
 		Short: "Release many writers at once, each writing a file and fsyncing it, and explain the slowest",
@@ -43,7 +39,7 @@ writers that held the device its culprits. SIZE uses Kubernetes notation (64Mi, 
   sudo nodectl stress fsync-storm --writers 4 --size 64Mi --rounds 2 --trace -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := clix.CheckOutput(output); err != nil {
+			if err := rf.check(); err != nil {
 				return err
 			}
 			if cfg.Writers < 1 || cfg.Writers > st.MaxStormWriters {
@@ -68,37 +64,21 @@ writers that held the device its culprits. SIZE uses Kubernetes notation (64Mi, 
 					return fmt.Errorf("--target %s: not an existing directory", cfg.Target)
 				}
 			}
-			if cfg.Runtime, err = launch.ParseRuntime(runtime); err != nil {
-				return fmt.Errorf("--runtime: %w", err)
-			}
-			if err := checkPlatform(cfg.RunscPlatform, cfg.Runtime); err != nil {
-				return err
-			}
 			if cfg.Timeout < time.Second {
 				return fmt.Errorf("--timeout %s: must be at least 1s", cfg.Timeout)
 			}
-			ctx, stop, err := startRun(cmd, "nodectl stress fsync-storm", "creating cgroups and moving the writers into them", cfg.Trace, cfg.Interval)
+			ctx, stop, err := rf.start(cmd, "nodectl stress fsync-storm", "creating cgroups and moving the writers into them")
 			if err != nil {
 				return err
 			}
 			defer stop()
-			cfg.Args = os.Args
-			cfg.Progress = cmd.ErrOrStderr()
-			cfg.ProgressTTY = clix.IsTerminal(os.Stderr)
-			cfg.Log = clix.Logger(cmd.ErrOrStderr(), verbose)
 			fmt.Fprintf(cmd.ErrOrStderr(), "fsync-storm: %d writer(s) × %s, %d storm(s), runtime %s\n", cfg.Writers, st.FormatSize(cfg.Bytes), cfg.Rounds, cfg.Runtime)
 			dir, runErr := st.Storm(ctx, cfg)
-			if dir != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "run directory: %s\n", dir)
-			}
-			if runErr != nil {
-				return runErr
-			}
-			rep, err := analyzeRun(dir)
+			rep, err := finish(cmd, dir, runErr)
 			if err != nil {
 				return err
 			}
-			if output == "json" {
+			if rf.output == "json" {
 				return analyzer.RenderStormJSON(cmd.OutOrStdout(), rep)
 			}
 			return analyzer.RenderStormText(cmd.OutOrStdout(), rep)
@@ -111,14 +91,6 @@ writers that held the device its culprits. SIZE uses Kubernetes notation (64Mi, 
 	f.IntVar(&cfg.Rounds, "rounds", st.DefaultStormRounds, "storms, one after another")
 	f.DurationVar(&cfg.Pause, "pause", st.DefaultStormPause, "pause between storms, for the device to settle")
 	f.DurationVar(&cfg.Timeout, "timeout", st.DefaultStormTimeout, "how long one storm may take")
-	f.StringVar(&runtime, "runtime", string(launch.RuntimeProcess), "how the writers run: process (a child process in a cgroup), runc (a container) or runsc (a gVisor sandbox); the root filesystem is the nodectl binary alone")
-	f.StringVar(&cfg.RunscPlatform, "runsc-platform", "", "gVisor platform for --runtime runsc: systrap, ptrace or kvm; default systrap where runsc has it, else ptrace")
-	f.BoolVar(&cfg.Trace, "trace", false, "trace with eBPF (fsync latency and block I/O per cgroup: the device's queue and service time)")
-	f.StringVar(&cfg.Out, "out", "", "run directory to write (must not exist or be empty); default "+st.DefaultRunsDir+"/<run-id>")
-	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
-	f.DurationVar(&cfg.Interval, "interval", time.Second, "sampling interval of the tracer and samplers")
-	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
-	clix.HostPathFlags(f, &cfg.Paths)
-	clix.RunPathFlags(f, &cfg.Paths)
+	rf.register(f, "the writers", "fsync latency and block I/O per cgroup (the device's queue and service time)", true)
 	return cmd
 }

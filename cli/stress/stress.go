@@ -2,12 +2,9 @@
 package stress
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -18,7 +15,6 @@ import (
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
 	st "github.com/nodectl/nodectl/stress"
-	"github.com/nodectl/nodectl/stress/launch"
 )
 
 // New returns the stress command group.
@@ -37,11 +33,9 @@ func noisy() *cobra.Command {
 		victimCPU, victimMem string
 		victimRequest        string
 		daemonList           string
-		runtime              string
-		cfg                  = st.NoisyConfig{Paths: st.DefaultPaths()}
-		output               string
-		verbose              bool
+		cfg                  = st.NoisyConfig{RunOptions: st.RunOptions{Paths: st.DefaultPaths()}}
 	)
+	rf := runFlags{opts: &cfg.RunOptions}
 	cmd := &cobra.Command{
 		Use:   "noisy",
 		Short: "Victim probe alone, then next to CPU, disk, memory or fsync neighbours",
@@ -64,7 +58,7 @@ run samples and traces but never changes.`,
   sudo nodectl stress noisy --victim-cpu 250m --hog cpu,count=4,cpu=1 --trace -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := clix.CheckOutput(output); err != nil {
+			if err := rf.check(); err != nil {
 				return err
 			}
 			for _, h := range hogs {
@@ -96,36 +90,24 @@ run samples and traces but never changes.`,
 			if cfg.Daemons, err = daemons.Parse(daemonList); err != nil {
 				return err
 			}
-			if cfg.Runtime, err = launch.ParseRuntime(runtime); err != nil {
-				return fmt.Errorf("--runtime: %w", err)
-			}
-			if err := checkPlatform(cfg.RunscPlatform, cfg.Runtime); err != nil {
-				return err
-			}
 			if cfg.Baseline < time.Second {
 				return fmt.Errorf("--baseline %s: must be at least 1s", cfg.Baseline)
 			}
 			if cfg.Duration < time.Second {
 				return fmt.Errorf("--duration %s: must be at least 1s", cfg.Duration)
 			}
-			ctx, stop, err := startRun(cmd, "nodectl stress noisy", "creating cgroups and moving workloads into them", cfg.Trace, cfg.Interval)
+			ctx, stop, err := rf.start(cmd, "nodectl stress noisy", "creating cgroups and moving workloads into them")
 			if err != nil {
 				return err
 			}
 			defer stop()
-			cfg.Args = os.Args
-			cfg.Progress = cmd.ErrOrStderr()
-			cfg.ProgressTTY = clix.IsTerminal(os.Stderr)
-			cfg.Log = clix.Logger(cmd.ErrOrStderr(), verbose)
 			fmt.Fprintf(cmd.ErrOrStderr(), "noisy: baseline %s, stress %s, %d hog(s)\n", cfg.Baseline, cfg.Duration, countHogs(cfg.Hogs))
 			dir, runErr := st.Noisy(ctx, cfg)
-			if dir != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "run directory: %s\n", dir)
+			rep, err := finish(cmd, dir, runErr)
+			if err != nil {
+				return err
 			}
-			if runErr != nil {
-				return runErr
-			}
-			return analyzeAndPrint(cmd, dir, output)
+			return clix.Render(cmd.OutOrStdout(), rep, rf.output)
 		},
 	}
 	f := cmd.Flags()
@@ -138,49 +120,8 @@ run samples and traces but never changes.`,
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", 0, "also run a heartbeat probe in a system cgroup, waking every PERIOD (--heartbeat alone: 1s) and recording how late it wakes, as a starved kubelet would")
 	f.Lookup("heartbeat").NoOptDefVal = "1s"
 	f.StringVar(&daemonList, "daemons", strings.Join(daemons.Default, ","), "system daemons to follow as workloads, by command name, comma-separated: each one's cgroup is sampled and traced in both phases; \"\" or none follows none")
-	f.StringVar(&runtime, "runtime", string(launch.RuntimeProcess), "how the victim and the hogs run: process (a child process in a cgroup), runc (a container) or runsc (a gVisor sandbox); the root filesystem is the nodectl binary alone")
-	f.StringVar(&cfg.RunscPlatform, "runsc-platform", "", "gVisor platform for --runtime runsc: systrap, ptrace or kvm; default systrap where runsc has it, else ptrace")
-	f.BoolVar(&cfg.Trace, "trace", false, "trace with eBPF (run-queue, fsync, block I/O per cgroup)")
-	f.StringVar(&cfg.Out, "out", "", "run directory to write (must not exist or be empty); default "+st.DefaultRunsDir+"/<run-id>")
-	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
-	f.DurationVar(&cfg.Interval, "interval", time.Second, "sampling interval of the tracer and samplers")
-	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
-	clix.HostPathFlags(f, &cfg.Paths)
-	clix.RunPathFlags(f, &cfg.Paths)
+	rf.register(f, "the victim and the hogs", "run queue with the preempting cgroup, fsync and block I/O per cgroup, reclaim and OOM kills", true)
 	return cmd
-}
-
-// startRun checks what every stress scenario needs before it touches the host: a sane
-// --interval and the privileges (with --trace, those of eBPF), and returns the context that
-// SIGINT and SIGTERM cancel.
-func startRun(cmd *cobra.Command, name, why string, trace bool, interval time.Duration) (context.Context, func(), error) {
-	if interval < 100*time.Millisecond {
-		return nil, nil, fmt.Errorf("--interval %s: must be at least 100ms", interval)
-	}
-	caps := map[int]string{clix.CapSysAdmin: why}
-	if trace {
-		caps[clix.CapBPF] = "loading the --trace eBPF programs"
-		caps[clix.CapPerfmon] = "attaching them to tracepoints"
-	}
-	if err := clix.Need(name, caps); err != nil {
-		return nil, nil, err
-	}
-	ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
-	return ctx, stop, nil
-}
-
-// checkPlatform validates --runsc-platform, which only runsc takes.
-func checkPlatform(platform string, rt launch.Runtime) error {
-	if platform == "" {
-		return nil
-	}
-	if !slices.Contains([]string{"systrap", "ptrace", "kvm"}, platform) {
-		return fmt.Errorf("--runsc-platform %q: allowed are systrap, ptrace, kvm", platform)
-	}
-	if rt != launch.RuntimeRunsc {
-		return fmt.Errorf("--runsc-platform %s: only for --runtime runsc, not %s", platform, rt)
-	}
-	return nil
 }
 
 func countHogs(hs []st.HogSpec) int {
@@ -191,13 +132,16 @@ func countHogs(hs []st.HogSpec) int {
 	return n
 }
 
-// analyzeAndPrint analyzes a finished run, stores findings.json in it and prints the report.
-func analyzeAndPrint(cmd *cobra.Command, dir, output string) error {
-	rep, err := analyzeRun(dir)
-	if err != nil {
-		return err
+// finish says where a run went and analyzes it (storing findings.json), or returns the run's
+// error: a failed or interrupted run leaves its directory for a look, but no report.
+func finish(cmd *cobra.Command, dir string, runErr error) (*analyzer.Report, error) {
+	if dir != "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "run directory: %s\n", dir)
 	}
-	return clix.Render(cmd.OutOrStdout(), rep, output)
+	if runErr != nil {
+		return nil, runErr
+	}
+	return analyzeRun(dir)
 }
 
 // analyzeRun analyzes a finished run and stores findings.json in it.

@@ -2,7 +2,6 @@ package stress
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
 	st "github.com/nodectl/nodectl/stress"
-	"github.com/nodectl/nodectl/stress/launch"
 	"github.com/nodectl/nodectl/stress/workload"
 )
 
@@ -20,12 +18,10 @@ const maxWakeCount = 1000
 
 func wake() *cobra.Command {
 	var (
-		limits  []string
-		runtime string
-		cfg     = st.WakeConfig{Paths: st.DefaultPaths()}
-		output  string
-		verbose bool
+		limits []string
+		cfg    = st.WakeConfig{RunOptions: st.RunOptions{Paths: st.DefaultPaths()}}
 	)
+	rf := runFlags{opts: &cfg.RunOptions}
 	cmd := &cobra.Command{
 		Use:   "wake",
 		Short: "Start the same sandbox at several CPU limits and time how long it takes to answer its first request",
@@ -45,7 +41,7 @@ LIMIT uses Kubernetes notation (50m, 250m, 1), at least 10m.`,
   sudo nodectl stress wake --cpu-limits 50m,1 --count 3 --trace -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := clix.CheckOutput(output); err != nil {
+			if err := rf.check(); err != nil {
 				return err
 			}
 			var err error
@@ -55,64 +51,38 @@ LIMIT uses Kubernetes notation (50m, 250m, 1), at least 10m.`,
 			if cfg.Count < 1 || cfg.Count > maxWakeCount {
 				return fmt.Errorf("--count %d: want an integer from 1 to %d", cfg.Count, maxWakeCount)
 			}
-			rt, err := launch.ParseRuntime(runtime)
-			if err != nil {
-				return fmt.Errorf("--runtime: %w", err)
-			}
-			cfg.Runtime = rt
-			if err := checkPlatform(cfg.RunscPlatform, rt); err != nil {
-				return err
-			}
 			if cfg.BootRounds < 1 {
 				return fmt.Errorf("--boot-work %d: want at least 1 round", cfg.BootRounds)
 			}
 			if cfg.Timeout < time.Second {
 				return fmt.Errorf("--timeout %s: must be at least 1s", cfg.Timeout)
 			}
-			ctx, stop, err := startRun(cmd, "nodectl stress wake", "creating cgroups and moving the sandbox into them", cfg.Trace, cfg.Interval)
+			ctx, stop, err := rf.start(cmd, "nodectl stress wake", "creating cgroups and moving the sandbox into them")
 			if err != nil {
 				return err
 			}
 			defer stop()
-			cfg.Args = os.Args
-			cfg.Progress = cmd.ErrOrStderr()
-			cfg.ProgressTTY = clix.IsTerminal(os.Stderr)
-			cfg.Log = clix.Logger(cmd.ErrOrStderr(), verbose)
 			names := make([]string, len(cfg.CPULimits))
 			for i, m := range cfg.CPULimits {
 				names[i] = st.FormatCPU(m)
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "wake: %d start(s) at each of %s, runtime %s\n", cfg.Count, strings.Join(names, ", "), rt)
+			fmt.Fprintf(cmd.ErrOrStderr(), "wake: %d start(s) at each of %s, runtime %s\n", cfg.Count, strings.Join(names, ", "), cfg.Runtime)
 			dir, runErr := st.Wake(ctx, cfg)
-			if dir != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "run directory: %s\n", dir)
-			}
-			if runErr != nil {
-				return runErr
-			}
-			rep, err := analyzeRun(dir)
+			rep, err := finish(cmd, dir, runErr)
 			if err != nil {
 				return err
 			}
-			if output == "json" {
+			if rf.output == "json" {
 				return analyzer.RenderWakeJSON(cmd.OutOrStdout(), rep)
 			}
-			return clix.Render(cmd.OutOrStdout(), rep, output)
+			return clix.Render(cmd.OutOrStdout(), rep, rf.output)
 		},
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&limits, "cpu-limits", st.DefaultWakeLimits, "CPU limits to start the sandbox at, comma-separated, in Kubernetes notation (at least 10m)")
 	f.IntVar(&cfg.Count, "count", st.DefaultWakeCount, "starts at each limit")
-	f.StringVar(&runtime, "runtime", string(launch.RuntimeProcess), "how the sandbox runs: process (a child process in a cgroup), runc (a container) or runsc (a gVisor sandbox); the root filesystem is the nodectl binary alone")
-	f.StringVar(&cfg.RunscPlatform, "runsc-platform", "", "gVisor platform for --runtime runsc: systrap, ptrace or kvm; default systrap where runsc has it, else ptrace")
+	rf.register(f, "the sandboxes", "the run queue (the boot's run-queue wait per cgroup)", false)
 	f.IntVar(&cfg.BootRounds, "boot-work", workload.DefaultBootRounds, "rounds of CPU work the sandbox's boot does before it answers")
 	f.DurationVar(&cfg.Timeout, "timeout", st.DefaultWakeTimeout, "how long one start may take to answer")
-	f.BoolVar(&cfg.Trace, "trace", false, "trace the run queue with eBPF (the boot's run-queue wait per cgroup)")
-	f.StringVar(&cfg.Out, "out", "", "run directory to write (must not exist or be empty); default "+st.DefaultRunsDir+"/<run-id>")
-	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
-	f.DurationVar(&cfg.Interval, "interval", time.Second, "sampling interval of the tracer and samplers")
-	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
-	clix.HostPathFlags(f, &cfg.Paths)
-	f.StringVar(&cfg.Paths.State, "state-dir", cfg.Paths.State, "parent of each live run's state (owner pid, the runtime's state)")
 	return cmd
 }

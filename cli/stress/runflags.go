@@ -1,0 +1,93 @@
+package stress
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/nodectl/nodectl/cli/internal/clix"
+	st "github.com/nodectl/nodectl/stress"
+	"github.com/nodectl/nodectl/stress/launch"
+)
+
+// runFlags are the flags every scenario takes (stress.RunOptions, the report format, -v), and
+// what a command does with them before its run.
+type runFlags struct {
+	opts    *st.RunOptions
+	runtime string
+	output  string
+	verbose bool
+}
+
+// register adds the flags; who names what --runtime runs, traceHelp what --trace records, and
+// scratch says whether the scenario writes files (--scratch-dir).
+func (rf *runFlags) register(f *pflag.FlagSet, who, traceHelp string, scratch bool) {
+	f.StringVar(&rf.runtime, "runtime", string(launch.RuntimeProcess), "how "+who+" run: process (a child process in a cgroup), runc (a container) or runsc (a gVisor sandbox); the root filesystem is the nodectl binary alone")
+	f.StringVar(&rf.opts.RunscPlatform, "runsc-platform", "", "gVisor platform for --runtime runsc: systrap, ptrace or kvm; default systrap where runsc has it, else ptrace")
+	f.BoolVar(&rf.opts.Trace, "trace", false, "trace with eBPF: "+traceHelp)
+	f.StringVar(&rf.opts.Out, "out", "", "run directory to write (must not exist or be empty); default "+st.DefaultRunsDir+"/<run-id>")
+	f.StringVarP(&rf.output, "output", "o", "text", "report format: text or json")
+	f.DurationVar(&rf.opts.Interval, "interval", time.Second, "sampling interval of the tracer and samplers")
+	f.BoolVarP(&rf.verbose, "verbose", "v", false, "log debug detail to stderr")
+	clix.HostPathFlags(f, &rf.opts.Paths)
+	if scratch {
+		clix.RunPathFlags(f, &rf.opts.Paths)
+	} else {
+		f.StringVar(&rf.opts.Paths.State, "state-dir", rf.opts.Paths.State, "parent of each live run's state (owner pid, the runtime's state)")
+	}
+}
+
+// check validates the flags every scenario shares, before anything else is looked at.
+func (rf *runFlags) check() error {
+	if err := clix.CheckOutput(rf.output); err != nil {
+		return err
+	}
+	rt, err := launch.ParseRuntime(rf.runtime)
+	if err != nil {
+		return fmt.Errorf("--runtime: %w", err)
+	}
+	rf.opts.Runtime = rt
+	return checkPlatform(rf.opts.RunscPlatform, rt)
+}
+
+// start checks what every stress scenario needs before it touches the host (a sane --interval
+// and the privileges; with --trace, those of eBPF), points progress and logs at the command's
+// stderr, and returns the context that SIGINT and SIGTERM cancel.
+func (rf *runFlags) start(cmd *cobra.Command, name, why string) (context.Context, func(), error) {
+	if rf.opts.Interval < 100*time.Millisecond {
+		return nil, nil, fmt.Errorf("--interval %s: must be at least 100ms", rf.opts.Interval)
+	}
+	caps := map[int]string{clix.CapSysAdmin: why}
+	if rf.opts.Trace {
+		caps[clix.CapBPF] = "loading the --trace eBPF programs"
+		caps[clix.CapPerfmon] = "attaching them to tracepoints"
+	}
+	if err := clix.Need(name, caps); err != nil {
+		return nil, nil, err
+	}
+	rf.opts.Args = os.Args
+	rf.opts.Progress = cmd.ErrOrStderr()
+	rf.opts.ProgressTTY = clix.IsTerminal(os.Stderr)
+	rf.opts.Log = clix.Logger(cmd.ErrOrStderr(), rf.verbose)
+	ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
+	return ctx, stop, nil
+}
+
+// checkPlatform validates --runsc-platform, which only runsc takes.
+func checkPlatform(platform string, rt launch.Runtime) error {
+	if platform == "" {
+		return nil
+	}
+	if !slices.Contains([]string{"systrap", "ptrace", "kvm"}, platform) {
+		return fmt.Errorf("--runsc-platform %q: allowed are systrap, ptrace, kvm", platform)
+	}
+	if rt != launch.RuntimeRunsc {
+		return fmt.Errorf("--runsc-platform %s: only for --runtime runsc, not %s", platform, rt)
+	}
+	return nil
+}
