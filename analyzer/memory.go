@@ -27,9 +27,14 @@ const (
 )
 
 // memory applies memory-reclaim to every workload and reports every OOM kill (docs/findings.md).
+// Under an emulated node (a density run's node workload) the node speaks for the sandboxes in
+// it: one finding over its whole subtree, not one per sandbox.
 func (a *analysis) memory() []Finding {
 	var out []Finding
 	for _, w := range a.run.Meta.Workloads {
+		if a.underNode(w.Cgroup) {
+			continue
+		}
 		if f := a.memoryReclaim(w); f != nil {
 			out = append(out, *f)
 		}
@@ -45,13 +50,31 @@ type reclaimStalls struct {
 	total float64 // seconds, all kinds
 }
 
-// reclaimStallsOf measures the reclaim stalls of cgroup and the cgroups it owns in w.
+// node is the cgroup of the run's emulated node (a density run's node workload), "" if none.
+func (a *analysis) node() string {
+	for _, w := range a.run.Meta.Workloads {
+		if w.Kind == workloadNode {
+			return w.Cgroup
+		}
+	}
+	return ""
+}
+
+// underNode reports whether cgroup lies below the run's emulated node.
+func (a *analysis) underNode(cgroup string) bool {
+	n := a.node()
+	return n != "" && cgroup != n && within(cgroup, n)
+}
+
+// reclaimStallsOf measures the reclaim stalls of cgroup and the cgroups it owns in w (for the
+// emulated node, every cgroup below it).
 func (a *analysis) reclaimStallsOf(cgroup string, w record.Window) reclaimStalls {
 	r := reclaimStalls{w: w, stall: map[string]hist.Log2{}, pages: map[string]float64{}}
+	subtree := cgroup == a.node()
 	mine := func(ss record.SeriesSet) map[string]record.SeriesSet {
 		out := map[string]record.SeriesSet{}
 		for cg, s := range ss.ByCgroup() {
-			if a.owner(cg) != cgroup {
+			if subtree && !within(cg, cgroup) || !subtree && a.owner(cg) != cgroup {
 				continue
 			}
 			for kind, k := range s.ByLabel(record.LabelKind) {
@@ -207,6 +230,9 @@ func (a *analysis) oomKills() []Finding {
 			continue
 		}
 		o := a.owner(r.Cgroup)
+		if a.underNode(o) {
+			o = a.node() // the node's finding lists the sandboxes' kills
+		}
 		if _, ok := byOwner[o]; !ok {
 			order = append(order, o)
 		}
@@ -219,7 +245,7 @@ func (a *analysis) oomKills() []Finding {
 	// Without the tracer's events (it did not attach, or its ring overflowed), the cgroup
 	// sampler's counters still tell that a workload lost processes.
 	for _, w := range a.run.Meta.Workloads {
-		if _, ok := byOwner[w.Cgroup]; ok {
+		if _, ok := byOwner[w.Cgroup]; ok || a.underNode(w.Cgroup) && byOwner[a.node()] != nil {
 			continue
 		}
 		n := a.run.Series(record.MetricOOMKills).Cgroup(w.Cgroup).Delta(a.run.Span())
@@ -244,7 +270,11 @@ func (a *analysis) oomKill(owner string, kills []killEvent) Finding {
 	limits := map[string]bool{}
 	for _, k := range kills {
 		l := k.rec.Labels
-		procs = append(procs, fmt.Sprintf("%s (pid %s, in %s)", l[record.LabelOOMComm], l[record.LabelOOMPID], k.phase))
+		where := k.phase
+		if w := a.owner(k.rec.Cgroup); w != owner {
+			where = a.name(w) + ", " + where // a sandbox of the emulated node
+		}
+		procs = append(procs, fmt.Sprintf("%s (pid %s, in %s)", l[record.LabelOOMComm], l[record.LabelOOMPID], where))
 		limits[l[record.LabelOOMLimitCgroup]] = true
 	}
 	f.Evidence = append(f.Evidence, Evidence{Metric: "oom_kills", Workload: victim, Phase: kills[0].phase,

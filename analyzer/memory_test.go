@@ -1,6 +1,7 @@
 package analyzer
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -149,5 +150,42 @@ func TestOOMKill(t *testing.T) {
 	}
 	if got := ids(newRun(victimWorkload()).analyze(t)); slices.Contains(got, IDOOMKill) {
 		t.Errorf("oom-kill without any kill: %v", got)
+	}
+}
+
+// In a density run the emulated node speaks for its sandboxes: one memory-reclaim finding over
+// its subtree and one oom-kill finding listing the sandboxes' killed processes, not one each.
+func TestNodeSpeaksForItsSandboxes(t *testing.T) {
+	node := record.Workload{Name: "node", Kind: "node", Cgroup: runCg, Memory: "1Gi"}
+	wl := []record.Workload{node}
+	b := newRun()
+	for i := range 3 {
+		sb := record.Workload{Name: fmt.Sprintf("sandbox-%d", i), Kind: "sandbox", Cgroup: fmt.Sprintf("%s/sandbox-%d", runCg, i)}
+		wl = append(wl, sb)
+		b.histogram(record.MetricReclaimStall, sb.Cgroup, lat(0, 0), lat(300, 0.002), record.LabelKind, record.ReclaimMemcg)
+		b.oomEvent(12+float64(i), sb.Cgroup, fmt.Sprint(100+i), "nodectl", runCg)
+	}
+	b.meta.Workloads = wl
+	rep := b.analyze(t)
+	var reclaim, oom []Finding
+	for _, f := range rep.Findings {
+		switch f.ID {
+		case IDMemoryReclaim:
+			reclaim = append(reclaim, f)
+		case IDOOMKill:
+			oom = append(oom, f)
+		}
+	}
+	if len(reclaim) != 1 || reclaim[0].Victim != "node" {
+		t.Fatalf("memory-reclaim findings %+v, want one for the node", reclaim)
+	}
+	if e := evidence(t, reclaim[0], "reclaim_stalls_memcg", ""); e.Value != 900 {
+		t.Errorf("the node's reclaims %v, want its 3 sandboxes' 900", e.Value)
+	}
+	if len(oom) != 1 || oom[0].Victim != "node" || !strings.Contains(oom[0].Summary, "sandbox-2") {
+		t.Fatalf("oom-kill findings %+v, want one for the node naming the sandboxes", oom)
+	}
+	if e := evidence(t, oom[0], "oom_kills", ""); e.Value != 3 {
+		t.Errorf("oom kills %v, want 3", e.Value)
 	}
 }
