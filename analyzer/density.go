@@ -74,6 +74,12 @@ type DensityStep struct {
 	MajorFaults     float64  `json:"major_faults_per_second"`
 	ReclaimStall    float64  `json:"reclaim_stall_seconds"`     // time the sandboxes' tasks spent in reclaim (--trace)
 	ReclaimStallP99 float64  `json:"reclaim_stall_p99_seconds"` // one reclaim's p99
+	// CompactionStall is the time the sandboxes' tasks spent in direct compaction (--trace):
+	// fragmentation, not a lack of memory, holding up allocations.
+	CompactionStall float64 `json:"compaction_stall_seconds"`
+	// SwapIOP99 is the p99 of the swap device's request latency (queue and service, all
+	// cgroups, from the block tracer with --trace): how slow swapping in and out was.
+	SwapIOP99 float64 `json:"swap_io_p99_seconds"`
 	OOMKills        float64  `json:"oom_kills"`
 	CPUCores        float64  `json:"cpu_cores"`              // used by the run's cgroup
 	SwapDeviceBusy  float64  `json:"swap_device_busy_share"` // the device under the swap file
@@ -280,10 +286,22 @@ func (a *analysis) densityStep(n int, w record.Window, cfg densityConfig, holds 
 	}
 	st := stalls.HistDelta(w)
 	s.ReclaimStall, s.ReclaimStallP99 = secs(st.SumNs), st.Quantile(0.99)
+	var compaction record.SeriesSet
+	for _, ss := range run.Series(record.MetricCompactionStall) {
+		if cg != "" && within(ss.Cgroup, cg) {
+			compaction = append(compaction, ss)
+		}
+	}
+	s.CompactionStall = secs(compaction.HistDelta(w).SumNs)
 	s.OOMKills = run.Series(record.MetricDensityOOMKills).Cgroup(cg).Delta(w)
 	s.CPUCores = run.Series(record.MetricCPUUsage).Cgroup(cg).Delta(w) / sec
 	if dev := a.swapDevice(); dev != "" && cfg.num("swap_bytes") > 0 {
 		s.SwapDeviceBusy = run.Series(record.MetricDiskIOTime).Label(record.LabelDevice, dev).Delta(w) / sec
+		// A request's latency is its queue time plus its service time; the two p99s added
+		// stand for the requests' p99 (the tracer keeps the two apart).
+		q := run.Series(record.MetricBlkQueue).Label(record.LabelDevice, dev).HistDelta(w)
+		sv := run.Series(record.MetricBlkService).Label(record.LabelDevice, dev).HistDelta(w)
+		s.SwapIOP99 = q.Quantile(0.99) + sv.Quantile(0.99)
 	}
 	s.Signals = crossed(s, cfg)
 	return s
@@ -401,6 +419,7 @@ func (a *analysis) memoryCollapse(dr *DensityReport) *Finding {
 			ev("reclaim_stall", before.ReclaimStall, at.ReclaimStall, UnitSeconds),
 			ev("swap_in_bytes_per_second", before.SwapIn, at.SwapIn, UnitBytes),
 			ev("swap_device_busy_share", before.SwapDeviceBusy, at.SwapDeviceBusy, UnitRatio),
+			ev("swap_io_p99", before.SwapIOP99, at.SwapIOP99, UnitSeconds),
 			ev("cpu_cores", before.CPUCores, at.CPUCores, UnitRatio),
 		}}
 	// Who the OOM killer took, from the sandboxes' own counters (the cgroup sampler's).

@@ -50,19 +50,9 @@ type reclaimStalls struct {
 	total float64 // seconds, all kinds
 }
 
-// node is the cgroup of the run's emulated node (a density run's node workload), "" if none.
-func (a *analysis) node() string {
-	for _, w := range a.run.Meta.Workloads {
-		if w.Kind == workloadNode {
-			return w.Cgroup
-		}
-	}
-	return ""
-}
-
 // underNode reports whether cgroup lies below the run's emulated node.
 func (a *analysis) underNode(cgroup string) bool {
-	n := a.node()
+	n := a.nodeCgroup()
 	return n != "" && cgroup != n && within(cgroup, n)
 }
 
@@ -70,7 +60,7 @@ func (a *analysis) underNode(cgroup string) bool {
 // emulated node, every cgroup below it).
 func (a *analysis) reclaimStallsOf(cgroup string, w record.Window) reclaimStalls {
 	r := reclaimStalls{w: w, stall: map[string]hist.Log2{}, pages: map[string]float64{}}
-	subtree := cgroup == a.node()
+	subtree := cgroup == a.nodeCgroup()
 	mine := func(ss record.SeriesSet) map[string]record.SeriesSet {
 		out := map[string]record.SeriesSet{}
 		for cg, s := range ss.ByCgroup() {
@@ -231,7 +221,7 @@ func (a *analysis) oomKills() []Finding {
 		}
 		o := a.owner(r.Cgroup)
 		if a.underNode(o) {
-			o = a.node() // the node's finding lists the sandboxes' kills
+			o = a.nodeCgroup() // the node's finding lists the sandboxes' kills
 		}
 		if _, ok := byOwner[o]; !ok {
 			order = append(order, o)
@@ -245,7 +235,7 @@ func (a *analysis) oomKills() []Finding {
 	// Without the tracer's events (it did not attach, or its ring overflowed), the cgroup
 	// sampler's counters still tell that a workload lost processes.
 	for _, w := range a.run.Meta.Workloads {
-		if _, ok := byOwner[w.Cgroup]; ok || a.underNode(w.Cgroup) && byOwner[a.node()] != nil {
+		if _, ok := byOwner[w.Cgroup]; ok || a.underNode(w.Cgroup) && byOwner[a.nodeCgroup()] != nil {
 			continue
 		}
 		n := a.run.Series(record.MetricOOMKills).Cgroup(w.Cgroup).Delta(a.run.Span())

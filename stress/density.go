@@ -45,8 +45,8 @@ type DensityConfig struct {
 	LimitBytes    int64         // each sandbox's memory limit; 0 = none
 
 	NodeMemory int64  // memory limit of the run's cgroup, the emulated node; 0 = none
-	SwapFile   string // swap file to create and enable for the run; "" = none
-	SwapBytes  int64
+	SwapFile   string // swap file to create and enable for the run, or a swap device to turn on; "" = none
+	SwapBytes  int64  // the swap file's size; 0 = SwapFile is a block device formatted with mkswap
 	// Swappiness and WatermarkScaleFactor set vm.swappiness and vm.watermark_scale_factor for
 	// the run (and the run cgroup's memory.swappiness on v1); -1 leaves them.
 	Swappiness           int
@@ -251,11 +251,17 @@ func (r *densityRun) setup() error {
 		return err
 	}
 	var devices []string
-	for _, p := range []string{cfg.Paths.Scratch, cfg.SwapFile} {
-		if p == "" {
-			continue
-		}
-		dev, err := blockdev.ForPath(cfg.Paths.Sysfs, filepath.Dir(p))
+	// A swap file's disk is its directory's; a swap device is its own.
+	swapAt := filepath.Dir(cfg.SwapFile)
+	if cfg.SwapBytes == 0 {
+		swapAt = cfg.SwapFile
+	}
+	paths := []string{cfg.Paths.Scratch}
+	if cfg.SwapFile != "" {
+		paths = append(paths, swapAt)
+	}
+	for _, p := range paths {
+		dev, err := blockdev.ForPath(cfg.Paths.Sysfs, p)
 		if err != nil {
 			cfg.Log.Warn("no block device behind a path the run uses", "path", p, "err", err)
 			continue
@@ -266,7 +272,7 @@ func (r *densityRun) setup() error {
 	}
 	swapDev := ""
 	if cfg.SwapFile != "" {
-		swapDev, _ = blockdev.ForPath(cfg.Paths.Sysfs, filepath.Dir(cfg.SwapFile))
+		swapDev, _ = blockdev.ForPath(cfg.Paths.Sysfs, swapAt)
 	}
 	r.workloads = []record.Workload{{Name: "node", Kind: "node", Cgroup: RunCgroup(r.id), Memory: FormatSize(cfg.NodeMemory),
 		Target: cfg.SwapFile, Device: swapDev}}

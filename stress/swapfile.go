@@ -22,8 +22,9 @@ import (
 // and enabled, sysctls it set. They are noted in the run's state before each change, so that a
 // run killed midway is undone by `stress clean`.
 type hostChanges struct {
-	SwapFile string            `json:"swap_file,omitempty"`
-	Sysctls  map[string]string `json:"sysctls,omitempty"` // name (vm/swappiness) -> value before the run
+	SwapFile   string            `json:"swap_file,omitempty"`
+	SwapDevice string            `json:"swap_device,omitempty"` // the user's: turned off, never removed
+	Sysctls    map[string]string `json:"sysctls,omitempty"`     // name (vm/swappiness) -> value before the run
 }
 
 // hostChangesFile, in a run's state directory, holds its hostChanges.
@@ -74,8 +75,29 @@ func (h *hostUndo) setSysctl(name, value string) error {
 }
 
 // enableSwap notes the file, then creates it (it must not exist), formats it and enables it at
-// the kernel's default priority, below any swap the host already has.
+// the kernel's default priority, below any swap the host already has. With size 0, path is a
+// block device the user formatted as swap: it is only turned on (and off afterwards).
 func (h *hostUndo) enableSwap(path string, size int64) error {
+	if size == 0 {
+		f, err := swapfile.OpenDevice(path)
+		if err != nil {
+			return fmt.Errorf("--swap: %w", err)
+		}
+		if used, err := swapUsed(h.paths.Procfs, path); err != nil {
+			return err
+		} else if used >= 0 {
+			return fmt.Errorf("--swap %s: the device is already in use as swap; the run would not know what to put back", path)
+		}
+		h.changes.SwapDevice = path
+		if err := h.note(); err != nil {
+			return err
+		}
+		h.swap = f
+		if err := f.Enable(-1); err != nil {
+			return fmt.Errorf("--swap: %w", err)
+		}
+		return nil
+	}
 	if _, err := os.Lstat(path); err == nil {
 		return fmt.Errorf("--swap %s: the file exists; name a new file, which the run creates and removes", path)
 	}
@@ -115,6 +137,11 @@ func (h *hostUndo) undo() []error {
 // run's file is found in /proc/swaps by its path.
 func undoHostChanges(procfs string, c hostChanges) []error {
 	var errs []error
+	if c.SwapDevice != "" {
+		if err := swapOff(procfs, c.SwapDevice); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.SwapFile != "" {
 		if err := swapOff(procfs, c.SwapFile); err != nil {
 			errs = append(errs, err)
@@ -146,6 +173,9 @@ func undoNotedHostChanges(p Paths, id string) (string, []error) {
 	var what []string
 	if c.SwapFile != "" {
 		what = append(what, "swap file "+c.SwapFile)
+	}
+	if c.SwapDevice != "" {
+		what = append(what, "swap device "+c.SwapDevice+" (turned off)")
 	}
 	for name, v := range c.Sysctls {
 		what = append(what, fmt.Sprintf("%s=%s", strings.ReplaceAll(name, "/", "."), v))

@@ -17,6 +17,14 @@ type Source interface {
 	Sample(now time.Time) ([]record.Record, error)
 }
 
+// FullSampler is a Source whose Sample may read part of what it can (a rotating share of many
+// cgroups' costlier files); SampleFull reads all of it. Snapshot uses SampleFull, the interval
+// ticks Sample, so that the window edges scenarios snapshot at are exact.
+type FullSampler interface {
+	Source
+	SampleFull(now time.Time) ([]record.Record, error)
+}
+
 // SourceFunc adapts a function to Source.
 type SourceFunc func(now time.Time) ([]record.Record, error)
 
@@ -48,13 +56,20 @@ func New(sources map[string]Source, out Appender, interval time.Duration, observ
 
 // Snapshot samples every source now and appends the result. A source that fails is logged and
 // what it did return is kept, so one bad cgroup or sampler does not stop the recording; only a
-// failed append is returned.
-func (c *Collector) Snapshot(now time.Time) error {
+// failed append is returned. A FullSampler is read in full.
+func (c *Collector) Snapshot(now time.Time) error { return c.collect(now, true) }
+
+// collect samples every source, a FullSampler in full if full.
+func (c *Collector) collect(now time.Time, full bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var batch []record.Record
 	for name, s := range c.sources {
-		recs, err := s.Sample(now)
+		sample := s.Sample
+		if f, ok := s.(FullSampler); ok && full {
+			sample = f.SampleFull
+		}
+		recs, err := sample(now)
 		if err != nil {
 			c.failures[name]++
 			if c.failures[name] <= 3 { // say it, but do not flood the log every interval
@@ -75,7 +90,8 @@ func (c *Collector) Snapshot(now time.Time) error {
 	return nil
 }
 
-// Run snapshots on every tick until ctx is done.
+// Run samples every source on every tick until ctx is done: as Snapshot does, but a FullSampler
+// through its Sample.
 func (c *Collector) Run(ctx context.Context) error {
 	t := time.NewTicker(c.interval)
 	defer t.Stop()
@@ -84,7 +100,7 @@ func (c *Collector) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case now := <-t.C:
-			if err := c.Snapshot(now); err != nil {
+			if err := c.collect(now, false); err != nil {
 				return err
 			}
 		}

@@ -20,16 +20,30 @@ import (
 // enabled, the kernel has no such file) is looked for again every this many samples.
 const retryAbsent = 16
 
+// slowBudget is about how many cgroups a Sample reads the slow tier of. At 1,000 cgroups on a
+// v1 hybrid host, every file every second took 3.3-3.9% of a core, the fast tier alone about
+// 0.45%, and each cgroup's slow tier read 30-40 µs more: 64 a collection keep it under 1% with
+// some room (BenchmarkCgroupSampling; 100 measured 0.83-0.90%).
+const slowBudget = 64
+
 // Cgroups samples per-cgroup counters.
 //
 // Each cgroup's files are opened once and re-read with pread at offset 0, which makes kernfs
 // generate them anew: opening, registering with the poller and closing every file on every
 // sample was most of the cost (BenchmarkCgroupSampling). A file whose cgroup was removed reads
 // ENODEV; the cgroup's files are then closed, as are those of cgroups paths no longer lists.
+//
+// The files are in two tiers. The fast tier (CPU usage and throttling, memory usage: what rules
+// rate per second) is read at every Sample. The slow tier (memory.stat, swap, OOM kills, limit
+// hits, pressure) is too, up to slowBudget cgroups; past that a Sample reads it for a staggered
+// share of about slowBudget cgroups, each in turn, plus the priority ones. SampleFull reads
+// everything, for the exact window edges.
 type Cgroups struct {
-	l     *cgroup.Layout
-	paths func() []string
-	files []cgFile
+	l          *cgroup.Layout
+	paths      func() []string
+	files      []cgFile
+	priority   func(path string) bool
+	slowBudget int
 
 	mu    sync.Mutex
 	open  *openFiles
@@ -48,21 +62,23 @@ type openFiles struct {
 // cgOpen is one cgroup's descriptors, by index in Cgroups.files; -1 is not open.
 type cgOpen struct {
 	fd     []int
-	absent []bool
-	round  uint64 // the last sample that listed the cgroup
+	absent []uint64 // the sample a file was found missing at; 0: not missing
+	round  uint64   // the last sample that listed the cgroup
 }
 
-// cgFile is one file sampled in every cgroup: in controller's hierarchy, parsed by read.
+// cgFile is one file sampled in every cgroup: in controller's hierarchy, parsed by read; slow
+// is its tier.
 type cgFile struct {
 	controller, name string
 	read             func(out []record.Record, now time.Time, path string, b []byte) ([]record.Record, error)
+	slow             bool
 }
 
 // NewCgroups samples CPU usage and throttling, memory usage, swap, faults, refaults, OOM kills
 // and limit hits, and pressure of the cgroups paths returns, asked anew on every Sample. A
 // cgroup that does not exist is skipped.
 func NewCgroups(l *cgroup.Layout, paths func() []string) *Cgroups {
-	s := &Cgroups{l: l, paths: paths, open: &openFiles{by: map[string]*cgOpen{}, budget: fdBudget()}, buf: make([]byte, 16<<10)}
+	s := &Cgroups{l: l, paths: paths, slowBudget: slowBudget, open: &openFiles{by: map[string]*cgOpen{}, budget: fdBudget()}, buf: make([]byte, 16<<10)}
 	if l.V1 {
 		s.files = v1Files(l)
 	} else {
@@ -71,10 +87,17 @@ func NewCgroups(l *cgroup.Layout, paths func() []string) *Cgroups {
 	if l.Unified != "" {
 		// On a hybrid host the v2 cgroup exists only if its creator made one.
 		for _, res := range pressureResources {
-			s.files = append(s.files, cgFile{cgroup.Unified, res + ".pressure", readPressure(res)})
+			s.files = append(s.files, cgFile{cgroup.Unified, res + ".pressure", readPressure(res), true})
 		}
 	}
 	runtime.AddCleanup(s, func(o *openFiles) { o.closeAll() }, s.open)
+	return s
+}
+
+// Priority makes every Sample read all files of the cgroups f accepts (a node whose memory an
+// analysis rates over short spans); it returns s.
+func (s *Cgroups) Priority(f func(path string) bool) *Cgroups {
+	s.priority = f
 	return s
 }
 
@@ -82,17 +105,17 @@ func v1Files(l *cgroup.Layout) []cgFile {
 	var out []cgFile
 	mounted := func(c string) bool { _, ok := l.Mounts[c]; return ok }
 	if mounted("cpuacct") {
-		out = append(out, cgFile{"cpuacct", "cpuacct.usage", readValue(record.MetricCPUUsage, 1e-9, nil)})
+		out = append(out, cgFile{"cpuacct", "cpuacct.usage", readValue(record.MetricCPUUsage, 1e-9, nil), false})
 	}
 	if mounted("cpu") {
-		out = append(out, cgFile{"cpu", "cpu.stat", readFlat(v1CPUStat)})
+		out = append(out, cgFile{"cpu", "cpu.stat", readFlat(v1CPUStat), false})
 	}
 	if mounted("memory") {
 		out = append(out,
-			cgFile{"memory", "memory.usage_in_bytes", readValue(record.MetricMemoryUsage, 1, nil)},
-			cgFile{"memory", "memory.stat", readFlat(v1MemoryStat)},
-			cgFile{"memory", "memory.oom_control", readFlat(v1OOMControl)},
-			cgFile{"memory", "memory.failcnt", readValue(record.MetricMemoryLimitEvents, 1, labelsMax)},
+			cgFile{"memory", "memory.usage_in_bytes", readValue(record.MetricMemoryUsage, 1, nil), false},
+			cgFile{"memory", "memory.stat", readFlat(v1MemoryStat), true},
+			cgFile{"memory", "memory.oom_control", readFlat(v1OOMControl), true},
+			cgFile{"memory", "memory.failcnt", readValue(record.MetricMemoryLimitEvents, 1, labelsMax), true},
 		)
 	}
 	return out
@@ -105,29 +128,39 @@ func v2Files(l *cgroup.Layout) []cgFile {
 	// Memory files exist only where the memory controller is enabled; swap.current only with
 	// swap accounting. cpu.stat always exists, its throttling keys only with the cpu controller.
 	return []cgFile{
-		{cgroup.Unified, "cpu.stat", readFlat(v2CPUStat)},
-		{cgroup.Unified, "memory.current", readValue(record.MetricMemoryUsage, 1, nil)},
-		{cgroup.Unified, "memory.swap.current", readValue(record.MetricMemorySwap, 1, nil)},
-		{cgroup.Unified, "memory.stat", readFlat(v2MemoryStat)},
-		{cgroup.Unified, "memory.events", readFlat(v2MemoryEvents)},
+		{cgroup.Unified, "cpu.stat", readFlat(v2CPUStat), false},
+		{cgroup.Unified, "memory.current", readValue(record.MetricMemoryUsage, 1, nil), false},
+		{cgroup.Unified, "memory.swap.current", readValue(record.MetricMemorySwap, 1, nil), true},
+		{cgroup.Unified, "memory.stat", readFlat(v2MemoryStat), true},
+		{cgroup.Unified, "memory.events", readFlat(v2MemoryEvents), true},
 	}
 }
 
-// Sample reads every cgroup; the records of those that could be read come back with the
-// errors of those that could not.
-func (s *Cgroups) Sample(now time.Time) ([]record.Record, error) {
+// Sample reads every cgroup's fast tier and a rotating share's slow tier; the records of those
+// that could be read come back with the errors of those that could not.
+func (s *Cgroups) Sample(now time.Time) ([]record.Record, error) { return s.sample(now, false) }
+
+// SampleFull reads every file of every cgroup, as Sample does with few cgroups.
+func (s *Cgroups) SampleFull(now time.Time) ([]record.Record, error) { return s.sample(now, true) }
+
+func (s *Cgroups) sample(now time.Time, full bool) ([]record.Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.round++
 	out := make([]record.Record, 0, s.last)
 	var errs []error
-	for _, p := range s.paths() {
+	paths := s.paths()
+	// Cgroup i reads its slow tier when (round+i) % every is 0: once in every samples, and
+	// about len(paths)/every of them at each.
+	every := uint64(max(1, (len(paths)+s.slowBudget-1)/s.slowBudget))
+	for i, p := range paths {
+		slow := full || (s.round+uint64(i))%every == 0 || s.priority != nil && s.priority(p)
 		var err error
 		// A cgroup removed and made again under the same path reads ENODEV through the old
 		// descriptors: forget them and read the new one.
 		for range 2 {
 			var gone bool
-			out, gone, err = s.read(out, now, p)
+			out, gone, err = s.read(out, now, p, slow)
 			if !gone {
 				break
 			}
@@ -146,12 +179,12 @@ func (s *Cgroups) Sample(now time.Time) ([]record.Record, error) {
 	return out, errors.Join(errs...)
 }
 
-// read appends path's records; gone says the cgroup vanished while it was read, and then
-// nothing of it is appended.
-func (s *Cgroups) read(out []record.Record, now time.Time, path string) (_ []record.Record, gone bool, err error) {
+// read appends path's records, of the slow tier too if slow; gone says the cgroup vanished
+// while it was read, and then nothing of it is appended.
+func (s *Cgroups) read(out []record.Record, now time.Time, path string, slow bool) (_ []record.Record, gone bool, err error) {
 	o := s.open.by[path]
 	if o == nil {
-		o = &cgOpen{fd: make([]int, len(s.files)), absent: make([]bool, len(s.files))}
+		o = &cgOpen{fd: make([]int, len(s.files)), absent: make([]uint64, len(s.files))}
 		for i := range o.fd {
 			o.fd[i] = -1
 		}
@@ -160,21 +193,26 @@ func (s *Cgroups) read(out []record.Record, now time.Time, path string) (_ []rec
 	o.round = s.round
 	n := len(out)
 	for i, f := range s.files {
+		if f.slow && !slow {
+			continue
+		}
 		fd, transient := o.fd[i], false
 		if fd < 0 {
-			if o.absent[i] && s.round%retryAbsent != 0 {
+			// Counted from when it went missing, not as round%retryAbsent: a slow file read in
+			// rotation might never be read at such a round.
+			if o.absent[i] != 0 && s.round-o.absent[i] < retryAbsent {
 				continue
 			}
 			var err error
 			fd, err = unix.Open(s.l.Dir(f.controller, path)+"/"+f.name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 			if vanished(err) || errors.Is(err, syscall.EOPNOTSUPP) {
-				o.absent[i] = true
+				o.absent[i] = s.round
 				continue
 			}
 			if err != nil {
 				return out[:n], false, fmt.Errorf("opening %s: %w", f.name, err)
 			}
-			o.absent[i] = false
+			o.absent[i] = 0
 			if s.open.held < s.open.budget {
 				o.fd[i] = fd
 				s.open.held++
@@ -192,7 +230,7 @@ func (s *Cgroups) read(out []record.Record, now time.Time, path string) (_ []rec
 		case errors.Is(err, syscall.EOPNOTSUPP):
 			// PSI turned off for this cgroup (cgroup.pressure 0).
 			s.open.close(o, i)
-			o.absent[i] = true
+			o.absent[i] = s.round
 			continue
 		case err != nil:
 			return out[:n], false, fmt.Errorf("reading %s: %w", f.name, err)

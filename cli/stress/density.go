@@ -2,6 +2,7 @@ package stress
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -94,7 +95,7 @@ signals, the collapse, and the ceiling: which resource bounded the density.`,
 	f.StringVar(&request, "request", "150Mi", "each sandbox's memory request: recorded, and the ceiling says how many a scheduler would admit by it")
 	f.StringVar(&limit, "limit", "2Gi", "each sandbox's memory limit (its cgroup's); \"\" for none")
 	f.StringVar(&nodeMem, "node-memory", "", "emulate a node of SIZE: the run's cgroup gets this memory limit (swap allowed); required unless every sandbox fits in this host")
-	f.StringVar(&swap, "swap", "", "FILE:SIZE: create and enable a swap file for the run (FILE must not exist; removed afterwards)")
+	f.StringVar(&swap, "swap", "", "FILE:SIZE: create and enable a swap file for the run (FILE must not exist; removed afterwards); or DEVICE: a block device formatted with mkswap, turned on for the run and off afterwards (never formatted)")
 	f.IntVar(&cfg.Swappiness, "swappiness", -1, "set vm.swappiness (0-200) for the run; -1 leaves it")
 	f.IntVar(&cfg.WatermarkScaleFactor, "watermark-scale-factor", -1, "set vm.watermark_scale_factor (1-3000) for the run; -1 leaves it")
 	f.DurationVar(&cfg.Criteria.ReadinessP99, "collapse-readiness", cfg.Criteria.ReadinessP99, "collapse when a step's readiness p99 is above this; 0 turns it off")
@@ -159,11 +160,18 @@ func parseDensityFlags(cfg *st.DensityConfig, sandboxMem, request, limit, nodeMe
 	}
 	if swap != "" {
 		file, size, ok := strings.Cut(swap, ":")
-		if !ok || !filepath.IsAbs(file) || filepath.Clean(file) != file {
-			return fmt.Errorf("--swap %q: want FILE:SIZE with an absolute FILE, e.g. /var/tmp/nodectl.swap:4Gi", swap)
+		if !filepath.IsAbs(file) || filepath.Clean(file) != file {
+			return fmt.Errorf("--swap %q: want FILE:SIZE with an absolute FILE, e.g. /var/tmp/nodectl.swap:4Gi, or a block device formatted with mkswap, e.g. /dev/nvme1n1", swap)
 		}
-		if cfg.SwapBytes, err = st.ParseSize(size); err != nil {
-			return fmt.Errorf("--swap %q: %w", swap, err)
+		if ok {
+			if cfg.SwapBytes, err = st.ParseSize(size); err != nil {
+				return fmt.Errorf("--swap %q: %w", swap, err)
+			}
+			if cfg.SwapBytes == 0 {
+				return fmt.Errorf("--swap %q: the swap file needs a size above zero", swap)
+			}
+		} else if fi, err := os.Stat(file); err != nil || fi.Mode()&os.ModeDevice == 0 || fi.Mode()&os.ModeCharDevice != 0 {
+			return fmt.Errorf("--swap %q: not a block device; for a swap file the run makes, give its size: FILE:SIZE", swap)
 		}
 		cfg.SwapFile = file
 	}

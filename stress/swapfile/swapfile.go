@@ -9,11 +9,12 @@ import (
 	"github.com/prometheus/procfs"
 )
 
-// File is a swap file this package made.
+// File is a swap file this package made, or a swap device a user formatted (OpenDevice).
 type File struct {
-	Path string
-	Size int64 // bytes, a whole number of pages
-	on   bool
+	Path   string
+	Size   int64 // bytes, a whole number of pages
+	on     bool
+	device bool // the user's: never written to or removed, only turned on and off
 }
 
 // ErrExists is returned by Create for a path that is already taken: a swap file is never made

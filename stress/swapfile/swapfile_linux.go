@@ -104,10 +104,42 @@ func (f *File) Disable() error {
 	return nil
 }
 
-// Remove turns the swap file off if it is on and deletes it; calling it again does nothing.
+// OpenDevice takes a block device the user formatted as swap (mkswap): it is never formatted
+// here, since that would destroy what it holds, only turned on and off. Its size is read from
+// its swap header.
+func OpenDevice(path string) (*File, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("swap device: %w", err)
+	}
+	if st.Mode()&os.ModeDevice == 0 || st.Mode()&os.ModeCharDevice != 0 {
+		return nil, fmt.Errorf("swap device %s: not a block device", path)
+	}
+	d, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("swap device: %w", err)
+	}
+	defer d.Close()
+	page := int64(os.Getpagesize())
+	hdr := make([]byte, page)
+	if _, err := d.ReadAt(hdr, 0); err != nil {
+		return nil, fmt.Errorf("swap device %s: reading its header: %w", path, err)
+	}
+	if string(hdr[page-int64(len(swapMagic)):]) != swapMagic {
+		return nil, fmt.Errorf("swap device %s: no swap signature; format it with mkswap first (nodectl never formats a device: it would destroy what it holds)", path)
+	}
+	last := int64(binary.NativeEndian.Uint32(hdr[bootBits+4:]))
+	return &File{Path: path, Size: (last + 1) * page, device: true}, nil
+}
+
+// Remove turns the swap file off if it is on and deletes it (a device is only turned off);
+// calling it again does nothing.
 func (f *File) Remove() error {
 	if err := f.Disable(); err != nil {
 		return err
+	}
+	if f.device {
+		return nil
 	}
 	if err := os.Remove(f.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("removing swap file: %w", err)

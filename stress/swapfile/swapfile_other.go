@@ -12,6 +12,11 @@ func Create(path string, size int64) (*File, error) {
 	return nil, fmt.Errorf("creating swap file %s: %w", path, errors.ErrUnsupported)
 }
 
+// OpenDevice fails: swap is Linux's here.
+func OpenDevice(path string) (*File, error) {
+	return nil, fmt.Errorf("swap device %s: %w", path, errors.ErrUnsupported)
+}
+
 // Enable fails: swap files are Linux's here.
 func (f *File) Enable(prio int) error { return errors.ErrUnsupported }
 

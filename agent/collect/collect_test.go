@@ -1,0 +1,78 @@
+package collect
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+// tiered counts how it was sampled: in part (Sample) or in full (SampleFull).
+type tiered struct{ part, full int }
+
+func (s *tiered) Sample(now time.Time) ([]record.Record, error) {
+	s.part++
+	return []record.Record{{Type: record.TypeSample, Time: now, Metric: "part"}}, nil
+}
+
+func (s *tiered) SampleFull(now time.Time) ([]record.Record, error) {
+	s.full++
+	return []record.Record{{Type: record.TypeSample, Time: now, Metric: "full"}}, nil
+}
+
+type appended struct {
+	mu      sync.Mutex
+	batches int
+}
+
+func (a *appended) Append(...record.Record) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.batches++
+	return nil
+}
+
+func (a *appended) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.batches
+}
+
+// Snapshots (the window edges) read a FullSampler in full, the interval ticks through Sample;
+// a plain Source is sampled by both.
+func TestSnapshotFullTicksPart(t *testing.T) {
+	ts, plain := &tiered{}, 0
+	sources := map[string]Source{
+		"tiered": ts,
+		"plain": SourceFunc(func(now time.Time) ([]record.Record, error) {
+			plain++
+			return nil, nil
+		}),
+	}
+	out := &appended{}
+	c := New(sources, out, 5*time.Millisecond, nil, slog.New(slog.DiscardHandler))
+	if err := c.Snapshot(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if ts.full != 1 || ts.part != 0 || plain != 1 {
+		t.Fatalf("snapshot: %d full, %d partial, %d plain samples; want 1, 0, 1", ts.full, ts.part, plain)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- c.Run(ctx) }()
+	for deadline := time.Now().Add(5 * time.Second); out.count() < 4 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Run has returned: the counters are no longer written.
+	if ts.full != 1 || ts.part < 3 || plain != ts.part+1 {
+		t.Fatalf("after ticks: %d full, %d partial, %d plain samples; want 1 full, at least 3 partial, plain one more than partial", ts.full, ts.part, plain)
+	}
+}

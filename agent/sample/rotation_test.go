@@ -1,0 +1,187 @@
+//go:build linux
+
+package sample
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+// fastMetrics are the series of the fast tier, read at every Sample.
+var fastMetrics = []string{record.MetricCPUUsage, record.MetricCPUPeriods, record.MetricCPUThrottled,
+	record.MetricCPUThrottledTime, record.MetricMemoryUsage}
+
+// tiers splits recs by cgroup into the keys (metric and labels) of the fast and the slow tier.
+func tiers(recs []record.Record) (fast, slow map[string][]string) {
+	fast, slow = map[string][]string{}, map[string][]string{}
+	for _, r := range recs {
+		key := r.Metric
+		for _, k := range slices.Sorted(maps.Keys(r.Labels)) {
+			key += "," + k + "=" + r.Labels[k]
+		}
+		if slices.Contains(fastMetrics, r.Metric) {
+			fast[r.Cgroup] = append(fast[r.Cgroup], key)
+		} else {
+			slow[r.Cgroup] = append(slow[r.Cgroup], key)
+		}
+	}
+	return fast, slow
+}
+
+// makeCgroups makes n cgroups under a fresh test parent.
+func makeCgroups(t *testing.T, n int) (*cgroup.Layout, []string) {
+	t.Helper()
+	l, parent := testParent(t, "test")
+	paths := make([]string, n)
+	for i := range paths {
+		paths[i] = fmt.Sprintf("%s/c%d", parent, i)
+		if err := l.Create(paths[i], cgroup.Limits{CPUMilli: 500, MemoryBytes: 64 << 20}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return l, paths
+}
+
+// Past the budget, each Sample reads every cgroup's fast tier and a staggered share's slow
+// tier, each cgroup's at least once in every `every` samples and the priority one's always;
+// SampleFull reads everything.
+func TestCgroupRotation(t *testing.T) {
+	l, paths := makeCgroups(t, 7)
+	s := NewCgroups(l, func() []string { return paths }).Priority(func(p string) bool { return p == paths[0] })
+	s.slowBudget = 2
+	const every = 4 // ceil(7/2)
+
+	full, err := s.SampleFull(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFast, wantSlow := tiers(full)
+	for _, p := range paths {
+		if len(wantFast[p]) == 0 || len(wantSlow[p]) == 0 {
+			t.Fatalf("cgroup %s: fast tier %v, slow tier %v; want both", p, wantFast[p], wantSlow[p])
+		}
+	}
+
+	lastSlow := map[string]int{}
+	for _, p := range paths {
+		lastSlow[p] = 0 // SampleFull read it
+	}
+	const ticks = 3 * every
+	for tick := 1; tick <= ticks; tick++ {
+		recs, err := s.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, slow := tiers(recs)
+		var rotated int
+		for i, p := range paths {
+			if !slices.Equal(fast[p], wantFast[p]) {
+				t.Fatalf("tick %d, cgroup %d: fast tier %v, want %v", tick, i, fast[p], wantFast[p])
+			}
+			switch {
+			case len(slow[p]) == 0:
+				if i == 0 {
+					t.Fatalf("tick %d: the priority cgroup's slow tier was not read", tick)
+				}
+				if tick-lastSlow[p] >= every {
+					t.Fatalf("tick %d, cgroup %d: slow tier last read at tick %d, want once in every %d", tick, i, lastSlow[p], every)
+				}
+			case slices.Equal(slow[p], wantSlow[p]):
+				lastSlow[p] = tick
+				if i > 0 {
+					rotated++
+				}
+			default:
+				t.Fatalf("tick %d, cgroup %d: slow tier %v, want all of %v or none", tick, i, slow[p], wantSlow[p])
+			}
+		}
+		if rotated > s.slowBudget {
+			t.Fatalf("tick %d: %d cgroups read their slow tier, budget %d", tick, rotated, s.slowBudget)
+		}
+	}
+
+	full, err = s.SampleFull(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, slow := tiers(full)
+	for _, p := range paths {
+		if !slices.Equal(fast[p], wantFast[p]) || !slices.Equal(slow[p], wantSlow[p]) {
+			t.Fatalf("SampleFull after rotating, cgroup %s: %v %v, want %v %v", p, fast[p], slow[p], wantFast[p], wantSlow[p])
+		}
+	}
+}
+
+// Up to the budget, Sample reads everything, as SampleFull does.
+func TestCgroupWithinBudget(t *testing.T) {
+	l, paths := makeCgroups(t, 3)
+	s := NewCgroups(l, func() []string { return paths })
+	full, err := s.SampleFull(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFast, wantSlow := tiers(full)
+	for range 3 {
+		recs, err := s.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, slow := tiers(recs)
+		for _, p := range paths {
+			if !slices.Equal(fast[p], wantFast[p]) || !slices.Equal(slow[p], wantSlow[p]) {
+				t.Fatalf("cgroup %s: %v %v, want %v %v", p, fast[p], slow[p], wantFast[p], wantSlow[p])
+			}
+		}
+	}
+}
+
+// A slow-tier file missing at first (a hybrid host's v2 cgroup made late) is found again while
+// rotating: within retryAbsent samples of its last look plus one rotation.
+func TestCgroupRotationFindsLateFile(t *testing.T) {
+	host, paths := makeCgroups(t, 5)
+	if !host.V1 || host.Unified == "" {
+		t.Skip("not a hybrid host")
+	}
+	late := paths[0] + "/late"
+	v1 := &cgroup.Layout{Root: host.Root, V1: true, Mounts: host.Mounts}
+	if err := v1.Create(late, cgroup.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	paths = append(paths, late)
+	s := NewCgroups(host, func() []string { return paths })
+	s.slowBudget = 2
+	const every = 3 // ceil(6/2)
+	pressure := func() bool {
+		recs, err := s.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(recs, func(r record.Record) bool {
+			return r.Cgroup == late && r.Metric == record.MetricCgroupPressure
+		})
+	}
+	for range 2 * every {
+		if pressure() {
+			t.Fatal("pressure of a cgroup with no v2 directory")
+		}
+	}
+	if err := os.Mkdir(filepath.Join(host.Unified, strings.TrimPrefix(late, "/")), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range retryAbsent + every {
+		if pressure() {
+			t.Logf("pressure read %d samples after its v2 cgroup was made", i+1)
+			return
+		}
+	}
+	t.Fatalf("no pressure %d samples after the v2 cgroup was made", retryAbsent+every)
+}
