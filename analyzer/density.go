@@ -57,33 +57,33 @@ type DensityStep struct {
 	ActivityP99     float64 `json:"activity_p99_seconds"` // a burst's duration
 	// Memory PSI of the run's cgroup (the node) and of the whole machine, as shares of the
 	// step's settled hold: from its hold event to its end.
-	PSIMemorySome   float64  `json:"psi_memory_some_share"`
-	PSIMemoryFull   float64  `json:"psi_memory_full_share"`
-	HostPSIMemFull  float64  `json:"host_psi_memory_full_share"`
-	WorkingSet      float64  `json:"working_set_bytes"`
-	MemoryUsage     float64  `json:"memory_usage_bytes"`
-	MemoryLimit     float64  `json:"memory_limit_bytes"` // the node cgroup's limit as read
-	Anon            float64  `json:"anon_bytes"`
-	File            float64  `json:"file_bytes"`
-	SwapUsed        float64  `json:"swap_used_bytes"`           // by the node's cgroup
-	SwapFileUsed    float64  `json:"swap_file_used_bytes"`      // of the run's swap file, by anyone: a swap area is the host's
-	SwapIn          float64  `json:"swap_in_bytes_per_second"`  // host-wide pswpin
-	SwapOut         float64  `json:"swap_out_bytes_per_second"` // host-wide pswpout
-	RefaultsFile    float64  `json:"refaults_file_per_second"`  // the node's cgroup, else host-wide
-	RefaultsAnon    float64  `json:"refaults_anon_per_second"`
-	MajorFaults     float64  `json:"major_faults_per_second"`
-	ReclaimStall    float64  `json:"reclaim_stall_seconds"`     // time the sandboxes' tasks spent in reclaim (--trace)
-	ReclaimStallP99 float64  `json:"reclaim_stall_p99_seconds"` // one reclaim's p99
+	PSIMemorySome   float64 `json:"psi_memory_some_share"`
+	PSIMemoryFull   float64 `json:"psi_memory_full_share"`
+	HostPSIMemFull  float64 `json:"host_psi_memory_full_share"`
+	WorkingSet      float64 `json:"working_set_bytes"`
+	MemoryUsage     float64 `json:"memory_usage_bytes"`
+	MemoryLimit     float64 `json:"memory_limit_bytes"` // the node cgroup's limit as read
+	Anon            float64 `json:"anon_bytes"`
+	File            float64 `json:"file_bytes"`
+	SwapUsed        float64 `json:"swap_used_bytes"`           // by the node's cgroup
+	SwapFileUsed    float64 `json:"swap_file_used_bytes"`      // of the run's swap file, by anyone: a swap area is the host's
+	SwapIn          float64 `json:"swap_in_bytes_per_second"`  // host-wide pswpin
+	SwapOut         float64 `json:"swap_out_bytes_per_second"` // host-wide pswpout
+	RefaultsFile    float64 `json:"refaults_file_per_second"`  // the node's cgroup, else host-wide
+	RefaultsAnon    float64 `json:"refaults_anon_per_second"`
+	MajorFaults     float64 `json:"major_faults_per_second"`
+	ReclaimStall    float64 `json:"reclaim_stall_seconds"`     // time the sandboxes' tasks spent in reclaim (--trace)
+	ReclaimStallP99 float64 `json:"reclaim_stall_p99_seconds"` // one reclaim's p99
 	// CompactionStall is the time the sandboxes' tasks spent in direct compaction (--trace):
 	// fragmentation, not a lack of memory, holding up allocations.
 	CompactionStall float64 `json:"compaction_stall_seconds"`
 	// SwapIOP99 is the p99 of the swap device's request latency (queue and service, all
 	// cgroups, from the block tracer with --trace): how slow swapping in and out was.
-	SwapIOP99 float64 `json:"swap_io_p99_seconds"`
-	OOMKills        float64  `json:"oom_kills"`
-	CPUCores        float64  `json:"cpu_cores"`              // used by the run's cgroup
-	SwapDeviceBusy  float64  `json:"swap_device_busy_share"` // the device under the swap file
-	Signals         []string `json:"signals,omitempty"`      // collapse criteria this step crossed
+	SwapIOP99      float64  `json:"swap_io_p99_seconds"`
+	OOMKills       float64  `json:"oom_kills"`
+	CPUCores       float64  `json:"cpu_cores"`              // used by the run's cgroup
+	SwapDeviceBusy float64  `json:"swap_device_busy_share"` // the device under the swap file
+	Signals        []string `json:"signals,omitempty"`      // collapse criteria this step crossed
 }
 
 // DensityCollapse is the step that collapsed and the criterion crossed first there.
