@@ -241,7 +241,8 @@ func TestDensityCLIErrorsNameTheFlag(t *testing.T) {
 		"limit_below_heap": {[]string{"--sandbox-memory", "200Mi", "--limit", "100Mi"}, "--limit 100Mi: must be above --sandbox-memory 200Mi"},
 		"request_over":     {[]string{"--request", "3Gi", "--limit", "2Gi"}, "--request 3Gi: is above --limit 2Gi"},
 		"tiny_node":        {[]string{"--node-memory", "100Mi"}, "--node-memory 100Mi: must hold at least one sandbox"},
-		"swap_no_size":     {[]string{"--swap", "/var/tmp/x.swap"}, `--swap "/var/tmp/x.swap": want FILE:SIZE with an absolute FILE`},
+		"swap_no_size":     {[]string{"--swap", "/var/tmp/x.swap"}, `--swap "/var/tmp/x.swap": not a block device; for a swap file the run makes, give its size: FILE:SIZE`},
+		"swap_zero_size":   {[]string{"--swap", "/var/tmp/x.swap:0"}, "at least 1Mi"},
 		"swap_relative":    {[]string{"--swap", "x.swap:1Gi"}, "want FILE:SIZE with an absolute FILE"},
 		"swappiness":       {[]string{"--swappiness", "300"}, "--swappiness 300: want 0 to 200, or -1 to leave it"},
 		"wsf":              {[]string{"--watermark-scale-factor", "0"}, "--watermark-scale-factor 0: want 1 to 3000"},
@@ -260,5 +261,66 @@ func TestDensityCLIErrorsNameTheFlag(t *testing.T) {
 				t.Errorf("stderr %q does not contain %q", stderr, tc.want)
 			}
 		})
+	}
+}
+
+// With only the OOM criterion on, a node too small for its sandboxes (no swap) collapses by an
+// OOM kill inside the run: the reclaim tracer records it with the killed sandbox, the analyzer
+// reports one oom-kill for the node naming it, and memory-collapse says the OOM kill crossed
+// first.
+func TestDensityOOMKillInsideTheRun(t *testing.T) {
+	requireRoot(t)
+	dir := filepath.Join(t.TempDir(), "run")
+	out, err := nodectl(t, "stress", "density", "--node-memory", "384Mi", "--sandbox-memory", "100Mi", "--binary-size", "16Mi",
+		"--step", "2", "--max", "8", "--step-duration", "4s", "--pace", "100ms", "--interval", "500ms", "--trace",
+		"--collapse-psi-full", "0", "--collapse-readiness", "0", "--collapse-tick-gap", "0", "--out", dir, "-o", "json")
+	if err != nil {
+		t.Fatalf("stress density: %v", err)
+	}
+	run, err := record.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertClean(t, run.Meta.ID)
+	var rep struct {
+		densityReport
+		Findings []struct {
+			ID      string `json:"id"`
+			Victim  string `json:"victim"`
+			Summary string `json:"summary"`
+		} `json:"findings"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("stress density -o json: %v\n%s", err, out)
+	}
+	if rep.Collapse == nil || rep.Collapse.Signal != "oom-kill" {
+		t.Fatalf("collapse %+v, want one by oom-kill", rep.Collapse)
+	}
+	var kills []record.Record
+	for _, r := range run.Records {
+		if r.Type == record.TypeEvent && r.Name == record.EventOOMKill {
+			kills = append(kills, r)
+		}
+	}
+	if len(kills) == 0 {
+		t.Fatal("no oom_kill event recorded by the reclaim tracer")
+	}
+	if k := kills[0]; !strings.Contains(k.Cgroup, "/sandbox-") || k.Labels[record.LabelOOMLimitCgroup] != workloadCgroup(run, "node") {
+		t.Errorf("first kill in %s with limit cgroup %q; want a sandbox's, the node's limit %s", k.Cgroup, k.Labels[record.LabelOOMLimitCgroup], workloadCgroup(run, "node"))
+	}
+	var oom, collapse int
+	for _, f := range rep.Findings {
+		switch f.ID {
+		case "oom-kill":
+			oom++
+			if f.Victim != "node" || !strings.Contains(f.Summary, "sandbox-") {
+				t.Errorf("oom-kill of %q: %s; want the node, naming the sandbox", f.Victim, f.Summary)
+			}
+		case "memory-collapse":
+			collapse++
+		}
+	}
+	if oom != 1 || collapse != 1 {
+		t.Errorf("%d oom-kill and %d memory-collapse findings, want one each", oom, collapse)
 	}
 }

@@ -152,3 +152,66 @@ func TestWakeInContainerRuntimes(t *testing.T) {
 		})
 	}
 }
+
+// The memory and storm scenarios run in sandboxes too: a short density sweep in runc containers
+// and an fsync storm in gVisor record what they do natively (every sandbox ready in every step;
+// every writer durable in every storm, its bytes charged to its own cgroup), and leave nothing.
+func TestMemoryAndStormScenariosInContainerRuntimes(t *testing.T) {
+	requireRoot(t)
+	t.Run("density-runc", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "run")
+		out, err := nodectl(t, "stress", "density", "--runtime", "runc", "--node-memory", "1Gi", "--sandbox-memory", "48Mi",
+			"--binary-size", "8Mi", "--step", "2", "--max", "4", "--step-duration", "3s", "--interval", "500ms", "--out", dir, "-o", "json")
+		if err != nil {
+			t.Fatalf("stress density: %v", err)
+		}
+		run, err := record.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertClean(t, run.Meta.ID)
+		var rep densityReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("stress density -o json: %v\n%s", err, out)
+		}
+		if !strings.HasPrefix(run.Meta.Runtime, "runc") || len(rep.Steps) != 2 || rep.Collapse != nil || rep.MaxStable != 4 {
+			t.Fatalf("runtime %q, %d steps, collapse %+v, max stable %d; want runc, 2 steps to 4 without collapse",
+				run.Meta.Runtime, len(rep.Steps), rep.Collapse, rep.MaxStable)
+		}
+		for _, s := range rep.Steps {
+			if s.Ready != s.Started || s.Started != 2 {
+				t.Errorf("step %d: %d of %d sandboxes ready, want 2 of 2", s.Density, s.Ready, s.Started)
+			}
+		}
+	})
+	t.Run("fsync-storm-runsc", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "run")
+		out, err := nodectl(t, "stress", "fsync-storm", "--runtime", "runsc", "--writers", "3", "--size", "16Mi", "--rounds", "2",
+			"--pause", "500ms", "--trace", "--out", dir, "-o", "json")
+		if err != nil {
+			t.Fatalf("stress fsync-storm: %v", err)
+		}
+		run, err := record.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertClean(t, run.Meta.ID)
+		var rep stormReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("stress fsync-storm -o json: %v\n%s", err, out)
+		}
+		if !strings.HasPrefix(run.Meta.Runtime, "runsc") || len(rep.Writers) != 3 {
+			t.Fatalf("runtime %q, %d writers; want runsc and 3", run.Meta.Runtime, len(rep.Writers))
+		}
+		for _, w := range rep.Writers {
+			t.Logf("%s durable %v, %.0f MiB charged", w.Name, w.DurableSeconds, w.Bytes/(1<<20))
+			if len(w.DurableSeconds) != 2 {
+				t.Errorf("%s: %d durable times, want one per storm", w.Name, len(w.DurableSeconds))
+			}
+			// The Sentry writes and fsyncs from the sandbox's cgroup: the writer's.
+			if w.Bytes < 16<<20 {
+				t.Errorf("%s: %.0f bytes charged to its cgroup, want at least one file's 16 MiB", w.Name, w.Bytes)
+			}
+		}
+	})
+}

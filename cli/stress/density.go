@@ -167,9 +167,6 @@ func parseDensityFlags(cfg *st.DensityConfig, sandboxMem, request, limit, nodeMe
 			if cfg.SwapBytes, err = st.ParseSize(size); err != nil {
 				return fmt.Errorf("--swap %q: %w", swap, err)
 			}
-			if cfg.SwapBytes == 0 {
-				return fmt.Errorf("--swap %q: the swap file needs a size above zero", swap)
-			}
 		} else if fi, err := os.Stat(file); err != nil || fi.Mode()&os.ModeDevice == 0 || fi.Mode()&os.ModeCharDevice != 0 {
 			return fmt.Errorf("--swap %q: not a block device; for a swap file the run makes, give its size: FILE:SIZE", swap)
 		}
