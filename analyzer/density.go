@@ -40,6 +40,9 @@ const (
 	ceilingSwapUse = 0.90 // swap used over its size: exhausted
 	ceilingIOBusy  = 0.80 // the swap device's busy share: saturated
 	ceilingCPUBusy = 0.90 // CPU used over the CPUs: saturated
+	// ceilingMemoryFull: a working set this share of the node's memory is full; CPU use then
+	// comes from reclaim and refaults and is not the ceiling.
+	ceilingMemoryFull = 0.90
 )
 
 // DensityStep is one step of a density sweep: the density it held and what the node showed.
@@ -367,7 +370,9 @@ func ceiling(s DensityStep, cfg densityConfig) *DensityCeiling {
 		c.Resource = CeilingSwapIO
 		c.Explanation = fmt.Sprintf("the swap device was busy %s of the time (swap-in %s/s, swap-out %s/s): the sandboxes' pages could not come back as fast as they were touched; faster swap (local SSD) or a smaller hot set would raise the density",
 			fmtPercent(c.SwapBusy), fmtBytes(s.SwapIn), fmtBytes(s.SwapOut))
-	case c.CPUs > 0 && c.CPUCores >= ceilingCPUBusy*c.CPUs:
+	case c.CPUs > 0 && c.CPUCores >= ceilingCPUBusy*c.CPUs && c.WorkingSet < ceilingMemoryFull*c.NodeMemory:
+		// Busy CPUs bound the density only while memory has room: a node whose memory is full
+		// spends its CPU reclaiming and re-reading pages, a symptom of the memory ceiling.
 		c.Resource = CeilingCPU
 		c.Explanation = fmt.Sprintf("the sandboxes used %.2f of %.0f CPUs: CPU, not memory, bounded the density", c.CPUCores, c.CPUs)
 	default:

@@ -20,6 +20,7 @@ type densityStepSpec struct {
 	swapFileUsed        float64
 	psiFull             float64 // seconds of full pressure in the settled hold (its last 5 s)
 	oomKills, swapBusyS float64
+	cpuSeconds          float64 // CPU time the node used in the step
 }
 
 // densityRun builds a density run of steps; step i runs (10i, 10i+10], its hold from 10i+5.
@@ -33,7 +34,7 @@ func densityRun(nodeMem, swapBytes int64, collapse map[string]string, steps ...d
 	sample := func(t float64, metric, cg string, v float64, kv ...string) {
 		b.recs = append(b.recs, record.Record{Type: record.TypeSample, Time: at(t), Metric: metric, Cgroup: cg, Labels: labels(kv...), Value: &v})
 	}
-	var launched, full, ooms, busy float64
+	var launched, full, ooms, busy, cpu float64
 	for i, s := range steps {
 		start, hold, end := float64(10*i), float64(10*i+5), float64(10*i+10)
 		name := "step-" + strconv.Itoa(s.density)
@@ -54,6 +55,9 @@ func densityRun(nodeMem, swapBytes int64, collapse map[string]string, steps ...d
 		busy += s.swapBusyS
 		sample(end, record.MetricCgroupPressure, densityNode, full, record.LabelResource, "memory", record.LabelKind, "full")
 		sample(end, record.MetricDensityOOMKills, densityNode, ooms)
+		sample(start, record.MetricCPUUsage, densityNode, cpu)
+		cpu += s.cpuSeconds
+		sample(end, record.MetricCPUUsage, densityNode, cpu)
 		sample(end, record.MetricDiskIOTime, "", busy, record.LabelDevice, "254:0")
 		sample(start, record.MetricDiskIOTime, "", busy-s.swapBusyS, record.LabelDevice, "254:0")
 		sample(end-1, record.MetricDensityMemory, densityNode, s.workingSet, record.LabelName, "working_set")
@@ -135,6 +139,10 @@ func TestDensityCeiling(t *testing.T) {
 		"swap_device_busy":  {swap: gi, step: densityStepSpec{density: 4, readiness: []float64{1, 1}, workingSet: gi, swap: 0.5 * gi, swapBusyS: 9}, want: CeilingSwapIO},
 		"working_set":       {swap: gi, step: densityStepSpec{density: 4, readiness: []float64{1, 1}, workingSet: gi, swap: 0.5 * gi, swapBusyS: 2}, want: CeilingMemory},
 		"no_swap_oom_kills": {step: densityStepSpec{density: 4, readiness: []float64{1, 1}, workingSet: gi, oomKills: 1}, want: CeilingMemory},
+		// 19 s of CPU in a 10 s step on 2 CPUs: saturated. With memory to spare that is the
+		// ceiling; with the memory full it is the reclaim and refaults of a memory ceiling.
+		"cpu_with_memory_to_spare": {step: densityStepSpec{density: 4, readiness: []float64{1, 1}, workingSet: 0.6 * gi, cpuSeconds: 19}, want: CeilingCPU},
+		"cpu_with_memory_full":     {step: densityStepSpec{density: 4, readiness: []float64{1, 1}, workingSet: 0.99 * gi, cpuSeconds: 19}, want: CeilingMemory},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
