@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -58,20 +57,9 @@ func cpuWorkSlowdown(t *testing.T, run *record.Run) float64 {
 }
 
 func TestCPURequestErrorsNameTheProblem(t *testing.T) {
-	tests := map[string]struct {
-		args []string
-		want string
-	}{
+	expectCLIErrors(t, nil, map[string]cliError{
 		"victim_request_over_limit": {[]string{"stress", "noisy", "--victim-cpu", "250m", "--victim-request", "1"}, "--victim-request: CPU request 1 is above the CPU limit 250m"},
 		"bad_victim_request":        {[]string{"stress", "noisy", "--victim-request", "lots"}, `--victim-request: bad CPU limit "lots"`},
 		"hog_request_over_limit":    {[]string{"stress", "noisy", "--hog", "cpu,cpu=500m,request=1"}, "CPU request 1 is above the CPU limit 500m"},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			_, stderr, err := nodectlAs(t, os.Args[0], nil, tc.args...)
-			if err == nil || !strings.Contains(stderr, tc.want) {
-				t.Errorf("nodectl %v: err %v, stderr %q, want it to say %q", tc.args, err, stderr, tc.want)
-			}
-		})
-	}
+	})
 }

@@ -231,10 +231,7 @@ func TestDensityKilledRunIsRestoredByStressClean(t *testing.T) {
 }
 
 func TestDensityCLIErrorsNameTheFlag(t *testing.T) {
-	tests := map[string]struct {
-		args []string
-		want string
-	}{
+	expectCLIErrors(t, []string{"stress", "density"}, map[string]cliError{
 		"zero_step":        {[]string{"--step", "0"}, "--step 0: want an integer from 1 to 10000"},
 		"max_below_step":   {[]string{"--step", "4", "--max", "2"}, "--max 2: want an integer from --step (4) to 10000"},
 		"bad_memory":       {[]string{"--sandbox-memory", "lots"}, `--sandbox-memory: bad size "lots"`},
@@ -249,19 +246,7 @@ func TestDensityCLIErrorsNameTheFlag(t *testing.T) {
 		"psi_share":        {[]string{"--collapse-psi-full", "2"}, "--collapse-psi-full 2: want a share from 0 to 1"},
 		"hot_share":        {[]string{"--hot-share", "0"}, "--hot-share 0: want a share above 0 and at most 1"},
 		"bad_output":       {[]string{"-o", "yaml"}, `-o "yaml": allowed values are text and json`},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			args := append([]string{"stress", "density"}, tc.args...)
-			_, stderr, err := nodectlAs(t, os.Args[0], nil, args...)
-			if err == nil {
-				t.Fatalf("nodectl %v succeeded, want an error", args)
-			}
-			if !strings.Contains(stderr, tc.want) {
-				t.Errorf("stderr %q does not contain %q", stderr, tc.want)
-			}
-		})
-	}
+	})
 }
 
 // With only the OOM criterion on, a node too small for its sandboxes (no swap) collapses by an

@@ -439,11 +439,32 @@ func TestRecordRanksAUserCgroup(t *testing.T) {
 	}
 }
 
+// cliError is a command line that must fail with an error saying want.
+type cliError struct {
+	args []string
+	want string
+}
+
+// expectCLIErrors runs each command line (after prefix) and checks that it fails, saying what
+// it must: the flag, the value and what is allowed.
+func expectCLIErrors(t *testing.T, prefix []string, tests map[string]cliError) {
+	t.Helper()
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			args := append(slices.Clone(prefix), tc.args...)
+			_, stderr, err := nodectlAs(t, os.Args[0], nil, args...)
+			if err == nil {
+				t.Fatalf("nodectl %v succeeded, want an error", args)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr %q does not contain %q", stderr, tc.want)
+			}
+		})
+	}
+}
+
 func TestCLIErrorsNameTheProblem(t *testing.T) {
-	tests := map[string]struct {
-		args []string
-		want string
-	}{
+	expectCLIErrors(t, nil, map[string]cliError{
 		"unknown_hog_kind":   {[]string{"stress", "noisy", "--hog", "gpu"}, `unknown kind "gpu" (allowed: cpu, disk, memory, fsync, churn)`},
 		"bad_hog_limit":      {[]string{"stress", "noisy", "--hog", "cpu,cpu=fast"}, `cpu=fast: bad CPU limit "fast"`},
 		"bad_victim_cpu":     {[]string{"stress", "noisy", "--victim-cpu", "-1"}, "--victim-cpu"},
@@ -453,18 +474,7 @@ func TestCLIErrorsNameTheProblem(t *testing.T) {
 		"missing_run":        {[]string{"analyze", "/nonexistent/run"}, "/nonexistent/run"},
 		"record_without_out": {[]string{"record", "--duration", "2s"}, "--out is required"},
 		"clean_bad_id":       {[]string{"stress", "clean", "../etc"}, "is not a run id"},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			_, stderr, err := nodectlAs(t, os.Args[0], nil, tc.args...)
-			if err == nil {
-				t.Fatalf("nodectl %v succeeded, want an error", tc.args)
-			}
-			if !strings.Contains(stderr, tc.want) {
-				t.Errorf("stderr %q does not contain %q", stderr, tc.want)
-			}
-		})
-	}
+	})
 }
 
 func TestWithoutRootSaysWhichPrivilegeIsMissing(t *testing.T) {

@@ -191,10 +191,7 @@ func TestFsyncStormInterruptedLeavesNothing(t *testing.T) {
 }
 
 func TestFsyncStormCLIErrorsNameTheFlag(t *testing.T) {
-	tests := map[string]struct {
-		args []string
-		want string
-	}{
+	expectCLIErrors(t, []string{"stress", "fsync-storm"}, map[string]cliError{
 		"zero_writers":      {[]string{"--writers", "0"}, "--writers 0: want an integer from 1 to 256"},
 		"many_writers":      {[]string{"--writers", "1000"}, "--writers 1000: want an integer from 1 to 256"},
 		"bad_size":          {[]string{"--size", "lots"}, `--size: `},
@@ -207,17 +204,5 @@ func TestFsyncStormCLIErrorsNameTheFlag(t *testing.T) {
 		"platform_no_runsc": {[]string{"--runsc-platform", "ptrace"}, "--runsc-platform ptrace: only for --runtime runsc, not process"},
 		"short_timeout":     {[]string{"--timeout", "10ms"}, "--timeout 10ms: must be at least 1s"},
 		"bad_output":        {[]string{"-o", "yaml"}, `-o "yaml": allowed values are text and json`},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			args := append([]string{"stress", "fsync-storm"}, tc.args...)
-			_, stderr, err := nodectlAs(t, os.Args[0], nil, args...)
-			if err == nil {
-				t.Fatalf("nodectl %v succeeded, want an error", args)
-			}
-			if !strings.Contains(stderr, tc.want) {
-				t.Errorf("stderr %q does not contain %q", stderr, tc.want)
-			}
-		})
-	}
+	})
 }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -165,10 +164,7 @@ func TestWakeInterruptedLeavesNothing(t *testing.T) {
 }
 
 func TestWakeCLIErrorsNameTheFlag(t *testing.T) {
-	tests := map[string]struct {
-		args []string
-		want string
-	}{
+	expectCLIErrors(t, []string{"stress", "wake"}, map[string]cliError{
 		"bad_limit":         {[]string{"--cpu-limits", "50m,fast"}, `--cpu-limits: bad CPU limit "fast": want Kubernetes notation such as 250m or 1`},
 		"limit_too_small":   {[]string{"--cpu-limits", "5m"}, "--cpu-limits: 5m is below 10m"},
 		"same_limit":        {[]string{"--cpu-limits", "1,1000m"}, "--cpu-limits: 1 and 1000m are the same limit"},
@@ -178,17 +174,5 @@ func TestWakeCLIErrorsNameTheFlag(t *testing.T) {
 		"platform_no_runsc": {[]string{"--runsc-platform", "ptrace"}, "--runsc-platform ptrace: only for --runtime runsc, not process"},
 		"short_timeout":     {[]string{"--timeout", "10ms"}, "--timeout 10ms: must be at least 1s"},
 		"bad_output":        {[]string{"-o", "yaml"}, `-o "yaml": allowed values are text and json`},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			args := append([]string{"stress", "wake"}, tc.args...)
-			_, stderr, err := nodectlAs(t, os.Args[0], nil, args...)
-			if err == nil {
-				t.Fatalf("nodectl %v succeeded, want an error", args)
-			}
-			if !strings.Contains(stderr, tc.want) {
-				t.Errorf("stderr %q does not contain %q", stderr, tc.want)
-			}
-		})
-	}
+	})
 }
