@@ -282,24 +282,10 @@ func (r *densityRun) setup() error {
 		"system":  sample.NewSystem(cfg.Paths.Procfs, cfg.Paths.Sysfs, func() []string { return devices }),
 		"density": collect.SourceFunc(r.sampleNode),
 	}
-	status := map[string]string{}
-	if cfg.Trace {
-		if r.tracer, status, err = startTracer(cfg.Paths, r.id, r.layout, cgroup.NewResolver(r.layout), nil, cfg.Log); err != nil {
-			return err
-		}
-		sources["trace"] = collect.SourceFunc(r.tracer.Collect)
-	}
-	if err := r.writer.UpdateMeta(func(m *record.Meta) {
-		m.Workloads, m.Tracer, m.Runtime = r.workloads, status, r.launcher.Describe()
-	}); err != nil {
-		return err
-	}
 	if err := r.writer.Append(r.configEvent()); err != nil {
 		return err
 	}
-	r.collector = collect.New(sources, r.writer, cfg.Interval, nil, cfg.Log.With("component", "collect"))
-	r.stopColl = runCollector(r.collector, cfg.Log)
-	return nil
+	return r.startRecording(cfg.RunOptions, sources, r.workloads, nil, nil)
 }
 
 // noSwap keeps the emulated node from swapping when the run has no --swap: whatever swap the

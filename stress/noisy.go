@@ -154,22 +154,11 @@ func (r *noisyRun) setup() error {
 		"cgroups": sample.NewCgroups(r.layout, r.cgroupPaths),
 		"system":  sample.NewSystem(cfg.Paths.Procfs, cfg.Paths.Sysfs, r.devices),
 	}
-	status := map[string]string{}
 	if cfg.Trace {
+		// Kept for the churn hog: its sandboxes' cgroups may come and go between collections.
 		r.resolver = cgroup.NewResolver(r.layout)
-		if r.tracer, status, err = startTracer(cfg.Paths, r.id, r.layout, r.resolver, nil, cfg.Log); err != nil {
-			return err
-		}
-		sources["trace"] = collect.SourceFunc(r.tracer.Collect)
 	}
-	if err := r.writer.UpdateMeta(func(m *record.Meta) {
-		m.Workloads, m.Tracer, m.Runtime = r.workloads, status, r.launcher.Describe()
-	}); err != nil {
-		return err
-	}
-	r.collector = collect.New(sources, r.writer, cfg.Interval, nil, cfg.Log.With("component", "collect"))
-	r.stopColl = runCollector(r.collector, cfg.Log)
-	return nil
+	return r.startRecording(cfg.RunOptions, sources, r.workloads, r.resolver, nil)
 }
 
 // planWorkloads names the victim and every hog and decides their cgroups, limits and targets.

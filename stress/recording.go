@@ -118,15 +118,37 @@ func startTracer(p Paths, id string, layout *cgroup.Layout, res *cgroup.Resolver
 	return t, status, nil
 }
 
-// runCollector snapshots on the collector's interval in the background until stop is called.
-func runCollector(c *collect.Collector, log *slog.Logger) (stop func()) {
+// startRecording starts the run's recording: the tracer (programs; nil = all) when o.Trace,
+// its status, the workloads and the runtime in meta.json, and the collector sampling sources
+// (and the tracer) every interval in the background until release. res resolves the tracer's
+// cgroup ids; nil makes one.
+func (h *runHost) startRecording(o RunOptions, sources map[string]collect.Source, workloads []record.Workload,
+	res *cgroup.Resolver, programs []string) error {
+	status := map[string]string{}
+	if o.Trace {
+		if res == nil {
+			res = cgroup.NewResolver(h.layout)
+		}
+		var err error
+		if h.tracer, status, err = startTracer(o.Paths, h.id, h.layout, res, programs, o.Log); err != nil {
+			return err
+		}
+		sources["trace"] = collect.SourceFunc(h.tracer.Collect)
+	}
+	if err := h.writer.UpdateMeta(func(m *record.Meta) {
+		m.Workloads, m.Tracer, m.Runtime = workloads, status, h.launcher.Describe()
+	}); err != nil {
+		return err
+	}
+	h.collector = collect.New(sources, h.writer, o.Interval, nil, o.Log.With("component", "collect"))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := c.Run(ctx); err != nil {
-			log.Error("recording stopped", "err", err)
+		if err := h.collector.Run(ctx); err != nil {
+			o.Log.Error("recording stopped", "err", err)
 		}
 	}()
-	return func() { cancel(); <-done }
+	h.stopColl = func() { cancel(); <-done }
+	return nil
 }

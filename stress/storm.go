@@ -177,23 +177,8 @@ func (r *stormRun) setup() error {
 		"cgroups": sample.NewCgroups(r.layout, func() []string { return paths }),
 		"system":  sample.NewSystem(cfg.Paths.Procfs, cfg.Paths.Sysfs, func() []string { return []string{r.device} }),
 	}
-	status := map[string]string{}
-	if cfg.Trace {
-		// fsync latency and block I/O per cgroup explain a storm; the run queue does not.
-		if r.tracer, status, err = startTracer(cfg.Paths, r.id, r.layout, cgroup.NewResolver(r.layout),
-			[]string{trace.ProgramFsync, trace.ProgramBlkio}, cfg.Log); err != nil {
-			return err
-		}
-		sources["trace"] = collect.SourceFunc(r.tracer.Collect)
-	}
-	if err := r.writer.UpdateMeta(func(m *record.Meta) {
-		m.Workloads, m.Tracer, m.Runtime = r.workloads, status, r.launcher.Describe()
-	}); err != nil {
-		return err
-	}
-	r.collector = collect.New(sources, r.writer, cfg.Interval, nil, cfg.Log.With("component", "collect"))
-	r.stopColl = runCollector(r.collector, cfg.Log)
-	return nil
+	// fsync latency and block I/O per cgroup explain a storm; the run queue does not.
+	return r.startRecording(cfg.RunOptions, sources, r.workloads, nil, []string{trace.ProgramFsync, trace.ProgramBlkio})
 }
 
 // checkSpace refuses a storm whose files would not fit on the target's filesystem with a

@@ -164,22 +164,8 @@ func (r *wakeRun) setup() error {
 		"cgroups": sample.NewCgroups(r.layout, r.sampledCgroups),
 		"system":  sample.NewSystem(cfg.Paths.Procfs, cfg.Paths.Sysfs, func() []string { return nil }),
 	}
-	status := map[string]string{}
-	if cfg.Trace {
-		// The run-queue tracer is the one that sees a boot; fsync and block I/O have nothing to say.
-		if r.tracer, status, err = startTracer(cfg.Paths, r.id, r.layout, cgroup.NewResolver(r.layout), []string{trace.ProgramRunq}, cfg.Log); err != nil {
-			return err
-		}
-		sources["trace"] = collect.SourceFunc(r.tracer.Collect)
-	}
-	if err := r.writer.UpdateMeta(func(m *record.Meta) {
-		m.Workloads, m.Tracer, m.Runtime = r.workloads, status, r.launcher.Describe()
-	}); err != nil {
-		return err
-	}
-	r.collector = collect.New(sources, r.writer, cfg.Interval, nil, cfg.Log.With("component", "collect"))
-	r.stopColl = runCollector(r.collector, cfg.Log)
-	return nil
+	// The run-queue tracer is the one that sees a boot; fsync and block I/O have nothing to say.
+	return r.startRecording(cfg.RunOptions, sources, r.workloads, nil, []string{trace.ProgramRunq})
 }
 
 // plan names the starts: wake-<limit>-<i>, the limits taking turns so that a slow spell of
