@@ -84,6 +84,8 @@ var diffMetrics = []struct {
 	{"fsync_p95_seconds", UnitSeconds, "fsync p95", fsyncEither},
 	{"write_fsync_p95_seconds", UnitSeconds, "write+fsync p95", probeRow(func(p *ProbeStats) float64 { return p.WriteFsyncP95 })},
 	{"io_bytes", UnitBytes, "block I/O", anyRow(func(wp WorkloadPhase) float64 { return wp.IOBytes })},
+	{"heartbeat_lateness_p99_seconds", UnitSeconds, "heartbeat late p99", positive(func(wp WorkloadPhase) float64 { return wp.HeartbeatLatenessP99 })},
+	{"heartbeat_lateness_max_seconds", UnitSeconds, "heartbeat late max", positive(func(wp WorkloadPhase) float64 { return wp.HeartbeatLatenessMax })},
 }
 
 func anyRow(f func(WorkloadPhase) float64) func(WorkloadPhase) (float64, bool) {
@@ -97,6 +99,14 @@ func probeRow(f func(*ProbeStats) float64) func(WorkloadPhase) (float64, bool) {
 			return 0, false
 		}
 		v := f(wp.Probe)
+		return v, v > 0
+	}
+}
+
+// positive reads a measure only some workloads have: zero means this one has none.
+func positive(f func(WorkloadPhase) float64) func(WorkloadPhase) (float64, bool) {
+	return func(wp WorkloadPhase) (float64, bool) {
+		v := f(wp)
 		return v, v > 0
 	}
 }

@@ -32,6 +32,10 @@ type WorkloadPhase struct {
 	IOBytes          float64     `json:"io_bytes"`          // block I/O it issued, all devices
 	FsyncP95         float64     `json:"fsync_p95_seconds"` // traced fsync latency, all devices
 	Probe            *ProbeStats `json:"probe,omitempty"`   // a victim's own measurements
+	// A heartbeat probe's lateness, p99 and worst, over its beats in the phase; absent
+	// for other workloads.
+	HeartbeatLatenessP99 float64 `json:"heartbeat_lateness_p99_seconds,omitempty"`
+	HeartbeatLatenessMax float64 `json:"heartbeat_lateness_max_seconds,omitempty"`
 }
 
 // ProbeStats are a victim probe's per-iteration timings in one phase.
@@ -95,6 +99,9 @@ func (a *analysis) workloadPhase(wl record.Workload, w record.Window) WorkloadPh
 		RunqWait:         secs(runq.SumNs),
 		IOBytes:          of(record.MetricBlkBytes).LabelIn(record.LabelOp, dataOps...).Delta(w),
 		FsyncP95:         of(record.MetricFsyncLatency).HistDelta(w).Quantile(0.95),
+	}
+	if late := of(record.MetricHeartbeatLateness).Values(w); len(late) > 0 {
+		wp.HeartbeatLatenessP99, wp.HeartbeatLatenessMax = quantile(late, 0.99), slices.Max(late)
 	}
 	work := of(record.MetricProbeCPUWork).Values(w)
 	fsyncs := of(record.MetricProbeFsync).Samples(w)

@@ -762,7 +762,7 @@ func (r *densityRun) launch(i int) (string, error) {
 	name := fmt.Sprintf("%s-%d", kindSandbox, i)
 	w := record.Workload{Name: name, Kind: kindSandbox, Cgroup: RunCgroup(r.id) + "/" + name, Memory: FormatSize(cfg.LimitBytes),
 		Target: r.binary}
-	lim := cgroup.Limits{MemoryBytes: cfg.LimitBytes}
+	lim := r.place(&w, cgroup.Limits{MemoryBytes: cfg.LimitBytes})
 	if err := r.layout.Create(w.Cgroup, lim); err != nil {
 		return "", fmt.Errorf("creating cgroup of %s: %w", name, err)
 	}

@@ -138,10 +138,11 @@ func (r *noisyRun) setup() error {
 	if err := r.layout.Create(RunCgroup(r.id), cgroup.Limits{}); err != nil {
 		return fmt.Errorf("creating the run's cgroup: %w", err)
 	}
-	for _, w := range r.workloads {
+	for i, w := range r.workloads {
 		if !owned(w) {
 			continue // the host's cgroup: never created, limited or removed here
 		}
+		r.limits[w.Name] = r.place(&r.workloads[i], r.limits[w.Name])
 		if err := r.layout.Create(w.Cgroup, r.limits[w.Name]); err != nil {
 			return fmt.Errorf("creating cgroup of %s: %w", w.Name, err)
 		}

@@ -23,6 +23,7 @@ type runHost struct {
 	id     string
 	dir    string // the run directory
 	layout *cgroup.Layout
+	cpus   CPUPartition
 
 	unclaim   func()
 	writer    *record.Writer
@@ -44,7 +45,23 @@ func newRunHost(o RunOptions, scenario string) (runHost, error) {
 	if dir == "" {
 		dir = filepath.Join(DefaultRunsDir, id)
 	}
-	return runHost{paths: o.Paths, id: id, dir: dir, layout: layout}, nil
+	return runHost{paths: o.Paths, id: id, dir: dir, layout: layout, cpus: o.CPUs}, nil
+}
+
+// place gives w's cgroup the CPUs a tuned partition gives its kind, as a kubelet with reserved
+// system CPUs places pods and systemd places daemons: the heartbeat, which stands in for a
+// node daemon, on the system's CPUs and every other workload on the rest. It notes them in w
+// for meta.json and returns lim with them.
+func (h *runHost) place(w *record.Workload, lim cgroup.Limits) cgroup.Limits {
+	if h.cpus.Workloads == "" {
+		return lim
+	}
+	lim.CPUs = h.cpus.Workloads
+	if w.Kind == kindHeartbeat {
+		lim.CPUs = h.cpus.System
+	}
+	w.CPUs = lim.CPUs
+	return lim
 }
 
 // release deletes the launcher's containers, takes the last snapshot, closes the tracer and

@@ -37,6 +37,15 @@ type RunOptions struct {
 	Progress      io.Writer // live progress line; nil = none
 	ProgressTTY   bool
 	Log           *slog.Logger // nil = discard
+	// CPUs is the node's tuned CPU partition, which the run honours; zero = none.
+	CPUs CPUPartition
+}
+
+// CPUPartition is a live partition of the node's CPUs (nodectl tune's reserved CPUs): CPU
+// lists for the system and for workloads.
+type CPUPartition struct {
+	System    string
+	Workloads string
 }
 
 // defaults fills in what was left unset.

@@ -9,7 +9,8 @@ func TestRunIDPattern(t *testing.T) {
 			t.Errorf("run id %q does not match %s", id, runIDPattern)
 		}
 	}
-	for _, name := range []string{"test-1a2b3c4d", "test-record-4242", "sample-4242-0a1b2c3d", "noisy"} {
+	// system is where nodectl tune's CPU partition keeps daemons; Clean must never take it.
+	for _, name := range []string{"test-1a2b3c4d", "test-record-4242", "sample-4242-0a1b2c3d", "noisy", "system"} {
 		if runIDPattern.MatchString(name) {
 			t.Errorf("%q taken for a run id", name)
 		}

@@ -159,8 +159,8 @@ func (r *stormRun) setup() error {
 	if err := r.layout.Create(RunCgroup(r.id), cgroup.Limits{}); err != nil {
 		return fmt.Errorf("creating the run's cgroup: %w", err)
 	}
-	for _, w := range r.workloads {
-		if err := r.layout.Create(w.Cgroup, r.limits()); err != nil {
+	for i, w := range r.workloads {
+		if err := r.layout.Create(w.Cgroup, r.place(&r.workloads[i], r.limits())); err != nil {
 			return fmt.Errorf("creating cgroup of %s: %w", w.Name, err)
 		}
 	}

@@ -202,7 +202,7 @@ func (r *wakeRun) setSampled(cg string) {
 // a phase named after it, so the analyzer reads each start over its own boot.
 func (r *wakeRun) start(ctx context.Context, n int, w record.Workload) error {
 	// Requested as much as the limit, as a Guaranteed pod is: the kubelet's weight for it.
-	limits := cgroup.Limits{CPUMilli: r.limits[w.Name], CPURequestMilli: r.limits[w.Name]}
+	limits := r.place(&r.workloads[n], cgroup.Limits{CPUMilli: r.limits[w.Name], CPURequestMilli: r.limits[w.Name]})
 	if err := r.layout.Create(w.Cgroup, limits); err != nil {
 		return fmt.Errorf("creating cgroup of %s: %w", w.Name, err)
 	}

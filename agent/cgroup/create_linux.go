@@ -40,9 +40,9 @@ func (l *Layout) Create(path string, lim Limits) error {
 	}
 	var err error
 	if l.V1 {
-		err = l.createV1(path, quota, period, shares, lim.MemoryBytes)
+		err = l.createV1(path, quota, period, shares, lim.MemoryBytes, lim.CPUs)
 	} else {
-		err = l.createV2(path, quota, period, weight, lim.CPURequestMilli > 0, lim.MemoryBytes)
+		err = l.createV2(path, quota, period, weight, lim.CPURequestMilli > 0, lim.MemoryBytes, lim.CPUs)
 	}
 	if err != nil {
 		return fmt.Errorf("creating cgroup %s: %w", path, err)
@@ -50,7 +50,7 @@ func (l *Layout) Create(path string, lim Limits) error {
 	return nil
 }
 
-func (l *Layout) createV1(path string, quota *int64, period, shares uint64, memory int64) error {
+func (l *Layout) createV1(path string, quota *int64, period, shares uint64, memory int64, cpus string) error {
 	// -1 lifts a limit a previous Create may have set.
 	q, mem := int64(-1), int64(-1)
 	if quota != nil {
@@ -60,7 +60,7 @@ func (l *Layout) createV1(path string, quota *int64, period, shares uint64, memo
 		mem = memory
 	}
 	res := &specs.LinuxResources{
-		CPU:    &specs.LinuxCPU{Quota: &q, Period: &period, Shares: &shares},
+		CPU:    &specs.LinuxCPU{Quota: &q, Period: &period, Shares: &shares, Cpus: cpus},
 		Memory: &specs.LinuxMemory{Limit: &mem},
 	}
 	subs := l.v1Subsystems(v1Controllers)
@@ -77,7 +77,7 @@ func (l *Layout) createV1(path string, quota *int64, period, shares uint64, memo
 	return nil
 }
 
-func (l *Layout) createV2(path string, quota *int64, period, weight uint64, requested bool, memory int64) error {
+func (l *Layout) createV2(path string, quota *int64, period, weight uint64, requested bool, memory int64, cpus string) error {
 	b, err := os.ReadFile(filepath.Join(l.Unified, "cgroup.controllers"))
 	if err != nil {
 		return err
@@ -92,6 +92,13 @@ func (l *Layout) createV2(path string, quota *int64, period, weight uint64, requ
 		return errors.New("cpu limit: the cpu controller is not available")
 	case requested:
 		return errors.New("cpu request: the cpu controller is not available")
+	}
+	if cpus != "" {
+		// The library enables cpuset only beside cpu.
+		if !has("cpuset") || res.CPU == nil {
+			return fmt.Errorf("cpus %s: the cpuset and cpu controllers are not both available", cpus)
+		}
+		res.CPU.Cpus = cpus
 	}
 	switch {
 	case has("memory"):

@@ -174,6 +174,9 @@ type Limits struct {
 	CPURequestMilli int64  // CPU request in millicores, 0 = the kernel's default weight
 	CPUPeriodUs     uint64 // CFS period, 0 = 100000
 	MemoryBytes     int64  // 0 = unlimited
+	// CPUs is the cpuset.cpus CPU list, as a kubelet with reserved system CPUs confines pods;
+	// "" = the parent's.
+	CPUs string
 }
 
 // Bounds and defaults of cgroup v1 cpu.shares and v2 cpu.weight.

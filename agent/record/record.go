@@ -70,6 +70,9 @@ type Workload struct {
 	Period     Duration `json:"period,omitempty"` // a periodic probe's period (the heartbeat's)
 	// Runtime runs the workload: process, runc or runsc; empty for what the run did not start.
 	Runtime string `json:"runtime,omitempty"`
+	// CPUs is the cgroup's cpuset.cpus when the run placed it by a tuned CPU partition
+	// (workloads off the reserved CPUs, the heartbeat on them); empty when it did not.
+	CPUs string `json:"cpus,omitempty"`
 	// HostProcesses are the host processes found in the workload's cgroup while it ran, with
 	// their role (a runsc sandbox is a Sentry, a gofer and stubs, all charged to the sandbox's
 	// cgroup).

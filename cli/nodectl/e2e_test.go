@@ -479,9 +479,29 @@ func TestCLIErrorsNameTheProblem(t *testing.T) {
 
 func TestWithoutRootSaysWhichPrivilegeIsMissing(t *testing.T) {
 	requireRoot(t) // to drop to another user
-	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
-	// The test binary must be reachable by that user: neither the build cache's directory nor
-	// t.TempDir's parent are.
+	exe := exeForNobody(t)
+	dir := filepath.Dir(exe)
+	for _, args := range [][]string{
+		{"stress", "noisy", "--trace"},
+		{"record", "--duration", "2s", "--out", filepath.Join(dir, "rec")},
+		{"stress", "clean"},
+	} {
+		_, stderr, err := nodectlAs(t, exe, nobody, args...)
+		if err == nil {
+			t.Fatalf("nodectl %v as nobody succeeded", args)
+		}
+		if !strings.Contains(stderr, "needs root") || !strings.Contains(stderr, "CAP_") {
+			t.Errorf("nodectl %v as nobody: %q does not name the missing privilege", args, stderr)
+		}
+	}
+}
+
+var nobody = &syscall.Credential{Uid: 65534, Gid: 65534}
+
+// exeForNobody copies the test binary where user nobody can run it: neither the build cache's
+// directory nor t.TempDir's parent are reachable by that user.
+func exeForNobody(t *testing.T) string {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "nodectl-nobody-")
 	if err != nil {
 		t.Fatal(err)
@@ -498,19 +518,7 @@ func TestWithoutRootSaysWhichPrivilegeIsMissing(t *testing.T) {
 	if err := os.WriteFile(exe, self, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{
-		{"stress", "noisy", "--trace"},
-		{"record", "--duration", "2s", "--out", filepath.Join(dir, "rec")},
-		{"stress", "clean"},
-	} {
-		_, stderr, err := nodectlAs(t, exe, nobody, args...)
-		if err == nil {
-			t.Fatalf("nodectl %v as nobody succeeded", args)
-		}
-		if !strings.Contains(stderr, "needs root") || !strings.Contains(stderr, "CAP_") {
-			t.Errorf("nodectl %v as nobody: %q does not name the missing privilege", args, stderr)
-		}
-	}
+	return exe
 }
 
 // nodectlAs runs the CLI binary exe, as another user when cred is set, and returns stdout and

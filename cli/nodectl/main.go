@@ -12,6 +12,7 @@ import (
 	"github.com/nodectl/nodectl/cli/diff"
 	"github.com/nodectl/nodectl/cli/record"
 	"github.com/nodectl/nodectl/cli/stress"
+	"github.com/nodectl/nodectl/cli/tune"
 	"github.com/nodectl/nodectl/cli/version"
 	"github.com/nodectl/nodectl/cli/workload"
 	st "github.com/nodectl/nodectl/stress"
@@ -28,11 +29,14 @@ everything in a run directory, and explains which neighbour or limit slowed whom
 		SilenceErrors: true,
 	}
 	root.AddCommand(stress.New(), record.New(), analyze.New(), version.New(), workload.New())
-	root.AddCommand(diff.New())
+	root.AddCommand(diff.New(), tune.New())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "nodectl: %v\n", err)
 		if errors.Is(err, st.ErrInterrupted) {
 			os.Exit(130)
+		}
+		if errors.Is(err, tune.ErrDrift) {
+			os.Exit(3)
 		}
 		os.Exit(1)
 	}

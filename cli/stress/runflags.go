@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"github.com/nodectl/nodectl/cli/internal/clix"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/launch"
+	"github.com/nodectl/nodectl/tuner"
+	"github.com/nodectl/nodectl/tuner/cpuset"
 )
 
 // runFlags are the flags every scenario takes (stress.RunOptions, the report format, -v), and
@@ -22,6 +25,9 @@ type runFlags struct {
 	runtime string
 	output  string
 	verbose bool
+	// tuneState is nodectl tune's state file: a CPU partition applied there places the run's
+	// workloads as the tuned node's kubelet would.
+	tuneState string
 }
 
 // register adds the flags; who names what --runtime runs, traceHelp what --trace records, and
@@ -34,6 +40,8 @@ func (rf *runFlags) register(f *pflag.FlagSet, who, traceHelp string, scratch bo
 	f.StringVarP(&rf.output, "output", "o", "text", "report format: text or json")
 	f.DurationVar(&rf.opts.Interval, "interval", time.Second, "sampling interval of the tracer and samplers")
 	f.BoolVarP(&rf.verbose, "verbose", "v", false, "log debug detail to stderr")
+	f.StringVar(&rf.tuneState, "tune-state", filepath.Join("/", tuner.DefaultStateFile), "nodectl tune's state file; with reserved CPUs applied, workloads run off them and the heartbeat on them")
+	_ = f.MarkHidden("tune-state")
 	clix.HostPathFlags(f, &rf.opts.Paths)
 	if scratch {
 		clix.RunPathFlags(f, &rf.opts.Paths)
@@ -74,6 +82,14 @@ func (rf *runFlags) start(cmd *cobra.Command, name, why string) (context.Context
 	rf.opts.Progress = cmd.ErrOrStderr()
 	rf.opts.ProgressTTY = clix.IsTerminal(os.Stderr)
 	rf.opts.Log = clix.Logger(cmd.ErrOrStderr(), rf.verbose)
+	state, err := tuner.LoadState(rf.tuneState)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--tune-state %s: %w", rf.tuneState, err)
+	}
+	if system, workloads, ok := cpuset.Live(state); ok {
+		rf.opts.CPUs = st.CPUPartition{System: system, Workloads: workloads}
+		rf.opts.Log.Info("placing workloads by the tuned CPU partition", "system", system, "workloads", workloads)
+	}
 	ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
 	return ctx, stop, nil
 }

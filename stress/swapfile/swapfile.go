@@ -21,8 +21,23 @@ type File struct {
 // over an existing file, which may be someone's swap.
 var ErrExists = errors.New("file exists")
 
-// Active lists the swap areas on now, by path, from <procfsDir>/swaps.
-func Active(procfsDir string) ([]string, error) {
+// ErrNotSwap is returned by Open for a file without a swap signature: it is never formatted
+// here, as it may hold someone's data.
+var ErrNotSwap = errors.New("no swap signature")
+
+// Area is a swap area that is on, as <procfs>/swaps lists it.
+type Area struct {
+	// Path is the file or device as the kernel prints it: relative to the reader's root, with
+	// space, tab, newline and backslash escaped as \ooo.
+	Path string
+	// Priority is the area's priority; negative when it was enabled without one, the kernel
+	// then giving each such area the next lower number from -1.
+	Priority int
+	Size     int64 // bytes
+}
+
+// Areas lists the swap areas on now, from <procfsDir>/swaps.
+func Areas(procfsDir string) ([]Area, error) {
 	fs, err := procfs.NewFS(procfsDir)
 	if err != nil {
 		return nil, fmt.Errorf("opening procfs %s: %w", procfsDir, err)
@@ -31,9 +46,22 @@ func Active(procfsDir string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading swaps: %w", err)
 	}
-	out := make([]string, 0, len(swaps))
+	out := make([]Area, 0, len(swaps))
 	for _, s := range swaps {
-		out = append(out, s.Filename)
+		out = append(out, Area{Path: s.Filename, Priority: s.Priority, Size: int64(s.Size) << 10})
+	}
+	return out, nil
+}
+
+// Active lists the swap areas on now, by path, from <procfsDir>/swaps.
+func Active(procfsDir string) ([]string, error) {
+	areas, err := Areas(procfsDir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(areas))
+	for _, a := range areas {
+		out = append(out, a.Path)
 	}
 	return out, nil
 }

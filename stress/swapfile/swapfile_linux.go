@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"unsafe"
 
@@ -115,21 +116,54 @@ func OpenDevice(path string) (*File, error) {
 	if st.Mode()&os.ModeDevice == 0 || st.Mode()&os.ModeCharDevice != 0 {
 		return nil, fmt.Errorf("swap device %s: not a block device", path)
 	}
+	size, err := readHeader(path)
+	if errors.Is(err, ErrNotSwap) {
+		return nil, fmt.Errorf("swap device %s: no swap signature; format it with mkswap first (nodectl never formats a device: it would destroy what it holds)", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("swap device %s: %w", path, err)
+	}
+	return &File{Path: path, Size: size, device: true}, nil
+}
+
+// Open takes an existing swap file or block device, one with a swap signature, without
+// changing it. on says whether it is on now (see Areas), so that Disable and Remove turn it
+// off; Remove deletes a file but never a device.
+func Open(path string, on bool) (*File, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening swap area: %w", err)
+	}
+	device := st.Mode()&os.ModeDevice != 0 && st.Mode()&os.ModeCharDevice == 0
+	if !device && !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("opening swap area %s: neither a regular file nor a block device", path)
+	}
+	size, err := readHeader(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening swap area %s: %w", path, err)
+	}
+	return &File{Path: path, Size: size, on: on, device: device}, nil
+}
+
+// readHeader returns the size of the swap area at path from its header, or ErrNotSwap.
+func readHeader(path string) (int64, error) {
 	d, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("swap device: %w", err)
+		return 0, err
 	}
 	defer d.Close()
 	page := int64(os.Getpagesize())
 	hdr := make([]byte, page)
-	if _, err := d.ReadAt(hdr, 0); err != nil {
-		return nil, fmt.Errorf("swap device %s: reading its header: %w", path, err)
+	if _, err := d.ReadAt(hdr, 0); errors.Is(err, io.EOF) {
+		return 0, ErrNotSwap // shorter than a page
+	} else if err != nil {
+		return 0, fmt.Errorf("reading its header: %w", err)
 	}
 	if string(hdr[page-int64(len(swapMagic)):]) != swapMagic {
-		return nil, fmt.Errorf("swap device %s: no swap signature; format it with mkswap first (nodectl never formats a device: it would destroy what it holds)", path)
+		return 0, ErrNotSwap
 	}
 	last := int64(binary.NativeEndian.Uint32(hdr[bootBits+4:]))
-	return &File{Path: path, Size: (last + 1) * page, device: true}, nil
+	return (last + 1) * page, nil
 }
 
 // Remove turns the swap file off if it is on and deletes it (a device is only turned off);

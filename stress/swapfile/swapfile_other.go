@@ -17,6 +17,11 @@ func OpenDevice(path string) (*File, error) {
 	return nil, fmt.Errorf("swap device %s: %w", path, errors.ErrUnsupported)
 }
 
+// Open fails: swap is Linux's here.
+func Open(path string, on bool) (*File, error) {
+	return nil, fmt.Errorf("opening swap area %s: %w", path, errors.ErrUnsupported)
+}
+
 // Enable fails: swap files are Linux's here.
 func (f *File) Enable(prio int) error { return errors.ErrUnsupported }
 

@@ -81,3 +81,60 @@ func TestCreateTooSmall(t *testing.T) {
 		t.Fatal("a one-page swap file was made")
 	}
 }
+
+func TestOpenAndAreas(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for swapon")
+	}
+	dir := scratch(t)
+	data := filepath.Join(dir, "data")
+	if err := os.WriteFile(data, make([]byte, 1<<16), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(data, false); !errors.Is(err, ErrNotSwap) {
+		t.Fatalf("opening a data file: %v, want ErrNotSwap", err)
+	}
+	path := filepath.Join(dir, "swap")
+	if _, err := Create(path, 32<<20); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		on, _ := Active("/proc")
+		g, err := Open(path, slices.Contains(on, path))
+		if err == nil {
+			err = g.Remove()
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	f, err := Open(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Size != 32<<20 {
+		t.Errorf("size %d from the header, want 32 MiB", f.Size)
+	}
+	if err := f.Enable(9); err != nil {
+		t.Fatal(err)
+	}
+	areas, err := Areas("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(areas, func(a Area) bool { return a.Path == path })
+	if i < 0 || areas[i].Priority != 9 || areas[i].Size != 32<<20-4096 {
+		t.Fatalf("areas %+v, want %s at priority 9 with 32 MiB less the header page", areas, path)
+	}
+	// Opened as on, Disable turns it off.
+	g, err := Open(path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Disable(); err != nil {
+		t.Fatal(err)
+	}
+	if on, _ := Active("/proc"); slices.Contains(on, path) {
+		t.Fatal("still on after Disable")
+	}
+}

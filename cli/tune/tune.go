@@ -1,0 +1,164 @@
+// Package tune is `nodectl tune`: plan, apply, verify, roll back and validate a node-tuning
+// profile.
+package tune
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/utils/cpuset"
+
+	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/tuner"
+	"github.com/nodectl/nodectl/tuner/backends"
+	"github.com/nodectl/nodectl/tuner/profile"
+	"github.com/nodectl/nodectl/tuner/sysctl"
+)
+
+// ErrDrift is returned by verify when a setting differs from what is wanted; main exits 3 on
+// it, so scripts tell drift (3) from failure (1).
+var ErrDrift = errors.New("drift")
+
+// New returns the tune command group.
+func New() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tune",
+		Short: "Tune the node for dense sandboxes: plan, apply, verify, roll back, validate",
+		Long: `nodectl tune changes the node's settings from a profile, all or nothing: plan shows each
+setting's current and desired value and what needs a restart; apply records every earlier
+value in a state file before changing anything, applies in order and verifies each change,
+and rolls back everything already applied when one fails; verify reports drift; rollback
+restores exactly what apply recorded. The built-in profile sandbox-density carries the
+settings of the seed report's node tuner (reserved system CPUs, ARP neighbour cache, journald
+limits and storage, swap sysctls), sized from the node's CPU count. A profile is a built-in's
+name, a YAML file in nodectl's format (docs/tuning-profiles.md), or a GKE node system config
+file (linuxConfig.sysctl, linuxConfig.swapConfig), so a node pool's config can be checked
+against a node.`,
+		Example: `  nodectl tune plan
+  sudo nodectl tune apply --profile sandbox-density
+  nodectl tune verify -o json
+  nodectl tune verify --profile swap-dedicated-lssd.yaml
+  sudo nodectl tune rollback
+  sudo nodectl tune validate --profile sandbox-density -- stress noisy --heartbeat 100ms --hog churn,count=2 --trace`,
+	}
+	cmd.AddCommand(newPlan(), newApply(), newVerify(), newRollback(), newStatus(), newValidate(), newWatch())
+	return cmd
+}
+
+// opts are the flags every tune command shares.
+type opts struct {
+	hostRoot, procfs, sysfs, cgroupfs, state string
+	profile                                  string
+	output                                   string
+}
+
+func (o *opts) hostFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.hostRoot, "host-root", "/", "the node's root filesystem (/host in a DaemonSet; a scratch tree in tests): drop-ins, mounts and the state file are below it")
+	f.StringVar(&o.procfs, "procfs", "", "procfs of the node (default <host-root>/proc)")
+	f.StringVar(&o.sysfs, "sysfs", "", "sysfs of the node (default <host-root>/sys)")
+	f.StringVar(&o.cgroupfs, "cgroupfs", "", "cgroup filesystem root of the node (default <sysfs>/fs/cgroup)")
+	f.StringVar(&o.state, "state", "", "state file recording what apply changed (default <host-root>"+tuner.DefaultStateFile+")")
+}
+
+func (o *opts) profileFlag(f *pflag.FlagSet, def string) {
+	usage := "profile: a built-in (" + strings.Join(profile.Builtins(), ", ") + "), a nodectl profile file or a GKE node system config file"
+	f.StringVar(&o.profile, "profile", def, usage)
+}
+
+func (o *opts) outputFlag(f *pflag.FlagSet) {
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+}
+
+func (o *opts) host() (tuner.Host, error) {
+	if !filepath.IsAbs(o.hostRoot) {
+		return tuner.Host{}, fmt.Errorf("--host-root %q: must be an absolute path", o.hostRoot)
+	}
+	if fi, err := os.Stat(o.hostRoot); err != nil || !fi.IsDir() {
+		return tuner.Host{}, fmt.Errorf("--host-root %q: not a directory", o.hostRoot)
+	}
+	h := tuner.HostAt(o.hostRoot)
+	if o.procfs != "" {
+		h.Procfs = o.procfs
+	}
+	if o.sysfs != "" {
+		h.Sysfs = o.sysfs
+		h.Cgroupfs = filepath.Join(o.sysfs, "fs/cgroup")
+	}
+	if o.cgroupfs != "" {
+		h.Cgroupfs = o.cgroupfs
+	}
+	return h, nil
+}
+
+func (o *opts) statePath(h tuner.Host) string {
+	if o.state != "" {
+		return o.state
+	}
+	return h.Path(tuner.DefaultStateFile)
+}
+
+// loaded is a resolved profile with its settings on the node.
+type loaded struct {
+	host    tuner.Host
+	profile *profile.Profile
+	cpus    int
+	engine  *tuner.Engine
+}
+
+// load reads and resolves the profile against the node and builds its engine; nothing on the
+// node changes, so a bad profile is refused before anything is touched.
+func (o *opts) load(cmd *cobra.Command) (*loaded, error) {
+	h, err := o.host()
+	if err != nil {
+		return nil, err
+	}
+	raw, err := profile.Load(o.profile)
+	if err != nil {
+		return nil, fmt.Errorf("--profile %s: %w", o.profile, err)
+	}
+	cpus, err := onlineCPUs(h)
+	if err != nil {
+		return nil, err
+	}
+	p, err := raw.Resolve(profile.Node{CPUs: cpus, SysctlExists: func(k string) bool { return sysctl.Exists(h, k) }})
+	if err != nil {
+		return nil, fmt.Errorf("profile %s is refused, nothing was changed:\n%w", o.profile, err)
+	}
+	e := o.engineAt(cmd, h)
+	e.Profile = p.Name
+	e.Settings = backends.Settings(h, p)
+	return &loaded{host: h, profile: p, cpus: cpus, engine: e}, nil
+}
+
+// engineAt is an engine without settings, for rollback and status, which work from the state
+// file alone.
+func (o *opts) engineAt(cmd *cobra.Command, h tuner.Host) *tuner.Engine {
+	return &tuner.Engine{State: o.statePath(h), Decode: backends.Decoder(h), Log: clix.Logger(cmd.ErrOrStderr(), false)}
+}
+
+// onlineCPUs counts the node's online CPUs from sysfs.
+func onlineCPUs(h tuner.Host) (int, error) {
+	p := filepath.Join(h.Sysfs, "devices/system/cpu/online")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, fmt.Errorf("counting the node's CPUs: %w", err)
+	}
+	set, err := cpuset.Parse(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("counting the node's CPUs: %s: %w", p, err)
+	}
+	return set.Size(), nil
+}
+
+// needRoot refuses to change the node without root.
+func needRoot(what string) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("nodectl tune %s changes the node's kernel settings, files, mounts and cgroups: it needs root; run it with sudo (nothing was changed)", what)
+	}
+	return nil
+}

@@ -1,0 +1,777 @@
+// Package cpuset is the tuner's live CPU partition: system cgroups and system daemons on the
+// reserved CPUs, workload cgroups on the others. The kubelet's reservedSystemCPUs does this for
+// pods only after a restart and never pins the daemons; the partition does both now, on cgroup
+// v1 (the cpuset hierarchy) and v2 (cpuset.cpus, enabling the controller where needed).
+package cpuset
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/prometheus/procfs"
+	"k8s.io/utils/cpuset"
+
+	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/tuner"
+)
+
+// Backend is the backend's name in state files, and ID the partition's setting id.
+const (
+	Backend = "cpuset"
+	ID      = Backend + ":partition"
+)
+
+// Parent is the cgroup below which nodectl makes everything (stress.CgroupParent), and
+// SystemCgroup the cpuset cgroup the partition moves daemons into when no system cgroup holds
+// them.
+const (
+	Parent       = "/nodectl"
+	SystemCgroup = Parent + "/system"
+)
+
+// Partition is the partition's parameters, as recorded in the state file. Cgroup paths are
+// below the cpuset hierarchy's root, e.g. system.slice or /kubepods.
+type Partition struct {
+	Reserved        string   `json:"reserved"`
+	SystemCgroups   []string `json:"system_cgroups,omitempty"`
+	WorkloadCgroups []string `json:"workload_cgroups,omitempty"`
+	Daemons         []string `json:"daemons,omitempty"` // comm names
+}
+
+type partition struct {
+	h    tuner.Host
+	p    Partition
+	r, w cpuset.CPUSet
+	err  error // a reserved list that cannot be used on this node; Read and Apply return it
+	// detect finds the cpuset hierarchy; tests point it at a tree of plain files.
+	detect func() (hierarchy, error)
+}
+
+// NewPartition is the partition p on h: its reserved CPUs for the system, the node's other
+// online CPUs for workloads.
+func NewPartition(h tuner.Host, p Partition) tuner.Setting {
+	s := &partition{h: h, p: p}
+	s.detect = s.detectHierarchy
+	s.r, s.w, s.err = split(h, p.Reserved)
+	for _, c := range slices.Concat(p.SystemCgroups, p.WorkloadCgroups) {
+		if clean(c) == "/" {
+			s.err = fmt.Errorf("%s: cgroup %q: the root cgroup has every CPU; name a cgroup below it", ID, c)
+		}
+	}
+	return s
+}
+
+// Decode rebuilds a partition from its recorded Spec.
+func Decode(h tuner.Host, raw json.RawMessage) (tuner.Setting, error) {
+	var p Partition
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, fmt.Errorf("decoding cpuset partition spec: %w", err)
+	}
+	if p.Reserved == "" {
+		return nil, fmt.Errorf("decoding cpuset partition spec %s: no reserved CPUs", raw)
+	}
+	return NewPartition(h, p), nil
+}
+
+// split parses the reserved list and takes it from the node's online CPUs.
+func split(h tuner.Host, reserved string) (r, w cpuset.CPUSet, err error) {
+	r, err = cpuset.Parse(reserved)
+	if err != nil || r.IsEmpty() {
+		return r, w, fmt.Errorf("%s: reserved CPUs %q: want a CPU list such as 0,1 or 0-7", ID, reserved)
+	}
+	file := filepath.Join(h.Sysfs, "devices/system/cpu/online")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return r, w, fmt.Errorf("%s: reading the online CPUs: %w", ID, err)
+	}
+	online, err := cpuset.Parse(strings.TrimSpace(string(b)))
+	if err != nil {
+		return r, w, fmt.Errorf("%s: reading the online CPUs from %s: %w", ID, file, err)
+	}
+	if !r.IsSubsetOf(online) {
+		return r, w, fmt.Errorf("%s: reserved CPUs %s: the node's online CPUs are %s", ID, r, online)
+	}
+	w = online.Difference(r)
+	if w.IsEmpty() {
+		return r, w, fmt.Errorf("%s: reserved CPUs %s: that is every online CPU, leaving none for workloads", ID, r)
+	}
+	return r, w, nil
+}
+
+func (s *partition) ID() string      { return ID }
+func (s *partition) Backend() string { return Backend }
+func (s *partition) Spec() any       { return s.p }
+func (s *partition) Desired() string { return text(s.r, s.w) }
+
+func text(system, workloads cpuset.CPUSet) string {
+	return fmt.Sprintf("system %s, workloads %s", system, workloads)
+}
+
+// Live reports the partition that the applied, complete state st holds: the CPU lists of the
+// system and of workloads. A stress run places its workloads by it.
+func Live(st *tuner.State) (system, workloads string, ok bool) {
+	if st == nil || !st.Complete() {
+		return "", "", false
+	}
+	for _, r := range st.Settings {
+		if r.ID != ID {
+			continue
+		}
+		rest, ok1 := strings.CutPrefix(r.Desired, "system ")
+		system, workloads, ok2 := strings.Cut(rest, ", workloads ")
+		if ok1 && ok2 {
+			return system, workloads, true
+		}
+	}
+	return "", "", false
+}
+
+// hierarchy is where the cpuset controller is: a v1 cpuset mount or the v2 unified mount.
+type hierarchy struct {
+	root string
+	v2   bool
+}
+
+func (s *partition) detectHierarchy() (hierarchy, error) {
+	l, err := cgroup.DetectProcfs(s.h.Cgroupfs, s.h.Procfs)
+	if err != nil {
+		return hierarchy{}, err
+	}
+	if m, ok := l.Mounts["cpuset"]; ok {
+		return hierarchy{root: m}, nil
+	}
+	if l.Unified == "" {
+		return hierarchy{}, fmt.Errorf("no cpuset hierarchy below %s", s.h.Cgroupfs)
+	}
+	b, err := os.ReadFile(filepath.Join(l.Unified, "cgroup.controllers"))
+	if err != nil {
+		return hierarchy{}, err
+	}
+	if !slices.Contains(strings.Fields(string(b)), "cpuset") {
+		return hierarchy{}, fmt.Errorf("the cpuset controller is neither on a v1 hierarchy nor available in %s", l.Unified)
+	}
+	return hierarchy{root: l.Unified, v2: true}, nil
+}
+
+func (hy hierarchy) dir(p string) string { return filepath.Join(hy.root, p) }
+
+func (hy hierarchy) exists(p string) bool {
+	fi, err := os.Stat(hy.dir(p))
+	return err == nil && fi.IsDir()
+}
+
+// cpus is p's cpuset.cpus as written; "" when empty or, on v2, when the controller is off.
+func (hy hierarchy) cpus(p string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(hy.dir(p), "cpuset.cpus"))
+	if errors.Is(err, fs.ErrNotExist) && hy.v2 {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func (hy hierarchy) write(p, file, v string) error {
+	f := filepath.Join(hy.dir(p), file)
+	if err := os.WriteFile(f, []byte(v), 0o644); err != nil {
+		return fmt.Errorf("writing %q to %s: %w", v, f, err)
+	}
+	return nil
+}
+
+// cpusetEnabled reports whether p hands the cpuset controller to its children (v2). A tree of
+// plain files keeps the last "+cpuset" written, which counts too.
+func (hy hierarchy) cpusetEnabled(p string) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(hy.dir(p), "cgroup.subtree_control"))
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(strings.Fields(string(b)), func(c string) bool { return strings.TrimPrefix(c, "+") == "cpuset" }), nil
+}
+
+// ancestors are the cgroups above p, the root first.
+func ancestors(p string) []string {
+	var out []string
+	for d := filepath.Dir(p); ; d = filepath.Dir(d) {
+		out = append(out, d)
+		if d == "/" {
+			break
+		}
+	}
+	slices.Reverse(out)
+	return out
+}
+
+func depth(p string) int { return strings.Count(p, "/") }
+
+// clean makes a configured cgroup path absolute: "system.slice" is "/system.slice".
+func clean(p string) string { return filepath.Clean("/" + p) }
+
+// display is a cgroup path as people write it: system.slice.
+func display(p string) string { return strings.TrimPrefix(p, "/") }
+
+// change is one cgroup's cpuset.cpus going from one value to another.
+type change struct {
+	Path string `json:"path"`
+	From string `json:"cpus"` // what it was: recorded for restore
+	to   string
+}
+
+// move is a daemon process in a cpuset cgroup outside the system's CPUs.
+type move struct {
+	PID    int    `json:"pid"`
+	Start  uint64 `json:"start"` // start time in clock ticks: tells a reused pid apart
+	Comm   string `json:"comm"`
+	Cgroup string `json:"cgroup"`
+}
+
+// data is what Restore needs: every cgroup's previous cpus, every moved daemon's cgroup, the
+// cgroups whose subtree_control gains cpuset (v2), and whether nodectl's cgroups existed.
+type data struct {
+	Cgroups       []change `json:"cgroups,omitempty"`
+	Moves         []move   `json:"pids,omitempty"`
+	Enabled       []string `json:"subtree_control,omitempty"`
+	ParentExisted bool     `json:"nodectl_existed"`
+	SystemExisted bool     `json:"system_existed"`
+}
+
+// plan is what the partition finds and what Apply would do about it.
+type plan struct {
+	data
+	diffs []string // what differs, for the Text
+}
+
+// tree plans one system or workload cgroup and its descendants: top gets target; a descendant
+// keeps what it has of target (all of it when nothing). It holds when every one's CPUs are
+// within target and, when exact (system), the top's are target.
+func (pl *plan) tree(hy hierarchy, role, top string, target cpuset.CPUSet, exact bool) error {
+	if !hy.exists(top) {
+		return nil
+	}
+	var failed []string
+	var failedCPUs string
+	effective := map[string]cpuset.CPUSet{}
+	// Pods come and go while the tree is read; one that went is no longer there to change.
+	err := filepath.WalkDir(hy.dir(top), func(d string, e fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !e.IsDir() {
+			return nil
+		}
+		rel, _ := filepath.Rel(hy.root, d)
+		p := clean(rel)
+		raw, err := hy.cpus(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return filepath.SkipDir
+		}
+		if err != nil {
+			return err
+		}
+		set, err := cpuset.Parse(raw)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", filepath.Join(d, "cpuset.cpus"), err)
+		}
+		// On v2 an empty cpuset.cpus takes the parent's, and what a cgroup gets is always
+		// within its parent's.
+		eff := set
+		if hy.v2 {
+			parent, ok := effective[filepath.Dir(p)]
+			if !ok {
+				if parent, err = inherited(hy, filepath.Dir(p)); err != nil {
+					return err
+				}
+			}
+			if raw == "" {
+				eff = parent
+			} else {
+				eff = set.Intersection(parent)
+			}
+		}
+		effective[p] = eff
+		ok := eff.IsSubsetOf(target)
+		if p == top && exact {
+			ok = eff.Equals(target)
+		}
+		if !ok {
+			if failed == nil {
+				failedCPUs = eff.String()
+			}
+			failed = append(failed, display(p))
+		}
+		to := target
+		if p != top {
+			if hy.v2 && raw == "" {
+				return nil // inherits the top's
+			}
+			if kept := set.Intersection(target); !kept.IsEmpty() {
+				to = kept
+			}
+		}
+		if !set.Equals(to) || raw == "" {
+			pl.Cgroups = append(pl.Cgroups, change{Path: p, From: raw, to: to.String()})
+			if hy.v2 {
+				if err := pl.enable(hy, p); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("reading the cpusets below %s: %w", hy.dir(top), err)
+	}
+	if len(failed) > 0 {
+		what := failed[0]
+		if len(failed) > 1 {
+			what += fmt.Sprintf(" and %d below", len(failed)-1)
+		}
+		pl.diffs = append(pl.diffs, fmt.Sprintf("%s %s (%s)", role, orNone(failedCPUs), what))
+	}
+	return nil
+}
+
+func orNone(cpus string) string {
+	if cpus == "" {
+		return "none"
+	}
+	return cpus
+}
+
+// inherited is what p gets on v2: its own cpus within its parent's, the root's being all
+// online CPUs (its cpuset.cpus.effective).
+func inherited(hy hierarchy, p string) (cpuset.CPUSet, error) {
+	if p == "/" {
+		b, err := os.ReadFile(filepath.Join(hy.root, "cpuset.cpus.effective"))
+		if err != nil {
+			return cpuset.New(), err
+		}
+		return cpuset.Parse(strings.TrimSpace(string(b)))
+	}
+	parent, err := inherited(hy, filepath.Dir(p))
+	if err != nil {
+		return parent, err
+	}
+	raw, err := hy.cpus(p)
+	if err != nil || raw == "" {
+		return parent, err
+	}
+	set, err := cpuset.Parse(raw)
+	if err != nil {
+		return parent, err
+	}
+	return set.Intersection(parent), nil
+}
+
+// enable notes the ancestors of p (v2) that must hand cpuset down for p to have cpuset.cpus.
+func (pl *plan) enable(hy hierarchy, p string) error {
+	for _, a := range ancestors(p) {
+		if slices.Contains(pl.Enabled, a) || !hy.exists(a) {
+			continue
+		}
+		on, err := hy.cpusetEnabled(a)
+		if err != nil {
+			return err
+		}
+		if !on {
+			pl.Enabled = append(pl.Enabled, a)
+		}
+	}
+	return nil
+}
+
+func (s *partition) systemTrees(hy hierarchy) []string {
+	var out []string
+	for _, c := range s.p.SystemCgroups {
+		out = append(out, clean(c))
+	}
+	// Daemons moved earlier stay confined only while nodectl's own system cgroup is on the
+	// reserved CPUs too.
+	if hy.exists(SystemCgroup) && !slices.Contains(out, SystemCgroup) {
+		out = append(out, SystemCgroup)
+	}
+	return out
+}
+
+func under(p, top string) bool { return p == top || strings.HasPrefix(p, top+"/") }
+
+// plan reads the node: the cgroups and daemons outside the partition and what Apply would do.
+func (s *partition) plan(hy hierarchy) (*plan, error) {
+	pl := &plan{}
+	pl.ParentExisted, pl.SystemExisted = hy.exists(Parent), hy.exists(SystemCgroup)
+	system := s.systemTrees(hy)
+	for _, c := range system {
+		if err := pl.tree(hy, "system", c, s.r, true); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range s.p.WorkloadCgroups {
+		if err := pl.tree(hy, "workloads", clean(c), s.w, false); err != nil {
+			return nil, err
+		}
+	}
+	outside, err := s.daemons(hy)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(outside, func(a, b move) int { return a.PID - b.PID })
+	for _, m := range outside {
+		pl.diffs = append(pl.diffs, fmt.Sprintf("%s[%d] outside", m.Comm, m.PID))
+		// A daemon in a system cgroup is confined when that cgroup is.
+		if !slices.ContainsFunc(system, func(top string) bool { return hy.exists(top) && under(m.Cgroup, top) }) {
+			pl.Moves = append(pl.Moves, m)
+		}
+	}
+	if len(pl.Moves) > 0 && hy.v2 {
+		for _, a := range []string{"/", Parent} {
+			if hy.exists(a) && !slices.Contains(pl.Enabled, a) {
+				if on, err := hy.cpusetEnabled(a); err != nil {
+					return nil, err
+				} else if !on {
+					pl.Enabled = append(pl.Enabled, a)
+				}
+			}
+		}
+	}
+	slices.SortStableFunc(pl.Enabled, func(a, b string) int { return depth(a) - depth(b) })
+	return pl, nil
+}
+
+// daemons are the processes named in Daemons that may run outside the reserved CPUs, by pid.
+func (s *partition) daemons(hy hierarchy) ([]move, error) {
+	if len(s.p.Daemons) == 0 {
+		return nil, nil
+	}
+	pfs, err := procfs.NewFS(s.h.Procfs)
+	if err != nil {
+		return nil, err
+	}
+	procs, err := pfs.AllProcs()
+	if err != nil {
+		return nil, fmt.Errorf("listing processes: %w", err)
+	}
+	var out []move
+	for _, p := range procs {
+		comm, err := p.Comm()
+		if err != nil || !isDaemon(s.p.Daemons, comm) {
+			continue
+		}
+		// A process that exits while it is read is no daemon to move.
+		st, err := p.NewStatus()
+		if err != nil {
+			continue
+		}
+		allowed := make([]int, len(st.CpusAllowedList))
+		for i, c := range st.CpusAllowedList {
+			allowed[i] = int(c)
+		}
+		if cpuset.New(allowed...).IsSubsetOf(s.r) {
+			continue
+		}
+		stat, err := p.Stat()
+		if err != nil {
+			continue
+		}
+		cg, err := cpusetCgroup(p, hy.v2)
+		if err != nil {
+			continue
+		}
+		out = append(out, move{PID: p.PID, Start: stat.Starttime, Comm: comm, Cgroup: cg})
+	}
+	return out, nil
+}
+
+// cpusetCgroup is p's cgroup in the cpuset hierarchy.
+func cpusetCgroup(p procfs.Proc, v2 bool) (string, error) {
+	cgs, err := p.Cgroups()
+	if err != nil {
+		return "", err
+	}
+	for _, c := range cgs {
+		if (v2 && c.HierarchyID == 0) || (!v2 && slices.Contains(c.Controllers, "cpuset")) {
+			return c.Path, nil
+		}
+	}
+	return "", fmt.Errorf("pid %d has no cpuset cgroup", p.PID)
+}
+
+func (s *partition) errf(hy hierarchy, err error) error {
+	return fmt.Errorf("%s (%s): %w", ID, hy.root, err)
+}
+
+func (s *partition) Read(context.Context) (tuner.Value, error) {
+	if s.err != nil {
+		return tuner.Value{}, s.err
+	}
+	hy, err := s.detect()
+	if err != nil {
+		return tuner.Value{}, fmt.Errorf("%s: %w", ID, err)
+	}
+	pl, err := s.plan(hy)
+	if err != nil {
+		return tuner.Value{}, s.errf(hy, err)
+	}
+	raw, err := json.Marshal(pl.data)
+	if err != nil {
+		return tuner.Value{}, s.errf(hy, err)
+	}
+	t := s.Desired()
+	if len(pl.diffs) > 0 {
+		t = strings.Join(pl.diffs, "; ")
+	}
+	return tuner.Value{Present: true, Text: t, Data: raw}, nil
+}
+
+// transition writes each cgroup's cpus so that no write breaks the v1 rule that a parent's
+// CPUs hold its children's: first every cgroup, parents first, gets the union of what it has
+// and what it will have, then, children first, what it will have.
+func transition(hy hierarchy, changes []change) error {
+	sorted := slices.Clone(changes)
+	slices.SortStableFunc(sorted, func(a, b change) int { return depth(a.Path) - depth(b.Path) })
+	for _, c := range sorted {
+		// v2 has no such rule: a child's CPUs are cut to its parent's.
+		if hy.v2 || c.to == "" || !hy.exists(c.Path) {
+			continue
+		}
+		cur, err := hy.cpus(c.Path)
+		if err != nil {
+			if ignoreGone(err) == nil {
+				continue
+			}
+			return err
+		}
+		curSet, err1 := cpuset.Parse(cur)
+		toSet, err2 := cpuset.Parse(c.to)
+		if err := errors.Join(err1, err2); err != nil {
+			return fmt.Errorf("cpuset of %s: %w", c.Path, err)
+		}
+		if u := curSet.Union(toSet); !u.Equals(curSet) {
+			if err := hy.write(c.Path, "cpuset.cpus", u.String()); ignoreGone(err) != nil {
+				return err
+			}
+		}
+	}
+	for _, c := range slices.Backward(sorted) {
+		if !hy.exists(c.Path) {
+			continue
+		}
+		if cur, err := hy.cpus(c.Path); err != nil {
+			if ignoreGone(err) == nil {
+				continue
+			}
+			return err
+		} else if cur == c.to {
+			continue
+		}
+		if err := hy.write(c.Path, "cpuset.cpus", c.to); ignoreGone(err) != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ignoreGone drops the error of a cgroup that was removed meanwhile (a pod that ended).
+func ignoreGone(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+func (s *partition) Apply(context.Context) error {
+	if s.err != nil {
+		return s.err
+	}
+	hy, err := s.detect()
+	if err != nil {
+		return fmt.Errorf("%s: %w", ID, err)
+	}
+	pl, err := s.plan(hy)
+	if err != nil {
+		return s.errf(hy, err)
+	}
+	for _, p := range pl.Enabled {
+		if err := hy.write(p, "cgroup.subtree_control", "+cpuset"); err != nil {
+			return s.errf(hy, err)
+		}
+	}
+	if err := transition(hy, pl.Cgroups); err != nil {
+		return s.errf(hy, err)
+	}
+	if len(pl.Moves) == 0 {
+		return nil
+	}
+	if err := s.makeSystem(hy); err != nil {
+		return s.errf(hy, err)
+	}
+	for _, m := range pl.Moves {
+		if err := hy.write(SystemCgroup, "cgroup.procs", strconv.Itoa(m.PID)); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return s.errf(hy, fmt.Errorf("moving %s[%d] to the reserved CPUs: %w", m.Comm, m.PID, err))
+		}
+	}
+	return nil
+}
+
+// makeSystem makes nodectl's system cgroup on the reserved CPUs, and its parent. A v1 cpuset
+// starts with no CPUs or memory nodes, so both get their parent's memory nodes and the parent
+// its CPUs; on v2 empty files take the parent's, and the parents hand the controller down.
+func (s *partition) makeSystem(hy hierarchy) error {
+	for _, p := range []string{Parent, SystemCgroup} {
+		if hy.exists(p) {
+			continue
+		}
+		if hy.v2 {
+			if on, err := hy.cpusetEnabled(filepath.Dir(p)); err != nil {
+				return err
+			} else if !on {
+				if err := hy.write(filepath.Dir(p), "cgroup.subtree_control", "+cpuset"); err != nil {
+					return err
+				}
+			}
+		}
+		if err := os.Mkdir(hy.dir(p), 0o755); err != nil {
+			return fmt.Errorf("making cgroup %s: %w", p, err)
+		}
+		if hy.v2 {
+			continue
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if p == SystemCgroup && f == "cpuset.cpus" {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(hy.dir(filepath.Dir(p)), f))
+			if err != nil {
+				return err
+			}
+			if err := hy.write(p, f, strings.TrimSpace(string(b))); err != nil {
+				return err
+			}
+		}
+	}
+	if cur, err := hy.cpus(SystemCgroup); err != nil {
+		return err
+	} else if cur != s.r.String() {
+		return hy.write(SystemCgroup, "cpuset.cpus", s.r.String())
+	}
+	return nil
+}
+
+func (s *partition) Restore(_ context.Context, prev tuner.Value) error {
+	var d data
+	if len(prev.Data) > 0 {
+		if err := json.Unmarshal(prev.Data, &d); err != nil {
+			return fmt.Errorf("%s: decoding the recorded value: %w", ID, err)
+		}
+	}
+	hy, err := s.detect()
+	if err != nil {
+		return fmt.Errorf("%s: %w", ID, err)
+	}
+	if err := s.moveBack(hy, d.Moves); err != nil {
+		return s.errf(hy, err)
+	}
+	changes := make([]change, len(d.Cgroups))
+	for i, c := range d.Cgroups {
+		changes[i] = change{Path: c.Path, to: c.From}
+	}
+	if err := transition(hy, changes); err != nil {
+		return s.errf(hy, err)
+	}
+	if !d.SystemExisted {
+		if err := s.removeSystem(hy); err != nil {
+			return s.errf(hy, err)
+		}
+	}
+	if !d.ParentExisted && hy.exists(Parent) {
+		// A stress run may live below it; then it stays until that run prunes it.
+		if err := os.Remove(hy.dir(Parent)); err != nil && !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.ENOTEMPTY) {
+			return s.errf(hy, fmt.Errorf("removing cgroup %s: %w", Parent, err))
+		}
+	}
+	for _, p := range slices.Backward(d.Enabled) {
+		if !hy.exists(p) {
+			continue
+		}
+		if err := hy.write(p, "cgroup.subtree_control", "-cpuset"); err != nil {
+			return s.errf(hy, err)
+		}
+	}
+	return nil
+}
+
+// moveBack puts each moved daemon back into the cgroup it came from; one that exited, or whose
+// pid now names another process, is skipped.
+func (s *partition) moveBack(hy hierarchy, moves []move) error {
+	if len(moves) == 0 {
+		return nil
+	}
+	pfs, err := procfs.NewFS(s.h.Procfs)
+	if err != nil {
+		return err
+	}
+	for _, m := range moves {
+		p, err := pfs.Proc(m.PID)
+		if err != nil {
+			continue
+		}
+		st, err := p.Stat()
+		if err != nil || st.Starttime != m.Start {
+			continue
+		}
+		if cg, err := cpusetCgroup(p, hy.v2); err == nil && cg == m.Cgroup {
+			continue
+		}
+		if err := hy.write(m.Cgroup, "cgroup.procs", strconv.Itoa(m.PID)); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("moving %s[%d] back to %s: %w", m.Comm, m.PID, m.Cgroup, err)
+		}
+	}
+	return nil
+}
+
+// removeSystem removes nodectl's system cgroup; processes still in it (a daemon that was not
+// recorded) go to the root cpuset, where a process starts.
+func (s *partition) removeSystem(hy hierarchy) error {
+	if !hy.exists(SystemCgroup) {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(hy.dir(SystemCgroup), "cgroup.procs"))
+	if err != nil {
+		return err
+	}
+	for _, pid := range strings.Fields(string(b)) {
+		if err := hy.write("/", "cgroup.procs", pid); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return err
+		}
+	}
+	if err := os.Remove(hy.dir(SystemCgroup)); err != nil {
+		return fmt.Errorf("removing cgroup %s: %w", SystemCgroup, err)
+	}
+	return nil
+}
+
+// commLen is the kernel's limit on a process name (TASK_COMM_LEN less the NUL): the comm of
+// systemd-journald reads systemd-journal.
+const commLen = 15
+
+// isDaemon reports whether comm names one of the daemons, allowing for the kernel's cut.
+func isDaemon(daemons []string, comm string) bool {
+	for _, d := range daemons {
+		if d == comm || (len(d) > commLen && d[:commLen] == comm) {
+			return true
+		}
+	}
+	return false
+}

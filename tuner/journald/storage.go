@@ -1,0 +1,243 @@
+package journald
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/nodectl/nodectl/tuner"
+)
+
+// StorageBackend is the storage backend's name in state files.
+const StorageBackend = "journal-storage"
+
+// StorageSpec is the journal storage's parameters, as recorded in the state file.
+type StorageSpec struct {
+	Source string `json:"source"` // the directory that holds the journal, e.g. on a local SSD
+	Target string `json:"target"` // where journald looks for it: /var/log/journal
+}
+
+type storage struct {
+	h    tuner.Host
+	spec StorageSpec
+}
+
+// NewStorage is the journal kept in source (a node path, e.g. a directory on the local SSD),
+// bind-mounted onto target (/var/log/journal), where journald writes it.
+func NewStorage(h tuner.Host, source, target string) tuner.Setting {
+	return &storage{h: h, spec: StorageSpec{Source: source, Target: target}}
+}
+
+// DecodeStorage rebuilds the journal storage from its recorded StorageSpec.
+func DecodeStorage(h tuner.Host, raw json.RawMessage) (tuner.Setting, error) {
+	var s StorageSpec
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("decoding journal storage spec: %w", err)
+	}
+	if err := s.check(); err != nil {
+		return nil, fmt.Errorf("decoding journal storage spec %s: %w", raw, err)
+	}
+	return NewStorage(h, s.Source, s.Target), nil
+}
+
+func (s StorageSpec) check() error {
+	for _, p := range []struct{ name, v string }{{"source", s.Source}, {"target", s.Target}} {
+		if !path.IsAbs(p.v) || path.Clean(p.v) != p.v || p.v == "/" {
+			return fmt.Errorf("%s %q: want a clean absolute path below /", p.name, p.v)
+		}
+	}
+	if s.Source == s.Target || strings.HasPrefix(s.Target, s.Source+"/") || strings.HasPrefix(s.Source, s.Target+"/") {
+		return fmt.Errorf("source %s and target %s: want two directories, neither inside the other", s.Source, s.Target)
+	}
+	return nil
+}
+
+func (s *storage) ID() string      { return StorageBackend + ":" + s.spec.Target }
+func (s *storage) Backend() string { return StorageBackend }
+func (s *storage) Desired() string { return "bind " + s.spec.Source }
+func (s *storage) Spec() any       { return s.spec }
+
+func (s *storage) errf(format string, args ...any) error {
+	return fmt.Errorf("%s (%s): %s", s.ID(), s.h.Path(s.spec.Target), fmt.Sprintf(format, args...))
+}
+
+// storageData is what Restore needs: the directories (node paths, outermost first) Apply
+// makes, source's then target's.
+type storageData struct {
+	Missing []string `json:"missing_dirs,omitempty"`
+}
+
+// Read holds when the top mount on target is a mount of source's directory: target then
+// stats as source (same device and inode) and the mount table lists a mount at target.
+func (s *storage) Read(context.Context) (tuner.Value, error) {
+	if err := s.spec.check(); err != nil {
+		return tuner.Value{}, fmt.Errorf("%s: %w", s.ID(), err)
+	}
+	var dt storageData
+	for _, p := range []string{s.spec.Source, s.spec.Target} {
+		for _, d := range s.h.MissingDirs(p) {
+			if !slices.Contains(dt.Missing, d) {
+				dt.Missing = append(dt.Missing, d)
+			}
+		}
+	}
+	v := tuner.Value{Data: mustJSON(dt)}
+	top, err := s.top()
+	if err != nil || top == nil {
+		return v, err
+	}
+	v.Present = true
+	if s.ours() {
+		v.Text = s.Desired()
+	} else {
+		v.Text = fmt.Sprintf("other mount: %s %s, path %s", top.FSType, top.Source, unescape(top.Root))
+	}
+	return v, nil
+}
+
+// top is the mount on top of target, nil when target is not a mount point.
+func (s *storage) top() (*procfs.MountInfo, error) {
+	mp, err := filepath.EvalSymlinks(s.h.Path(s.spec.Target))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.errf("resolving: %v", err)
+	}
+	if mp, err = filepath.Abs(mp); err != nil {
+		return nil, s.errf("resolving: %v", err)
+	}
+	pfs, err := procfs.NewFS(s.h.Procfs)
+	if err != nil {
+		return nil, s.errf("reading the mount table: %v", err)
+	}
+	mounts, err := pfs.GetMounts()
+	if err != nil {
+		return nil, s.errf("reading the mount table %s/self/mountinfo: %v", s.h.Procfs, err)
+	}
+	var at []*procfs.MountInfo
+	for _, m := range mounts {
+		if unescape(m.MountPoint) == mp {
+			at = append(at, m)
+		}
+	}
+	// Mounts stacked on one point: each is the child of the one below it.
+	for _, m := range at {
+		below := false
+		for _, o := range at {
+			below = below || o.ParentID == m.MountID
+		}
+		if !below {
+			return m, nil
+		}
+	}
+	return nil, nil
+}
+
+// ours reports whether target is source's directory, as it is through our bind mount.
+func (s *storage) ours() bool {
+	src, err := os.Stat(s.h.Path(s.spec.Source))
+	if err != nil {
+		return false
+	}
+	tgt, err := os.Stat(s.h.Path(s.spec.Target))
+	return err == nil && os.SameFile(src, tgt)
+}
+
+// unescape undoes the octal escapes (\040 for a space) of mountinfo's paths.
+func unescape(p string) string {
+	if !strings.Contains(p, `\`) {
+		return p
+	}
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		if p[i] == '\\' && i+4 <= len(p) {
+			if n, err := strconv.ParseUint(p[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(p[i])
+	}
+	return b.String()
+}
+
+func (s *storage) Apply(ctx context.Context) error {
+	cur, err := s.Read(ctx)
+	if err != nil {
+		return err
+	}
+	if cur.Present && cur.Text == s.Desired() {
+		return nil
+	}
+	src, tgt := s.h.Path(s.spec.Source), s.h.Path(s.spec.Target)
+	for _, d := range []string{src, tgt} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return s.errf("making directory %s: %v", d, err)
+		}
+	}
+	if err := bindMount(src, tgt); err != nil {
+		return s.errf("bind-mounting %s: %v", src, err)
+	}
+	if err := restart(ctx, s.h); err != nil {
+		return s.errf("%v", err)
+	}
+	return nil
+}
+
+// Restore unmounts our bind from target, only ours: a mount stacked on top of it is someone
+// else's and is left alone, with an error. The directories Apply made are removed when
+// empty; journal files written into source while it was mounted are kept.
+func (s *storage) Restore(ctx context.Context, prev tuner.Value) error {
+	var dt storageData
+	if len(prev.Data) > 0 {
+		if err := json.Unmarshal(prev.Data, &dt); err != nil {
+			return s.errf("decoding the recorded value: %v", err)
+		}
+	}
+	top, err := s.top()
+	if err != nil {
+		return err
+	}
+	changed := false
+	if top != nil && !(prev.Present && prev.Text == s.Desired()) {
+		if !s.ours() {
+			if !prev.Present {
+				return s.errf("another mount is on top (%s %s, path %s), not the bind of %s; not unmounting it: unmount it first",
+					top.FSType, top.Source, unescape(top.Root), s.spec.Source)
+			}
+		} else {
+			// Detached: journald keeps its journal files open in the bind until it restarts
+			// (below), so a plain unmount would fail as busy.
+			if err := unmount(s.h.Path(s.spec.Target)); err != nil {
+				return s.errf("unmounting: %v", err)
+			}
+			changed = true
+		}
+	}
+	if err := s.h.RemoveDirs(dt.Missing); err != nil {
+		return s.errf("%v", err)
+	}
+	if changed {
+		if err := restart(ctx, s.h); err != nil {
+			return s.errf("%v", err)
+		}
+	}
+	return nil
+}
+
+// Note says when journald moves to the new storage where systemd does not run.
+func (s *storage) Note() string {
+	return note(s.h, "the journal moves when journald next starts")
+}

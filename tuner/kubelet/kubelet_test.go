@@ -1,0 +1,270 @@
+package kubelet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodectl/nodectl/tuner"
+)
+
+// documented is the drop-in exactly as docs/tuning.md shows it.
+const documented = "# Written by nodectl tune. `nodectl tune rollback` removes it.\n" +
+	"apiVersion: kubelet.config.k8s.io/v1beta1\n" +
+	"kind: KubeletConfiguration\n" +
+	"reservedSystemCPUs: \"0,1\"\n"
+
+func scratch(t *testing.T) tuner.Host {
+	return tuner.Host{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
+}
+
+func read(t *testing.T, s tuner.Setting) tuner.Value {
+	t.Helper()
+	v, err := s.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestDropInAppliesAndRestoresAbsent(t *testing.T) {
+	ctx := context.Background()
+	h := scratch(t)
+	s := NewDropIn(h, DefaultDropIn, "0,1")
+	if s.ID() != "kubelet:"+DefaultDropIn || s.Backend() != "kubelet" || s.Desired() != "0,1" {
+		t.Fatalf("id %s backend %s desired %s", s.ID(), s.Backend(), s.Desired())
+	}
+	prev := read(t, s)
+	if prev.Present {
+		t.Fatalf("absent drop-in reads present: %+v", prev)
+	}
+	if err := s.Apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	file := h.Path(DefaultDropIn)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != documented {
+		t.Errorf("drop-in bytes:\n%q\nwant\n%q", b, documented)
+	}
+	if v := read(t, s); !v.Present || v.Text != "0,1" {
+		t.Errorf("after apply reads %+v, want present 0,1", v)
+	}
+	fi1, _ := os.Stat(file)
+	if err := s.Apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fi2, _ := os.Stat(file)
+	if b2, _ := os.ReadFile(file); string(b2) != string(b) || !fi1.ModTime().Equal(fi2.ModTime()) {
+		t.Errorf("applying twice rewrote the drop-in")
+	}
+	if err := s.Restore(ctx, prev); err != nil {
+		t.Fatal(err)
+	}
+	if v := read(t, s); v.Present || v.Text != prev.Text {
+		t.Errorf("after restore reads %+v, want absent", v)
+	}
+	// Every directory Apply made is gone: the scratch root is empty again.
+	if ents, _ := os.ReadDir(h.Root); len(ents) != 0 {
+		t.Errorf("restore left %v in the scratch root", ents)
+	}
+}
+
+func TestDropInRestoresAForeignFileByteForByte(t *testing.T) {
+	ctx := context.Background()
+	h := scratch(t)
+	file := h.Path("/etc/kubernetes/kubelet.conf.d/90-nodectl.conf")
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	foreign := "kind: KubeletConfiguration\nreservedSystemCPUs: \"0\"\n"
+	if err := os.WriteFile(file, []byte(foreign), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := NewDropIn(h, DefaultDropIn, "0-7")
+	prev := read(t, s)
+	if !prev.Present || prev.Text == s.Desired() || !strings.Contains(prev.Text, "not written by nodectl") {
+		t.Fatalf("foreign drop-in reads %+v", prev)
+	}
+	t.Logf("foreign drop-in reads %q", prev.Text)
+	if err := s.Apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := read(t, s); v.Text != "0-7" {
+		t.Errorf("after apply reads %q", v.Text)
+	}
+	if err := s.Restore(ctx, prev); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(file)
+	fi, _ := os.Stat(file)
+	if string(b) != foreign || fi.Mode().Perm() != 0o600 {
+		t.Errorf("restored %q mode %v, want %q mode 0600", b, fi.Mode().Perm(), foreign)
+	}
+	if v := read(t, s); v.Text != prev.Text {
+		t.Errorf("after restore reads %q, want %q", v.Text, prev.Text)
+	}
+}
+
+func TestDropInDecodeRoundTrip(t *testing.T) {
+	h := scratch(t)
+	s := NewDropIn(h, DefaultDropIn, "0,1")
+	raw, err := json.Marshal(s.Spec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Decode(h, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.ID() != s.ID() || d.Desired() != s.Desired() {
+		t.Errorf("decoded %s %s, want %s %s", d.ID(), d.Desired(), s.ID(), s.Desired())
+	}
+	if _, err := Decode(h, []byte(`{"file":""}`)); err == nil {
+		t.Error("decoding an empty spec succeeded")
+	}
+}
+
+func TestDropInRefusesABadCPUList(t *testing.T) {
+	h := scratch(t)
+	err := NewDropIn(h, DefaultDropIn, "0,x").Apply(context.Background())
+	if err == nil || !strings.Contains(err.Error(), `"0,x"`) {
+		t.Errorf("bad CPU list: %v", err)
+	}
+}
+
+// A process named kubelet stands in for the kubelet: pending until one starts after the
+// drop-in was written, and the note says whether it reads the drop-in's directory.
+func TestDropInIsPendingUntilTheKubeletRestarts(t *testing.T) {
+	ctx := context.Background()
+	h := scratch(t)
+	s := NewDropIn(h, DefaultDropIn, "0,1")
+	r := s.(tuner.Restarter)
+	n := s.(tuner.Noter)
+	if r.Restart() != "kubelet" {
+		t.Errorf("restart %q", r.Restart())
+	}
+	if err := s.Apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := r.Pending(ctx); err != nil || !p {
+		t.Errorf("pending %v %v with no kubelet, want pending", p, err)
+	}
+	if note := n.Note(); !strings.Contains(note, "--config-dir=/etc/kubernetes/kubelet.conf.d") {
+		t.Errorf("note without a kubelet: %q", note)
+	}
+	// The drop-in was written a minute before this kubelet starts.
+	past := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(h.Path(DefaultDropIn), past, past); err != nil {
+		t.Fatal(err)
+	}
+	// A shell named kubelet, so its command line can carry any flags; `; :` keeps it from
+	// exec'ing sleep and losing the name.
+	kubelet := filepath.Join(t.TempDir(), "kubelet")
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh to stand in for the kubelet")
+	}
+	b, err := os.ReadFile(sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kubelet, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := func(args ...string) func() {
+		cmd := exec.Command(kubelet, append([]string{"-c", "sleep 30; :", "kubelet"}, args...)...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		stop := func() { cmd.Process.Kill(); cmd.Wait() }
+		t.Cleanup(stop)
+		return stop
+	}
+	stop := start("--config=/var/lib/kubelet/config.yaml")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p, err := r.Pending(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still pending after a kubelet started")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if note := n.Note(); !strings.Contains(note, "without --config-dir=/etc/kubernetes/kubelet.conf.d") {
+		t.Errorf("note with a kubelet lacking --config-dir: %q", note)
+	}
+	stop()
+	start("--config-dir=/etc/kubernetes/kubelet.conf.d")
+	if note := n.Note(); note != "" {
+		t.Errorf("note with a kubelet reading the drop-in's directory: %q", note)
+	}
+	future := time.Now().Add(time.Minute)
+	if err := os.Chtimes(h.Path(DefaultDropIn), future, future); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := r.Pending(ctx); !p {
+		t.Error("not pending although the drop-in is newer than the kubelet")
+	}
+	if got := configDir([]string{"kubelet", "--config-dir", "/etc/kubernetes/kubelet.conf.d/"}); got != "/etc/kubernetes/kubelet.conf.d" {
+		t.Errorf("configDir: %q", got)
+	}
+}
+
+// Through the engine: a failure at each step of applying the drop-in leaves the scratch root
+// as it was (no file, no directory, no state); a complete apply rolls back from the state file.
+func TestDropInFailuresLeaveNothing(t *testing.T) {
+	ctx := context.Background()
+	h := scratch(t)
+	state := filepath.Join(t.TempDir(), "state.json")
+	engine := func(fault func(tuner.Step, string) error) *tuner.Engine {
+		return &tuner.Engine{Profile: "test", Settings: []tuner.Setting{NewDropIn(h, DefaultDropIn, "0,1")}, State: state, Fault: fault,
+			Decode: func(_ string, spec json.RawMessage) (tuner.Setting, error) { return Decode(h, spec) }}
+	}
+	empty := func(t *testing.T) {
+		t.Helper()
+		if ents, _ := os.ReadDir(h.Root); len(ents) != 0 {
+			t.Errorf("the scratch root holds %v", ents)
+		}
+		if _, err := os.Stat(state); err == nil {
+			t.Error("the state file is left")
+		}
+	}
+	for _, step := range []tuner.Step{tuner.StepRead, tuner.StepRecord, tuner.StepApply, tuner.StepVerify} {
+		t.Run(string(step), func(t *testing.T) {
+			_, err := engine(func(at tuner.Step, _ string) error {
+				if at == step {
+					return errors.New("injected")
+				}
+				return nil
+			}).Apply(ctx)
+			if err == nil || !strings.Contains(err.Error(), "injected") {
+				t.Fatalf("apply with a failure at %s: %v", step, err)
+			}
+			empty(t)
+		})
+	}
+	if _, err := engine(nil).Apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(h.Path(DefaultDropIn)); string(b) != documented {
+		t.Errorf("applied %q", b)
+	}
+	if _, err := engine(nil).Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	empty(t)
+}

@@ -1,0 +1,144 @@
+package tuner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// StateVersion is the version of the state file's format.
+const StateVersion = 1
+
+// DefaultStateFile is where the state file lives on the node, below the host root.
+const DefaultStateFile = "/var/lib/nodectl/tune/state.json"
+
+// State is what apply recorded: the profile and, per setting, its value before apply. It is
+// written before the first change and after each one, so a crash leaves enough to roll back.
+type State struct {
+	Version int    `json:"version"`
+	Profile string `json:"profile"`
+	// Digest identifies the desired settings; applying a different profile over this one is
+	// refused until it is rolled back.
+	Digest   string    `json:"digest"`
+	Started  time.Time `json:"started_at"`
+	Finished time.Time `json:"applied_at,omitzero"` // zero while an apply runs or after it died
+	Settings []Record  `json:"settings"`
+}
+
+// Record is one setting in the state file.
+type Record struct {
+	ID       string          `json:"id"`
+	Backend  string          `json:"backend"`
+	Spec     json.RawMessage `json:"spec"`
+	Desired  string          `json:"desired"`
+	Previous Value           `json:"previous"`
+	// Changed is set before the setting is applied and stays set: rollback restores every
+	// changed setting, including one whose apply was cut short.
+	Changed bool      `json:"changed"`
+	At      time.Time `json:"changed_at,omitzero"`
+}
+
+// Complete reports whether the apply that wrote s finished.
+func (s *State) Complete() bool { return !s.Finished.IsZero() }
+
+// LoadState reads the state file at path; a missing file is (nil, nil).
+func LoadState(path string) (*State, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading tune state: %w", err)
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("reading tune state %s: %w", path, err)
+	}
+	if s.Version != StateVersion {
+		return nil, fmt.Errorf("reading tune state %s: version %d, this nodectl reads version %d", path, s.Version, StateVersion)
+	}
+	return &s, nil
+}
+
+// save writes s to path atomically and durably: a crash leaves the old or the new file whole.
+func (s *State) save(path string) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding tune state: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("writing tune state: %w", err)
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("writing tune state: %w", err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing tune state %s: %w", path, err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// removeState deletes the state file durably.
+func removeState(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing tune state: %w", err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// lock takes an exclusive lock beside the state file so two tuners (a DaemonSet and a person)
+// never interleave; it fails at once rather than wait.
+func lock(statePath string) (func(), error) {
+	if err := os.MkdirAll(filepath.Dir(statePath), 0o755); err != nil {
+		return nil, fmt.Errorf("locking tune state: %w", err)
+	}
+	f, err := os.OpenFile(statePath+".lock", os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("locking tune state: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another nodectl tune is running on this node (lock %s.lock)", statePath)
+		}
+		return nil, fmt.Errorf("locking tune state: %w", err)
+	}
+	return func() {
+		// With nothing applied, leave nothing behind: the lock file goes with the state file.
+		if _, err := os.Stat(statePath); errors.Is(err, os.ErrNotExist) {
+			os.Remove(statePath + ".lock")
+			os.Remove(filepath.Dir(statePath)) // only when empty
+		}
+		f.Close()
+	}, nil
+}
