@@ -139,10 +139,10 @@ type ApplyResult struct {
 }
 
 // Apply makes every setting hold. It reads all of them first, records their values in the
-// state file before changing any, then applies and verifies them in order. When one fails,
-// every setting already changed is restored in reverse order and the state file is put back
-// as it was; the error says what failed and whether the restore succeeded. Applying a profile
-// that holds changes nothing, the state file included.
+// state file before changing any, then applies and verifies them in order. When one fails, or
+// ctx is cancelled between two settings, every setting already changed is restored in reverse
+// order and the state file is put back as it was; the error says what failed and whether the
+// restore succeeded. Applying a profile that holds changes nothing, the state file included.
 func (e *Engine) Apply(ctx context.Context) (*ApplyResult, error) {
 	unlock, err := lock(e.State)
 	if err != nil {
@@ -214,13 +214,18 @@ func (e *Engine) Apply(ctx context.Context) (*ApplyResult, error) {
 	var changed []int // settings this call touched, for undoing
 	fail := func(i int, step Step, cause error) (*ApplyResult, error) {
 		err := fmt.Errorf("%s %s: %w", step, e.Settings[i].ID(), cause)
-		if uerr := e.undo(ctx, changed, current, old); uerr != nil {
+		// The undo runs to the end even when ctx was cancelled: half a rollback is worse.
+		if uerr := e.undo(context.WithoutCancel(ctx), changed, current, old); uerr != nil {
 			return nil, fmt.Errorf("%w; rolling back: %w", err, uerr)
 		}
 		return nil, fmt.Errorf("%w; everything applied so far was rolled back", err)
 	}
 	for _, i := range todo {
 		s := e.Settings[i]
+		if ctx.Err() != nil {
+			// Interrupted (Ctrl-C): all or nothing, so undo what is done.
+			return fail(i, StepApply, fmt.Errorf("interrupted before it was applied: %w", context.Cause(ctx)))
+		}
 		st.Settings[i].Changed, st.Settings[i].At = true, e.now()
 		if err := st.save(e.State); err != nil {
 			return fail(i, StepRecord, err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -282,5 +283,29 @@ func TestUnfinishedApplyIsRolledBack(t *testing.T) {
 	}
 	if !reflect.DeepEqual(n, before) {
 		t.Fatalf("node %v, want %v", n, before)
+	}
+}
+
+// Ctrl-C during apply undoes what was applied: all or nothing.
+func TestInterruptedApplyIsUndone(t *testing.T) {
+	n := node{"a": "1", "b": "2"}
+	before := clone(n)
+	e := engine(t, n, "a", "10", "b", "20", "c", "30")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	e.Fault = func(s Step, id string) error {
+		if s == StepVerify && id == "fake:b" {
+			cancel(errors.New("received interrupt"))
+		}
+		return nil
+	}
+	_, err := e.Apply(ctx)
+	if err == nil || !strings.Contains(err.Error(), "received interrupt") {
+		t.Fatalf("interrupted apply: %v", err)
+	}
+	if !reflect.DeepEqual(n, before) {
+		t.Fatalf("node %v, want %v", n, before)
+	}
+	if _, err := os.Stat(e.State); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("interrupted apply left a state file")
 	}
 }

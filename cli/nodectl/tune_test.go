@@ -471,3 +471,64 @@ func TestTuneVerifiesAGKENodeSystemConfig(t *testing.T) {
 		t.Errorf("verify does not say which GKE keys it did not check:\n%s", text)
 	}
 }
+
+// Ctrl-C during validate's tuned run stops the run, which cleans up, and rolls the profile back.
+func TestTuneValidateInterruptedRollsBack(t *testing.T) {
+	requireRoot(t)
+	orig := keepSysctls(t)
+	root, flags := tuneScratch(t)
+	key := "net.ipv4.neigh.default.gc_thresh1"
+	n, _ := strconv.Atoi(orig[key])
+	prof := writeProfile(t, root, "name: e2e-validate\nsysctl:\n  "+key+": "+strconv.Itoa(n+13)+"\n")
+	runs := filepath.Join(t.TempDir(), "runs")
+	cmd := exec.Command(os.Args[0], append(append([]string{"tune", "validate", "--profile", prof, "--out", runs}, flags...),
+		"--", "stress", "noisy", "--baseline", "1s", "--duration", "6s")...)
+	cmd.Env = append(os.Environ(), beMain+"=1")
+	var errb strings.Builder
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	state := filepath.Join(root, "var/lib/nodectl/tune/state.json")
+	meta := filepath.Join(runs, "after", "meta.json")
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if _, err := os.Stat(meta); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tuned run did not start:\n%s", errb.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // into the tuned run's baseline
+	if _, err := os.Stat(state); err != nil {
+		t.Fatalf("no state file during the tuned run: %v", err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	t.Log(errb.String())
+	if exitCode(err) != 130 {
+		t.Errorf("interrupted validate: exit %d (%v), want 130", exitCode(err), err)
+	}
+	if !strings.Contains(errb.String(), "rolling back") {
+		t.Error("validate did not say it rolled back")
+	}
+	if got := readSysctl(t, key); got != orig[key] {
+		t.Errorf("after an interrupted validate %s = %s, want %s", key, got, orig[key])
+	}
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+		t.Error("an interrupted validate left the state file")
+	}
+	var m struct {
+		ID string `json:"id"`
+	}
+	if b, err := os.ReadFile(meta); err == nil && json.Unmarshal(b, &m) == nil && m.ID != "" {
+		assertClean(t, m.ID)
+	} else {
+		t.Errorf("reading the tuned run's id from %s: %v", meta, err)
+	}
+}

@@ -1,6 +1,7 @@
 package tune
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,8 +12,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/tuner"
 )
+
+// rollbackHint is what to run after a second Ctrl-C left a change half done.
+const rollbackHint = "run 'nodectl tune rollback' to restore what was applied"
 
 // report is what plan and verify print.
 type report struct {
@@ -170,8 +175,14 @@ until the applied one is rolled back.`,
 			if err := needRoot("apply"); err != nil {
 				return err
 			}
-			res, err := l.engine.Apply(cmd.Context())
+			// Ctrl-C stops apply between two settings and undoes what it applied.
+			ctx, stop := clix.SignalContextHint(cmd.Context(), cmd.ErrOrStderr(), rollbackHint)
+			defer stop()
+			res, err := l.engine.Apply(ctx)
 			if err != nil {
+				if ctx.Err() != nil {
+					return fmt.Errorf("%w: %w", stress.ErrInterrupted, err)
+				}
 				return err
 			}
 			items, err := l.engine.Current(cmd.Context(), false)
@@ -313,7 +324,10 @@ run again after fixing the cause. Also finishes an apply that died half-way.`,
 				return err
 			}
 			e := o.engineAt(cmd, h)
-			res, err := e.Rollback(cmd.Context())
+			// A first Ctrl-C does not stop a rollback half-way; a second one exits.
+			ctx, stop := clix.SignalContextHint(cmd.Context(), cmd.ErrOrStderr(), rollbackHint)
+			defer stop()
+			res, err := e.Rollback(context.WithoutCancel(ctx))
 			if res != nil && o.output == "json" {
 				if jerr := json.NewEncoder(cmd.OutOrStdout()).Encode(res); jerr != nil {
 					return jerr

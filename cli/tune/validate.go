@@ -17,7 +17,7 @@ import (
 	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
-	st "github.com/nodectl/nodectl/stress"
+	"github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/tuner"
 	"github.com/nodectl/nodectl/tuner/profile"
 )
@@ -120,7 +120,7 @@ func (v *validation) progress(format string, a ...any) {
 }
 
 func (v *validation) run(ctx context.Context, output string) (err error) {
-	ctx, stop := clix.SignalContext(ctx, v.cmd.ErrOrStderr())
+	ctx, stop := clix.SignalContextHint(ctx, v.cmd.ErrOrStderr(), "run 'nodectl tune rollback' and 'nodectl stress clean' to remove what is left")
 	defer stop()
 	before, after := filepath.Join(v.out, "before"), filepath.Join(v.out, "after")
 
@@ -145,7 +145,7 @@ func (v *validation) run(ctx context.Context, output string) (err error) {
 		}
 	}()
 	if ctx.Err() != nil {
-		return fmt.Errorf("%w: %v", st.ErrInterrupted, context.Cause(ctx))
+		return fmt.Errorf("%w: %v", stress.ErrInterrupted, context.Cause(ctx))
 	}
 	v.progress("3/4 tuned run: nodectl %s", strings.Join(v.args, " "))
 	if err := v.stress(ctx, after); err != nil {
@@ -192,7 +192,7 @@ func (v *validation) stress(ctx context.Context, dir string) error {
 	case <-ctx.Done():
 		_ = c.Process.Signal(syscall.SIGINT)
 		<-done
-		return fmt.Errorf("%w during the stress run: %v", st.ErrInterrupted, context.Cause(ctx))
+		return fmt.Errorf("%w during the stress run: %v", stress.ErrInterrupted, context.Cause(ctx))
 	}
 	if err != nil {
 		return fmt.Errorf("nodectl %s: %w", strings.Join(v.args, " "), err)

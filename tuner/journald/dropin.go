@@ -9,14 +9,13 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nodectl/nodectl/tuner"
+	"github.com/nodectl/nodectl/tuner/nodefile"
 )
 
 // Backend is the drop-in backend's name in state files.
@@ -115,56 +114,17 @@ func (d *dropIn) errf(format string, args ...any) error {
 	return fmt.Errorf("%s (%s): %s", d.ID(), d.path(), fmt.Sprintf(format, args...))
 }
 
-// dropInData is what Restore needs: a file's exact bytes, mode and owner, or the target of a
-// link; when there was nothing, the directories Apply makes for it.
-type dropInData struct {
-	Bytes   []byte      `json:"bytes,omitempty"`
-	Mode    fs.FileMode `json:"mode,omitempty"`
-	UID     int         `json:"uid,omitempty"`
-	GID     int         `json:"gid,omitempty"`
-	Link    string      `json:"link,omitempty"`
-	Missing []string    `json:"missing_dirs,omitempty"` // node paths, outermost first
-}
+func (d *dropIn) file() nodefile.File { return nodefile.New(d.h, d.spec.File) }
 
 func (d *dropIn) Read(context.Context) (tuner.Value, error) {
-	v, _, err := d.read()
-	return v, err
-}
-
-// read returns the value and its data undecoded.
-func (d *dropIn) read() (tuner.Value, dropInData, error) {
 	if err := d.spec.check(); err != nil {
-		return tuner.Value{}, dropInData{}, fmt.Errorf("%s: %w", d.ID(), err)
+		return tuner.Value{}, fmt.Errorf("%s: %w", d.ID(), err)
 	}
-	fi, err := os.Lstat(d.path())
-	if errors.Is(err, fs.ErrNotExist) {
-		dt := dropInData{Missing: d.h.MissingDirs(path.Dir(d.spec.File))}
-		return tuner.Value{Data: mustJSON(dt)}, dt, nil
-	}
+	v, err := d.file().Read(d.describe)
 	if err != nil {
-		return tuner.Value{}, dropInData{}, d.errf("reading: %v", err)
+		return tuner.Value{}, d.errf("%v", err)
 	}
-	var dt dropInData
-	var text string
-	switch {
-	case fi.Mode()&fs.ModeSymlink != 0:
-		if dt.Link, err = os.Readlink(d.path()); err != nil {
-			return tuner.Value{}, dropInData{}, d.errf("reading: %v", err)
-		}
-		text = "a link to " + dt.Link
-	case fi.Mode().IsRegular():
-		if dt.Bytes, err = os.ReadFile(d.path()); err != nil {
-			return tuner.Value{}, dropInData{}, d.errf("reading: %v", err)
-		}
-		dt.Mode = fi.Mode().Perm()
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			dt.UID, dt.GID = int(st.Uid), int(st.Gid)
-		}
-		text = d.describe(dt.Bytes, dt.Mode)
-	default:
-		return tuner.Value{}, dropInData{}, d.errf("not a regular file (%s)", fi.Mode().Type())
-	}
-	return tuner.Value{Present: true, Text: text, Data: mustJSON(dt)}, dt, nil
+	return v, nil
 }
 
 // describe is the Text of a file with content b and mode m: Desired when it is exactly what
@@ -187,18 +147,15 @@ func (d *dropIn) describe(b []byte, m fs.FileMode) string {
 }
 
 func (d *dropIn) Apply(ctx context.Context) error {
-	cur, _, err := d.read()
+	cur, err := d.Read(ctx)
 	if err != nil {
 		return err
 	}
 	if cur.Present && cur.Text == d.Desired() {
 		return nil // written already: same bytes, same mtime, no restart
 	}
-	if err := os.MkdirAll(filepath.Dir(d.path()), 0o755); err != nil {
-		return d.errf("making its directory: %v", err)
-	}
-	if err := d.write(dropInData{Bytes: Render(d.spec.Entries), Mode: dropInMode}); err != nil {
-		return err
+	if err := d.file().Write(Render(d.spec.Entries), dropInMode); err != nil {
+		return d.errf("%v", err)
 	}
 	if err := restart(ctx, d.h); err != nil {
 		return d.errf("%v", err)
@@ -206,71 +163,13 @@ func (d *dropIn) Apply(ctx context.Context) error {
 	return nil
 }
 
-// write replaces the file atomically with dt's file or link, so journald never reads half of
-// it.
-func (d *dropIn) write(dt dropInData) error {
-	tmp := filepath.Join(filepath.Dir(d.path()), "."+filepath.Base(d.path())+".nodectl-tmp")
-	os.Remove(tmp) // left by a crash
-	err := func() error {
-		if dt.Link != "" {
-			return os.Symlink(dt.Link, tmp)
-		}
-		if err := os.WriteFile(tmp, dt.Bytes, dt.Mode); err != nil {
-			return err
-		}
-		if err := os.Chown(tmp, dt.UID, dt.GID); err != nil {
-			return err
-		}
-		// WriteFile's mode passes through the umask; restoring must be exact.
-		return os.Chmod(tmp, dt.Mode)
-	}()
-	if err == nil {
-		err = os.Rename(tmp, d.path())
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return d.errf("writing: %v", err)
-	}
-	return nil
-}
-
 func (d *dropIn) Restore(ctx context.Context, prev tuner.Value) error {
-	var want dropInData
-	if len(prev.Data) > 0 {
-		if err := json.Unmarshal(prev.Data, &want); err != nil {
-			return d.errf("decoding the recorded value: %v", err)
-		}
+	if err := d.spec.check(); err != nil {
+		return fmt.Errorf("%s: %w", d.ID(), err)
 	}
-	cur, have, err := d.read()
+	changed, err := d.file().Restore(prev)
 	if err != nil {
-		return err
-	}
-	changed := false
-	if prev.Present && want.Mode == 0 && want.Link == "" {
-		return d.errf("the recorded value %q has no file data to restore", prev.Text)
-	}
-	if prev.Present {
-		same := cur.Present && bytes.Equal(have.Bytes, want.Bytes) && have.Mode == want.Mode &&
-			have.UID == want.UID && have.GID == want.GID && have.Link == want.Link
-		if !same {
-			if err := os.MkdirAll(filepath.Dir(d.path()), 0o755); err != nil {
-				return d.errf("making its directory: %v", err)
-			}
-			if err := d.write(want); err != nil {
-				return err
-			}
-			changed = true
-		}
-	} else {
-		if cur.Present {
-			if err := os.Remove(d.path()); err != nil {
-				return d.errf("removing: %v", err)
-			}
-			changed = true
-		}
-		if err := d.h.RemoveDirs(want.Missing); err != nil {
-			return d.errf("%v", err)
-		}
+		return d.errf("%v", err)
 	}
 	if changed {
 		if err := restart(ctx, d.h); err != nil {
@@ -377,12 +276,4 @@ func journalEntries(b []byte) []Entry {
 		}
 	}
 	return out
-}
-
-func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err) // plain structs of strings, bytes and ints always encode
-	}
-	return b
 }

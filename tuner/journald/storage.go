@@ -10,7 +10,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/prometheus/procfs"
@@ -100,7 +99,7 @@ func (s *storage) Read(context.Context) (tuner.Value, error) {
 	if s.ours() {
 		v.Text = s.Desired()
 	} else {
-		v.Text = fmt.Sprintf("other mount: %s %s, path %s", top.FSType, top.Source, unescape(top.Root))
+		v.Text = fmt.Sprintf("other mount: %s %s, path %s", top.FSType, top.Source, tuner.UnescapeProcPath(top.Root))
 	}
 	return v, nil
 }
@@ -127,7 +126,7 @@ func (s *storage) top() (*procfs.MountInfo, error) {
 	}
 	var at []*procfs.MountInfo
 	for _, m := range mounts {
-		if unescape(m.MountPoint) == mp {
+		if tuner.UnescapeProcPath(m.MountPoint) == mp {
 			at = append(at, m)
 		}
 	}
@@ -152,25 +151,6 @@ func (s *storage) ours() bool {
 	}
 	tgt, err := os.Stat(s.h.Path(s.spec.Target))
 	return err == nil && os.SameFile(src, tgt)
-}
-
-// unescape undoes the octal escapes (\040 for a space) of mountinfo's paths.
-func unescape(p string) string {
-	if !strings.Contains(p, `\`) {
-		return p
-	}
-	var b strings.Builder
-	for i := 0; i < len(p); i++ {
-		if p[i] == '\\' && i+4 <= len(p) {
-			if n, err := strconv.ParseUint(p[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(p[i])
-	}
-	return b.String()
 }
 
 func (s *storage) Apply(ctx context.Context) error {
@@ -215,7 +195,7 @@ func (s *storage) Restore(ctx context.Context, prev tuner.Value) error {
 		if !s.ours() {
 			if !prev.Present {
 				return s.errf("another mount is on top (%s %s, path %s), not the bind of %s; not unmounting it: unmount it first",
-					top.FSType, top.Source, unescape(top.Root), s.spec.Source)
+					top.FSType, top.Source, tuner.UnescapeProcPath(top.Root), s.spec.Source)
 			}
 		} else {
 			// Detached: journald keeps its journal files open in the bind until it restarts
@@ -240,4 +220,12 @@ func (s *storage) Restore(ctx context.Context, prev tuner.Value) error {
 // Note says when journald moves to the new storage where systemd does not run.
 func (s *storage) Note() string {
 	return note(s.h, "the journal moves when journald next starts")
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // plain structs of strings, bytes and ints always encode
+	}
+	return b
 }

@@ -29,7 +29,7 @@ func mountsBelow(t *testing.T, dir string) int {
 	n := 0
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		mp := unescape(strings.Fields(sc.Text())[4])
+		mp := tuner.UnescapeProcPath(strings.Fields(sc.Text())[4])
 		if mp == dir || strings.HasPrefix(mp, dir+"/") {
 			n++
 		}
@@ -220,14 +220,6 @@ func TestStorageDecodeErrors(t *testing.T) {
 	} {
 		if _, err := DecodeStorage(tuner.Host{}, json.RawMessage(spec)); err == nil {
 			t.Errorf("%s: DecodeStorage(%s) succeeded", name, spec)
-		}
-	}
-}
-
-func TestUnescape(t *testing.T) {
-	for in, want := range map[string]string{`/a\040b`: "/a b", `/a\134b`: `/a\b`, `/plain`: "/plain", `/end\04`: `/end\04`} {
-		if got := unescape(in); got != want {
-			t.Errorf("unescape(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -4,10 +4,8 @@
 package kubelet
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -19,6 +17,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nodectl/nodectl/tuner"
+	"github.com/nodectl/nodectl/tuner/nodefile"
 )
 
 // DefaultDropIn is where the profile puts the drop-in: a directory the kubelet reads with
@@ -76,33 +75,18 @@ func (d *dropIn) Spec() any       { return d.spec }
 func (d *dropIn) Restart() string { return "kubelet" }
 func (d *dropIn) path() string    { return d.h.Path(d.spec.File) }
 
-// data is what Restore needs: the file's exact bytes and mode, or, when there was none, the
-// directories Apply makes for it.
-type data struct {
-	Bytes   []byte      `json:"bytes,omitempty"`
-	Mode    fs.FileMode `json:"mode,omitempty"`
-	Missing []string    `json:"missing_dirs,omitempty"` // node paths, outermost first
-}
-
 func (d *dropIn) errf(format string, args ...any) error {
 	return fmt.Errorf("%s (%s): %s", d.ID(), d.path(), fmt.Sprintf(format, args...))
 }
 
+func (d *dropIn) file() nodefile.File { return nodefile.New(d.h, d.spec.File) }
+
 func (d *dropIn) Read(context.Context) (tuner.Value, error) {
-	b, err := os.ReadFile(d.path())
-	if errors.Is(err, fs.ErrNotExist) {
-		raw, _ := json.Marshal(data{Missing: d.h.MissingDirs(filepath.Dir(d.spec.File))})
-		return tuner.Value{Data: raw}, nil
-	}
+	v, err := d.file().Read(func(b []byte, _ fs.FileMode) string { return describe(b) })
 	if err != nil {
-		return tuner.Value{}, d.errf("reading: %v", err)
+		return tuner.Value{}, d.errf("%v", err)
 	}
-	fi, err := os.Stat(d.path())
-	if err != nil {
-		return tuner.Value{}, d.errf("reading: %v", err)
-	}
-	raw, _ := json.Marshal(data{Bytes: b, Mode: fi.Mode().Perm()})
-	return tuner.Value{Present: true, Text: describe(b), Data: raw}, nil
+	return v, nil
 }
 
 // describe is the drop-in's Text: the CPU list when the file is ours, else what it holds.
@@ -118,56 +102,25 @@ func describe(b []byte) string {
 	return fmt.Sprintf("not written by nodectl (%d bytes)", len(b))
 }
 
-func (d *dropIn) Apply(context.Context) error {
+func (d *dropIn) Apply(ctx context.Context) error {
 	if _, err := cpuset.Parse(d.spec.ReservedCPUs); err != nil || d.spec.ReservedCPUs == "" {
 		return d.errf("reserved CPUs %q: want a CPU list such as 0,1 or 0-7", d.spec.ReservedCPUs)
 	}
-	want := Render(d.spec.ReservedCPUs)
-	if b, err := os.ReadFile(d.path()); err == nil && bytes.Equal(b, want) {
-		return nil
+	cur, err := d.Read(ctx)
+	if err != nil {
+		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(d.path()), 0o755); err != nil {
-		return d.errf("making its directory: %v", err)
+	if cur.Present && cur.Text == d.Desired() {
+		return nil // written already: the same bytes and mtime, so not pending again
 	}
-	return d.write(want, 0o644)
-}
-
-// write replaces the file atomically, so the kubelet never reads half of it.
-func (d *dropIn) write(b []byte, mode fs.FileMode) error {
-	tmp := d.path() + ".nodectl-tmp"
-	if err := os.WriteFile(tmp, b, mode); err != nil {
-		return d.errf("writing: %v", err)
-	}
-	// WriteFile's mode passes through the umask; restoring must be exact.
-	if err := os.Chmod(tmp, mode); err != nil {
-		os.Remove(tmp)
-		return d.errf("writing: %v", err)
-	}
-	if err := os.Rename(tmp, d.path()); err != nil {
-		os.Remove(tmp)
-		return d.errf("writing: %v", err)
+	if err := d.file().Write(Render(d.spec.ReservedCPUs), 0o644); err != nil {
+		return d.errf("%v", err)
 	}
 	return nil
 }
 
 func (d *dropIn) Restore(_ context.Context, prev tuner.Value) error {
-	var dt data
-	if len(prev.Data) > 0 {
-		if err := json.Unmarshal(prev.Data, &dt); err != nil {
-			return d.errf("decoding the recorded value: %v", err)
-		}
-	}
-	if prev.Present {
-		if err := os.MkdirAll(filepath.Dir(d.path()), 0o755); err != nil {
-			return d.errf("making its directory: %v", err)
-		}
-		return d.write(dt.Bytes, dt.Mode)
-	}
-	if err := os.Remove(d.path()); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return d.errf("removing: %v", err)
-	}
-	// The directories Apply made go too.
-	if err := d.h.RemoveDirs(dt.Missing); err != nil {
+	if _, err := d.file().Restore(prev); err != nil {
 		return d.errf("%v", err)
 	}
 	return nil

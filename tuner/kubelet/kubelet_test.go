@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,40 +80,75 @@ func TestDropInAppliesAndRestoresAbsent(t *testing.T) {
 	}
 }
 
-func TestDropInRestoresAForeignFileByteForByte(t *testing.T) {
-	ctx := context.Background()
-	h := scratch(t)
-	file := h.Path("/etc/kubernetes/kubelet.conf.d/90-nodectl.conf")
-	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+// What was there before is put back exactly: another's file (bytes, mode, owner) or a link.
+func TestDropInRestoresWhatWasThere(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a file owned by another user")
+	}
+	for name, tc := range map[string]struct {
+		make func(p string) error
+		text string // what it reads as before apply
+	}{
+		"foreign_file": {func(p string) error {
+			if err := os.WriteFile(p, []byte("kind: KubeletConfiguration\nreservedSystemCPUs: \"0\"\n"), 0o600); err != nil {
+				return err
+			}
+			return os.Chmod(p, 0o600)
+		}, `not written by nodectl (51 bytes), reservedSystemCPUs "0"`},
+		"ours_owned_by_another": {func(p string) error {
+			if err := os.WriteFile(p, []byte(documented), 0o644); err != nil {
+				return err
+			}
+			return os.Chown(p, 1234, 5678)
+		}, "0,1"},
+		"link": {func(p string) error { return os.Symlink("/etc/kubernetes/other.conf", p) }, "a link to /etc/kubernetes/other.conf"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			h := scratch(t)
+			file := h.Path(DefaultDropIn)
+			if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.make(file); err != nil {
+				t.Fatal(err)
+			}
+			before := state(t, file)
+			s := NewDropIn(h, DefaultDropIn, "0-7")
+			prev := read(t, s)
+			if !prev.Present || prev.Text != tc.text {
+				t.Fatalf("before apply reads %+v, want present %q", prev, tc.text)
+			}
+			if err := s.Apply(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if v := read(t, s); v.Text != "0-7" {
+				t.Errorf("after apply reads %q", v.Text)
+			}
+			if err := s.Restore(ctx, prev); err != nil {
+				t.Fatal(err)
+			}
+			if after := state(t, file); after != before {
+				t.Errorf("restored %s, want %s", after, before)
+			}
+			if v := read(t, s); v.Present != prev.Present || v.Text != prev.Text {
+				t.Errorf("after restore reads %+v, want %+v", v, prev)
+			}
+		})
+	}
+}
+
+// state is a file's type, mode, owner and bytes, or a link's target.
+func state(t *testing.T, p string) string {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
 		t.Fatal(err)
 	}
-	foreign := "kind: KubeletConfiguration\nreservedSystemCPUs: \"0\"\n"
-	if err := os.WriteFile(file, []byte(foreign), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := NewDropIn(h, DefaultDropIn, "0-7")
-	prev := read(t, s)
-	if !prev.Present || prev.Text == s.Desired() || !strings.Contains(prev.Text, "not written by nodectl") {
-		t.Fatalf("foreign drop-in reads %+v", prev)
-	}
-	t.Logf("foreign drop-in reads %q", prev.Text)
-	if err := s.Apply(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if v := read(t, s); v.Text != "0-7" {
-		t.Errorf("after apply reads %q", v.Text)
-	}
-	if err := s.Restore(ctx, prev); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := os.ReadFile(file)
-	fi, _ := os.Stat(file)
-	if string(b) != foreign || fi.Mode().Perm() != 0o600 {
-		t.Errorf("restored %q mode %v, want %q mode 0600", b, fi.Mode().Perm(), foreign)
-	}
-	if v := read(t, s); v.Text != prev.Text {
-		t.Errorf("after restore reads %q, want %q", v.Text, prev.Text)
-	}
+	st := fi.Sys().(*syscall.Stat_t)
+	b, _ := os.ReadFile(p)
+	link, _ := os.Readlink(p)
+	return fmt.Sprintf("%v %d:%d %q -> %q", fi.Mode(), st.Uid, st.Gid, b, link)
 }
 
 func TestDropInDecodeRoundTrip(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"k8s.io/utils/cpuset"
+
+	"github.com/nodectl/nodectl/tuner/sysctl"
 )
 
 // intSysctls are the sysctls whose values nodectl checks, with the range the kernel accepts.
@@ -158,19 +160,10 @@ func (v *validator) sysctls() {
 	}
 }
 
-// SysctlPath is the path of sysctl key k below /proc/sys: dots become slashes and slashes
-// (standing for dots in names, as in net.ipv4.conf.eth0/100.rp_filter) dots.
-func SysctlPath(k string) string {
-	return strings.Map(func(r rune) rune {
-		switch r {
-		case '.':
-			return '/'
-		case '/':
-			return '.'
-		}
-		return r
-	}, k)
-}
+// SysctlPath is the path of sysctl key k below /proc/sys, as the sysctl backend finds it:
+// dots become slashes and slashes (standing for dots in names, as in
+// net.ipv4.conf.eth0/100.rp_filter) dots.
+func SysctlPath(k string) string { return sysctl.Path(k) }
 
 func validSysctlKey(k string) bool {
 	parts := strings.Split(k, ".")

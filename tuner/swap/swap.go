@@ -176,7 +176,7 @@ func (s *setting) Read(ctx context.Context) (tuner.Value, error) {
 // matched by name; the others as the same file found below the host's root, so an area of the
 // same name on the machine itself is never taken for a scratch root's.
 func (s *setting) find(areas []swapfile.Area) (swapfile.Area, bool) {
-	want := escape(s.path())
+	want := tuner.EscapeProcPath(s.path())
 	for _, a := range areas {
 		if a.Path == want {
 			return a, true
@@ -187,7 +187,7 @@ func (s *setting) find(areas []swapfile.Area) (swapfile.Area, bool) {
 		return swapfile.Area{}, false
 	}
 	for _, a := range areas {
-		p := unescape(a.Path)
+		p := tuner.UnescapeProcPath(a.Path)
 		if !filepath.IsAbs(p) {
 			continue
 		}
@@ -196,36 +196,6 @@ func (s *setting) find(areas []swapfile.Area) (swapfile.Area, bool) {
 		}
 	}
 	return swapfile.Area{}, false
-}
-
-// escape is a path as /proc/swaps prints it: space, tab, newline and backslash as \ooo.
-func escape(p string) string {
-	var b strings.Builder
-	for i := 0; i < len(p); i++ {
-		switch c := p[i]; c {
-		case ' ', '\t', '\n', '\\':
-			fmt.Fprintf(&b, "\\%03o", c)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
-
-// unescape undoes escape.
-func unescape(p string) string {
-	var b strings.Builder
-	for i := 0; i < len(p); i++ {
-		if p[i] == '\\' && i+4 <= len(p) {
-			if n, err := strconv.ParseUint(p[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(p[i])
-	}
-	return b.String()
 }
 
 func (s *setting) refuse(what string) error {

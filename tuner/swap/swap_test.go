@@ -489,15 +489,3 @@ func TestDecode(t *testing.T) {
 		}
 	}
 }
-
-func TestEscape(t *testing.T) {
-	for _, p := range []string{"/var/swap", "/var/my swap\tfile\\x"} {
-		e := escape(p)
-		if strings.ContainsAny(e, " \t") || unescape(e) != p {
-			t.Errorf("%q escapes to %q, back to %q", p, e, unescape(e))
-		}
-	}
-	if got := escape("/a b"); got != `/a\040b` {
-		t.Errorf("escape: %q", got)
-	}
-}

@@ -70,10 +70,11 @@ func Exists(h tuner.Host, key string) bool {
 // the fields of multi-value sysctls (net.ipv4.tcp_rmem) and accepts any whitespace.
 func Canonical(v string) string { return strings.Join(strings.Fields(v), " ") }
 
-// slashed is key as a path below /proc/sys. As in sysctl.d(5): when the first separator is a
-// dot, dots separate and a slash stands for a dot inside a name (an interface eth0.1 is
-// net.ipv4.conf.eth0/1.rp_filter); when it is a slash, the key is a path already.
-func slashed(key string) string {
+// Path is key as a path below /proc/sys, e.g. vm/swappiness. As in sysctl.d(5): when the
+// first separator is a dot, dots separate and a slash stands for a dot inside a name (an
+// interface eth0.1 is net.ipv4.conf.eth0/1.rp_filter); when it is a slash, the key is a path
+// already.
+func Path(key string) string {
 	key = strings.Trim(key, "/")
 	if i := strings.IndexAny(key, "./"); i < 0 || key[i] == '/' {
 		return key
@@ -82,7 +83,7 @@ func slashed(key string) string {
 }
 
 // dotted is key in the dotted form.
-func dotted(key string) string { return swapDots(slashed(key)) }
+func dotted(key string) string { return swapDots(Path(key)) }
 
 func swapDots(s string) string {
 	return strings.Map(func(r rune) rune {
@@ -98,7 +99,7 @@ func swapDots(s string) string {
 
 // checkKey refuses keys that are not a path below /proc/sys.
 func checkKey(key string) error {
-	p := slashed(key)
+	p := Path(key)
 	if p == "" {
 		return errors.New("empty sysctl key")
 	}
@@ -111,7 +112,7 @@ func checkKey(key string) error {
 }
 
 func file(h tuner.Host, key string) string {
-	return filepath.Join(h.Procfs, "sys", filepath.FromSlash(slashed(key)))
+	return filepath.Join(h.Procfs, "sys", filepath.FromSlash(Path(key)))
 }
 
 func (s *setting) ID() string      { return Backend + ":" + s.key }
@@ -200,7 +201,7 @@ func (s *setting) Suspects(_ context.Context, got tuner.Value) []string {
 		if err != nil {
 			continue
 		}
-		for _, v := range setsKey(b, slashed(s.key)) {
+		for _, v := range setsKey(b, Path(s.key)) {
 			now := "not the value now"
 			if got.Present && v == got.Text {
 				now = "the value now"
@@ -284,7 +285,7 @@ func setsKey(b []byte, p string) []string {
 		if k == "" || k[0] == '!' {
 			continue // a '!' pattern only excludes keys from globs
 		}
-		if m, err := path.Match(slashed(k), p); err == nil && m {
+		if m, err := path.Match(Path(k), p); err == nil && m {
 			out = append(out, Canonical(v))
 		}
 	}

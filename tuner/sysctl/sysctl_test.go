@@ -27,8 +27,8 @@ func TestKeys(t *testing.T) {
 		"single_name_key": {"kernel", "kernel", "kernel"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := slashed(tc.key); got != tc.slashed {
-				t.Errorf("slashed(%q) = %q, want %q", tc.key, got, tc.slashed)
+			if got := Path(tc.key); got != tc.slashed {
+				t.Errorf("Path(%q) = %q, want %q", tc.key, got, tc.slashed)
 			}
 			if got := dotted(tc.key); got != tc.dotted {
 				t.Errorf("dotted(%q) = %q, want %q", tc.key, got, tc.dotted)

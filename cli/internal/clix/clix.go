@@ -63,6 +63,12 @@ func CheckOutput(o string) error {
 // stop, clean up and say why. A second signal while cleaning up exits at once, saying what to
 // run to remove what is left.
 func SignalContext(parent context.Context, stderr io.Writer) (context.Context, context.CancelFunc) {
+	return SignalContextHint(parent, stderr, "run 'nodectl stress clean' to remove what is left")
+}
+
+// SignalContextHint is SignalContext with what to run after a second signal, e.g. the tuner's
+// rollback.
+func SignalContextHint(parent context.Context, stderr io.Writer, hint string) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
@@ -76,7 +82,7 @@ func SignalContext(parent context.Context, stderr io.Writer) (context.Context, c
 		}
 		select {
 		case s := <-ch:
-			fmt.Fprintf(stderr, "\nnodectl: %s again: exiting without cleaning up; run 'nodectl stress clean' to remove what is left\n", s)
+			fmt.Fprintf(stderr, "\nnodectl: %s again: exiting without cleaning up; %s\n", s, hint)
 			os.Exit(130)
 		case <-done:
 		}

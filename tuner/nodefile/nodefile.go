@@ -1,0 +1,202 @@
+// Package nodefile is a file on the node that nodectl writes whole, such as a daemon's
+// drop-in: its previous state (absent, with the directories that were missing for it; a
+// regular file with its bytes, mode and owner; or a symlink) is recorded and put back
+// exactly, and every write is atomic and durable, so the daemon reading it never sees half a
+// file.
+package nodefile
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"syscall"
+
+	"github.com/nodectl/nodectl/tuner"
+)
+
+// File is the file at a node path below a host's root.
+type File struct {
+	h    tuner.Host
+	node string // the node path, e.g. /etc/systemd/journald.conf.d/90-nodectl.conf
+}
+
+// New is the file at the node path p on h.
+func New(h tuner.Host, p string) File { return File{h: h, node: p} }
+
+// path is the file's path as this process reaches it.
+func (f File) path() string { return f.h.Path(f.node) }
+
+// state is what a file was, as a tuner.Value's Data records it for Restore: a regular file's
+// exact bytes, mode and owner, or a link's target; when there was nothing, the directories
+// (node paths, outermost first) that were missing for it, which writing it makes.
+type state struct {
+	Bytes   []byte      `json:"bytes,omitempty"`
+	Mode    fs.FileMode `json:"mode,omitempty"`
+	UID     int         `json:"uid,omitempty"`
+	GID     int         `json:"gid,omitempty"`
+	Link    string      `json:"link,omitempty"`
+	Missing []string    `json:"missing_dirs,omitempty"`
+}
+
+// same reports whether s and o are the same file or link.
+func (s state) same(o state) bool {
+	return bytes.Equal(s.Bytes, o.Bytes) && s.Mode == o.Mode && s.UID == o.UID && s.GID == o.GID && s.Link == o.Link
+}
+
+// Read returns the file's value: absent, a symlink (Text "a link to <target>"), or a regular
+// file whose Text is describe's of its bytes and mode. Data is what Restore needs. Errors say
+// what failed, not which file: the caller names its setting and the path.
+func (f File) Read(describe func(b []byte, mode fs.FileMode) string) (tuner.Value, error) {
+	present, st, err := f.read()
+	switch {
+	case err != nil:
+		return tuner.Value{}, err
+	case !present:
+		return tuner.Value{Data: st.data()}, nil
+	case st.Link != "":
+		return tuner.Value{Present: true, Text: "a link to " + st.Link, Data: st.data()}, nil
+	}
+	return tuner.Value{Present: true, Text: describe(st.Bytes, st.Mode), Data: st.data()}, nil
+}
+
+func (f File) read() (present bool, st state, err error) {
+	fi, err := os.Lstat(f.path())
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, state{Missing: f.h.MissingDirs(path.Dir(f.node))}, nil
+	}
+	if err != nil {
+		return false, state{}, fmt.Errorf("reading: %w", err)
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		if st.Link, err = os.Readlink(f.path()); err != nil {
+			return false, state{}, fmt.Errorf("reading: %w", err)
+		}
+	case fi.Mode().IsRegular():
+		if st.Bytes, err = os.ReadFile(f.path()); err != nil {
+			return false, state{}, fmt.Errorf("reading: %w", err)
+		}
+		st.Mode = fi.Mode().Perm()
+		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+			st.UID, st.GID = int(sys.Uid), int(sys.Gid)
+		}
+	default:
+		return false, state{}, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	}
+	return true, st, nil
+}
+
+// Write makes the file exactly b, with mode, owned by root, making its directories first.
+func (f File) Write(b []byte, mode fs.FileMode) error {
+	return f.write(state{Bytes: b, Mode: mode})
+}
+
+// write replaces the file with st's file or link: a temporary file in the same directory,
+// synced, then renamed over it, and the directory synced, so a reader or a crash sees the
+// old file or the new one whole.
+func (f File) write(st state) error {
+	dir := filepath.Dir(f.path())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("making its directory: %w", err)
+	}
+	// Hidden and not ending in the daemon's suffix (.conf), so no daemon reads it.
+	tmp := filepath.Join(dir, "."+filepath.Base(f.path())+".nodectl-tmp")
+	os.Remove(tmp) // left by a crash
+	err := func() error {
+		if st.Link != "" {
+			return os.Symlink(st.Link, tmp)
+		}
+		t, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, st.Mode)
+		if err != nil {
+			return err
+		}
+		_, err = t.Write(st.Bytes)
+		if err == nil {
+			err = t.Sync()
+		}
+		if cerr := t.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Chown(tmp, st.UID, st.GID)
+		}
+		if err == nil {
+			// The mode passed to open goes through the umask; restoring must be exact.
+			err = os.Chmod(tmp, st.Mode)
+		}
+		return err
+	}()
+	if err == nil {
+		err = os.Rename(tmp, f.path())
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing: %w", err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Restore puts back the file prev, a value Read returned: the same file or link, or, when
+// it was absent, no file and none of the directories that were missing then (those that
+// gained other files stay). It reports whether it changed anything, so the caller restarts
+// its daemon only then.
+func (f File) Restore(prev tuner.Value) (changed bool, err error) {
+	var want state
+	if len(prev.Data) > 0 {
+		if err := json.Unmarshal(prev.Data, &want); err != nil {
+			return false, fmt.Errorf("decoding the recorded value: %w", err)
+		}
+	}
+	if prev.Present && want.Mode == 0 && want.Link == "" {
+		return false, fmt.Errorf("the recorded value %q has no file data to restore", prev.Text)
+	}
+	present, have, err := f.read()
+	if err != nil {
+		return false, err
+	}
+	if prev.Present {
+		if present && have.same(want) {
+			return false, nil
+		}
+		if err := f.write(want); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	if present {
+		if err := os.Remove(f.path()); err != nil {
+			return false, fmt.Errorf("removing: %w", err)
+		}
+		changed = true
+	}
+	if err := f.h.RemoveDirs(want.Missing); err != nil {
+		return false, err
+	}
+	return changed, nil
+}
+
+// data is s as a Value's Data.
+func (s state) data() json.RawMessage {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err) // a struct of bytes, ints and strings always encodes
+	}
+	return b
+}

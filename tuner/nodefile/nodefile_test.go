@@ -1,0 +1,179 @@
+package nodefile
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/nodectl/nodectl/tuner"
+)
+
+const node = "/etc/daemon.conf.d/90-nodectl.conf"
+
+func scratch(t *testing.T) tuner.Host {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: files owned by others")
+	}
+	return tuner.Host{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
+}
+
+// tree lists every path below root with its mode, owner, content or link target.
+func tree(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		line := fmt.Sprintf("%s %s %d:%d", strings.TrimPrefix(p, root), fi.Mode(), st.Uid, st.Gid)
+		if fi.Mode().IsRegular() {
+			b, _ := os.ReadFile(p)
+			line += fmt.Sprintf(" %q", b)
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			l, _ := os.Readlink(p)
+			line += " -> " + l
+		}
+		out = append(out, line)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func describe(b []byte, m fs.FileMode) string { return fmt.Sprintf("%q %04o", b, m) }
+
+func read(t *testing.T, f File) tuner.Value {
+	t.Helper()
+	v, err := f.Read(describe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Each previous state survives a write and a restore exactly, as the tree below the root
+// shows it, and reads the same again.
+func TestWriteAndRestore(t *testing.T) {
+	for name, tc := range map[string]struct {
+		before   func(p string) error // nil: no file
+		existing string               // a directory there before, when set
+	}{
+		"absent_no_dirs":     {},
+		"absent_dir_existed": {existing: "/etc"},
+		"file": {before: func(p string) error {
+			if err := os.WriteFile(p, []byte("mine\n"), 0o600); err != nil {
+				return err
+			}
+			if err := os.Chown(p, 1234, 5678); err != nil {
+				return err
+			}
+			return os.Chmod(p, 0o640)
+		}},
+		"empty_file": {before: func(p string) error { return os.WriteFile(p, nil, 0o644) }},
+		"link":       {before: func(p string) error { return os.Symlink("/dev/null", p) }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := scratch(t)
+			f := New(h, node)
+			if tc.existing != "" {
+				if err := os.MkdirAll(h.Path(tc.existing), 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.before != nil {
+				if err := os.MkdirAll(filepath.Dir(f.path()), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := tc.before(f.path()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := tree(t, h.Root)
+			prev := read(t, f)
+			if prev.Present != (tc.before != nil) {
+				t.Fatalf("reads %+v", prev)
+			}
+			want := []byte("ours\n")
+			if err := f.Write(want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if v := read(t, f); !v.Present || v.Text != describe(want, 0o644) {
+				t.Errorf("after write reads %+v", v)
+			}
+			if fi, err := os.Stat(f.path()); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+				t.Errorf("written file not root's: %v", err)
+			}
+			if ents, _ := os.ReadDir(filepath.Dir(f.path())); len(ents) != 1 {
+				t.Errorf("the directory holds %v, want only the file", ents)
+			}
+			changed, err := f.Restore(prev)
+			if err != nil || !changed {
+				t.Fatalf("restore: changed %v, %v", changed, err)
+			}
+			if got := tree(t, h.Root); !slices.Equal(got, before) {
+				t.Errorf("after restore:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(before, "\n"))
+			}
+			if v := read(t, f); v.Present != prev.Present || v.Text != prev.Text {
+				t.Errorf("reads %+v after restore, want %+v", v, prev)
+			}
+			if changed, err := f.Restore(prev); err != nil || changed {
+				t.Errorf("restoring again: changed %v, %v; want nothing to do", changed, err)
+			}
+		})
+	}
+}
+
+// A directory that gained another file since stays when the absent value is restored.
+func TestRestoreKeepsOthersFiles(t *testing.T) {
+	h := scratch(t)
+	f := New(h, node)
+	prev := read(t, f)
+	if err := f.Write([]byte("ours\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := h.Path("/etc/daemon.conf.d/10-other.conf")
+	if err := os.WriteFile(other, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Restore(prev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("another file in the directory is gone: %v", err)
+	}
+	if _, err := os.Lstat(f.path()); err == nil {
+		t.Error("the file is still there")
+	}
+}
+
+func TestErrors(t *testing.T) {
+	h := tuner.Host{Root: t.TempDir()}
+	f := New(h, node)
+	if _, err := f.Restore(tuner.Value{Present: true, Text: "x", Data: []byte(`{"missing_dirs":["/etc"]}`)}); err == nil ||
+		!strings.Contains(err.Error(), "no file data") {
+		t.Errorf("restoring a present value without file data: %v", err)
+	}
+	if _, err := f.Restore(tuner.Value{Data: []byte(`{`)}); err == nil || !strings.Contains(err.Error(), "decoding the recorded value") {
+		t.Errorf("restoring undecodable data: %v", err)
+	}
+	if err := os.MkdirAll(f.path(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Read(describe); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("reading a directory: %v", err)
+	}
+}
