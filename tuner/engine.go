@@ -172,7 +172,15 @@ func (e *Engine) Apply(ctx context.Context) (*ApplyResult, error) {
 		if current[i], err = s.Read(ctx); err != nil {
 			return nil, fmt.Errorf("reading %s: %w", s.ID(), err)
 		}
-		if holds(s, current[i]) {
+		done := holds(s, current[i])
+		if f, ok := s.(Finisher); ok && done {
+			unfinished, err := f.Unfinished(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("reading %s: %w", s.ID(), err)
+			}
+			done = !unfinished
+		}
+		if done {
 			res.Held = append(res.Held, s.ID())
 		} else {
 			todo = append(todo, i)
@@ -200,6 +208,10 @@ func (e *Engine) Apply(ctx context.Context) (*ApplyResult, error) {
 		r, ok := prev[s.ID()]
 		if !ok {
 			r = Record{ID: s.ID(), Backend: s.Backend(), Previous: current[i]}
+		} else if m, isMerger := s.(Merger); isMerger && !holds(s, current[i]) {
+			if r.Previous, err = m.Merge(r.Previous, current[i]); err != nil {
+				return nil, fmt.Errorf("recording %s: %w", s.ID(), err)
+			}
 		}
 		r.Spec, r.Desired = spec, s.Desired()
 		st.Settings = append(st.Settings, r)
@@ -278,10 +290,21 @@ func (e *Engine) undo(ctx context.Context, idx []int, before []Value, old *State
 	return removeState(e.State)
 }
 
-// restore puts prev back into s and checks that it reads back.
+// restore puts prev back into s and checks that it reads back: the same text, or for a
+// RestoreChecker what it says.
 func restore(ctx context.Context, s Setting, prev Value) error {
 	if err := s.Restore(ctx, prev); err != nil {
 		return fmt.Errorf("restoring %s: %w", s.ID(), err)
+	}
+	if rc, ok := s.(RestoreChecker); ok {
+		back, why, err := rc.Restored(ctx, prev)
+		if err != nil {
+			return fmt.Errorf("restoring %s: reading back: %w", s.ID(), err)
+		}
+		if !back {
+			return fmt.Errorf("restoring %s: not back as recorded: %s", s.ID(), why)
+		}
+		return nil
 	}
 	v, err := s.Read(ctx)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -307,5 +308,135 @@ func TestInterruptedApplyIsUndone(t *testing.T) {
 	}
 	if _, err := os.Stat(e.State); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("interrupted apply left a state file")
+	}
+}
+
+// procs is a fake partition: its text lists "processes" that come and go, so only a
+// RestoreChecker can tell it was restored, and a re-apply may confine new ones (Merger).
+type procs struct {
+	fake
+	moved map[string]bool // process -> confined
+}
+
+func (p *procs) Read(ctx context.Context) (Value, error) {
+	v, _ := p.fake.Read(ctx)
+	var outside []string
+	for name, in := range p.moved {
+		if !in {
+			outside = append(outside, name)
+		}
+	}
+	slices.Sort(outside)
+	if len(outside) > 0 {
+		v.Text = strings.Join(outside, ",") + " outside"
+	}
+	data, _ := json.Marshal(outside)
+	v.Data = data
+	return v, nil
+}
+
+func (p *procs) Apply(ctx context.Context) error {
+	for name := range p.moved {
+		p.moved[name] = true
+	}
+	return p.fake.Apply(ctx)
+}
+
+func (p *procs) Restore(ctx context.Context, prev Value) error {
+	var outside []string
+	_ = json.Unmarshal(prev.Data, &outside)
+	for _, name := range outside {
+		if _, alive := p.moved[name]; alive {
+			p.moved[name] = false
+		}
+	}
+	return p.fake.Restore(ctx, Value{Present: prev.Present, Text: p.spec.Key})
+}
+
+func (p *procs) Restored(_ context.Context, prev Value) (bool, string, error) {
+	var outside []string
+	_ = json.Unmarshal(prev.Data, &outside)
+	for _, name := range outside {
+		if in, alive := p.moved[name]; alive && in {
+			return false, name + " still confined", nil
+		}
+	}
+	return true, "", nil
+}
+
+func (p *procs) Merge(first, now Value) (Value, error) {
+	var a, b []string
+	_ = json.Unmarshal(first.Data, &a)
+	_ = json.Unmarshal(now.Data, &b)
+	for _, n := range b {
+		if !slices.Contains(a, n) {
+			a = append(a, n)
+		}
+	}
+	first.Data, _ = json.Marshal(a)
+	return first, nil
+}
+
+// A setting whose text changes on its own is restored by its own check; a re-apply that
+// confines a new process records it, and rollback releases it too.
+func TestRestoreCheckerAndMerger(t *testing.T) {
+	ctx := context.Background()
+	n := node{"p": "p"}
+	p := &procs{fake: fake{n: n, spec: fakeSpec{"p", "all in"}}, moved: map[string]bool{"kubelet[1]": false}}
+	e := engine(t, n)
+	e.Settings = []Setting{p}
+	e.Decode = func(string, json.RawMessage) (Setting, error) { return p, nil }
+	if _, err := e.Apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet restarts (a new pid) and a containerd appears: drift, and a re-apply.
+	delete(p.moved, "kubelet[1]")
+	p.moved["kubelet[2]"], p.moved["containerd[3]"] = false, false
+	if _, err := e.Apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Rollback(ctx); err != nil {
+		t.Fatalf("rollback of a setting whose text moved on: %v", err)
+	}
+	for name, in := range p.moved {
+		if in {
+			t.Errorf("%s still confined after rollback", name)
+		}
+	}
+}
+
+// unfinished is a setting whose file holds but whose daemon still owes a restart.
+type unfinished struct {
+	fake
+	owed     bool
+	restarts int
+}
+
+func (u *unfinished) Unfinished(context.Context) (bool, error) { return u.owed, nil }
+func (u *unfinished) Apply(ctx context.Context) error {
+	if u.owed {
+		u.restarts++
+		u.owed = false
+	}
+	return u.fake.Apply(ctx)
+}
+
+// A re-apply finishes a restart an earlier apply owed, and only then.
+func TestReapplyFinishesAnOwedRestart(t *testing.T) {
+	ctx := context.Background()
+	n := node{"conf": "old"}
+	u := &unfinished{fake: fake{n: n, spec: fakeSpec{"conf", "new"}}}
+	e := engine(t, n)
+	e.Settings = []Setting{u}
+	if _, err := e.Apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	u.owed = true // the restart after the write failed
+	res, err := e.Apply(ctx)
+	if err != nil || u.restarts != 1 || !reflect.DeepEqual(res.Changed, []string{"fake:conf"}) {
+		t.Fatalf("re-apply with a restart owed: %+v, %v, %d restarts", res, err, u.restarts)
+	}
+	if res, err := e.Apply(ctx); err != nil || len(res.Changed) != 0 || u.restarts != 1 {
+		t.Fatalf("re-apply with nothing owed: %+v, %v, %d restarts", res, err, u.restarts)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+
+	securejoin "github.com/cyphar/filepath-securejoin"
 )
 
 // Host says where the node's files are, so a DaemonSet can work on /host and a test on a
@@ -29,8 +31,32 @@ func HostAt(root string) Host {
 		Cgroupfs: filepath.Join(root, "sys/fs/cgroup")}
 }
 
-// Path is p (an absolute path on the node) below the host's root.
-func (h Host) Path(p string) string { return filepath.Join(h.Root, p) }
+// Path is p (an absolute path on the node) below the host's root. Below a root other than
+// "/", the directories on the way are resolved inside the root, so that an absolute symlink on
+// the node (/var/log -> /mnt/log) leads to the node's /mnt/log under /host, not to the
+// container's; the last element is left as it is, so that a setting can see (and restore) a
+// symlink there.
+func (h Host) Path(p string) string {
+	p = filepath.Join("/", p)
+	if h.Root == "/" || h.Root == "" || p == "/" {
+		return filepath.Join(h.Root, p)
+	}
+	dir, err := securejoin.SecureJoin(h.Root, filepath.Dir(p))
+	if err != nil {
+		// A symlink loop: the plain join fails on it the same way when used.
+		return filepath.Join(h.Root, p)
+	}
+	return filepath.Join(dir, filepath.Base(p))
+}
+
+// Resolve is p below the host's root with every element resolved inside the root, the last
+// one included: the directory a bind mount goes onto.
+func (h Host) Resolve(p string) (string, error) {
+	if h.Root == "/" || h.Root == "" {
+		return filepath.EvalSymlinks(filepath.Join("/", p))
+	}
+	return securejoin.SecureJoin(h.Root, p)
+}
 
 // Systemd reports whether systemd is the node's init, as sd_booted(3) decides.
 func (h Host) Systemd() bool {
@@ -92,3 +118,28 @@ type Suspecter interface {
 
 // Decoder rebuilds a backend's setting from the Spec recorded in a state file.
 type Decoder func(h Host, spec json.RawMessage) (Setting, error)
+
+// RestoreChecker is a setting whose value lists things that come and go on their own (the
+// processes of a CPU partition, the pods below a cgroup), so that after Restore its Text
+// need not equal the recorded one: it says itself whether what it recorded is back.
+type RestoreChecker interface {
+	// Restored reports whether prev is back; when not, why.
+	Restored(ctx context.Context, prev Value) (ok bool, why string, err error)
+}
+
+// Merger is a setting that a re-apply after drift may change beyond what the first apply
+// recorded (a daemon that started since, a new cgroup): the record must grow, keeping the
+// earliest values, so that rollback restores those too.
+type Merger interface {
+	// Merge returns first (recorded by the first apply) extended with what now (read just
+	// before the re-apply) holds that first does not.
+	Merge(first, now Value) (Value, error)
+}
+
+// Finisher is a setting that can hold yet be unfinished: its file is written but the daemon
+// that reads it has not restarted since, because the restart failed or nodectl died before
+// it, and the setting itself restarts that daemon. Apply applies such a setting again, which
+// finishes the restart.
+type Finisher interface {
+	Unfinished(ctx context.Context) (bool, error)
+}

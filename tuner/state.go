@@ -93,7 +93,7 @@ func (s *State) save(path string) error {
 		os.Remove(tmp)
 		return fmt.Errorf("writing tune state %s: %w", path, err)
 	}
-	return syncDir(filepath.Dir(path))
+	return SyncDir(filepath.Dir(path))
 }
 
 // removeState deletes the state file durably.
@@ -101,44 +101,45 @@ func removeState(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("removing tune state: %w", err)
 	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
+	return SyncDir(filepath.Dir(path))
 }
 
 // lock takes an exclusive lock beside the state file so two tuners (a DaemonSet and a person)
 // never interleave; it fails at once rather than wait.
 func lock(statePath string) (func(), error) {
-	if err := os.MkdirAll(filepath.Dir(statePath), 0o755); err != nil {
-		return nil, fmt.Errorf("locking tune state: %w", err)
-	}
-	f, err := os.OpenFile(statePath+".lock", os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("locking tune state: %w", err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("another nodectl tune is running on this node (lock %s.lock)", statePath)
+	lockPath := statePath + ".lock"
+	// The holder removes the lock file when nothing is applied; a tuner that opened it just
+	// before then holds a lock on a file no longer there, so it checks and opens again.
+	for range 5 {
+		if err := os.MkdirAll(filepath.Dir(statePath), 0o755); err != nil {
+			return nil, fmt.Errorf("locking tune state: %w", err)
 		}
-		return nil, fmt.Errorf("locking tune state: %w", err)
-	}
-	return func() {
-		// With nothing applied, leave nothing behind: the lock file goes with the state file.
-		if _, err := os.Stat(statePath); errors.Is(err, os.ErrNotExist) {
-			os.Remove(statePath + ".lock")
-			os.Remove(filepath.Dir(statePath)) // only when empty
+		f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("locking tune state: %w", err)
 		}
-		f.Close()
-	}, nil
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, fmt.Errorf("another nodectl tune is running on this node (lock %s)", lockPath)
+			}
+			return nil, fmt.Errorf("locking tune state: %w", err)
+		}
+		held, err1 := f.Stat()
+		now, err2 := os.Stat(lockPath)
+		if err1 != nil || err2 != nil || !os.SameFile(held, now) {
+			f.Close()
+			continue
+		}
+		return func() {
+			// With nothing applied, leave nothing behind: the lock file goes with the state
+			// file, removed while still held.
+			if _, err := os.Stat(statePath); errors.Is(err, os.ErrNotExist) {
+				os.Remove(lockPath)
+				os.Remove(filepath.Dir(statePath)) // only when empty
+			}
+			f.Close()
+		}, nil
+	}
+	return nil, fmt.Errorf("locking tune state: %s keeps being replaced", lockPath)
 }

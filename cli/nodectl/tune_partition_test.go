@@ -1,18 +1,26 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agent/record"
+	wl "github.com/nodectl/nodectl/stress/workload"
 	"github.com/nodectl/nodectl/tuner"
 	"github.com/nodectl/nodectl/tuner/cpuset"
 )
@@ -59,15 +67,7 @@ func TestReservedCPUsKeepTheHeartbeatOnTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { daemon.Process.Kill(); daemon.Wait() })
-	allowed := func() string {
-		s, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(daemon.Process.Pid), "status"))
-		for _, l := range strings.Split(string(s), "\n") {
-			if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
-				return strings.TrimSpace(v)
-			}
-		}
-		return ""
-	}
+	allowed := func() string { return allowedCPUs(daemon.Process.Pid) }
 	daemonCPUs := allowed()
 	if daemonCPUs == "0" {
 		t.Skip("this test runs on CPU 0 alone: the partition would not move it")
@@ -158,4 +158,230 @@ func TestStressNamesAnUnreadableTuneState(t *testing.T) {
 		"noisy": {[]string{"stress", "noisy", "--baseline", "1s", "--duration", "1s", "--tune-state", bad}, "--tune-state " + bad},
 		"wake":  {[]string{"stress", "wake", "--tune-state", bad}, "--tune-state " + bad},
 	})
+}
+
+// beats collects a heartbeat workload's lateness measurements as it prints them.
+type beats struct {
+	mu   sync.Mutex
+	at   []time.Time
+	late []float64
+}
+
+func (b *beats) read(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		var m wl.Measurement
+		if json.Unmarshal(sc.Bytes(), &m) != nil || m.Metric != record.MetricHeartbeatLateness {
+			continue
+		}
+		b.mu.Lock()
+		b.at, b.late = append(b.at, m.T), append(b.late, m.Value)
+		b.mu.Unlock()
+	}
+}
+
+// between is the lateness of the beats in [from, to).
+func (b *beats) between(from, to time.Time) []float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []float64
+	for i, t := range b.at {
+		if !t.Before(from) && t.Before(to) {
+			out = append(out, b.late[i])
+		}
+	}
+	return out
+}
+
+// The partition's own cgroup writes and daemon move, with no stress run placing anything:
+// CPU hogs in a pod cgroup starve a heartbeat daemon in a cgroup next to it; the partition,
+// applied and rolled back through the engine, gives the pods CPU 1 and moves the daemon to
+// /nodectl/system on CPU 0, and the daemon's lateness must drop at least twofold.
+func TestPartitionConfinesADaemonNextToHogs(t *testing.T) {
+	requireRoot(t)
+	layout, err := cgroup.Detect("/sys/fs/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mount, ok := layout.Mounts["cpuset"]
+	if !ok {
+		t.Skip("no v1 cpuset hierarchy here")
+	}
+	if b, _ := os.ReadFile("/sys/devices/system/cpu/online"); strings.TrimSpace(string(b)) != "0-1" {
+		t.Skipf("the test expects 2 CPUs (0-1), the machine has %s", b)
+	}
+	system := filepath.Join(mount, cpuset.SystemCgroup)
+	if _, err := os.Stat(system); err == nil {
+		t.Skipf("%s exists: a partition is already applied on this machine", cpuset.SystemCgroup)
+	}
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	id := "partition-e2e-" + hex.EncodeToString(b)
+	base := cpuset.Parent + "/" + id
+	pods := base + "/pods"
+	_, parentErr := os.Stat(filepath.Join(mount, cpuset.Parent))
+	t.Cleanup(func() {
+		if err := layout.Remove(base); err != nil {
+			t.Error(err)
+		}
+		if parentErr != nil {
+			_ = layout.Prune(cpuset.Parent)
+		}
+	})
+	// The daemon's cgroup (its systemd unit's stand-in) and the pods' are siblings, as
+	// system.slice and kubepods are on a node, and the pods get a large cpu.shares, as kubepods
+	// has there: the largest, 262144 (256 CPUs' worth) against the daemon's 1024. On a
+	// 32-core node kubepods has 32768 against system.slice's 1024, which every daemon shares;
+	// on these 2 CPUs a ratio that small lets the scheduler (EEVDF) wake the daemon on time in
+	// some runs, and the default 1024 each, or the daemon in the root cgroup next to all of
+	// /nodectl, in every run.
+	unit := base + "/system.slice"
+	if err := layout.Create(unit, cgroup.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := layout.Create(pods, cgroup.Limits{CPURequestMilli: 256000}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Three busy processes in the pod cgroup: more than the machine's CPUs.
+	var hogs []*exec.Cmd
+	for range 3 {
+		hog := exec.Command(os.Args[0], "workload", "cpu-hog", "--threads", "1", "--run", id)
+		hog.Env = append(os.Environ(), beMain+"=1")
+		if err := hog.Start(); err != nil {
+			t.Fatal(err)
+		}
+		hogs = append(hogs, hog)
+		t.Cleanup(func() { hog.Process.Kill(); hog.Wait() })
+		if err := layout.AddProc(pods, hog.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The daemon: the heartbeat body under a name of its own, in its unit's cgroup.
+	comm := "nct-hb-" + hex.EncodeToString(b)
+	exe := filepath.Join(t.TempDir(), comm)
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hb := exec.Command(exe, "workload", "heartbeat", "--period", "50ms", "--run", id)
+	hb.Env = append(os.Environ(), beMain+"=1")
+	out, err := hb.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hb.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var got beats
+	done := make(chan struct{})
+	go func() { got.read(out); close(done) }()
+	t.Cleanup(func() { hb.Process.Signal(syscall.SIGTERM); <-done; hb.Wait() })
+	pid := hb.Process.Pid
+	if err := layout.AddProc(unit, pid); err != nil {
+		t.Fatal(err)
+	}
+	where := func() string {
+		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cpuset"))
+		return strings.TrimSpace(string(b))
+	}
+	if home := where(); home != unit {
+		t.Fatalf("the daemon is in cpuset %s, want %s", home, unit)
+	}
+
+	// Each phase skips its first second: the hogs and the move settling.
+	const settle, phase = time.Second, 7 * time.Second
+	start := time.Now()
+	time.Sleep(settle + phase)
+	untuned := got.between(start.Add(settle), time.Now())
+
+	ctx := context.Background()
+	h := tuner.Host{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
+	state := filepath.Join(t.TempDir(), "state.json")
+	engine := &tuner.Engine{Profile: "e2e-partition", State: state,
+		Settings: []tuner.Setting{cpuset.NewPartition(h, cpuset.Partition{Reserved: "0", WorkloadCgroups: []string{pods}, Daemons: []string{comm}})},
+		Decode:   func(_ string, spec json.RawMessage) (tuner.Setting, error) { return cpuset.Decode(h, spec) }}
+	if _, err := engine.Apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rolledBack := false
+	t.Cleanup(func() {
+		if !rolledBack {
+			if _, err := engine.Rollback(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	start = time.Now()
+	time.Sleep(settle + phase)
+	tuned := got.between(start.Add(settle), time.Now())
+	during := where()
+	podCPUs, _ := os.ReadFile(filepath.Join(mount, pods, "cpuset.cpus"))
+	// The kernel holds the processes to the cgroups' CPUs: the hogs off CPU 0, the daemon on it.
+	for _, hog := range hogs {
+		if got := allowedCPUs(hog.Process.Pid); got != "1" {
+			t.Errorf("with the partition hog %d may run on CPUs %s, want 1", hog.Process.Pid, got)
+		}
+	}
+	if got := allowedCPUs(pid); got != "0" {
+		t.Errorf("with the partition the daemon may run on CPUs %s, want 0", got)
+	}
+
+	_, err = engine.Rollback(ctx)
+	rolledBack = true
+	if err != nil {
+		t.Fatalf("rollback: %v", err)
+	}
+	if len(untuned) < 10 || len(tuned) < 10 {
+		t.Fatalf("too few heartbeats: %d without the partition, %d with it", len(untuned), len(tuned))
+	}
+	p99Before, maxBefore := quantile(untuned, 0.99), slices.Max(untuned)
+	p99After, maxAfter := quantile(tuned, 0.99), slices.Max(tuned)
+	t.Logf("daemon heartbeat lateness next to 3 CPU hogs: without the partition p99 %.4fs max %.4fs (%d beats); with CPU 0 reserved p99 %.4fs max %.4fs (%d beats); p99 x%.1f lower, max x%.1f lower",
+		p99Before, maxBefore, len(untuned), p99After, maxAfter, len(tuned), p99Before/p99After, maxBefore/maxAfter)
+	if p99Before < 2*p99After && maxBefore < 2*maxAfter {
+		t.Errorf("the partition lowered the daemon's lateness only from p99 %.4fs max %.4fs to p99 %.4fs max %.4fs, want at least 2x",
+			p99Before, maxBefore, p99After, maxAfter)
+	}
+	if during != cpuset.SystemCgroup || strings.TrimSpace(string(podCPUs)) != "1" {
+		t.Errorf("with the partition the daemon was in cpuset %s and the pods on CPUs %s, want %s and 1", during, podCPUs, cpuset.SystemCgroup)
+	}
+	if now := where(); now != unit {
+		t.Errorf("after rollback the daemon is in cpuset %s, want %s", now, unit)
+	}
+	if b, _ := os.ReadFile(filepath.Join(mount, pods, "cpuset.cpus")); strings.TrimSpace(string(b)) != "0-1" {
+		t.Errorf("after rollback the pods have CPUs %s, want 0-1", b)
+	}
+	for _, f := range []string{system, state, state + ".lock"} {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("rollback left %s", f)
+		}
+	}
+	// Nothing of the test is left either: the daemon stopped, the hogs and their cgroups gone.
+	hb.Process.Signal(syscall.SIGTERM)
+	<-done
+	hb.Wait()
+	for _, hog := range hogs {
+		hog.Process.Kill()
+		hog.Wait()
+	}
+	if err := layout.Remove(base); err != nil {
+		t.Error(err)
+	}
+	assertClean(t, id)
+}
+
+// allowedCPUs is the CPU list process pid may run on.
+func allowedCPUs(pid int) string {
+	s, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	for _, l := range strings.Split(string(s), "\n") {
+		if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }

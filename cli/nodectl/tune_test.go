@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // Real sysctls the tune tests change; each test puts back the values it found, also when it
@@ -336,7 +339,8 @@ func TestTuneCLIErrorsNameTheProblem(t *testing.T) {
 	expectCLIErrors(t, []string{"tune"}, map[string]cliError{
 		"unknown_profile":     {[]string{"plan", "--profile", "no-such-profile"}, "no-such-profile"},
 		"relative_host_root":  {[]string{"plan", "--host-root", "host"}, `--host-root "host"`},
-		"bad_output":          {[]string{"plan", "-o", "yaml"}, `-o "yaml"`},
+		"bad_output":          {[]string{"plan", "-o", "xml"}, `-o "xml": allowed values are text and json, or yaml`},
+		"verify_no_yaml":      {[]string{"verify", "-o", "yaml"}, `-o "yaml"`},
 		"validate_no_stress":  {[]string{"validate"}, "give the stress command after --"},
 		"validate_not_stress": {[]string{"validate", "--", "analyze", "x"}, "after -- give a stress scenario"},
 		"validate_sets_out":   {[]string{"validate", "--", "stress", "noisy", "--out", "/tmp/x"}, "stress flag --out"},
@@ -437,10 +441,10 @@ func TestTuneWatchExportsDrift(t *testing.T) {
 func TestTuneVerifiesAGKENodeSystemConfig(t *testing.T) {
 	requireRoot(t)
 	keepSysctls(t)
-	root, flags := tuneScratch(t)
-	gke := filepath.Join(root, "swap-dedicated-lssd.yaml")
-	seed := "linuxConfig:\n  swapConfig:\n    enabled: true\n    dedicatedLocalSsdProfile:\n      diskCount: 1\n  sysctl:\n    vm.watermark_scale_factor: 500\n    vm.swappiness: 100\n"
-	if err := os.WriteFile(gke, []byte(seed), 0o644); err != nil {
+	_, flags := tuneScratch(t)
+	// The seed report's node pool config, as shipped in deploy/.
+	gke, err := filepath.Abs("../../deploy/gke/swap-dedicated-lssd.yaml")
+	if err != nil {
 		t.Fatal(err)
 	}
 	// The node as that pool's config makes it, but with no swap on.
@@ -530,5 +534,60 @@ func TestTuneValidateInterruptedRollsBack(t *testing.T) {
 		assertClean(t, m.ID)
 	} else {
 		t.Errorf("reading the tuned run's id from %s: %v", meta, err)
+	}
+}
+
+// The tuner's DaemonSet carries a profile in its ConfigMap that resolves on this node, and
+// runs `tune watch` with flags it has.
+func TestTuneDaemonSetProfileResolves(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/tuner/daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	var profileText string
+	var args []string
+	for {
+		var doc struct {
+			Kind string            `yaml:"kind"`
+			Data map[string]string `yaml:"data"`
+			Spec struct {
+				Template struct {
+					Spec struct {
+						Containers []struct {
+							Args []string `yaml:"args"`
+						} `yaml:"containers"`
+					} `yaml:"spec"`
+				} `yaml:"template"`
+			} `yaml:"spec"`
+		}
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		switch doc.Kind {
+		case "ConfigMap":
+			profileText = doc.Data["profile.yaml"]
+		case "DaemonSet":
+			args = doc.Spec.Template.Spec.Containers[0].Args
+		}
+	}
+	p := writeProfile(t, t.TempDir(), profileText)
+	if out, err := nodectl(t, "tune", "plan", "--profile", p, "-o", "json"); err != nil {
+		t.Fatalf("the DaemonSet's profile: %v\n%s", err, out)
+	}
+	if len(args) < 2 || args[0] != "tune" || args[1] != "watch" {
+		t.Fatalf("the DaemonSet runs %v, want tune watch", args)
+	}
+	help, err := nodectl(t, "tune", "watch", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range args[2:] {
+		flag, _, _ := strings.Cut(a, "=")
+		if !strings.Contains(help, flag+" ") {
+			t.Errorf("the DaemonSet passes %s, which tune watch does not have", flag)
+		}
 	}
 }

@@ -86,7 +86,11 @@ func (rf *runFlags) start(cmd *cobra.Command, name, why string) (context.Context
 	if err != nil {
 		return nil, nil, fmt.Errorf("--tune-state %s: %w", rf.tuneState, err)
 	}
-	if system, workloads, ok := cpuset.Live(state); ok {
+	system, workloads, ok, err := cpuset.Live(state, rf.opts.Paths.Sysfs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--tune-state %s: %w", rf.tuneState, err)
+	}
+	if ok {
 		rf.opts.CPUs = st.CPUPartition{System: system, Workloads: workloads}
 		rf.opts.Log.Info("placing workloads by the tuned CPU partition", "system", system, "workloads", workloads)
 	}

@@ -1,10 +1,12 @@
 package tune
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -44,7 +46,7 @@ func (r *report) count() {
 		if it.Change {
 			r.Changes++
 		}
-		if it.Pending && it.Restart != "" && !strings.Contains(strings.Join(r.Restarts, ","), it.Restart) {
+		if it.Pending && it.Restart != "" && !slices.Contains(r.Restarts, it.Restart) {
 			r.Restarts = append(r.Restarts, it.Restart)
 		}
 	}
@@ -104,17 +106,32 @@ func newPlan() *cobra.Command {
 		Short: "Show, per setting, the node's current value, the profile's desired value and what needs a restart",
 		Long: `plan reads every setting the profile names and prints its current and desired value, whether
 apply would change it, and which daemon (the kubelet, for reserved CPUs) must restart before
-it takes effect. It changes nothing. Exit status 0 whether or not changes are planned.`,
+it takes effect. It changes nothing. Exit status 0 whether or not changes are planned.
+-o yaml prints the profile itself, resolved against this node (built-in merged, CPUs sized).`,
 		Example: `  nodectl tune plan
   nodectl tune plan --profile my-profile.yaml -o json
+  nodectl tune plan --profile my-profile.yaml -o yaml
   nodectl tune plan --host-root /host`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := clix.CheckOutput(o.output); err != nil {
-				return err
+			if o.output != "yaml" {
+				if err := clix.CheckOutput(o.output); err != nil {
+					return fmt.Errorf("%w, or yaml (the resolved profile)", err)
+				}
 			}
 			l, err := o.load(cmd)
 			if err != nil {
+				return err
+			}
+			if o.output == "yaml" {
+				b, err := l.profile.YAML()
+				if err != nil {
+					return err
+				}
+				if !bytes.HasSuffix(b, []byte("\n")) {
+					b = append(b, '\n')
+				}
+				_, err = cmd.OutOrStdout().Write(b)
 				return err
 			}
 			items, err := l.engine.Current(cmd.Context(), false)
@@ -293,6 +310,9 @@ func (o *opts) verifyTarget(cmd *cobra.Command) (*loaded, error) {
 	}
 	if st == nil {
 		return nil, fmt.Errorf("no profile is applied (no state at %s): pass --profile to check one", e.State)
+	}
+	if !st.Complete() {
+		return nil, fmt.Errorf("%w: profile %q (state %s, started %s): run nodectl tune rollback", tuner.ErrUnfinished, st.Profile, e.State, st.Started.Format(time.RFC3339))
 	}
 	if e.Settings, err = e.Recorded(st); err != nil {
 		return nil, err

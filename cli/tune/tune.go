@@ -121,11 +121,12 @@ func (o *opts) load(cmd *cobra.Command) (*loaded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--profile %s: %w", o.profile, err)
 	}
-	cpus, err := onlineCPUs(h)
+	online, err := onlineCPUs(h)
 	if err != nil {
 		return nil, err
 	}
-	p, err := raw.Resolve(profile.Node{CPUs: cpus, SysctlExists: func(k string) bool { return sysctl.Exists(h, k) }})
+	cpus := online.Size()
+	p, err := raw.Resolve(profile.Node{CPUs: cpus, Online: online.String(), SysctlExists: func(k string) bool { return sysctl.Exists(h, k) }})
 	if err != nil {
 		return nil, fmt.Errorf("profile %s is refused, nothing was changed:\n%w", o.profile, err)
 	}
@@ -141,18 +142,19 @@ func (o *opts) engineAt(cmd *cobra.Command, h tuner.Host) *tuner.Engine {
 	return &tuner.Engine{State: o.statePath(h), Decode: backends.Decoder(h), Log: clix.Logger(cmd.ErrOrStderr(), false)}
 }
 
-// onlineCPUs counts the node's online CPUs from sysfs.
-func onlineCPUs(h tuner.Host) (int, error) {
+// onlineCPUs are the node's online CPUs, from sysfs: a node may have some offline, or a
+// list that does not start at 0.
+func onlineCPUs(h tuner.Host) (cpuset.CPUSet, error) {
 	p := filepath.Join(h.Sysfs, "devices/system/cpu/online")
 	b, err := os.ReadFile(p)
 	if err != nil {
-		return 0, fmt.Errorf("counting the node's CPUs: %w", err)
+		return cpuset.CPUSet{}, fmt.Errorf("reading the node's online CPUs: %w", err)
 	}
 	set, err := cpuset.Parse(strings.TrimSpace(string(b)))
 	if err != nil {
-		return 0, fmt.Errorf("counting the node's CPUs: %s: %w", p, err)
+		return cpuset.CPUSet{}, fmt.Errorf("reading the node's online CPUs: %s: %w", p, err)
 	}
-	return set.Size(), nil
+	return set, nil
 }
 
 // needRoot refuses to change the node without root.

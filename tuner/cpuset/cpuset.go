@@ -117,22 +117,28 @@ func text(system, workloads cpuset.CPUSet) string {
 }
 
 // Live reports the partition that the applied, complete state st holds: the CPU lists of the
-// system and of workloads. A stress run places its workloads by it.
-func Live(st *tuner.State) (system, workloads string, ok bool) {
+// system and of workloads, from its recorded parameters and the node's online CPUs below
+// sysfs. A stress run places its workloads by it. An error says the recorded partition no
+// longer fits the node (a CPU went offline).
+func Live(st *tuner.State, sysfs string) (system, workloads string, ok bool, err error) {
 	if st == nil || !st.Complete() {
-		return "", "", false
+		return "", "", false, nil
 	}
 	for _, r := range st.Settings {
 		if r.ID != ID {
 			continue
 		}
-		rest, ok1 := strings.CutPrefix(r.Desired, "system ")
-		system, workloads, ok2 := strings.Cut(rest, ", workloads ")
-		if ok1 && ok2 {
-			return system, workloads, true
+		var p Partition
+		if err := json.Unmarshal(r.Spec, &p); err != nil {
+			return "", "", false, fmt.Errorf("%s: decoding the recorded spec: %w", ID, err)
 		}
+		rs, ws, err := split(tuner.Host{Sysfs: sysfs}, p.Reserved)
+		if err != nil {
+			return "", "", false, err
+		}
+		return rs.String(), ws.String(), true, nil
 	}
-	return "", "", false
+	return "", "", false, nil
 }
 
 // hierarchy is where the cpuset controller is: a v1 cpuset mount or the v2 unified mount.
@@ -212,7 +218,13 @@ func ancestors(p string) []string {
 	return out
 }
 
-func depth(p string) int { return strings.Count(p, "/") }
+// depth is how far below the root p is: the root 0, /kubepods 1.
+func depth(p string) int {
+	if p == "/" {
+		return 0
+	}
+	return strings.Count(p, "/")
+}
 
 // clean makes a configured cgroup path absolute: "system.slice" is "/system.slice".
 func clean(p string) string { return filepath.Clean("/" + p) }
@@ -669,12 +681,21 @@ func (s *partition) makeSystem(hy hierarchy) error {
 	return nil
 }
 
-func (s *partition) Restore(_ context.Context, prev tuner.Value) error {
+// recorded is the data of a recorded value.
+func recorded(v tuner.Value) (data, error) {
 	var d data
-	if len(prev.Data) > 0 {
-		if err := json.Unmarshal(prev.Data, &d); err != nil {
-			return fmt.Errorf("%s: decoding the recorded value: %w", ID, err)
+	if len(v.Data) > 0 {
+		if err := json.Unmarshal(v.Data, &d); err != nil {
+			return d, fmt.Errorf("%s: decoding the recorded value: %w", ID, err)
 		}
+	}
+	return d, nil
+}
+
+func (s *partition) Restore(_ context.Context, prev tuner.Value) error {
+	d, err := recorded(prev)
+	if err != nil {
+		return err
 	}
 	hy, err := s.detect()
 	if err != nil {
@@ -691,7 +712,7 @@ func (s *partition) Restore(_ context.Context, prev tuner.Value) error {
 		return s.errf(hy, err)
 	}
 	if !d.SystemExisted {
-		if err := s.removeSystem(hy); err != nil {
+		if err := s.removeSystem(hy, d.Moves); err != nil {
 			return s.errf(hy, err)
 		}
 	}
@@ -741,9 +762,13 @@ func (s *partition) moveBack(hy hierarchy, moves []move) error {
 	return nil
 }
 
-// removeSystem removes nodectl's system cgroup; processes still in it (a daemon that was not
-// recorded) go to the root cpuset, where a process starts.
-func (s *partition) removeSystem(hy hierarchy) error {
+// removeSystem removes nodectl's system cgroup. A process still in it was not recorded: a child
+// that a moved daemon forked there (containerd's shims), or a daemon that started since and
+// was moved without a re-apply recording it. A child goes to the cgroup its nearest recorded
+// ancestor was moved back to, where it would be had the daemon never moved (on v2 that is the
+// daemon's systemd unit, which accounts for it and stops it with the daemon); any other
+// process goes to the root cgroup, where a process starts.
+func (s *partition) removeSystem(hy hierarchy, moves []move) error {
 	if !hy.exists(SystemCgroup) {
 		return nil
 	}
@@ -751,8 +776,18 @@ func (s *partition) removeSystem(hy hierarchy) error {
 	if err != nil {
 		return err
 	}
+	pfs, err := procfs.NewFS(s.h.Procfs)
+	if err != nil {
+		return err
+	}
 	for _, pid := range strings.Fields(string(b)) {
-		if err := hy.write("/", "cgroup.procs", pid); err != nil && !errors.Is(err, syscall.ESRCH) {
+		to := "/"
+		if n, err := strconv.Atoi(pid); err == nil {
+			if m, ok := recordedAncestor(pfs, n, moves); ok {
+				to = m.Cgroup
+			}
+		}
+		if err := hy.write(to, "cgroup.procs", pid); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return err
 		}
 	}
@@ -760,6 +795,158 @@ func (s *partition) removeSystem(hy hierarchy) error {
 		return fmt.Errorf("removing cgroup %s: %w", SystemCgroup, err)
 	}
 	return nil
+}
+
+// recordedAncestor is the move of pid's nearest ancestor process that apply moved (the same
+// process: its start time matches).
+func recordedAncestor(pfs procfs.FS, pid int, moves []move) (move, bool) {
+	if len(moves) == 0 {
+		return move{}, false
+	}
+	p, err := pfs.Proc(pid)
+	if err != nil {
+		return move{}, false
+	}
+	st, err := p.Stat()
+	// Pid 1 and the kernel's threads (ppid 0) end the chain; the bound guards against a loop
+	// while pids are reused.
+	for i := 0; err == nil && st.PPID > 1 && i < 64; i++ {
+		if p, err = pfs.Proc(st.PPID); err != nil {
+			break
+		}
+		if st, err = p.Stat(); err != nil {
+			break
+		}
+		if k := slices.IndexFunc(moves, func(m move) bool { return m.PID == p.PID && m.Start == st.Starttime }); k >= 0 {
+			return moves[k], true
+		}
+	}
+	return move{}, false
+}
+
+// Restored reports whether what prev recorded is back. Comparing texts would not do: the
+// text names daemon pids and counts the cgroups below a workload cgroup, which change on
+// their own (a daemon restarts, pods come and go). Back means: every recorded cgroup that
+// still exists has its recorded CPUs (and on v2, a parent apply enabled cpuset in no longer
+// hands it down), every moved daemon still running as the same process is in its recorded
+// cgroup, and nodectl's cgroups exist exactly when they did, except that /nodectl stays
+// while other cgroups (a stress run's) are below it.
+func (s *partition) Restored(_ context.Context, prev tuner.Value) (bool, string, error) {
+	d, err := recorded(prev)
+	if err != nil {
+		return false, "", err
+	}
+	hy, err := s.detect()
+	if err != nil {
+		return false, "", fmt.Errorf("%s: %w", ID, err)
+	}
+	var why []string
+	for _, c := range d.Cgroups {
+		if !hy.exists(c.Path) {
+			continue
+		}
+		cur, err := hy.cpus(c.Path)
+		if ignoreGone(err) != nil {
+			return false, "", s.errf(hy, err)
+		}
+		if err == nil && cur != c.From {
+			why = append(why, fmt.Sprintf("%s has CPUs %s, recorded %s", display(c.Path), orNone(cur), orNone(c.From)))
+		}
+	}
+	for _, p := range d.Enabled {
+		if !hy.exists(p) {
+			continue
+		}
+		on, err := hy.cpusetEnabled(p)
+		if ignoreGone(err) != nil {
+			return false, "", s.errf(hy, err)
+		}
+		if on {
+			why = append(why, fmt.Sprintf("%s still enables cpuset in cgroup.subtree_control", filepath.Join(hy.dir(p), "cgroup.subtree_control")))
+		}
+	}
+	if len(d.Moves) > 0 {
+		pfs, err := procfs.NewFS(s.h.Procfs)
+		if err != nil {
+			return false, "", s.errf(hy, err)
+		}
+		for _, m := range d.Moves {
+			p, err := pfs.Proc(m.PID)
+			if err != nil {
+				continue
+			}
+			st, err := p.Stat()
+			if err != nil || st.Starttime != m.Start {
+				continue
+			}
+			if cg, err := cpusetCgroup(p, hy.v2); err == nil && cg != m.Cgroup {
+				why = append(why, fmt.Sprintf("%s[%d] is in %s, recorded %s", m.Comm, m.PID, cg, m.Cgroup))
+			}
+		}
+	}
+	if hy.exists(SystemCgroup) != d.SystemExisted {
+		why = append(why, existence(SystemCgroup, d.SystemExisted))
+	}
+	// A stress run living below /nodectl keeps it: Restore leaves it for the run to prune.
+	if hy.exists(Parent) != d.ParentExisted && (d.ParentExisted || !hasChildren(hy.dir(Parent))) {
+		why = append(why, existence(Parent, d.ParentExisted))
+	}
+	if len(why) > 0 {
+		return false, strings.Join(why, "; "), nil
+	}
+	return true, "", nil
+}
+
+func hasChildren(dir string) bool {
+	below, err := os.ReadDir(dir)
+	return err == nil && slices.ContainsFunc(below, fs.DirEntry.IsDir)
+}
+
+func existence(p string, existed bool) string {
+	if existed {
+		return fmt.Sprintf("cgroup %s is gone; it existed", p)
+	}
+	return fmt.Sprintf("cgroup %s exists; it did not", p)
+}
+
+// Merge extends the first apply's record with what a re-apply after drift changes beyond it:
+// the earlier CPUs of cgroups it did not change, daemons that started since with the cgroups
+// they are in, parents whose cpuset it enables. Whatever both record keeps the first value,
+// the node before any tuning; so do whether nodectl's cgroups existed.
+func (s *partition) Merge(first, now tuner.Value) (tuner.Value, error) {
+	f, err := recorded(first)
+	if err != nil {
+		return tuner.Value{}, err
+	}
+	n, err := recorded(now)
+	if err != nil {
+		return tuner.Value{}, err
+	}
+	for _, c := range n.Cgroups {
+		// nodectl's own system cgroup did not exist before: restore removes it, whatever
+		// CPUs someone gave it since.
+		if (c.Path == SystemCgroup && !f.SystemExisted) || slices.ContainsFunc(f.Cgroups, func(o change) bool { return o.Path == c.Path }) {
+			continue
+		}
+		f.Cgroups = append(f.Cgroups, c)
+	}
+	for _, m := range n.Moves {
+		if !slices.ContainsFunc(f.Moves, func(o move) bool { return o.PID == m.PID && o.Start == m.Start }) {
+			f.Moves = append(f.Moves, m)
+		}
+	}
+	for _, p := range n.Enabled {
+		if !slices.Contains(f.Enabled, p) {
+			f.Enabled = append(f.Enabled, p)
+		}
+	}
+	// Restore disables cpuset children first.
+	slices.SortStableFunc(f.Enabled, func(a, b string) int { return depth(a) - depth(b) })
+	raw, err := json.Marshal(f)
+	if err != nil {
+		return tuner.Value{}, fmt.Errorf("%s: recording the merged value: %w", ID, err)
+	}
+	return tuner.Value{Present: first.Present, Text: first.Text, Data: raw}, nil
 }
 
 // commLen is the kernel's limit on a process name (TASK_COMM_LEN less the NUL): the comm of

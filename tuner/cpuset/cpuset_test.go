@@ -414,16 +414,29 @@ func TestPartitionDecodeRoundTrip(t *testing.T) {
 }
 
 func TestLive(t *testing.T) {
-	st := &tuner.State{Settings: []tuner.Record{{ID: "sysctl:vm.swappiness", Desired: "100"}, {ID: ID, Desired: "system 0-1, workloads 2-31"}}}
-	if _, _, ok := Live(st); ok {
-		t.Error("an unfinished apply reads as live")
+	sysfs := filepath.Join(t.TempDir(), "sys")
+	if err := os.MkdirAll(filepath.Join(sysfs, "devices/system/cpu"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sysfs, "devices/system/cpu/online"), []byte("0-31\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The desired text is display only: Live goes by the spec and the node's CPUs.
+	st := &tuner.State{Settings: []tuner.Record{{ID: "sysctl:vm.swappiness", Desired: "100"},
+		{ID: ID, Spec: json.RawMessage(`{"reserved":"1,0"}`), Desired: "whatever it says"}}}
+	if _, _, ok, err := Live(st, sysfs); ok || err != nil {
+		t.Errorf("an unfinished apply reads as live (%v)", err)
 	}
 	st.Finished = time.Now()
-	if sys, wl, ok := Live(st); !ok || sys != "0-1" || wl != "2-31" {
-		t.Errorf("Live = %q %q %v", sys, wl, ok)
+	if sys, wl, ok, err := Live(st, sysfs); !ok || err != nil || sys != "0-1" || wl != "2-31" {
+		t.Errorf("Live = %q %q %v %v", sys, wl, ok, err)
 	}
-	if _, _, ok := Live(nil); ok {
+	if _, _, ok, err := Live(nil, sysfs); ok || err != nil {
 		t.Error("no state reads as live")
+	}
+	st.Settings[1].Spec = json.RawMessage(`{"reserved":"32-33"}`)
+	if _, _, ok, err := Live(st, sysfs); ok || err == nil || !strings.Contains(err.Error(), "online CPUs are 0-31") {
+		t.Errorf("a partition beyond the online CPUs reads as %v, %v", ok, err)
 	}
 }
 
@@ -463,8 +476,8 @@ func TestPartitionFailuresLeaveTheNodeAsItWas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sys, wl, ok := Live(st); !ok || sys != "0" || wl != "1" {
-		t.Errorf("the applied state holds partition %q %q %v, want 0 1", sys, wl, ok)
+	if sys, wl, ok, err := Live(st, "/sys"); !ok || err != nil || sys != "0" || wl != "1" {
+		t.Errorf("the applied state holds partition %q %q %v %v, want 0 1", sys, wl, ok, err)
 	}
 	if _, err := engine(nil).Rollback(ctx); err != nil {
 		t.Fatal(err)

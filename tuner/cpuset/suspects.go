@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/prometheus/procfs"
-
 	"github.com/nodectl/nodectl/tuner"
+	"github.com/nodectl/nodectl/tuner/daemon"
 )
 
 // Suspects names who may have moved the partition: the kubelet (its CPU manager writes the
@@ -22,18 +21,12 @@ func (s *partition) Suspects(_ context.Context, got tuner.Value) []string {
 	if s.h.Systemd() {
 		out = append(out, "systemd: AllowedCPUs= on a slice or unit (systemctl set-property, a unit drop-in) rewrites the cgroup's cpuset.cpus")
 	}
-	pfs, err := procfs.NewFS(s.h.Procfs)
+	kubelets, err := daemon.Find(s.h.Procfs, "kubelet")
 	if err != nil {
 		return out
 	}
-	procs, err := pfs.AllProcs()
-	if err != nil {
-		return out
-	}
-	for _, p := range procs {
-		if comm, err := p.Comm(); err == nil && comm == "kubelet" {
-			out = append(out, fmt.Sprintf("kubelet[%d]: its CPU manager writes the cpusets of pod cgroups (cpuManagerPolicy static)", p.PID))
-		}
+	for _, k := range kubelets {
+		out = append(out, fmt.Sprintf("kubelet[%d]: its CPU manager writes the cpusets of pod cgroups (cpuManagerPolicy static)", k.PID))
 	}
 	return out
 }

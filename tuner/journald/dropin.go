@@ -53,13 +53,14 @@ func Render(entries []Entry) []byte {
 }
 
 type dropIn struct {
-	h    tuner.Host
-	spec DropInSpec
+	h       tuner.Host
+	spec    DropInSpec
+	restart restartFunc
 }
 
 // NewDropIn is the drop-in at file (a path on the node, e.g. DefaultDropIn) setting entries.
 func NewDropIn(h tuner.Host, file string, entries []Entry) tuner.Setting {
-	return &dropIn{h: h, spec: DropInSpec{File: file, Entries: slices.Clone(entries)}}
+	return &dropIn{h: h, spec: DropInSpec{File: file, Entries: slices.Clone(entries)}, restart: systemctl}
 }
 
 // DecodeDropIn rebuilds a drop-in from its recorded DropInSpec.
@@ -97,6 +98,7 @@ func (s DropInSpec) check() error {
 }
 
 func (d *dropIn) ID() string      { return Backend + ":" + d.spec.File }
+func (d *dropIn) Restart() string { return Daemon }
 func (d *dropIn) Backend() string { return Backend }
 func (d *dropIn) Spec() any       { return d.spec }
 func (d *dropIn) path() string    { return d.h.Path(d.spec.File) }
@@ -146,23 +148,26 @@ func (d *dropIn) describe(b []byte, m fs.FileMode) string {
 	return fmt.Sprintf("other content (%d bytes): %s", len(b), strings.Join(kv, " "))
 }
 
+// Apply writes the drop-in unless it is ours already, and restarts journald (where systemd
+// runs) after writing it or when none has started since it was written.
 func (d *dropIn) Apply(ctx context.Context) error {
 	cur, err := d.Read(ctx)
 	if err != nil {
 		return err
 	}
-	if cur.Present && cur.Text == d.Desired() {
-		return nil // written already: same bytes, same mtime, no restart
+	// Written already: same bytes and mtime, restarted only if an earlier restart was missed.
+	changed := !cur.Present || cur.Text != d.Desired()
+	if changed {
+		if err := d.file().Write(Render(d.spec.Entries), dropInMode); err != nil {
+			return d.errf("%v", err)
+		}
 	}
-	if err := d.file().Write(Render(d.spec.Entries), dropInMode); err != nil {
-		return d.errf("%v", err)
-	}
-	if err := restart(ctx, d.h); err != nil {
-		return d.errf("%v", err)
-	}
-	return nil
+	return d.settle(ctx, changed)
 }
 
+// Restore puts the previous file back and restarts journald as Apply does: after changing the
+// file, or when none has started since its last change, which a rollback that could not
+// restart journald leaves behind.
 func (d *dropIn) Restore(ctx context.Context, prev tuner.Value) error {
 	if err := d.spec.check(); err != nil {
 		return fmt.Errorf("%s: %w", d.ID(), err)
@@ -171,12 +176,29 @@ func (d *dropIn) Restore(ctx context.Context, prev tuner.Value) error {
 	if err != nil {
 		return d.errf("%v", err)
 	}
-	if changed {
-		if err := restart(ctx, d.h); err != nil {
-			return d.errf("%v", err)
-		}
+	return d.settle(ctx, changed)
+}
+
+func (d *dropIn) settle(ctx context.Context, changed bool) error {
+	if err := settle(ctx, d.h, changed, d.Pending, d.restart); err != nil {
+		return d.errf("%v", err)
 	}
 	return nil
+}
+
+// Pending reports whether no journald has started since the drop-in was last written or
+// removed (its modification time, or its directory's when it is gone): journald reads its
+// configuration only when it starts.
+func (d *dropIn) Pending(context.Context) (bool, error) {
+	changed, err := d.file().Changed()
+	if err != nil {
+		return false, d.errf("%v", err)
+	}
+	p, err := pendingSince(d.h, changed)
+	if err != nil {
+		return false, d.errf("%v", err)
+	}
+	return p, nil
 }
 
 // Note says when journald reads the drop-in where systemd does not run.
@@ -276,4 +298,10 @@ func journalEntries(b []byte) []Entry {
 		}
 	}
 	return out
+}
+
+// Unfinished reports whether a restart of journald is owed: systemd runs and none has
+// started since the setting last changed (tuner.Finisher), so a re-apply restarts it.
+func (d *dropIn) Unfinished(ctx context.Context) (bool, error) {
+	return needRestart(d.h.Systemd(), false, func() (bool, error) { return d.Pending(ctx) })
 }

@@ -1,7 +1,8 @@
 // Package journald is the tuner's journald backends: a journald.conf drop-in (limits such as
 // SystemMaxUse and RateLimitBurst) and the journal's storage moved to another directory by a
 // bind mount. Both restart journald where systemd runs, so it reads the change; where it does
-// not, they say so and leave the restart to journald's next start.
+// not, they say so and leave the restart to journald's next start. Both report the restart
+// pending until a journald has started since the change.
 package journald
 
 import (
@@ -10,32 +11,71 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/nodectl/nodectl/tuner"
+	"github.com/nodectl/nodectl/tuner/daemon"
 )
+
+// Daemon is what both settings restart, as tuner.Restarter names it.
+const Daemon = "systemd-journald"
+
+// restartFunc restarts journald on a host; settings hold one so that tests can stand in for
+// systemctl.
+type restartFunc func(ctx context.Context, h tuner.Host) error
 
 // restartArgs is the command that restarts journald on h: systemctl, run through chroot when
 // h's root is not this process's, so the node's own systemctl talks to the node's systemd.
 func restartArgs(h tuner.Host) []string {
-	args := []string{"systemctl", "restart", "systemd-journald"}
+	args := []string{"systemctl", "restart", Daemon}
 	if root := filepath.Clean(h.Root); root != "/" && h.Root != "" {
 		return append([]string{"chroot", root}, args...)
 	}
 	return args
 }
 
-// restart restarts journald when systemd is h's init, and does nothing otherwise (note says
-// so).
-func restart(ctx context.Context, h tuner.Host) error {
-	if !h.Systemd() {
-		return nil
-	}
+// systemctl restarts journald on h; the caller checks that systemd runs there.
+func systemctl(ctx context.Context, h tuner.Host) error {
 	args := restartArgs(h)
 	out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("restarting journald (%s): %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// needRestart decides whether Apply or Restore restarts journald: only where systemd runs,
+// and there when this call changed the setting or, when it did not, when no journald has
+// started since the setting last changed (pending), because the restart after that change
+// failed or nodectl died before it: so a re-apply or a second rollback finishes it. pending
+// is asked only then.
+func needRestart(systemd, changed bool, pending func() (bool, error)) (bool, error) {
+	if !systemd {
+		return false, nil
+	}
+	if changed {
+		return true, nil
+	}
+	return pending()
+}
+
+// settle restarts journald on h when needRestart says so.
+func settle(ctx context.Context, h tuner.Host, changed bool, pending func(context.Context) (bool, error), restart restartFunc) error {
+	need, err := needRestart(h.Systemd(), changed, func() (bool, error) { return pending(ctx) })
+	if err != nil || !need {
+		return err
+	}
+	return restart(ctx, h)
+}
+
+// pendingSince reports whether no journald of h's started after changed: none runs, or the
+// one running is older. journald's comm is its name cut to 15 bytes, systemd-journal.
+func pendingSince(h tuner.Host, changed time.Time) (bool, error) {
+	procs, err := daemon.Find(h.Procfs, Daemon)
+	if err != nil {
+		return false, fmt.Errorf("finding journald in %s: %w", h.Procfs, err)
+	}
+	return daemon.Pending(procs, changed), nil
 }
 
 // note says that journald is not restarted when systemd does not run; what applies then is

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/prometheus/procfs"
 
@@ -27,14 +29,15 @@ type StorageSpec struct {
 }
 
 type storage struct {
-	h    tuner.Host
-	spec StorageSpec
+	h       tuner.Host
+	spec    StorageSpec
+	restart restartFunc
 }
 
 // NewStorage is the journal kept in source (a node path, e.g. a directory on the local SSD),
 // bind-mounted onto target (/var/log/journal), where journald writes it.
 func NewStorage(h tuner.Host, source, target string) tuner.Setting {
-	return &storage{h: h, spec: StorageSpec{Source: source, Target: target}}
+	return &storage{h: h, spec: StorageSpec{Source: source, Target: target}, restart: systemctl}
 }
 
 // DecodeStorage rebuilds the journal storage from its recorded StorageSpec.
@@ -65,13 +68,47 @@ func (s *storage) ID() string      { return StorageBackend + ":" + s.spec.Target
 func (s *storage) Backend() string { return StorageBackend }
 func (s *storage) Desired() string { return "bind " + s.spec.Source }
 func (s *storage) Spec() any       { return s.spec }
+func (s *storage) Restart() string { return Daemon }
 
 func (s *storage) errf(format string, args ...any) error {
 	return fmt.Errorf("%s (%s): %s", s.ID(), s.h.Path(s.spec.Target), fmt.Sprintf(format, args...))
 }
 
+// markerDir holds the storage's markers: Linux records no time for a mount, so Apply and
+// Restore date their changes by a marker file's modification time, for Pending. It is below
+// /run, emptied at boot as the bind mount itself is gone then, so a marker never outlives the
+// mount it dates.
+const markerDir = "/run/nodectl/journal-storage"
+
+// marker is the node path of the storage's marker: the target, escaped into one file name.
+func (s *storage) marker() string { return path.Join(markerDir, url.PathEscape(s.spec.Target)) }
+
+// mark dates a change of the mount: now.
+func (s *storage) mark() error {
+	p := s.h.Path(s.marker())
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return s.errf("making directory %s: %v", filepath.Dir(p), err)
+	}
+	if err := os.WriteFile(p, []byte(s.Desired()+"\n"), 0o644); err != nil {
+		return s.errf("writing %s: %v", p, err)
+	}
+	return nil
+}
+
+// marked is when the mount last changed, as its marker says; ok is false without a marker.
+func (s *storage) marked() (at time.Time, ok bool, err error) {
+	fi, err := os.Stat(s.h.Path(s.marker()))
+	if errors.Is(err, fs.ErrNotExist) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, s.errf("reading %s: %v", s.marker(), err)
+	}
+	return fi.ModTime(), true, nil
+}
+
 // storageData is what Restore needs: the directories (node paths, outermost first) Apply
-// makes, source's then target's.
+// makes, source's, target's, then the marker's.
 type storageData struct {
 	Missing []string `json:"missing_dirs,omitempty"`
 }
@@ -83,7 +120,7 @@ func (s *storage) Read(context.Context) (tuner.Value, error) {
 		return tuner.Value{}, fmt.Errorf("%s: %w", s.ID(), err)
 	}
 	var dt storageData
-	for _, p := range []string{s.spec.Source, s.spec.Target} {
+	for _, p := range []string{s.spec.Source, s.spec.Target, markerDir} {
 		for _, d := range s.h.MissingDirs(p) {
 			if !slices.Contains(dt.Missing, d) {
 				dt.Missing = append(dt.Missing, d)
@@ -153,32 +190,63 @@ func (s *storage) ours() bool {
 	return err == nil && os.SameFile(src, tgt)
 }
 
+// Apply bind-mounts the source onto the target unless it is there already, and restarts
+// journald (where systemd runs) after mounting or when none has started since the mount.
 func (s *storage) Apply(ctx context.Context) error {
 	cur, err := s.Read(ctx)
 	if err != nil {
 		return err
 	}
-	if cur.Present && cur.Text == s.Desired() {
-		return nil
-	}
-	src, tgt := s.h.Path(s.spec.Source), s.h.Path(s.spec.Target)
-	for _, d := range []string{src, tgt} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return s.errf("making directory %s: %v", d, err)
+	changed := !cur.Present || cur.Text != s.Desired()
+	if changed {
+		if err := s.mount(); err != nil {
+			return err
+		}
+	} else if _, ok, err := s.marked(); err != nil {
+		return err
+	} else if !ok {
+		// Mounted at a time nothing records: dated now, so that the restart below settles it.
+		if err := s.mark(); err != nil {
+			return err
 		}
 	}
-	if err := bindMount(src, tgt); err != nil {
-		return s.errf("bind-mounting %s: %v", src, err)
+	return s.settle(ctx, changed)
+}
+
+// mount dates the mount by its marker, just before making it, so that a journald started
+// after the marker sees it; when the mount fails, a marker made for it goes again.
+func (s *storage) mount() error {
+	_, existed, err := s.marked()
+	if err != nil {
+		return err
 	}
-	if err := restart(ctx, s.h); err != nil {
-		return s.errf("%v", err)
+	if err := s.mark(); err != nil {
+		return err
 	}
-	return nil
+	err = func() error {
+		src, tgt := s.h.Path(s.spec.Source), s.h.Path(s.spec.Target)
+		for _, d := range []string{src, tgt} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return s.errf("making directory %s: %v", d, err)
+			}
+		}
+		if err := bindMount(src, tgt); err != nil {
+			return s.errf("bind-mounting %s: %v", src, err)
+		}
+		return nil
+	}()
+	if err != nil && !existed {
+		os.Remove(s.h.Path(s.marker()))
+	}
+	return err
 }
 
 // Restore unmounts our bind from target, only ours: a mount stacked on top of it is someone
-// else's and is left alone, with an error. The directories Apply made are removed when
-// empty; journal files written into source while it was mounted are kept.
+// else's and is left alone, with an error. It then restarts journald as Apply does: after
+// unmounting, or when none has started since the unmount, which a rollback that could not
+// restart journald leaves behind (its marker stays until the restart succeeds, for the next
+// rollback to see). The directories Apply made are removed when empty; journal files written
+// into source while it was mounted are kept.
 func (s *storage) Restore(ctx context.Context, prev tuner.Value) error {
 	var dt storageData
 	if len(prev.Data) > 0 {
@@ -186,18 +254,24 @@ func (s *storage) Restore(ctx context.Context, prev tuner.Value) error {
 			return s.errf("decoding the recorded value: %v", err)
 		}
 	}
+	if prev.Present && prev.Text == s.Desired() {
+		return s.settle(ctx, false) // it was our bind before: nothing to undo
+	}
 	top, err := s.top()
 	if err != nil {
 		return err
 	}
 	changed := false
-	if top != nil && !(prev.Present && prev.Text == s.Desired()) {
+	if top != nil {
 		if !s.ours() {
 			if !prev.Present {
 				return s.errf("another mount is on top (%s %s, path %s), not the bind of %s; not unmounting it: unmount it first",
 					top.FSType, top.Source, tuner.UnescapeProcPath(top.Root), s.spec.Source)
 			}
 		} else {
+			if err := s.mark(); err != nil {
+				return err
+			}
 			// Detached: journald keeps its journal files open in the bind until it restarts
 			// (below), so a plain unmount would fail as busy.
 			if err := unmount(s.h.Path(s.spec.Target)); err != nil {
@@ -206,15 +280,47 @@ func (s *storage) Restore(ctx context.Context, prev tuner.Value) error {
 			changed = true
 		}
 	}
+	if err := s.settle(ctx, changed); err != nil {
+		return err
+	}
+	if err := os.Remove(s.h.Path(s.marker())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return s.errf("removing %s: %v", s.marker(), err)
+	}
 	if err := s.h.RemoveDirs(dt.Missing); err != nil {
 		return s.errf("%v", err)
 	}
-	if changed {
-		if err := restart(ctx, s.h); err != nil {
-			return s.errf("%v", err)
-		}
+	return nil
+}
+
+func (s *storage) settle(ctx context.Context, changed bool) error {
+	if err := settle(ctx, s.h, changed, s.Pending, s.restart); err != nil {
+		return s.errf("%v", err)
 	}
 	return nil
+}
+
+// Pending reports whether no journald has started since the mount last changed, as its
+// marker dates it. Without a marker, a bind of ours is pending (when it was made is unknown;
+// a restart is the safe side) and no bind is pending only when no journald runs.
+func (s *storage) Pending(context.Context) (bool, error) {
+	changed, ok, err := s.marked()
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		top, err := s.top()
+		if err != nil {
+			return false, err
+		}
+		if top != nil && s.ours() {
+			return true, nil
+		}
+	}
+	p, err := pendingSince(s.h, changed)
+	if err != nil {
+		return false, s.errf("%v", err)
+	}
+	return p, nil
 }
 
 // Note says when journald moves to the new storage where systemd does not run.
@@ -228,4 +334,10 @@ func mustJSON(v any) json.RawMessage {
 		panic(err) // plain structs of strings, bytes and ints always encode
 	}
 	return b
+}
+
+// Unfinished reports whether a restart of journald is owed: systemd runs and none has
+// started since the setting last changed (tuner.Finisher), so a re-apply restarts it.
+func (s *storage) Unfinished(ctx context.Context) (bool, error) {
+	return needRestart(s.h.Systemd(), false, func() (bool, error) { return s.Pending(ctx) })
 }

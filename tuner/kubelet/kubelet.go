@@ -1,22 +1,25 @@
 // Package kubelet is the tuner's kubelet backend: a KubeletConfiguration drop-in, read by
 // `kubelet --config-dir`, that reserves CPUs for system daemons (reservedSystemCPUs). The
-// kubelet reads it only when it starts, so the setting reports itself pending until then.
+// kubelet reads it only when it starts, so the setting reports itself pending until then,
+// after a rollback as after an apply; nodectl never restarts the kubelet itself.
 package kubelet
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
-	"github.com/prometheus/procfs"
 	"k8s.io/utils/cpuset"
 
 	"github.com/nodectl/nodectl/tuner"
+	"github.com/nodectl/nodectl/tuner/daemon"
 	"github.com/nodectl/nodectl/tuner/nodefile"
 )
 
@@ -119,6 +122,8 @@ func (d *dropIn) Apply(ctx context.Context) error {
 	return nil
 }
 
+// Restore puts the previous file back. The running kubelet is not told: it keeps the reserved
+// CPUs it started with until it restarts, and Pending says so (see there).
 func (d *dropIn) Restore(_ context.Context, prev tuner.Value) error {
 	if _, err := d.file().Restore(prev); err != nil {
 		return d.errf("%v", err)
@@ -126,77 +131,141 @@ func (d *dropIn) Restore(_ context.Context, prev tuner.Value) error {
 	return nil
 }
 
-// kubelets are the running kubelet processes.
-func (d *dropIn) kubelets() ([]procfs.Proc, error) {
-	pfs, err := procfs.NewFS(d.h.Procfs)
-	if err != nil {
-		return nil, err
-	}
-	procs, err := pfs.AllProcs()
-	if err != nil {
-		return nil, err
-	}
-	var out []procfs.Proc
-	for _, p := range procs {
-		if comm, err := p.Comm(); err == nil && comm == "kubelet" {
-			out = append(out, p)
-		}
-	}
-	return out, nil
-}
+// kubelets are the node's running kubelets.
+func (d *dropIn) kubelets() ([]daemon.Proc, error) { return daemon.Find(d.h.Procfs, "kubelet") }
 
-// Pending reports whether no kubelet started after the drop-in was last written.
+// Pending reports whether no kubelet has started since the drop-in was last written or, after
+// a rollback removed it, since it was removed (its directory's modification time, or that of
+// the nearest one above that is left): until then the running kubelet keeps the reserved CPUs
+// it started with, applied or rolled back.
 func (d *dropIn) Pending(context.Context) (bool, error) {
-	fi, err := os.Stat(d.path())
+	changed, err := d.file().Changed()
 	if err != nil {
-		return true, nil
+		return false, d.errf("%v", err)
 	}
-	written := float64(fi.ModTime().UnixNano()) / 1e9
 	ks, err := d.kubelets()
 	if err != nil {
-		return false, d.errf("finding the kubelet: %v", err)
+		return false, d.errf("finding the kubelet in %s: %v", d.h.Procfs, err)
 	}
-	for _, k := range ks {
-		st, err := k.Stat()
-		if err != nil {
-			continue // exited
-		}
-		if started, err := st.StartTime(); err == nil && started > written {
-			return false, nil
-		}
-	}
-	return true, nil
+	return daemon.Pending(ks, changed), nil
 }
 
-// Note says when the kubelet will read the drop-in: only with --config-dir naming its
-// directory.
+// Note says whether the kubelet will read the drop-in (only with --config-dir naming its
+// directory), what its CPU manager needs before it restarts, and that a rollback, like an
+// apply, takes effect only when the kubelet restarts.
 func (d *dropIn) Note() string {
 	dir := filepath.Dir(d.spec.File)
 	ks, err := d.kubelets()
 	if err != nil {
 		return fmt.Sprintf("cannot tell whether a kubelet runs: %v", err)
 	}
+	var notes []string
 	if len(ks) == 0 {
-		return fmt.Sprintf("no kubelet runs; the drop-in applies when the kubelet starts with --config-dir=%s", dir)
-	}
-	for _, k := range ks {
+		notes = append(notes, fmt.Sprintf("no kubelet runs; the drop-in applies when the kubelet starts with --config-dir=%s", dir))
+	} else if !slices.ContainsFunc(ks, func(k daemon.Proc) bool {
 		args, err := k.CmdLine()
-		if err == nil && configDir(args) == dir {
-			return ""
+		return err == nil && configDir(args) == dir
+	}) {
+		notes = append(notes, fmt.Sprintf("the kubelet runs without --config-dir=%s, so it will not read the drop-in", dir))
+	}
+	if n := d.cpuManagerNote(ks); n != "" {
+		notes = append(notes, n)
+	}
+	notes = append(notes, "rollback too takes effect only when the kubelet restarts: until then it keeps the reserved CPUs")
+	return strings.Join(notes, "; ")
+}
+
+// cpuManagerNote is what the static CPU manager policy needs when the reserved CPUs change:
+// the kubelet checks its checkpoint against them when it starts, and refuses to start when a
+// reserved CPU is not in the checkpoint's shared pool (assigned to a container exclusively;
+// with the strict-cpu-reservation option, when one is in it at all), asking for the node to
+// be drained and the file removed. Said as a condition unless the kubelet's policy is known.
+func (d *dropIn) cpuManagerNote(ks []daemon.Proc) string {
+	const advice = "before the kubelet restarts (after apply or rollback), drain the node and remove %s: " +
+		"the kubelet refuses to start when its checkpoint has a reserved CPU assigned to a container"
+	state := "/var/lib/kubelet/cpu_manager_state"
+	if len(ks) != 1 {
+		return "if cpuManagerPolicy is static, " + fmt.Sprintf(advice, state)
+	}
+	args, err := ks[0].CmdLine()
+	if err != nil {
+		return "if cpuManagerPolicy is static, " + fmt.Sprintf(advice, state)
+	}
+	if root := flag(args, "root-dir"); root != "" {
+		state = filepath.Join(root, "cpu_manager_state")
+	}
+	switch policy, known := d.cpuManagerPolicy(args); {
+	case !known:
+		return "if cpuManagerPolicy is static, " + fmt.Sprintf(advice, state)
+	case policy == "static":
+		return "the kubelet's cpuManagerPolicy is static: " + fmt.Sprintf(advice, state)
+	}
+	return ""
+}
+
+// policyLine is the cpuManagerPolicy line of a kubelet configuration file, YAML or JSON
+// written a key a line (no other KubeletConfiguration field has that name).
+var policyLine = regexp.MustCompile(`(?m)^[ \t]*"?cpuManagerPolicy"?[ \t]*:[ \t]*["']?([A-Za-z]*)["']?[ \t]*,?[ \t]*(#.*)?$`)
+
+// cpuManagerPolicy is the kubelet's CPU manager policy as its command line, its --config file
+// and the drop-ins of its --config-dir set it (later ones win, the flag over all), "none" when
+// none does; known is false when a file named there cannot be read.
+func (d *dropIn) cpuManagerPolicy(args []string) (policy string, known bool) {
+	if p := flag(args, "cpu-manager-policy"); p != "" {
+		return p, true
+	}
+	var files []string
+	if c := flag(args, "config"); c != "" {
+		files = append(files, c)
+	}
+	if dir := configDir(args); dir != "" {
+		ents, err := os.ReadDir(d.h.Path(dir))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", false
+		}
+		for _, e := range ents { // sorted by name, the order the kubelet merges them in
+			if !e.IsDir() && strings.HasSuffix(e.Name(), ".conf") {
+				files = append(files, filepath.Join(dir, e.Name()))
+			}
 		}
 	}
-	return fmt.Sprintf("the kubelet runs without --config-dir=%s, so it will not read the drop-in", dir)
+	policy = "none"
+	for _, f := range files {
+		if !filepath.IsAbs(f) {
+			return "", false // relative to the kubelet's directory
+		}
+		b, err := os.ReadFile(d.h.Path(f))
+		if err != nil {
+			return "", false
+		}
+		if m := policyLine.FindAllSubmatch(b, -1); len(m) > 0 {
+			policy = string(m[len(m)-1][1])
+		}
+	}
+	return policy, true
 }
 
 // configDir is the kubelet's --config-dir, cleaned, from its command line.
 func configDir(args []string) string {
+	if v := flag(args, "config-dir"); v != "" {
+		return filepath.Clean(v)
+	}
+	return ""
+}
+
+// flag is the value of the flag --name (or -name) on a command line, as --name=v or --name v;
+// "" when it is not there.
+func flag(args []string, name string) string {
 	for i, a := range args {
-		a = strings.TrimLeft(a, "-")
-		if v, ok := strings.CutPrefix(a, "config-dir="); ok {
-			return filepath.Clean(v)
+		if !strings.HasPrefix(a, "-") {
+			continue
 		}
-		if a == "config-dir" && i+1 < len(args) {
-			return filepath.Clean(args[i+1])
+		a = strings.TrimLeft(a, "-")
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+		if a == name && i+1 < len(args) {
+			return args[i+1]
 		}
 	}
 	return ""

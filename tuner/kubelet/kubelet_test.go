@@ -178,33 +178,12 @@ func TestDropInRefusesABadCPUList(t *testing.T) {
 	}
 }
 
-// A process named kubelet stands in for the kubelet: pending until one starts after the
-// drop-in was written, and the note says whether it reads the drop-in's directory.
-func TestDropInIsPendingUntilTheKubeletRestarts(t *testing.T) {
-	ctx := context.Background()
-	h := scratch(t)
-	s := NewDropIn(h, DefaultDropIn, "0,1")
-	r := s.(tuner.Restarter)
-	n := s.(tuner.Noter)
-	if r.Restart() != "kubelet" {
-		t.Errorf("restart %q", r.Restart())
-	}
-	if err := s.Apply(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if p, err := r.Pending(ctx); err != nil || !p {
-		t.Errorf("pending %v %v with no kubelet, want pending", p, err)
-	}
-	if note := n.Note(); !strings.Contains(note, "--config-dir=/etc/kubernetes/kubelet.conf.d") {
-		t.Errorf("note without a kubelet: %q", note)
-	}
-	// The drop-in was written a minute before this kubelet starts.
-	past := time.Now().Add(-time.Minute)
-	if err := os.Chtimes(h.Path(DefaultDropIn), past, past); err != nil {
-		t.Fatal(err)
-	}
-	// A shell named kubelet, so its command line can carry any flags; `; :` keeps it from
-	// exec'ing sleep and losing the name.
+// fakeKubelet returns a starter of shells named kubelet, so their command lines can carry any
+// flags. Each waits in the shell's own read on a pipe nothing writes to, so no child (a second
+// process named kubelet until it execs) comes and goes; each is killed when the test ends, or
+// by the function start returns.
+func fakeKubelet(t *testing.T) (start func(args ...string) (stop func())) {
+	t.Helper()
 	kubelet := filepath.Join(t.TempDir(), "kubelet")
 	sh, err := exec.LookPath("sh")
 	if err != nil {
@@ -217,47 +196,169 @@ func TestDropInIsPendingUntilTheKubeletRestarts(t *testing.T) {
 	if err := os.WriteFile(kubelet, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	start := func(args ...string) func() {
-		cmd := exec.Command(kubelet, append([]string{"-c", "sleep 30; :", "kubelet"}, args...)...)
+	return func(args ...string) func() {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(kubelet, append([]string{"-c", "read x", "kubelet"}, args...)...)
+		cmd.Stdin = r
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		stop := func() { cmd.Process.Kill(); cmd.Wait() }
+		r.Close()
+		stop := func() { cmd.Process.Kill(); cmd.Wait(); w.Close() }
 		t.Cleanup(stop)
 		return stop
 	}
-	stop := start("--config=/var/lib/kubelet/config.yaml")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		p, err := r.Pending(ctx)
+}
+
+// waitNotPending waits until r is no longer pending, a kubelet having started.
+func waitNotPending(t *testing.T, r tuner.Restarter) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		p, err := r.Pending(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !p {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("still pending after a kubelet started")
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// A process named kubelet stands in for the kubelet: pending until one starts after the
+// drop-in was written, or after a rollback removed it; the note says whether it reads the
+// drop-in's directory.
+func TestDropInIsPendingUntilTheKubeletRestarts(t *testing.T) {
+	ctx := context.Background()
+	h := scratch(t)
+	s := NewDropIn(h, DefaultDropIn, "0,1")
+	r := s.(tuner.Restarter)
+	n := s.(tuner.Noter)
+	if r.Restart() != "kubelet" {
+		t.Errorf("restart %q", r.Restart())
+	}
+	prev := read(t, s)
+	if err := s.Apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Written an hour from now: after every kubelet that may run here.
+	future := time.Now().Add(time.Hour)
+	if err := os.Chtimes(h.Path(DefaultDropIn), future, future); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := r.Pending(ctx); err != nil || !p {
+		t.Errorf("pending %v %v with no kubelet started since, want pending", p, err)
+	}
+	// The drop-in was written a minute before this kubelet starts.
+	past := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(h.Path(DefaultDropIn), past, past); err != nil {
+		t.Fatal(err)
+	}
+	start := fakeKubelet(t)
+	stop := start("--config=/var/lib/kubelet/config.yaml")
+	waitNotPending(t, r)
 	if note := n.Note(); !strings.Contains(note, "without --config-dir=/etc/kubernetes/kubelet.conf.d") {
 		t.Errorf("note with a kubelet lacking --config-dir: %q", note)
 	}
 	stop()
 	start("--config-dir=/etc/kubernetes/kubelet.conf.d")
-	if note := n.Note(); note != "" {
+	if note := n.Note(); strings.Contains(note, "config-dir") {
 		t.Errorf("note with a kubelet reading the drop-in's directory: %q", note)
 	}
-	future := time.Now().Add(time.Minute)
 	if err := os.Chtimes(h.Path(DefaultDropIn), future, future); err != nil {
 		t.Fatal(err)
 	}
 	if p, _ := r.Pending(ctx); !p {
 		t.Error("not pending although the drop-in is newer than the kubelet")
 	}
+
+	// Rolled back: the kubelet keeps the reserved CPUs until it restarts, so the removal is
+	// pending as the write was. The scratch root's time (apply made every directory) dates it.
+	if err := s.Restore(ctx, prev); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(h.Root, future, future); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := r.Pending(ctx); !p {
+		t.Error("not pending although the kubelet started before the rollback")
+	}
+	if err := os.Chtimes(h.Root, past, past); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := r.Pending(ctx); p {
+		t.Error("pending although the kubelet started after the rollback")
+	}
 	if got := configDir([]string{"kubelet", "--config-dir", "/etc/kubernetes/kubelet.conf.d/"}); got != "/etc/kubernetes/kubelet.conf.d" {
 		t.Errorf("configDir: %q", got)
+	}
+}
+
+// The note says what the static CPU manager needs: definitely when the kubelet's command line
+// or configuration says static, as a condition when they cannot be read, nothing when the
+// policy is none. It always says that rollback waits for a kubelet restart too.
+func TestDropInNoteOnTheCPUManager(t *testing.T) {
+	h := scratch(t)
+	s := NewDropIn(h, DefaultDropIn, "0,1").(tuner.Noter)
+	const rollback = "rollback too takes effect only when the kubelet restarts: until then it keeps the reserved CPUs"
+	files := map[string]string{
+		"/etc/kubelet/static.yaml":                        "kind: KubeletConfiguration\ncpuManagerPolicy: static # pinned pods\n",
+		"/etc/kubelet/none.yaml":                          "kind: KubeletConfiguration\ncpuManagerPolicy: \"none\"\n",
+		"/etc/kubelet/static.json":                        "{\n  \"kind\": \"KubeletConfiguration\",\n  \"cpuManagerPolicy\": \"static\",\n  \"maxPods\": 768\n}\n",
+		"/etc/kubelet/silent.yaml":                        "kind: KubeletConfiguration\n",
+		"/etc/kubernetes/kubelet.conf.d/50-static.conf":   "cpuManagerPolicy: static\n",
+		"/etc/kubernetes/other.conf.d/50-static.conf":     "cpuManagerPolicy: static\n",
+		"/etc/kubernetes/other.conf.d/60-none-later.conf": "cpuManagerPolicy: none\n",
+	}
+	for p, c := range files {
+		if err := os.MkdirAll(filepath.Dir(h.Path(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(h.Path(p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	static := "the kubelet's cpuManagerPolicy is static: before the kubelet restarts (after apply or rollback), drain the node and remove /var/lib/kubelet/cpu_manager_state: " +
+		"the kubelet refuses to start when its checkpoint has a reserved CPU assigned to a container"
+	unknown := "if cpuManagerPolicy is static, before the kubelet restarts (after apply or rollback), drain the node and remove /var/lib/kubelet/cpu_manager_state: " +
+		"the kubelet refuses to start when its checkpoint has a reserved CPU assigned to a container"
+	start := fakeKubelet(t)
+	for name, tc := range map[string]struct {
+		args []string
+		want string // the CPU manager's part, "" for none
+	}{
+		"flag_static":       {[]string{"--cpu-manager-policy=static", "--config=/etc/kubelet/none.yaml"}, static},
+		"flag_none":         {[]string{"--cpu-manager-policy", "none", "--config=/etc/kubelet/static.yaml"}, ""},
+		"config_static":     {[]string{"--config=/etc/kubelet/static.yaml"}, static},
+		"config_json":       {[]string{"--config", "/etc/kubelet/static.json"}, static},
+		"config_none":       {[]string{"--config=/etc/kubelet/none.yaml"}, ""},
+		"default_none":      {[]string{"--config=/etc/kubelet/silent.yaml"}, ""},
+		"drop_in_static":    {[]string{"--config=/etc/kubelet/none.yaml", "--config-dir=/etc/kubernetes/kubelet.conf.d"}, static},
+		"later_drop_in":     {[]string{"--config=/etc/kubelet/static.yaml", "--config-dir=/etc/kubernetes/other.conf.d"}, ""},
+		"config_unreadable": {[]string{"--config=/etc/kubelet/missing.yaml"}, unknown},
+		"root_dir": {[]string{"--config=/etc/kubelet/static.yaml", "--root-dir=/data/kubelet"},
+			strings.Replace(static, "/var/lib/kubelet/", "/data/kubelet/", 1)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			stop := start(tc.args...)
+			defer stop()
+			note := s.Note()
+			if !strings.HasSuffix(note, rollback) {
+				t.Errorf("note %q does not end in %q", note, rollback)
+			}
+			if tc.want == "" && strings.Contains(note, "cpu_manager_state") || tc.want != "" && !strings.Contains(note, tc.want) {
+				t.Errorf("note %q, want the CPU manager's part %q", note, tc.want)
+			}
+		})
+	}
+	// No kubelet runs: its policy is unknown.
+	if note := s.Note(); !strings.Contains(note, "no kubelet runs") || !strings.Contains(note, unknown) {
+		t.Errorf("note with no kubelet: %q", note)
 	}
 }
 

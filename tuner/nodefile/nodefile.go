@@ -15,6 +15,7 @@ import (
 	"path"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/nodectl/nodectl/tuner"
 )
@@ -135,22 +136,13 @@ func (f File) write(st state) error {
 		err = os.Rename(tmp, f.path())
 	}
 	if err == nil {
-		err = syncDir(dir)
+		err = tuner.SyncDir(dir)
 	}
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("writing: %w", err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // Restore puts back the file prev, a value Read returned: the same file or link, or, when
@@ -184,12 +176,32 @@ func (f File) Restore(prev tuner.Value) (changed bool, err error) {
 		if err := os.Remove(f.path()); err != nil {
 			return false, fmt.Errorf("removing: %w", err)
 		}
+		if err := tuner.SyncDir(filepath.Dir(f.path())); err != nil {
+			return false, fmt.Errorf("removing: %w", err)
+		}
 		changed = true
 	}
 	if err := f.h.RemoveDirs(want.Missing); err != nil {
 		return false, err
 	}
 	return changed, nil
+}
+
+// Changed is when the file was last written or removed: its modification time or, when there
+// is none, that of the nearest directory above it that exists, which removing the file (or a
+// directory Restore removed) updated. Another change in that directory since moves it later,
+// never earlier, so a daemon compared with it can only be taken as not having restarted when
+// it has: the side on which a restart is repeated, not skipped.
+func (f File) Changed() (time.Time, error) {
+	for p := f.node; ; p = path.Dir(p) {
+		fi, err := os.Lstat(f.h.Path(p))
+		if err == nil {
+			return fi.ModTime(), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) || p == "/" {
+			return time.Time{}, fmt.Errorf("reading the modification time: %w", err)
+		}
+	}
 }
 
 // data is s as a Value's Data.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nodectl/nodectl/tuner"
 )
@@ -175,5 +176,36 @@ func TestErrors(t *testing.T) {
 	}
 	if _, err := f.Read(describe); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("reading a directory: %v", err)
+	}
+}
+
+// Changed dates the last write by the file's mtime and a removal by the nearest directory
+// above that is left, which the removal updated.
+func TestChanged(t *testing.T) {
+	h := scratch(t)
+	f := New(h, node)
+	prev := read(t, f)
+	if err := f.Write([]byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	written := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := os.Chtimes(h.Path(node), written, written); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.Changed(); err != nil || !got.Equal(written) {
+		t.Errorf("Changed = %v, %v; want the file's mtime %v", got, err, written)
+	}
+	// Restore removes the file and /etc/daemon.conf.d, which the write made; /etc stays.
+	if err := os.MkdirAll(h.Path("/etc/other"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(-time.Second) // file times lag the clock by up to a tick
+	if changed, err := f.Restore(prev); err != nil || !changed {
+		t.Fatalf("Restore = %v, %v", changed, err)
+	}
+	got, err := f.Changed()
+	fi, _ := os.Stat(h.Path("/etc"))
+	if err != nil || !got.Equal(fi.ModTime()) || got.Before(start) {
+		t.Errorf("Changed = %v, %v after the removal; want /etc's mtime %v, set by it", got, err, fi.ModTime())
 	}
 }

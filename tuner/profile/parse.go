@@ -10,6 +10,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodectl/nodectl/tuner/swap"
 )
 
 // The keys of nodectl's format, in the order docs/tuning-profiles.md and YAML use.
@@ -226,11 +228,11 @@ func (ps *parser) swap(n *yaml.Node, path string) *Swap {
 				return
 			}
 			if v.Tag != "!!int" {
-				ps.problem(v, path, "want an integer from -1 (the kernel's default) to 32767, got %s", describe(v))
+				ps.problem(v, path, "want an integer from -1 (the kernel's default) to %d, got %s", swap.MaxPriority, describe(v))
 				return
 			}
 			if err := v.Decode(&s.Priority); err != nil {
-				ps.problem(v, path, "%s is not an integer from -1 to 32767", v.Value)
+				ps.problem(v, path, "%s is not an integer from -1 to %d", v.Value, swap.MaxPriority)
 			}
 		case "enabled":
 			if isNull(v) {

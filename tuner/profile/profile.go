@@ -12,12 +12,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/nodectl/nodectl/tuner/journald"
+	"github.com/nodectl/nodectl/tuner/kubelet"
 )
 
-// Defaults filled in by Resolve where a profile's section leaves the key out.
+// Defaults filled in by Resolve where a profile's section leaves the key out; the drop-ins'
+// are their backends', journald.DefaultDropIn and kubelet.DefaultDropIn.
 const (
-	DefaultJournaldDropIn = "/etc/systemd/journald.conf.d/90-nodectl.conf"
-	DefaultKubeletDropIn  = "/etc/kubernetes/kubelet.conf.d/90-nodectl.conf"
 	// AutoCPUs sizes the reservation from the node: ceil(CPUs/4), at least 1, lowest first.
 	AutoCPUs = "auto"
 	// SourceBuiltin is the Source of a built-in profile.
@@ -64,7 +66,7 @@ type Entry struct{ Key, Value string }
 
 // Journald is a drop-in for journald's [Journal] section and where the journal is stored.
 type Journald struct {
-	DropIn   string  // node path of the drop-in; default DefaultJournaldDropIn
+	DropIn   string  // node path of the drop-in; default journald.DefaultDropIn
 	Settings []Entry // [Journal] entries, in order
 	// Storage is a directory bind-mounted onto /var/log/journal; "" leaves storage alone.
 	Storage string
@@ -74,7 +76,7 @@ type Journald struct {
 type ReservedCPUs struct {
 	CPUs string // "auto" or a CPU list; after Resolve a canonical list such as "0-1"
 	// KubeletDropIn is the node path of the kubelet configuration drop-in setting
-	// reservedSystemCPUs; "" writes none. Default DefaultKubeletDropIn.
+	// reservedSystemCPUs; "" writes none. Default kubelet.DefaultDropIn.
 	KubeletDropIn   string
 	SystemCgroups   []string // cgroups kept on the reserved CPUs; default DefaultSystemCgroups
 	WorkloadCgroups []string // cgroups kept off them; default DefaultWorkloadCgroups
@@ -141,7 +143,7 @@ func sandboxDensity() *Profile {
 			"vm.watermark_scale_factor":         "500",
 		},
 		Journald: &Journald{
-			DropIn: DefaultJournaldDropIn,
+			DropIn: journald.DefaultDropIn,
 			Settings: []Entry{
 				{"SystemMaxUse", "500M"},
 				{"RateLimitIntervalSec", "30s"},
@@ -152,7 +154,7 @@ func sandboxDensity() *Profile {
 		},
 		ReservedCPUs: &ReservedCPUs{
 			CPUs:            AutoCPUs,
-			KubeletDropIn:   DefaultKubeletDropIn,
+			KubeletDropIn:   kubelet.DefaultDropIn,
 			SystemCgroups:   DefaultSystemCgroups(),
 			WorkloadCgroups: DefaultWorkloadCgroups(),
 			Daemons:         DefaultDaemons(),

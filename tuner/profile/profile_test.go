@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nodectl/nodectl/tuner/journald"
+	"github.com/nodectl/nodectl/tuner/kubelet"
 )
 
 // resolve parses a nodectl- or GKE-format profile and resolves it on node n.
@@ -92,13 +95,13 @@ func TestBuiltinContent(t *testing.T) {
 	if !reflect.DeepEqual(b.Sysctl, want) {
 		t.Errorf("sysctl = %v, want %v", b.Sysctl, want)
 	}
-	wantJ := &Journald{DropIn: DefaultJournaldDropIn,
+	wantJ := &Journald{DropIn: journald.DefaultDropIn,
 		Settings: []Entry{{"SystemMaxUse", "500M"}, {"RateLimitIntervalSec", "30s"}, {"RateLimitBurst", "1000"}},
 		Storage:  "/var/lib/containerd/systemd-journal"}
 	if !reflect.DeepEqual(b.Journald, wantJ) {
 		t.Errorf("journald = %+v, want %+v", b.Journald, wantJ)
 	}
-	wantR := &ReservedCPUs{CPUs: "auto", KubeletDropIn: DefaultKubeletDropIn, SystemCgroups: []string{"system.slice"},
+	wantR := &ReservedCPUs{CPUs: "auto", KubeletDropIn: kubelet.DefaultDropIn, SystemCgroups: []string{"system.slice"},
 		WorkloadCgroups: []string{"kubepods.slice", "kubepods"},
 		Daemons:         []string{"kubelet", "containerd", "crio", "dockerd", "systemd-journald"}}
 	if !reflect.DeepEqual(b.ReservedCPUs, wantR) {
@@ -296,7 +299,7 @@ func TestMerge(t *testing.T) {
 			if !reflect.DeepEqual(p.Journald.Settings, want) {
 				t.Errorf("settings = %v, want %v", p.Journald.Settings, want)
 			}
-			if p.Journald.Storage != "/var/lib/containerd/systemd-journal" || p.Journald.DropIn != DefaultJournaldDropIn {
+			if p.Journald.Storage != "/var/lib/containerd/systemd-journal" || p.Journald.DropIn != journald.DefaultDropIn {
 				t.Errorf("journald = %+v, want storage and drop-in inherited", p.Journald)
 			}
 		}},
@@ -355,9 +358,9 @@ func TestMerge(t *testing.T) {
 			}
 		}},
 		"standalone_sections_get_defaults": {"name: mine\njournald: {settings: {SystemMaxUse: 1G}}\nreservedSystemCPUs: {}\n", func(t *testing.T, p *Profile) {
-			wantR := &ReservedCPUs{CPUs: "0-1", KubeletDropIn: DefaultKubeletDropIn, SystemCgroups: DefaultSystemCgroups(),
+			wantR := &ReservedCPUs{CPUs: "0-1", KubeletDropIn: kubelet.DefaultDropIn, SystemCgroups: DefaultSystemCgroups(),
 				WorkloadCgroups: DefaultWorkloadCgroups(), Daemons: DefaultDaemons()}
-			if !reflect.DeepEqual(p.ReservedCPUs, wantR) || p.Journald.DropIn != DefaultJournaldDropIn || p.Journald.Storage != "" ||
+			if !reflect.DeepEqual(p.ReservedCPUs, wantR) || p.Journald.DropIn != journald.DefaultDropIn || p.Journald.Storage != "" ||
 				p.Name != "mine" || len(p.Sysctl) != 0 {
 				t.Errorf("got %+v %+v", p.ReservedCPUs, p.Journald)
 			}

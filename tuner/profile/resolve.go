@@ -6,6 +6,9 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/nodectl/nodectl/tuner/journald"
+	"github.com/nodectl/nodectl/tuner/kubelet"
 )
 
 // Resolve returns the profile to apply on node n: p merged on top of the built-in it extends,
@@ -130,7 +133,7 @@ func merge(base, over *Profile) *Profile {
 // kubeletDropIn: "" still means no drop-in.
 func (p *Profile) fillDefaults() {
 	if j := p.Journald; j != nil && j.DropIn == "" {
-		j.DropIn = DefaultJournaldDropIn
+		j.DropIn = journald.DefaultDropIn
 	}
 	if r := p.ReservedCPUs; r != nil {
 		given := func(key string) bool { return p.given["reservedSystemCPUs."+key] }
@@ -138,7 +141,7 @@ func (p *Profile) fillDefaults() {
 			r.CPUs = AutoCPUs
 		}
 		if r.KubeletDropIn == "" && !given("kubeletDropIn") {
-			r.KubeletDropIn = DefaultKubeletDropIn
+			r.KubeletDropIn = kubelet.DefaultDropIn
 		}
 		if r.SystemCgroups == nil && !given("systemCgroups") {
 			r.SystemCgroups = DefaultSystemCgroups()

@@ -11,6 +11,8 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nodectl/nodectl/tuner/journald"
+	"github.com/nodectl/nodectl/tuner/swap"
 	"github.com/nodectl/nodectl/tuner/sysctl"
 )
 
@@ -187,7 +189,7 @@ func (v *validator) journald() {
 	// journald reads only *.conf files, and only from its journald.conf.d directories.
 	if !isAbs(j.DropIn) || path.Ext(j.DropIn) != ".conf" || path.Base(path.Dir(j.DropIn)) != "journald.conf.d" {
 		v.fail("journald.dropIn", "%q is not a journald drop-in: want an absolute path ending in journald.conf.d/<name>.conf, e.g. %s",
-			j.DropIn, DefaultJournaldDropIn)
+			j.DropIn, journald.DefaultDropIn)
 	}
 	if j.Storage != "" && !isAbs(j.Storage) {
 		v.fail("journald.storage", "want an absolute directory on the node, or \"\" to leave storage alone; got %q", j.Storage)
@@ -342,7 +344,7 @@ func (v *validator) swap() {
 	case s.File == "" && s.Size != 0:
 		v.fail("swap.size", "size is for a swap file only: a device's swap area is the whole device")
 	}
-	if s.Priority < -1 || s.Priority > 32767 {
-		v.fail("swap.priority", "%d is out of range: allowed are -1 (the kernel's default) to 32767", s.Priority)
+	if s.Priority < -1 || s.Priority > swap.MaxPriority {
+		v.fail("swap.priority", "%d is out of range: allowed are -1 (the kernel's default) to %d", s.Priority, swap.MaxPriority)
 	}
 }

@@ -27,6 +27,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "nodectl_tune_drifted_settings",
 			Help: "Number of the profile's settings that differ from the desired value at the last verification.",
 		}),
+		// The setting label is the setting's id, which may hold a node path (a drop-in, a
+		// swap file): bounded all the same, by the profile's settings, a dozen or so.
 		perSetting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "nodectl_tune_setting_drifted",
 			Help: "1 when the setting differs from the desired value at the last verification, else 0.",
