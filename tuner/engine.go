@@ -36,6 +36,9 @@ type Engine struct {
 	// was.
 	Fault func(step Step, id string) error
 	Now   func() time.Time
+	// Fresh makes Apply refuse a node where a profile is applied already, checked under the
+	// lock: validate must not take over (and later roll back) another tuner's apply.
+	Fresh bool
 }
 
 func (e *Engine) fault(step Step, id string) error {
@@ -142,18 +145,22 @@ type ApplyResult struct {
 // state file before changing any, then applies and verifies them in order. When one fails, or
 // ctx is cancelled between two settings, every setting already changed is restored in reverse
 // order and the state file is put back as it was; the error says what failed and whether the
-// restore succeeded. Applying a profile that holds changes nothing, the state file included.
+// restore succeeded. Applying again a profile that is applied and holds changes nothing, the
+// state file included.
 func (e *Engine) Apply(ctx context.Context) (*ApplyResult, error) {
-	unlock, err := lock(e.State)
+	lk, err := lock(e.State)
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
+	defer lk.release(nil)
 	old, err := LoadState(e.State)
 	if err != nil {
 		return nil, err
 	}
 	digest := e.Digest()
+	if old != nil && e.Fresh {
+		return nil, fmt.Errorf("%w: %q since %s, and this apply must start from an untuned node", ErrOtherProfile, old.Profile, old.Finished.Format(time.RFC3339))
+	}
 	if old != nil && !old.Complete() {
 		return nil, fmt.Errorf("%w (state %s, started %s): run nodectl tune rollback", ErrUnfinished, e.State, old.Started.Format(time.RFC3339))
 	}
@@ -192,10 +199,10 @@ func (e *Engine) Apply(ctx context.Context) (*ApplyResult, error) {
 
 	// Record before changing. A re-apply keeps what the first apply recorded, so rollback
 	// still goes back to the node before any tuning.
-	st := &State{Version: StateVersion, Profile: e.Profile, Digest: digest, Started: e.now()}
+	st := &State{Version: StateVersion, Profile: e.Profile, Digest: digest, Started: e.now(), Dirs: lk.created}
 	prev := map[string]Record{}
 	if old != nil {
-		st.Started = old.Started
+		st.Started, st.Dirs = old.Started, old.Dirs
 		for _, r := range old.Settings {
 			prev[r.ID] = r
 		}
@@ -264,6 +271,10 @@ func (e *Engine) Apply(ctx context.Context) (*ApplyResult, error) {
 	}
 	st.Finished = e.now()
 	if err := st.save(e.State); err != nil {
+		if len(todo) == 0 {
+			// Nothing was changed: only the state file to take back.
+			return nil, errors.Join(err, removeState(e.State))
+		}
 		return fail(todo[len(todo)-1], StepRecord, err)
 	}
 	return res, nil
@@ -334,14 +345,18 @@ type RollbackResult struct {
 // settings are rebuilt from the state file. Settings that fail to restore stay recorded, so
 // rollback can be run again; the others are dropped from the state file.
 func (e *Engine) Rollback(ctx context.Context) (*RollbackResult, error) {
-	unlock, err := lock(e.State)
+	lk, err := lock(e.State)
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
+	var made []string
+	defer func() { lk.release(made) }()
 	st, err := LoadState(e.State)
 	if err != nil {
 		return nil, err
+	}
+	if st != nil {
+		made = st.Dirs
 	}
 	if st == nil {
 		return nil, fmt.Errorf("nothing to roll back: no tune state at %s", e.State)

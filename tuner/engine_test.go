@@ -440,3 +440,28 @@ func TestReapplyFinishesAnOwedRestart(t *testing.T) {
 		t.Fatalf("re-apply with nothing owed: %+v, %v, %d restarts", res, err, u.restarts)
 	}
 }
+
+// The state file's directories that apply made go with rollback; ones that were there stay.
+func TestRollbackRemovesTheStateDirectoriesApplyMade(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	n := node{}
+	e := engine(t, n, "a", "1")
+	e.State = filepath.Join(root, "var/lib/nodectl/tune/state.json")
+	if err := os.MkdirAll(filepath.Join(root, "var"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(filepath.Join(root, "var"))
+	if len(ents) != 0 {
+		t.Errorf("rollback left %v in var", ents)
+	}
+	if _, err := os.Stat(filepath.Join(root, "var")); err != nil {
+		t.Error("rollback removed a directory that was there before apply")
+	}
+}

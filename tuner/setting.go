@@ -52,10 +52,11 @@ func (h Host) Path(p string) string {
 // Resolve is p below the host's root with every element resolved inside the root, the last
 // one included: the directory a bind mount goes onto.
 func (h Host) Resolve(p string) (string, error) {
-	if h.Root == "/" || h.Root == "" {
-		return filepath.EvalSymlinks(filepath.Join("/", p))
+	root := h.Root
+	if root == "" {
+		root = "/"
 	}
-	return securejoin.SecureJoin(h.Root, p)
+	return securejoin.SecureJoin(root, p)
 }
 
 // Systemd reports whether systemd is the node's init, as sd_booted(3) decides.

@@ -27,7 +27,10 @@ type State struct {
 	Digest   string    `json:"digest"`
 	Started  time.Time `json:"started_at"`
 	Finished time.Time `json:"applied_at,omitzero"` // zero while an apply runs or after it died
-	Settings []Record  `json:"settings"`
+	// Dirs are the state file's directories the first apply made (absolute, outermost
+	// first); rollback removes them with the state file.
+	Dirs     []string `json:"created_dirs,omitempty"`
+	Settings []Record `json:"settings"`
 }
 
 // Record is one setting in the state file.
@@ -104,13 +107,24 @@ func removeState(path string) error {
 	return SyncDir(filepath.Dir(path))
 }
 
-// lock takes an exclusive lock beside the state file so two tuners (a DaemonSet and a person)
-// never interleave; it fails at once rather than wait.
-func lock(statePath string) (func(), error) {
+// stateLock is an exclusive lock beside the state file, so two tuners (a DaemonSet and a
+// person) never interleave.
+type stateLock struct {
+	f         *os.File
+	statePath string
+	// created are the state file's directories that taking the lock made (absolute paths,
+	// outermost first): a first apply records them, so rollback removes them too.
+	created []string
+}
+
+// lock takes the lock; it fails at once rather than wait.
+func lock(statePath string) (*stateLock, error) {
 	lockPath := statePath + ".lock"
+	node := Host{Root: "/"}
 	// The holder removes the lock file when nothing is applied; a tuner that opened it just
 	// before then holds a lock on a file no longer there, so it checks and opens again.
 	for range 5 {
+		created := node.MissingDirs(filepath.Dir(statePath))
 		if err := os.MkdirAll(filepath.Dir(statePath), 0o755); err != nil {
 			return nil, fmt.Errorf("locking tune state: %w", err)
 		}
@@ -131,15 +145,21 @@ func lock(statePath string) (func(), error) {
 			f.Close()
 			continue
 		}
-		return func() {
-			// With nothing applied, leave nothing behind: the lock file goes with the state
-			// file, removed while still held.
-			if _, err := os.Stat(statePath); errors.Is(err, os.ErrNotExist) {
-				os.Remove(lockPath)
-				os.Remove(filepath.Dir(statePath)) // only when empty
-			}
-			f.Close()
-		}, nil
+		return &stateLock{f: f, statePath: statePath, created: created}, nil
 	}
 	return nil, fmt.Errorf("locking tune state: %s keeps being replaced", lockPath)
+}
+
+// release drops the lock. With nothing applied it leaves nothing behind: the lock file goes
+// (removed while still held), and so do the directories this lock made and those in made (a
+// first apply's, from the state file), when empty.
+func (l *stateLock) release(made []string) {
+	defer l.f.Close()
+	if _, err := os.Stat(l.statePath); !errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	os.Remove(l.statePath + ".lock")
+	node := Host{Root: "/"}
+	_ = node.RemoveDirs(l.created)
+	_ = node.RemoveDirs(made)
 }

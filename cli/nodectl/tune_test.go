@@ -263,12 +263,10 @@ func TestTuneBuiltinDropInsOnScratchRoot(t *testing.T) {
 	if isMountPoint(t, filepath.Join(root, "var/log/journal")) {
 		t.Error("the journal's storage is still mounted after rollback")
 	}
-	for _, d := range []string{"etc", "var/log", "var/lib/containerd"} {
-		if _, err := os.Stat(filepath.Join(root, d)); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("rollback left %s below the scratch root", d)
-		}
+	// Everything apply made, the state file's directories included, is gone.
+	if ents, _ := os.ReadDir(root); len(ents) != 0 {
+		t.Errorf("rollback left %v below the scratch root", ents)
 	}
-	assertNoTuneState(t, root)
 }
 
 func isMountPoint(t *testing.T, dir string) bool {

@@ -163,7 +163,7 @@ it takes effect. It changes nothing. Exit status 0 whether or not changes are pl
 	}
 	o.hostFlags(cmd.Flags())
 	o.profileFlag(cmd.Flags(), "sandbox-density")
-	o.outputFlag(cmd.Flags())
+	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text, json, or yaml (the profile resolved against this node)")
 	return cmd
 }
 
@@ -176,8 +176,9 @@ func newApply() *cobra.Command {
 applies them in order (sysctls, swap, journald, the journal's storage, the kubelet drop-in,
 the live CPU partition) and reads each back. When one fails, everything already applied is
 restored in reverse order and the state file is put back as it was: the node is left as it
-was found. Applying a profile that holds changes nothing. A different profile is refused
-until the applied one is rolled back.`,
+was found; Ctrl-C between two settings does the same. Applying again a profile that is
+applied and holds changes nothing. A different profile is refused until the applied one is
+rolled back.`,
 		Example: `  sudo nodectl tune apply
   sudo nodectl tune apply --profile my-profile.yaml -o json`,
 		Args: cobra.NoArgs,

@@ -129,6 +129,7 @@ func (v *validation) run(ctx context.Context, output string) (err error) {
 		return fmt.Errorf("untuned run: %w (the profile was not applied)", err)
 	}
 	v.progress("2/4 applying profile %s", v.l.profile.Name)
+	v.l.engine.Fresh = true // another tuner may have applied meanwhile: not ours to roll back
 	res, err := v.l.engine.Apply(context.WithoutCancel(ctx))
 	if err != nil {
 		return fmt.Errorf("applying profile %s: %w", v.l.profile.Name, err)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/tuner"
+	"github.com/nodectl/nodectl/tuner/daemon"
 )
 
 // Backend is the backend's name in state files, and ID the partition's setting id.
@@ -44,7 +45,7 @@ type Partition struct {
 	Reserved        string   `json:"reserved"`
 	SystemCgroups   []string `json:"system_cgroups,omitempty"`
 	WorkloadCgroups []string `json:"workload_cgroups,omitempty"`
-	Daemons         []string `json:"daemons,omitempty"` // comm names
+	Daemons         []string `json:"daemons,omitempty"` // program names, as tuner/daemon.Find matches them
 }
 
 type partition struct {
@@ -467,18 +468,21 @@ func (s *partition) daemons(hy hierarchy) ([]move, error) {
 	if len(s.p.Daemons) == 0 {
 		return nil, nil
 	}
-	pfs, err := procfs.NewFS(s.h.Procfs)
-	if err != nil {
-		return nil, err
-	}
-	procs, err := pfs.AllProcs()
-	if err != nil {
-		return nil, fmt.Errorf("listing processes: %w", err)
+	var procs []daemon.Proc
+	names := slices.Clone(s.p.Daemons)
+	slices.Sort(names)
+	for _, name := range slices.Compact(names) {
+		found, err := daemon.Find(s.h.Procfs, name)
+		if err != nil {
+			return nil, fmt.Errorf("finding %s: %w", name, err)
+		}
+		procs = append(procs, found...)
 	}
 	var out []move
-	for _, p := range procs {
+	for _, d := range procs {
+		p := d.Proc
 		comm, err := p.Comm()
-		if err != nil || !isDaemon(s.p.Daemons, comm) {
+		if err != nil {
 			continue
 		}
 		// A process that exits while it is read is no daemon to move.
@@ -947,18 +951,4 @@ func (s *partition) Merge(first, now tuner.Value) (tuner.Value, error) {
 		return tuner.Value{}, fmt.Errorf("%s: recording the merged value: %w", ID, err)
 	}
 	return tuner.Value{Present: first.Present, Text: first.Text, Data: raw}, nil
-}
-
-// commLen is the kernel's limit on a process name (TASK_COMM_LEN less the NUL): the comm of
-// systemd-journald reads systemd-journal.
-const commLen = 15
-
-// isDaemon reports whether comm names one of the daemons, allowing for the kernel's cut.
-func isDaemon(daemons []string, comm string) bool {
-	for _, d := range daemons {
-		if d == comm || (len(d) > commLen && d[:commLen] == comm) {
-			return true
-		}
-	}
-	return false
 }

@@ -143,7 +143,7 @@ func (s *storage) Read(context.Context) (tuner.Value, error) {
 
 // top is the mount on top of target, nil when target is not a mount point.
 func (s *storage) top() (*procfs.MountInfo, error) {
-	mp, err := filepath.EvalSymlinks(s.h.Path(s.spec.Target))
+	mp, err := s.h.Resolve(s.spec.Target)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -182,12 +182,14 @@ func (s *storage) top() (*procfs.MountInfo, error) {
 
 // ours reports whether target is source's directory, as it is through our bind mount.
 func (s *storage) ours() bool {
-	src, err := os.Stat(s.h.Path(s.spec.Source))
-	if err != nil {
+	srcPath, err1 := s.h.Resolve(s.spec.Source)
+	tgtPath, err2 := s.h.Resolve(s.spec.Target)
+	if err1 != nil || err2 != nil {
 		return false
 	}
-	tgt, err := os.Stat(s.h.Path(s.spec.Target))
-	return err == nil && os.SameFile(src, tgt)
+	src, err1 := os.Stat(srcPath)
+	tgt, err2 := os.Stat(tgtPath)
+	return err1 == nil && err2 == nil && os.SameFile(src, tgt)
 }
 
 // Apply bind-mounts the source onto the target unless it is there already, and restarts
@@ -224,7 +226,14 @@ func (s *storage) mount() error {
 		return err
 	}
 	err = func() error {
-		src, tgt := s.h.Path(s.spec.Source), s.h.Path(s.spec.Target)
+		src, err := s.h.Resolve(s.spec.Source)
+		if err != nil {
+			return s.errf("%v", err)
+		}
+		tgt, err := s.h.Resolve(s.spec.Target)
+		if err != nil {
+			return s.errf("%v", err)
+		}
 		for _, d := range []string{src, tgt} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
 				return s.errf("making directory %s: %v", d, err)
@@ -274,7 +283,11 @@ func (s *storage) Restore(ctx context.Context, prev tuner.Value) error {
 			}
 			// Detached: journald keeps its journal files open in the bind until it restarts
 			// (below), so a plain unmount would fail as busy.
-			if err := unmount(s.h.Path(s.spec.Target)); err != nil {
+			tgt, err := s.h.Resolve(s.spec.Target)
+			if err != nil {
+				return s.errf("%v", err)
+			}
+			if err := unmount(tgt); err != nil {
 				return s.errf("unmounting: %v", err)
 			}
 			changed = true

@@ -36,12 +36,14 @@ func (f File) path() string { return f.h.Path(f.node) }
 // exact bytes, mode and owner, or a link's target; when there was nothing, the directories
 // (node paths, outermost first) that were missing for it, which writing it makes.
 type state struct {
-	Bytes   []byte      `json:"bytes,omitempty"`
-	Mode    fs.FileMode `json:"mode,omitempty"`
-	UID     int         `json:"uid,omitempty"`
-	GID     int         `json:"gid,omitempty"`
-	Link    string      `json:"link,omitempty"`
-	Missing []string    `json:"missing_dirs,omitempty"`
+	Bytes []byte      `json:"bytes,omitempty"`
+	Mode  fs.FileMode `json:"mode,omitempty"`
+	// Regular marks a regular file, whose mode may be 0000 (and so left out of the JSON).
+	Regular bool     `json:"regular,omitempty"`
+	UID     int      `json:"uid,omitempty"`
+	GID     int      `json:"gid,omitempty"`
+	Link    string   `json:"link,omitempty"`
+	Missing []string `json:"missing_dirs,omitempty"`
 }
 
 // same reports whether s and o are the same file or link.
@@ -82,7 +84,7 @@ func (f File) read() (present bool, st state, err error) {
 		if st.Bytes, err = os.ReadFile(f.path()); err != nil {
 			return false, state{}, fmt.Errorf("reading: %w", err)
 		}
-		st.Mode = fi.Mode().Perm()
+		st.Mode, st.Regular = fi.Mode().Perm(), true
 		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
 			st.UID, st.GID = int(sys.Uid), int(sys.Gid)
 		}
@@ -156,7 +158,7 @@ func (f File) Restore(prev tuner.Value) (changed bool, err error) {
 			return false, fmt.Errorf("decoding the recorded value: %w", err)
 		}
 	}
-	if prev.Present && want.Mode == 0 && want.Link == "" {
+	if prev.Present && !want.Regular && want.Mode == 0 && want.Link == "" {
 		return false, fmt.Errorf("the recorded value %q has no file data to restore", prev.Text)
 	}
 	present, have, err := f.read()
