@@ -16,6 +16,7 @@ import (
 	"github.com/nodectl/nodectl/cli/internal/clix"
 	"github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/tuner"
+	"github.com/nodectl/nodectl/tuner/profile"
 )
 
 // rollbackHint is what to run after a second Ctrl-C left a change half done.
@@ -293,6 +294,11 @@ applied, e.g. whether a node pool's config reached this node.`,
 	o.profileFlag(cmd.Flags(), "")
 	o.outputFlag(cmd.Flags())
 	return cmd
+}
+
+// recordedProfile stands for the profile of a state file when the profile itself is not at hand.
+func recordedProfile(st *tuner.State) *profile.Profile {
+	return &profile.Profile{Name: st.Profile, Source: "recorded in the state file"}
 }
 
 // verifyTarget is --profile when given, else the applied profile's recorded settings.

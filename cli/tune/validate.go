@@ -19,13 +19,7 @@ import (
 	"github.com/nodectl/nodectl/cli/internal/clix"
 	"github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/tuner"
-	"github.com/nodectl/nodectl/tuner/profile"
 )
-
-// recordedProfile stands for the profile of a state file when the profile itself is not at hand.
-func recordedProfile(st *tuner.State) *profile.Profile {
-	return &profile.Profile{Name: st.Profile, Source: "recorded in the state file"}
-}
 
 // validateReserved are the stress flags validate sets itself.
 var validateReserved = []string{"--out", "--tune-state", "-o", "--output"}
