@@ -94,6 +94,7 @@ func newFixture(t *testing.T) *fixture {
 			_ = c.Wait()
 		}
 		_ = layout.Remove(f.base)
+		_ = layout.Prune("/nodectl") // the shared parent, when this test was its last user
 	})
 	f.start(t, "sleep", pods+"/pod-a")
 
