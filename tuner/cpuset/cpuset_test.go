@@ -16,16 +16,10 @@ import (
 
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/tuner"
+	"github.com/nodectl/nodectl/tuner/internal/tunertest"
 )
 
-func read(t *testing.T, s tuner.Setting) tuner.Value {
-	t.Helper()
-	v, err := s.Read(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
+var read = tunertest.Read
 
 func file(t *testing.T, path string) string {
 	t.Helper()

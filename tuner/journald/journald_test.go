@@ -3,17 +3,16 @@ package journald
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nodectl/nodectl/tuner"
+	"github.com/nodectl/nodectl/tuner/internal/tunertest"
 )
 
 // documented is the drop-in as docs/tuning.md shows it, byte for byte.
@@ -23,56 +22,16 @@ const documented = "# Written by nodectl tune. `nodectl tune rollback` removes i
 	"RateLimitIntervalSec=30s\n" +
 	"RateLimitBurst=1000\n"
 
-var entries = []Entry{{"SystemMaxUse", "500M"}, {"RateLimitIntervalSec", "30s"}, {"RateLimitBurst", "1000"}}
-
 func scratch(t *testing.T) tuner.Host {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: files owned by others, bind mounts")
-	}
-	return tuner.Host{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
+	return tunertest.Scratch(t, "files owned by others, bind mounts")
 }
 
-// tree lists every path below root with its mode, owner and content, to compare a scratch
-// root before and after.
-func tree(t *testing.T, root string) []string {
-	t.Helper()
-	var out []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		line := strings.TrimPrefix(p, root) + " " + fi.Mode().String()
-		if fi.Mode().IsRegular() {
-			b, _ := os.ReadFile(p)
-			st := fi.Sys().(*syscall.Stat_t)
-			line += fmt.Sprintf(" %d:%d %q", st.Uid, st.Gid, b)
-		}
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			l, _ := os.Readlink(p)
-			line += " -> " + l
-		}
-		out = append(out, line)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
+var (
+	tree = tunertest.Tree
+	read = tunertest.Read
+)
 
-func read(t *testing.T, s tuner.Setting) tuner.Value {
-	t.Helper()
-	v, err := s.Read(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
+var entries = []Entry{{"SystemMaxUse", "500M"}, {"RateLimitIntervalSec", "30s"}, {"RateLimitBurst", "1000"}}
 
 func TestRestartArgs(t *testing.T) {
 	for name, tc := range map[string]struct {

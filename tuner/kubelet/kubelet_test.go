@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/tuner"
+	"github.com/nodectl/nodectl/tuner/internal/tunertest"
 )
 
 // documented is the drop-in exactly as docs/tuning.md shows it.
@@ -22,18 +23,9 @@ const documented = "# Written by nodectl tune. `nodectl tune rollback` removes i
 	"kind: KubeletConfiguration\n" +
 	"reservedSystemCPUs: \"0,1\"\n"
 
-func scratch(t *testing.T) tuner.Host {
-	return tuner.Host{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
-}
+func scratch(t *testing.T) tuner.Host { return tunertest.Scratch(t, "") }
 
-func read(t *testing.T, s tuner.Setting) tuner.Value {
-	t.Helper()
-	v, err := s.Read(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
+var read = tunertest.Read
 
 func TestDropInAppliesAndRestoresAbsent(t *testing.T) {
 	ctx := context.Background()

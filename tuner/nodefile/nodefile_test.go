@@ -12,48 +12,14 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/tuner"
+	"github.com/nodectl/nodectl/tuner/internal/tunertest"
 )
 
 const node = "/etc/daemon.conf.d/90-nodectl.conf"
 
-func scratch(t *testing.T) tuner.Host {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: files owned by others")
-	}
-	return tuner.Host{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
-}
+func scratch(t *testing.T) tuner.Host { return tunertest.Scratch(t, "files owned by others") }
 
-// tree lists every path below root with its mode, owner, content or link target.
-func tree(t *testing.T, root string) []string {
-	t.Helper()
-	var out []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		st := fi.Sys().(*syscall.Stat_t)
-		line := fmt.Sprintf("%s %s %d:%d", strings.TrimPrefix(p, root), fi.Mode(), st.Uid, st.Gid)
-		if fi.Mode().IsRegular() {
-			b, _ := os.ReadFile(p)
-			line += fmt.Sprintf(" %q", b)
-		}
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			l, _ := os.Readlink(p)
-			line += " -> " + l
-		}
-		out = append(out, line)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
+var tree = tunertest.Tree
 
 func describe(b []byte, m fs.FileMode) string { return fmt.Sprintf("%q %04o", b, m) }
 
