@@ -562,3 +562,43 @@ func TestHeartbeatNextToChurnIsStarved(t *testing.T) {
 		t.Errorf("system-daemon-starvation of %s blames %v, want the churn or CPU hogs", f.Victim, f.Culprits)
 	}
 }
+
+// interruptAt starts `nodectl args... --out dir`, waits (up to 30 s) until the run records a
+// record that at matches, sends SIGINT, and checks that the run exits 130 and leaves nothing.
+// what names the awaited moment in the failure message. It returns the run's id.
+func interruptAt(t *testing.T, dir, what string, at func(record.Record) bool, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append(args, "--out", dir)...)
+	cmd.Env = append(os.Environ(), beMain+"=1")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if run, err := record.Open(dir); err == nil {
+			_, _ = nodectl(t, "stress", "clean", "--all", run.Meta.ID)
+		}
+	})
+	id := ""
+	for deadline := time.Now().Add(30 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if run, err := record.Open(dir); err == nil && slices.ContainsFunc(run.Records, at) {
+			id = run.Meta.ID
+		}
+	}
+	if id == "" {
+		t.Fatalf("%s never came:\n%s", what, errb.String())
+	}
+	time.Sleep(time.Second)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("interrupted nodectl %s exited with %v, want exit status 130\n%s", strings.Join(args, " "), err, errb.String())
+	}
+	assertClean(t, id)
+	return id
+}

@@ -1,19 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/nodectl/nodectl/agent/record"
 )
@@ -144,40 +139,9 @@ func TestFsyncStormInterruptedLeavesNothing(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	target := t.TempDir()
 	// The signal comes in the long pause after the first storm, the writers ready for the next.
-	cmd := exec.Command(os.Args[0], "stress", "fsync-storm", "--writers", "2", "--size", "8Mi", "--rounds", "2", "--pause", "30s",
-		"--target", target, "--out", dir)
-	cmd.Env = append(os.Environ(), beMain+"=1")
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if run, err := record.Open(dir); err == nil {
-			_, _ = nodectl(t, "stress", "clean", "--all", run.Meta.ID)
-		}
-	})
-	id := ""
-	for deadline := time.Now().Add(30 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if run, err := record.Open(dir); err == nil && slices.ContainsFunc(run.Records, func(r record.Record) bool {
-			return r.Type == record.TypePhase && r.Name == "round-1" && r.Event == record.EventEnd
-		}) {
-			id = run.Meta.ID
-		}
-	}
-	if id == "" {
-		t.Fatalf("the first storm never ended:\n%s", errb.String())
-	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	err := cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
-		t.Errorf("interrupted fsync-storm exited with %v, want exit status 130\n%s", err, errb.String())
-	}
-	assertClean(t, id)
+	interruptAt(t, dir, "the end of the first storm", func(r record.Record) bool {
+		return r.Type == record.TypePhase && r.Name == "round-1" && r.Event == record.EventEnd
+	}, "stress", "fsync-storm", "--writers", "2", "--size", "8Mi", "--rounds", "2", "--pause", "30s", "--target", target)
 	if ents, _ := os.ReadDir(target); len(ents) != 0 {
 		t.Errorf("--target %s keeps %v", target, ents)
 	}

@@ -1,18 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"maps"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/nodectl/nodectl/agent/record"
 )
@@ -124,40 +118,9 @@ func TestWakeInterruptedLeavesNothing(t *testing.T) {
 	requireRoot(t)
 	dir := filepath.Join(t.TempDir(), "run")
 	// At 10m the boot takes about 15 s: the signal comes while the sandbox boots.
-	cmd := exec.Command(os.Args[0], "stress", "wake", "--cpu-limits", "10m", "--count", "1", "--out", dir)
-	cmd.Env = append(os.Environ(), beMain+"=1")
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if run, err := record.Open(dir); err == nil {
-			_, _ = nodectl(t, "stress", "clean", "--all", run.Meta.ID)
-		}
-	})
-	id := ""
-	for deadline := time.Now().Add(30 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if run, err := record.Open(dir); err == nil && slices.ContainsFunc(run.Records, func(r record.Record) bool {
-			return r.Type == record.TypePhase && r.Event == record.EventStart
-		}) {
-			id = run.Meta.ID
-		}
-	}
-	if id == "" {
-		t.Fatalf("the sandbox never started:\n%s", errb.String())
-	}
-	time.Sleep(time.Second)
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	err := cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
-		t.Errorf("interrupted wake exited with %v, want exit status 130\n%s", err, errb.String())
-	}
-	assertClean(t, id)
+	interruptAt(t, dir, "the sandbox's start", func(r record.Record) bool {
+		return r.Type == record.TypePhase && r.Event == record.EventStart
+	}, "stress", "wake", "--cpu-limits", "10m", "--count", "1")
 	if _, err := nodectl(t, "analyze", dir); err != nil {
 		t.Errorf("analyze of the interrupted run: %v", err)
 	}
