@@ -3,6 +3,7 @@ module github.com/nodectl/nodectl
 go 1.26.0
 
 require (
+	github.com/aclements/go-moremath v0.0.0-20210112150236-f10218a38794
 	github.com/cilium/ebpf v0.22.0
 	github.com/containerd/cgroups/v3 v3.1.3
 	github.com/cyphar/filepath-securejoin v0.6.1

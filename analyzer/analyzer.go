@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/agent/record"
 )
 
@@ -62,10 +63,15 @@ type RunInfo struct {
 
 // Finding is one explained effect.
 type Finding struct {
-	ID       string     `json:"id"`
-	Severity string     `json:"severity"`
-	Victim   string     `json:"victim"`
-	Culprits []string   `json:"culprits"`
+	ID       string   `json:"id"`
+	Severity string   `json:"severity"`
+	Victim   string   `json:"victim"`
+	Culprits []string `json:"culprits"`
+	// Affects lists which of the victim's measured operations this cause slowed (cpu_work,
+	// write_fsync, fsync): a finding is named by its cause, so an fsync slowed by CPU contention
+	// is listed in cpu-contention's, not in disk-contention's. Absent when no probe measure is
+	// concerned.
+	Affects  []string   `json:"affects,omitempty"`
 	Summary  string     `json:"summary"`
 	Evidence []Evidence `json:"evidence"`
 }
@@ -81,6 +87,9 @@ type Evidence struct {
 	Baseline float64 `json:"baseline"`
 	Value    float64 `json:"value"`
 	Unit     string  `json:"unit"`
+	// Histogram is the distribution behind a measure of many events (the reclaim stalls of
+	// memory-reclaim), in Phase; absent for other measures.
+	Histogram *hist.Log2 `json:"histogram,omitempty"`
 }
 
 // Analyze applies every rule to the run and summarises it.
@@ -121,6 +130,7 @@ func Analyze(run *record.Run) (*Report, error) {
 	if run.Meta.Scenario == scenarioDensity {
 		rep.Findings = append(rep.Findings, a.density()...)
 	}
+	rep.Notes = append(rep.Notes, a.unexplained(rep.Findings)...)
 	return rep, nil
 }
 
@@ -135,10 +145,11 @@ type analysis struct {
 	stress   record.Window
 	compare  bool              // both a baseline and a stress phase were recorded
 	names    map[string]string // cgroup -> workload name
+	victims  map[string]*victimView
 }
 
 func newAnalysis(run *record.Run) *analysis {
-	a := &analysis{run: run, windows: run.Phases(), names: map[string]string{}}
+	a := &analysis{run: run, windows: run.Phases(), names: map[string]string{}, victims: map[string]*victimView{}}
 	if len(a.windows) == 0 {
 		a.windows = []record.Window{run.Span()}
 	}

@@ -237,9 +237,9 @@ func TestCPUContentionSeverityAndCulprits(t *testing.T) {
 	rep := newRun(victimWorkload(), hogWorkload("cpu", 0), hogWorkload("cpu", 1), hogWorkload("cpu", 2)).
 		histogram(record.MetricRunqLatency, victim, lat(1000, 50e-6), lat(1000, 4e-3)).
 		gauge(record.MetricProbeCPUWork, victim, []float64{0.4}, []float64{1.0}).
-		preempted(cpuHog0, 0, 0.5).
-		preempted(cpuHog1, 0, 3.0).
-		preempted(runCg+"/cpu-hog-2", 0, 0.2). // 5.4%
+		preempted(cpuHog0, 0, 1.0).
+		preempted(cpuHog1, 0, 6.0).
+		preempted(runCg+"/cpu-hog-2", 0, 0.4). // 5.4%
 		analyze(t)
 	f := finding(t, rep, IDCPUContention)
 	if want := []string{"cpu-hog-1", "cpu-hog-0"}; !reflect.DeepEqual(f.Culprits, want) {
@@ -251,7 +251,7 @@ func TestCPUContentionSeverityAndCulprits(t *testing.T) {
 }
 
 func TestCPUContentionNamesUnknownCgroupsByPath(t *testing.T) {
-	rep := cpuBusy(0).preempted("/kubepods/burstable/pod-x", 0, 2).analyze(t)
+	rep := cpuBusy(0).preempted("/kubepods/burstable/pod-x", 0, 4).analyze(t)
 	if f := finding(t, rep, IDCPUContention); !reflect.DeepEqual(f.Culprits, []string{"/kubepods/burstable/pod-x"}) {
 		t.Errorf("culprits = %v", f.Culprits)
 	}
@@ -338,7 +338,7 @@ func TestCPUThrottlingWithNeighbours(t *testing.T) {
 		histogram(record.MetricRunqLatency, victim, lat(1000, 1e-3), lat(2000, 10e-3)).
 		gauge(record.MetricProbeCPUWork, victim, []float64{0.9}, []float64{2.0}).
 		preempted(record.CgroupThrottled, 7, 8).
-		preempted(cpuHog0, 0, 6).
+		preempted(cpuHog0, 0, 12).
 		analyze(t)
 	if got := ids(rep); !reflect.DeepEqual(got, []string{IDCPUThrottling, IDCPUContention}) {
 		t.Fatalf("findings = %v", got)

@@ -96,7 +96,7 @@ func TestNoDaemonStarvation(t *testing.T) {
 }
 
 func TestAFollowedDaemonIsNamedAsACulprit(t *testing.T) {
-	rep := cpuBusy(1).preempted(cpuHog0, 0, 1.0).preempted(containerdCg, 0, 0.9)
+	rep := cpuBusy(1).preempted(cpuHog0, 0, 2.0).preempted(containerdCg, 0, 1.8)
 	rep.meta.Workloads = append(rep.meta.Workloads, daemonWorkload())
 	f := finding(t, rep.analyze(t), IDCPUContention)
 	if want := []string{"cpu-hog-0", "containerd"}; !reflect.DeepEqual(f.Culprits, want) {

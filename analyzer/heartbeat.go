@@ -92,15 +92,12 @@ func (a *analysis) daemonStarvation(d record.Workload) *Finding {
 	if !a.compare {
 		return nil
 	}
-	runq := a.run.Series(record.MetricRunqLatency).Cgroup(d.Cgroup)
-	rb, rs := runq.HistDelta(a.baseline), runq.HistDelta(a.stress)
+	cw := a.cpuWaits(d.Cgroup)
+	rb, rs, pw := cw.rb, cw.rs, cw.pw
 	p99b, p99s := rb.Quantile(0.99), rs.Quantile(0.99)
-	perSecB, perSecS := ratio(secs(rb.SumNs), a.baseline.Seconds()), ratio(secs(rs.SumNs), a.stress.Seconds())
 	p99Rose := rs.Count >= daemonMinWaits && p99s >= daemonMinP99 && ratio(p99s, p99b) >= daemonRunqRiseFactor
-	waitRose := perSecS >= daemonMinWaitPerSecond && ratio(perSecS, perSecB) >= daemonRunqRiseFactor
-	pw := a.preemptions(d.Cgroup)
-	shareS := ratio(pw.neighbourS, pw.attributedS)
-	if !p99Rose && !waitRose || pw.added < neighbourWaitMinSeconds || shareS < neighbourWaitMinShare {
+	waitRose := cw.perSecS >= daemonMinWaitPerSecond && ratio(cw.perSecS, cw.perSecB) >= daemonRunqRiseFactor
+	if !p99Rose && !waitRose || pw.added < neighbourWaitMinSeconds || cw.share < neighbourWaitMinShare {
 		return nil
 	}
 	sev := SeverityWarning
@@ -112,10 +109,10 @@ func (a *analysis) daemonStarvation(d record.Workload) *Finding {
 		Evidence: []Evidence{
 			a.evidence("runq_latency_p99", d.Name, p99b, p99s, UnitSeconds),
 			a.evidence("runq_latency_mean", d.Name, rb.Mean(), rs.Mean(), UnitSeconds),
-			a.evidence("runq_wait_per_second", d.Name, perSecB, perSecS, UnitRatio),
+			a.evidence("runq_wait_per_second", d.Name, cw.perSecB, cw.perSecS, UnitRatio),
 			a.evidence("runq_wait_seconds", d.Name, secs(rb.SumNs), secs(rs.SumNs), UnitSeconds),
 			a.evidence("runq_waits", d.Name, float64(rb.Count), float64(rs.Count), UnitCount),
-			a.evidence("runq_neighbour_wait_share", d.Name, ratio(pw.neighbourB, pw.attributedB), shareS, UnitRatio),
+			a.evidence("runq_neighbour_wait_share", d.Name, ratio(pw.neighbourB, pw.attributedB), cw.share, UnitRatio),
 		},
 	}
 	a.blame(f, d.Name, pw)
@@ -123,6 +120,6 @@ func (a *analysis) daemonStarvation(d record.Workload) *Finding {
 		"its run-queue p99 went %s → %s and its tasks waited %s → %s of every second. "+
 		"Reserve CPUs for system daemons (kubelet reservedSystemCPUs, a cpuset for system.slice) or limit the culprits.",
 		d.Name, d.Cgroup, joinNames(f.Culprits), fmtSeconds(p99b), fmtSeconds(p99s),
-		fmtSeconds(perSecB), fmtSeconds(perSecS))
+		fmtSeconds(cw.perSecB), fmtSeconds(cw.perSecS))
 	return f
 }

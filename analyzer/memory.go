@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/agent/record"
 )
@@ -89,27 +91,44 @@ func (r reclaimStalls) material() bool {
 	return r.total >= reclaimStallMinSeconds && ratio(r.total, r.w.Seconds()) >= reclaimStallMinShare
 }
 
-// memoryReclaim: the workload's tasks stalled reclaiming memory (docs/findings.md).
+// memoryReclaim: the workload's tasks stalled reclaiming memory (docs/findings.md). Stalls
+// against its own limit are reported in any window, as its own quota is by cpu-throttling;
+// stalls from the node's or a parent's shortage only when they rose in the stress phase.
 func (a *analysis) memoryReclaim(v record.Workload) *Finding {
-	var shown, ref reclaimStalls
+	var hit []reclaimStalls
+	for _, w := range a.windows {
+		if s := a.reclaimStallsOf(v.Cgroup, w); s.material() {
+			hit = append(hit, s)
+		}
+	}
+	if len(hit) == 0 {
+		return nil
+	}
+	worst := hit[0]
+	for _, s := range hit[1:] {
+		if s.total > worst.total {
+			worst = s
+		}
+	}
+	shown, ref, quoted := worst, reclaimStalls{stall: map[string]hist.Log2{}, pages: map[string]float64{}}, worst
+	rose := false
 	if a.compare {
 		shown, ref = a.reclaimStallsOf(v.Cgroup, a.stress), a.reclaimStallsOf(v.Cgroup, a.baseline)
-		if !shown.material() || ratio(ratio(shown.total, shown.w.Seconds()), ratio(ref.total, ref.w.Seconds())) < reclaimRiseFactor {
-			return nil
+		rose = shown.material() && ratio(ratio(shown.total, shown.w.Seconds()), ratio(ref.total, ref.w.Seconds())) >= reclaimRiseFactor
+		if shown.material() {
+			quoted = shown
 		}
-	} else {
-		for _, w := range a.windows {
-			if s := a.reclaimStallsOf(v.Cgroup, w); s.material() && s.total > shown.total {
-				shown = s
-			}
-		}
-		if shown.total == 0 {
-			return nil
-		}
-		ref = reclaimStalls{stall: map[string]hist.Log2{}, pages: map[string]float64{}}
+	}
+	// memcg reclaim is a limit: the workload's own when it has one. Anything else (direct
+	// reclaim, or a limit above the workload's cgroup) is memory the node or the parent ran
+	// short of, and the neighbours that grew took it.
+	memcg, direct := secs(quoted.stall[record.ReclaimMemcg].SumNs), secs(quoted.stall[record.ReclaimDirect].SumNs)
+	ownLimit := memcg >= direct && v.Memory != ""
+	if a.compare && !rose && !ownLimit {
+		return nil // as much in the baseline: the neighbours changed nothing
 	}
 
-	share := ratio(shown.total, shown.w.Seconds())
+	share := ratio(quoted.total, quoted.w.Seconds())
 	f := &Finding{ID: IDMemoryReclaim, Severity: SeverityWarning, Victim: v.Name, Culprits: []string{}}
 	if share >= reclaimCriticalShare {
 		f.Severity = SeverityCritical
@@ -117,28 +136,57 @@ func (a *analysis) memoryReclaim(v record.Workload) *Finding {
 	ev := func(metric string, b, s float64, unit string) Evidence {
 		return Evidence{Metric: metric, Workload: v.Name, Phase: shown.w.Name, Baseline: b, Value: s, Unit: unit}
 	}
-	var parts []string
 	for _, kind := range []string{record.ReclaimMemcg, record.ReclaimDirect} {
 		h, hb := shown.stall[kind], ref.stall[kind]
-		if h.Count == 0 {
+		if h.Count == 0 && hb.Count == 0 {
 			continue
 		}
-		f.Evidence = append(f.Evidence,
-			ev("reclaim_stall_seconds_"+kind, secs(hb.SumNs), secs(h.SumNs), UnitSeconds),
+		stalls := ev("reclaim_stall_seconds_"+kind, secs(hb.SumNs), secs(h.SumNs), UnitSeconds)
+		stalls.Histogram = &h
+		f.Evidence = append(f.Evidence, stalls,
 			ev("reclaim_stall_p99_"+kind, hb.Quantile(0.99), h.Quantile(0.99), UnitSeconds),
+			ev("reclaim_stall_max_at_least_"+kind, hb.LongestAtLeast(), h.LongestAtLeast(), UnitSeconds),
 			ev("reclaim_stalls_"+kind, float64(hb.Count), float64(h.Count), UnitCount),
 			ev("reclaim_pages_"+kind, ref.pages[kind], shown.pages[kind], UnitCount))
-		parts = append(parts, fmt.Sprintf("%s in %d %s reclaims (p99 %s, %.0f pages)",
-			fmtSeconds(secs(h.SumNs)), h.Count, kind, fmtSeconds(h.Quantile(0.99)), shown.pages[kind]))
 	}
-	f.Evidence = append(f.Evidence, ev("reclaim_stall_share", ratio(ref.total, ref.w.Seconds()), share, UnitRatio))
+	f.Evidence = append(f.Evidence, ev("reclaim_stall_share", ratio(ref.total, ref.w.Seconds()), ratio(shown.total, shown.w.Seconds()), UnitRatio))
+	var parts []string
+	for _, kind := range []string{record.ReclaimMemcg, record.ReclaimDirect} {
+		if h := quoted.stall[kind]; h.Count > 0 {
+			parts = append(parts, fmt.Sprintf("%s in %d %s reclaims (p99 %s, the longest at least %s, %.0f pages)",
+				fmtSeconds(secs(h.SumNs)), h.Count, kind, fmtSeconds(h.Quantile(0.99)), fmtSeconds(h.LongestAtLeast()), quoted.pages[kind]))
+		}
+	}
+	var where []string
+	for _, s := range hit {
+		where = append(where, s.w.Name)
+	}
 
-	// memcg reclaim is a limit: the workload's own when it has one. Anything else (direct
-	// reclaim, or a limit above the workload's cgroup) is memory the node or the parent ran
-	// short of, and the neighbours that grew took it.
-	memcg, direct := secs(shown.stall[record.ReclaimMemcg].SumNs), secs(shown.stall[record.ReclaimDirect].SumNs)
+	// What the stalls slowed: the victim's measures that got slower with them, when its device
+	// does not explain that and the stall time added accounts for what its probe lost.
+	var symptoms string
+	if a.compare && rose && v.Kind == kindVictim {
+		vv := a.victim(v)
+		affected := vv.slowed(measureCPUWork)
+		if !vv.disk.explains() {
+			affected = append(affected, vv.slowedIO()...)
+		}
+		if a.added(ref.total, shown.total) >= causeCoverMin*a.lost(affected) {
+			_, symptoms = a.affects(f, v.Name, affected)
+		}
+	}
+	if v.Kind == kindVictim && len(f.Affects) == 0 {
+		if base, stress := a.probeReadings(v.Cgroup, measureWriteFsync, ref.w), a.probeReadings(v.Cgroup, measureWriteFsync, shown.w); len(stress) > 0 {
+			f.Evidence = append(f.Evidence, ev("probe_write_fsync_p95", quantile(base, 0.95), quantile(stress, 0.95), UnitSeconds))
+			symptoms = fmt.Sprintf("its write+fsync p95 was %s in %s", fmtSeconds(quantile(stress, 0.95)), shown.w.Name)
+		}
+	}
+
 	var cause string
-	if memcg >= direct && v.Memory != "" {
+	if ownLimit {
+		if limit, err := resource.ParseQuantity(v.Memory); err == nil {
+			f.Evidence = append(f.Evidence, ev("memory_limit_bytes", limit.AsApproximateFloat64(), limit.AsApproximateFloat64(), UnitBytes))
+		}
 		cause = fmt.Sprintf("its own memory limit (%s) made it reclaim, not its neighbours: its memory, "+
 			"page cache included, does not fit under it. Raise its memory limit or shrink its working set.", v.Memory)
 	} else {
@@ -146,7 +194,7 @@ func (a *analysis) memoryReclaim(v record.Workload) *Finding {
 		if memcg >= direct {
 			where = "a memory limit above its cgroup was reached (it has none of its own)"
 		}
-		growers := a.growers(v.Cgroup, shown.w)
+		growers := a.growers(v.Cgroup, quoted.w)
 		for _, c := range culprits(growers) {
 			n := a.name(c.cgroup)
 			f.Culprits = append(f.Culprits, n)
@@ -166,8 +214,15 @@ func (a *analysis) memoryReclaim(v record.Workload) *Finding {
 		}
 		cause += "Limit the neighbours' memory, or run fewer of them next to the workload."
 	}
-	f.Summary = fmt.Sprintf("%s's tasks stalled reclaiming memory in %s: %s, %s of the wall time; %s",
-		v.Name, shown.w.Name, joinNames(parts), fmtPercent(share), cause)
+	f.Summary = fmt.Sprintf("%s's tasks stalled reclaiming memory in %s; in %s %s, %s of the wall time",
+		v.Name, joinNames(where), quoted.w.Name, joinNames(parts), fmtPercent(share))
+	switch {
+	case len(f.Affects) > 0:
+		f.Summary += "; with the stalls, not with its device, " + symptoms
+	case symptoms != "":
+		f.Summary += "; " + symptoms
+	}
+	f.Summary += ". " + strings.ToUpper(cause[:1]) + cause[1:]
 	return f
 }
 

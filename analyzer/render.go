@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/agent/record"
 )
 
@@ -57,6 +58,9 @@ func RenderText(w io.Writer, r *Report) error {
 		if len(f.Culprits) > 0 {
 			p("  culprits: %s\n", strings.Join(f.Culprits, ", "))
 		}
+		if len(f.Affects) > 0 {
+			p("  affects: %s\n", strings.Join(f.Affects, ", "))
+		}
 		p("  evidence\tworkload\t%s\t%s\tchange\n", baselineOf(f), phaseOf(f))
 		for _, e := range f.Evidence {
 			who := e.Workload
@@ -67,6 +71,11 @@ func RenderText(w io.Writer, r *Report) error {
 				who = "device " + e.Device
 			}
 			p("  %s\t%s\t%s\t%s\t%s\n", e.Metric, who, fmtUnit(e.Baseline, e.Unit), fmtUnit(e.Value, e.Unit), change(e))
+		}
+		for _, e := range f.Evidence {
+			if e.Histogram != nil && e.Histogram.Count > 0 {
+				p("  %s in %s, by duration: %s\n", e.Metric, e.Phase, fmtHist(*e.Histogram))
+			}
 		}
 	}
 	for _, n := range r.Notes {
@@ -204,6 +213,29 @@ func fmtBytes(b float64) string {
 	return fmt.Sprintf("%.0f B", b)
 }
 
+// fmtPercent prints a ratio as a percentage, small ones (a p-value) with two significant digits.
 func fmtPercent(r float64) string {
-	return fmt.Sprintf("%.0f%%", r*100)
+	switch {
+	case r == 0 || r >= 0.01:
+		return fmt.Sprintf("%.0f%%", r*100)
+	case r >= 1e-6:
+		return fmt.Sprintf("%.2g%%", r*100)
+	}
+	return "<0.0001%"
+}
+
+// fmtHist lists a log2 histogram's non-empty buckets: "[1.05ms, 2.1ms) 40, [2.1ms, 4.19ms) 3".
+func fmtHist(h hist.Log2) string {
+	var parts []string
+	for i, n := range h.Buckets {
+		if n == 0 {
+			continue
+		}
+		lo := 0.0
+		if i > 0 {
+			lo = math.Ldexp(1, i) / 1e9
+		}
+		parts = append(parts, fmt.Sprintf("[%s, %s) %d", fmtSeconds(lo), fmtSeconds(math.Ldexp(1, i+1)/1e9), n))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -44,8 +44,11 @@ func TestRenderJSONContract(t *testing.T) {
 		t.Errorf("run = %v", run)
 	}
 	finding := doc["findings"].([]any)[0].(map[string]any)
-	if got, want := keys(t, finding), []string{"culprits", "evidence", "id", "severity", "summary", "victim"}; !reflect.DeepEqual(got, want) {
+	if got, want := keys(t, finding), []string{"affects", "culprits", "evidence", "id", "severity", "summary", "victim"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("finding keys = %v, want %v", got, want)
+	}
+	if got := finding["affects"].([]any); len(got) != 2 || got[0] != "write_fsync" || got[1] != "fsync" {
+		t.Errorf("affects = %v, want [write_fsync fsync]", got)
 	}
 	if finding["id"] != "disk-contention" || finding["severity"] != "critical" || finding["victim"] != "victim" {
 		t.Errorf("finding = %v", finding)
@@ -60,7 +63,12 @@ func TestRenderJSONContract(t *testing.T) {
 			t.Errorf("evidence keys = %v, want %v (plus optional culprit, device)", keys(t, e), contract)
 		}
 	}
-	e := finding["evidence"].([]any)[0].(map[string]any)
+	var e map[string]any
+	for _, ev := range finding["evidence"].([]any) {
+		if ev.(map[string]any)["metric"] == "probe_fsync_p95" {
+			e = ev.(map[string]any)
+		}
+	}
 	if e["metric"] != "probe_fsync_p95" || e["workload"] != "victim" || e["phase"] != "stress" ||
 		e["baseline"] != 0.19 || e["value"] != 1.1 || e["unit"] != "seconds" {
 		t.Errorf("first evidence = %v", e)
@@ -78,7 +86,7 @@ func TestRenderJSONQuietRun(t *testing.T) {
 }
 
 func TestFindingsFileRoundTrip(t *testing.T) {
-	b := cpuBusy(2).preempted(cpuHog0, 0, 1).preempted(cpuHog1, 0, 1)
+	b := cpuBusy(2).preempted(cpuHog0, 0, 2).preempted(cpuHog1, 0, 2)
 	run := b.open(t)
 	rep, err := Analyze(run)
 	if err != nil {
@@ -101,7 +109,7 @@ func TestFindingsFileRoundTrip(t *testing.T) {
 }
 
 func TestRenderText(t *testing.T) {
-	b := cpuBusy(2).preempted(cpuHog0, 0, 1).preempted(cpuHog1, 0, 1).
+	b := cpuBusy(2).preempted(cpuHog0, 0, 2).preempted(cpuHog1, 0, 2).
 		counter(record.MetricCPUUsage, cpuHog0, 0, 20)
 	var buf bytes.Buffer
 	if err := RenderText(&buf, b.analyze(t)); err != nil {

@@ -19,9 +19,12 @@ const (
 
 	// cpu-contention.
 	runqRiseFactor          = 2.0   // run-queue p99, mean or wait a second, stress over baseline
-	cpuWorkRiseFactor       = 1.2   // probe CPU-work p50, stress over baseline
 	neighbourWaitMinShare   = 0.25  // neighbours' share of the victim's attributed waits
 	neighbourWaitMinSeconds = 0.010 // less wait added by neighbours is noise
+	// causeCoverMin: the time a cause added (the wait neighbours added, the reclaim stalls),
+	// summed over the victim's threads, must be at least this share of the time its probe lost
+	// for that cause to explain the loss.
+	causeCoverMin = 0.5
 
 	// cpu-throttling.
 	throttledPeriodsMinShare = 0.20 // throttled share of the CFS periods the victim ran in
@@ -39,58 +42,154 @@ const (
 	neighbourDeviceShareMin = 0.2
 )
 
-// cpuContention: neighbours preempted the victim (docs/findings.md).
+// cpuContention: neighbours preempted the victim, and it got slower: its CPU work, or its I/O
+// when its device does not explain that (docs/findings.md).
 func (a *analysis) cpuContention(v record.Workload) *Finding {
 	if !a.compare {
 		return nil
 	}
-	runq := a.run.Series(record.MetricRunqLatency).Cgroup(v.Cgroup)
-	rb, rs := runq.HistDelta(a.baseline), runq.HistDelta(a.stress)
-	p99b, p99s := rb.Quantile(0.99), rs.Quantile(0.99)
-	// The wait a second counts too: a throttled victim already waits out the rest of its CFS
-	// periods in the baseline, which sets its p99, and its mean is over hundreds of short waits a
-	// second. Neighbours that keep it under its quota replace those long waits with many more
-	// of their own, and the total shows it when p99 and mean may not.
-	perSecB, perSecS := ratio(secs(rb.SumNs), a.baseline.Seconds()), ratio(secs(rs.SumNs), a.stress.Seconds())
-	latencyRose := ratio(p99s, p99b) >= runqRiseFactor || ratio(rs.Mean(), rb.Mean()) >= runqRiseFactor ||
-		ratio(perSecS, perSecB) >= runqRiseFactor
-
-	work := a.run.Series(record.MetricProbeCPUWork).Cgroup(v.Cgroup)
-	wb, ws := work.Values(a.baseline), work.Values(a.stress)
-	workB, workS := quantile(wb, 0.5), quantile(ws, 0.5)
-	slowdown := ratio(workS, workB)
-	workRose := len(wb) > 0 && len(ws) > 0 && slowdown >= cpuWorkRiseFactor
-
-	pw := a.preemptions(v.Cgroup)
-	shareS := ratio(pw.neighbourS, pw.attributedS)
-	if !latencyRose || !workRose || pw.added < neighbourWaitMinSeconds || shareS < neighbourWaitMinShare {
+	cw := a.cpuWaits(v.Cgroup)
+	if !cw.byNeighbours() {
 		return nil
+	}
+	rb, rs, pw := cw.rb, cw.rs, cw.pw
+	// What got slower: its CPU work, and its I/O when the device does not explain that (the
+	// write and fsync path waited for a CPU too). The neighbours' added wait, summed over the
+	// victim's threads, must account for the time its probe lost: else something else (memory
+	// bandwidth, interrupts) did most of it.
+	vv := a.victim(v)
+	cpuWork := vv.slowed(measureCPUWork)
+	var viaIO []probeChange
+	if !vv.disk.explains() {
+		viaIO = vv.slowedIO()
+	}
+	covers := func(cs []probeChange) bool { return len(cs) > 0 && cw.covers(a.lost(cs)) }
+	affected := append(slices.Clone(cpuWork), viaIO...)
+	if !covers(affected) {
+		affected, viaIO = cpuWork, nil
+		if !covers(affected) {
+			return nil
+		}
 	}
 
 	f := &Finding{
-		ID: IDCPUContention, Severity: severity(slowdown), Victim: v.Name,
+		ID: IDCPUContention, Victim: v.Name,
 		Evidence: []Evidence{
-			a.evidence("runq_latency_p99", v.Name, p99b, p99s, UnitSeconds),
+			a.evidence("runq_latency_p99", v.Name, rb.Quantile(0.99), rs.Quantile(0.99), UnitSeconds),
 			a.evidence("runq_latency_mean", v.Name, rb.Mean(), rs.Mean(), UnitSeconds),
 			a.evidence("runq_latency_max_at_least", v.Name, rb.LongestAtLeast(), rs.LongestAtLeast(), UnitSeconds),
 			a.evidence("runq_wait_seconds", v.Name, secs(rb.SumNs), secs(rs.SumNs), UnitSeconds),
-			a.evidence("runq_wait_per_second", v.Name, perSecB, perSecS, UnitRatio),
-			a.evidence("probe_cpu_work_p50", v.Name, workB, workS, UnitSeconds),
-			a.evidence("runq_neighbour_wait_share", v.Name, ratio(pw.neighbourB, pw.attributedB), shareS, UnitRatio),
+			a.evidence("runq_wait_per_second", v.Name, cw.perSecB, cw.perSecS, UnitRatio),
+			a.evidence("runq_neighbour_wait_share", v.Name, ratio(pw.neighbourB, pw.attributedB), cw.share, UnitRatio),
+			a.evidence("probe_delay_seconds", v.Name, vv.delayB, vv.delayS, UnitSeconds),
+			a.evidence("runq_wait_outside_probe_seconds", v.Name, max(0, secs(rb.SumNs)-vv.delayB), max(0, secs(rs.SumNs)-vv.delayS), UnitSeconds),
 		},
 	}
+	if c, ok := vv.change(measureCPUWork); ok && !c.slowed() {
+		f.Evidence = append(f.Evidence, a.evidence("probe_cpu_work_p50", v.Name, c.p50B, c.p50S, UnitSeconds))
+	}
+	slowdown, symptoms := a.affects(f, v.Name, affected)
+	f.Severity = severity(slowdown)
+	if len(viaIO) > 0 {
+		f.Evidence = append(f.Evidence, vv.disk.evidence(a, v.Name)...)
+	}
 	a.blame(f, v.Name, pw)
-	f.Summary = fmt.Sprintf("%s's CPU work took %s longer (p50 %s → %s) because %s preempted it: "+
-		"neighbours account for %s of its waits after a preemption, its tasks waited %s → %s of every second "+
-		"and its run-queue p99 went %s → %s. "+
-		"A CPU limit caps a neighbour but reserves nothing for the victim: give the victim a larger "+
-		"CPU request (weight) or dedicated cores, or move or limit the culprits.",
-		v.Name, factor(slowdown), fmtSeconds(workB), fmtSeconds(workS), joinNames(f.Culprits),
-		fmtPercent(shareS), fmtSeconds(perSecB), fmtSeconds(perSecS), fmtSeconds(p99b), fmtSeconds(p99s))
-	if longest := rs.LongestAtLeast(); longest >= stallMinSeconds && longest >= stallOverP99*p99s {
+	f.Summary = fmt.Sprintf("%s got slower because %s held its CPU: %s. "+
+		"Neighbours account for %s of its waits after a preemption, its tasks waited %s → %s of every second "+
+		"and its run-queue p99 went %s → %s.",
+		v.Name, joinNames(f.Culprits), symptoms, fmtPercent(cw.share), fmtSeconds(cw.perSecB), fmtSeconds(cw.perSecS),
+		fmtSeconds(rb.Quantile(0.99)), fmtSeconds(rs.Quantile(0.99)))
+	if len(viaIO) > 0 {
+		f.Summary += fmt.Sprintf(" Its %s slowed though its device does not explain it (%s): the I/O path waited for a CPU, not for the disk.",
+			joinNames(measureLabels(viaIO)), vv.disk.whyNot())
+	}
+	if v.Runtime == runtimeRunsc {
+		f.Summary += fmt.Sprintf(" In its gVisor sandbox the run-queue wait is summed over the Sentry's, gofer's and stubs' threads: "+
+			"of its %s, the probe's own operations took %s longer than their baseline medians, so at least %s was sandbox "+
+			"threads waiting off the workload's path.", fmtSeconds(secs(rs.SumNs)), fmtSeconds(vv.delayS),
+			fmtSeconds(max(0, secs(rs.SumNs)-vv.delayS)))
+	}
+	if longest := rs.LongestAtLeast(); longest >= stallMinSeconds && longest >= stallOverP99*rs.Quantile(0.99) {
 		f.Summary += fmt.Sprintf(" One wait lasted at least %s, far beyond any fair share: a stall, which the total wait above includes.", fmtSeconds(longest))
 	}
+	f.Summary += " A CPU limit caps a neighbour but reserves nothing for the victim: give the victim a larger " +
+		"CPU request (weight) or dedicated cores, or move or limit the culprits."
 	return f
+}
+
+// cpuWaits is what the run queue says of a cgroup's tasks from the baseline to the stress
+// phase: their waits, and who they waited behind.
+type cpuWaits struct {
+	rb, rs           hist.Log2 // run-queue latency
+	perSecB, perSecS float64   // wait a second of the phase
+	pw               preemptionWaits
+	share            float64 // the neighbours' share of the attributed wait in stress
+}
+
+func (a *analysis) cpuWaits(cgroup string) cpuWaits {
+	runq := a.run.Series(record.MetricRunqLatency).Cgroup(cgroup)
+	c := cpuWaits{rb: runq.HistDelta(a.baseline), rs: runq.HistDelta(a.stress), pw: a.preemptions(cgroup)}
+	c.perSecB, c.perSecS = ratio(secs(c.rb.SumNs), a.baseline.Seconds()), ratio(secs(c.rs.SumNs), a.stress.Seconds())
+	c.share = ratio(c.pw.neighbourS, c.pw.attributedS)
+	return c
+}
+
+// rose: the tasks waited longer. The wait a second counts too: a throttled victim already waits
+// out the rest of its CFS periods in the baseline, which sets its p99, and its mean is over
+// hundreds of short waits a second. Neighbours that keep it under its quota replace those long
+// waits with many more of their own, and the total shows it when p99 and mean may not.
+func (c cpuWaits) rose() bool {
+	return c.riseFactor() >= runqRiseFactor
+}
+
+// riseFactor is the largest rise of the p99, the mean and the wait a second.
+func (c cpuWaits) riseFactor() float64 {
+	return max(ratio(c.rs.Quantile(0.99), c.rb.Quantile(0.99)), ratio(c.rs.Mean(), c.rb.Mean()), ratio(c.perSecS, c.perSecB))
+}
+
+// byNeighbours: the tasks waited longer, and neighbours caused the waiting.
+func (c cpuWaits) byNeighbours() bool {
+	return c.rose() && c.pw.added >= neighbourWaitMinSeconds && c.share >= neighbourWaitMinShare
+}
+
+// covers: the wait the neighbours added accounts for lost seconds of the probe's time.
+func (c cpuWaits) covers(lost float64) bool { return c.pw.added >= causeCoverMin*lost }
+
+// whyNot says why the CPU does not explain lost seconds of the probe's time.
+func (c cpuWaits) whyNot(lost float64) string {
+	switch {
+	case !c.rose():
+		return fmt.Sprintf("its run-queue wait rose only %s (p99, mean or wait a second)", factor(c.riseFactor()))
+	case !c.byNeighbours():
+		return fmt.Sprintf("neighbours added %s of its run-queue wait, %s of it", fmtSeconds(c.pw.added), fmtPercent(c.share))
+	}
+	return fmt.Sprintf("the wait neighbours added (%s) is not half the %s it lost", fmtSeconds(c.pw.added), fmtSeconds(lost))
+}
+
+// runtimeRunsc is the Workload.Runtime of a gVisor sandbox.
+const runtimeRunsc = "runsc"
+
+// affects records in f the victim's measures a cause slowed: their keys in Affects and their
+// evidence. It returns the largest slowdown among them and a sentence part describing each.
+func (a *analysis) affects(f *Finding, victim string, changes []probeChange) (float64, string) {
+	var slowdown float64
+	var parts []string
+	for _, c := range changes {
+		f.Affects = append(f.Affects, c.measure.key)
+		f.Evidence = append(f.Evidence, c.evidence(a, victim)...)
+		slowdown = max(slowdown, c.slowdown())
+		parts = append(parts, c.describe())
+	}
+	return slowdown, strings.Join(parts, "; ")
+}
+
+// labels names the measures of changes for a person.
+func measureLabels(changes []probeChange) []string {
+	out := make([]string, len(changes))
+	for i, c := range changes {
+		out[i] = c.measure.label
+	}
+	return out
 }
 
 // A single wait of at least stallMinSeconds and stallOverP99 times the p99 is called out in
@@ -257,83 +356,68 @@ func (a *analysis) cpuThrottling(v record.Workload) *Finding {
 	}
 }
 
-// diskContention: the victim's fsyncs slowed while neighbours loaded its device
-// (docs/findings.md).
+// diskContention: the victim's writes and fsyncs slowed while neighbours loaded its device and
+// the device slowed down (docs/findings.md).
 func (a *analysis) diskContention(v record.Workload) *Finding {
 	if !a.compare {
 		return nil
 	}
-	fsyncs := a.run.Series(record.MetricFsyncLatency).Cgroup(v.Cgroup)
-	device := v.Device
-	if device == "" {
-		device = busiestDevice(fsyncs, a.stress)
-	}
-	if device == "" {
-		return nil // nothing says which device the victim writes to
-	}
-	probe := a.run.Series(record.MetricProbeFsync).Cgroup(v.Cgroup)
-	pb, ps := probe.Values(a.baseline), probe.Values(a.stress)
-	tb, ts := fsyncs.HistDelta(a.baseline), fsyncs.HistDelta(a.stress)
-
-	// The probe times every fsync itself; without it, the tracer's histogram decides.
-	var before, after float64
-	var evidence []Evidence
-	switch {
-	case len(pb) > 0 && len(ps) > 0:
-		before, after = quantile(pb, 0.95), quantile(ps, 0.95)
-	case tb.Count > 0 && ts.Count > 0:
-		before, after = tb.Quantile(0.95), ts.Quantile(0.95)
-	default:
+	vv := a.victim(v)
+	d := vv.disk
+	if !d.explains() {
 		return nil
 	}
-	if len(pb) > 0 || len(ps) > 0 {
-		evidence = append(evidence, a.evidence("probe_fsync_p95", v.Name, quantile(pb, 0.95), quantile(ps, 0.95), UnitSeconds))
-	}
-	if tb.Count > 0 || ts.Count > 0 {
-		evidence = append(evidence, a.evidence("fsync_latency_p95", v.Name, tb.Quantile(0.95), ts.Quantile(0.95), UnitSeconds))
-	}
-	slowdown := ratio(after, before)
-	if slowdown < fsyncRiseFactor || after-before < fsyncMinRiseSeconds {
-		return nil
-	}
-
-	// As for CPU, a culprit is charged the I/O it added over its baseline rate.
-	bytes := dataBytes(a.run).Label(record.LabelDevice, device).ByCgroup()
-	var neighbours []share
-	var added, neighbourBytes float64
-	for cg, ss := range bytes {
-		if within(cg, v.Cgroup) {
-			continue
+	f := &Finding{ID: IDDiskContention, Victim: v.Name}
+	var slowdown float64
+	var symptoms string
+	if _, probed := vv.change(measureFsync); probed {
+		if slowdown, symptoms = a.affects(f, v.Name, vv.slowedIO()); slowdown == 0 {
+			return nil
 		}
-		b, s := ss.Delta(a.baseline), ss.Delta(a.stress)
-		more := a.added(b, s)
-		neighbours = append(neighbours, share{cgroup: cg, value: more})
-		added += more
-		neighbourBytes += s
-	}
-	own := bytes[v.Cgroup]
-	if added < neighbourBytesMin || ratio(neighbourBytes, neighbourBytes+own.Delta(a.stress)) < neighbourDeviceShareMin {
+	} else if slowdown, symptoms = a.tracedFsync(f, v); slowdown == 0 {
 		return nil
 	}
-
-	f := &Finding{ID: IDDiskContention, Severity: severity(slowdown), Victim: v.Name, Evidence: evidence}
-	for _, c := range culprits(neighbours) {
+	f.Severity = severity(slowdown)
+	for _, c := range culprits(d.neighbours) {
 		n := a.name(c.cgroup)
 		f.Culprits = append(f.Culprits, n)
-		e := a.evidence("blk_bytes", v.Name, bytes[c.cgroup].Delta(a.baseline), bytes[c.cgroup].Delta(a.stress), UnitBytes)
-		e.Culprit, e.Device = n, device
+		e := a.evidence("blk_bytes", v.Name, d.bytes[c.cgroup].Delta(a.baseline), d.bytes[c.cgroup].Delta(a.stress), UnitBytes)
+		e.Culprit, e.Device = n, d.device
 		f.Evidence = append(f.Evidence, e)
 	}
-	e := a.evidence("blk_bytes", v.Name, own.Delta(a.baseline), own.Delta(a.stress), UnitBytes)
-	e.Device = device
+	var ownB float64
+	for cg, ss := range d.bytes {
+		if within(cg, v.Cgroup) {
+			ownB += ss.Delta(a.baseline)
+		}
+	}
+	e := a.evidence("blk_bytes", v.Name, ownB, d.ownBytes, UnitBytes)
+	e.Device = d.device
 	f.Evidence = append(f.Evidence, e)
-	where := a.queueOrService(device, f)
-	f.Summary = fmt.Sprintf("%s's fsync p95 rose %s (%s → %s) while %s issued most of the neighbours' %s of I/O on device %s%s. "+
+	f.Evidence = append(f.Evidence, d.evidence(a, v.Name)...)
+	where := a.queueOrService(d.device, f)
+	f.Summary = fmt.Sprintf("%s's I/O got slower while %s issued most of the neighbours' %s of I/O on device %s: %s%s. "+
 		"Move the victim's or the neighbours' data to another disk, or cap the neighbours' I/O "+
 		"(io.max / blkio throttle) or weight it below the victim's.",
-		v.Name, factor(slowdown), fmtSeconds(before), fmtSeconds(after), joinNames(f.Culprits),
-		fmtBytes(neighbourBytes), device, where)
+		v.Name, joinNames(f.Culprits), fmtBytes(d.neighbourBytes), d.device, symptoms, where)
 	return f
+}
+
+// tracedFsync is disk-contention's symptom for a victim whose probe timed no fsync: the p95 of
+// the fsync tracer's histogram of its cgroup, which rose by fsyncRiseFactor and
+// fsyncMinRiseSeconds (a histogram has no iterations to test). It adds the evidence to f and
+// returns the rise (0 when it did not rise enough) and its description.
+func (a *analysis) tracedFsync(f *Finding, v record.Workload) (float64, string) {
+	fsyncs := a.run.Series(record.MetricFsyncLatency).Cgroup(v.Cgroup).Label(record.LabelDevice, a.victim(v).disk.device)
+	tb, ts := fsyncs.HistDelta(a.baseline), fsyncs.HistDelta(a.stress)
+	before, after := tb.Quantile(0.95), ts.Quantile(0.95)
+	if tb.Count == 0 || ts.Count == 0 || ratio(after, before) < fsyncRiseFactor || after-before < fsyncMinRiseSeconds {
+		return 0, ""
+	}
+	f.Affects = append(f.Affects, measureFsync.key)
+	f.Evidence = append(f.Evidence, a.evidence("fsync_latency_p95", v.Name, before, after, UnitSeconds))
+	return ratio(after, before), fmt.Sprintf("its traced fsync p95 rose %s (%s → %s, over %d fsyncs against %d)",
+		factor(ratio(after, before)), fmtSeconds(before), fmtSeconds(after), ts.Count, tb.Count)
 }
 
 // busiestDevice is the device label with the most fsyncs in w.

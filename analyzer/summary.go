@@ -103,23 +103,19 @@ func (a *analysis) workloadPhase(wl record.Workload, w record.Window) WorkloadPh
 	if late := of(record.MetricHeartbeatLateness).Values(w); len(late) > 0 {
 		wp.HeartbeatLatenessP99, wp.HeartbeatLatenessMax = quantile(late, 0.99), slices.Max(late)
 	}
-	work := of(record.MetricProbeCPUWork).Values(w)
-	fsyncs := of(record.MetricProbeFsync).Samples(w)
+	work := a.probeReadings(wl.Cgroup, measureCPUWork, w)
+	fsyncs := a.probeReadings(wl.Cgroup, measureFsync, w)
 	if len(work) == 0 && len(fsyncs) == 0 {
 		return wp
 	}
-	iterations := writeFsync(of(record.MetricProbeWrite).Samples(w), fsyncs)
-	fsyncValues := make([]float64, len(fsyncs))
-	for i, r := range fsyncs {
-		fsyncValues[i] = *r.Value
-	}
+	iterations := a.probeReadings(wl.Cgroup, measureWriteFsync, w)
 	wp.Probe = &ProbeStats{
 		Iterations:    max(len(work), len(fsyncs)),
 		CPUWorkP50:    quantile(work, 0.5),
 		CPUWorkP95:    quantile(work, 0.95),
 		WriteFsyncP50: quantile(iterations, 0.5),
 		WriteFsyncP95: quantile(iterations, 0.95),
-		FsyncP95:      quantile(fsyncValues, 0.95),
+		FsyncP95:      quantile(fsyncs, 0.95),
 	}
 	return wp
 }

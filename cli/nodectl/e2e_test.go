@@ -52,21 +52,18 @@ func nodectl(t *testing.T, args ...string) (string, error) {
 
 type report struct {
 	Run      map[string]string `json:"run"`
-	Findings []struct {
-		ID       string   `json:"id"`
-		Severity string   `json:"severity"`
-		Victim   string   `json:"victim"`
-		Culprits []string `json:"culprits"`
-		Summary  string   `json:"summary"`
-		Evidence []struct {
-			Metric   string  `json:"metric"`
-			Workload string  `json:"workload"`
-			Phase    string  `json:"phase"`
-			Baseline float64 `json:"baseline"`
-			Value    float64 `json:"value"`
-			Unit     string  `json:"unit"`
-		} `json:"evidence"`
-	} `json:"findings"`
+	Findings []findingJSON     `json:"findings"`
+	Notes    []string          `json:"notes"`
+}
+
+type findingJSON struct {
+	ID       string        `json:"id"`
+	Severity string        `json:"severity"`
+	Victim   string        `json:"victim"`
+	Culprits []string      `json:"culprits"`
+	Affects  []string      `json:"affects"`
+	Summary  string        `json:"summary"`
+	Evidence []evidenceRow `json:"evidence"`
 }
 
 func (r report) ids() []string {
@@ -130,6 +127,41 @@ func quantile(vs []float64, q float64) float64 {
 	s := slices.Clone(vs)
 	sort.Float64s(s)
 	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// evidenceRow is one evidence row of a finding in the JSON report.
+type evidenceRow = struct {
+	Metric    string  `json:"metric"`
+	Workload  string  `json:"workload"`
+	Culprit   string  `json:"culprit"`
+	Phase     string  `json:"phase"`
+	Baseline  float64 `json:"baseline"`
+	Value     float64 `json:"value"`
+	Unit      string  `json:"unit"`
+	Histogram *struct {
+		Count uint64 `json:"count"`
+	} `json:"histogram"`
+}
+
+// evidenceOf is the finding's evidence row for metric, charged to workload and no culprit; nil
+// when it has none.
+func evidenceOf(f findingJSON, metric, workload string) *evidenceRow {
+	for i, e := range f.Evidence {
+		if e.Metric == metric && e.Workload == workload && e.Culprit == "" {
+			return &f.Evidence[i]
+		}
+	}
+	return nil
+}
+
+// evidence is the victim's evidence row for metric; the test fails without it.
+func evidence(t *testing.T, f findingJSON, metric string) evidenceRow {
+	t.Helper()
+	e := evidenceOf(f, metric, "victim")
+	if e == nil {
+		t.Fatalf("%s has no %s evidence for the victim: %+v", f.ID, metric, f.Evidence)
+	}
+	return *e
 }
 
 func finding(rep report, id string) (int, bool) {

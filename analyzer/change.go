@@ -1,0 +1,171 @@
+package analyzer
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/aclements/go-moremath/mathx"
+	"github.com/aclements/go-moremath/stats"
+)
+
+// Whether a victim's probe got slower is judged from the run's own iterations: how far the
+// stress phase's readings sit above the baseline's, given how many there are and how widely the
+// baseline's spread. docs/findings.md ("Did the victim get slower?") explains the tests.
+const (
+	// probeRiseFactor: the p50 of the stress iterations over the baseline's, for a slower body.
+	probeRiseFactor = 1.2
+	// tailRiseFactor: the p95 of the stress iterations over the baseline's, for a slower tail.
+	tailRiseFactor = 1.5
+	// probeMinRiseSeconds: a smaller rise of a p50 or a p95 is noise, whatever its factor.
+	probeMinRiseSeconds = 0.005
+	// probeAlpha: a rise counts only when the chance of one at least as large, were the stress
+	// iterations drawn from the baseline's distribution, is at most this (one-sided).
+	probeAlpha = 0.05
+)
+
+// probeMeasure is one of the victim probe's timed operations.
+type probeMeasure struct {
+	key   string // its name in a finding's affects and, as probe_<key>_*, in evidence
+	label string // for a person
+}
+
+// The probe's measures, in the order a finding lists them.
+var (
+	measureCPUWork    = probeMeasure{"cpu_work", "CPU work"}
+	measureWriteFsync = probeMeasure{"write_fsync", "write+fsync"}
+	measureFsync      = probeMeasure{"fsync", "fsync"}
+)
+
+// probeChange compares one measure's iterations in the stress phase with the baseline's.
+type probeChange struct {
+	measure                probeMeasure
+	nB, nS                 int
+	p50B, p50S, p95B, p95S float64
+	// bodyP is the one-sided Mann-Whitney U test's p-value that the stress iterations tend to be
+	// slower than the baseline's: it weighs every iteration and the overlap of the two phases.
+	bodyP float64
+	// above counts the stress iterations slower than every baseline one, and tailP is the
+	// chance of at least that many were both phases alike (Rosenbaum's exceedance test): a tail
+	// that grew puts iterations beyond anything the baseline did.
+	above int
+	tailP float64
+	// excessB and excessS sum how far each iteration of the phase lay above the baseline's
+	// median: the time the measure lost, which a cause must account for.
+	excessB, excessS float64
+}
+
+// compareProbe compares a measure's baseline and stress iterations; ok is false when a phase
+// has none.
+func compareProbe(m probeMeasure, base, stress []float64) (probeChange, bool) {
+	if len(base) == 0 || len(stress) == 0 {
+		return probeChange{}, false
+	}
+	c := probeChange{
+		measure: m, nB: len(base), nS: len(stress),
+		p50B: quantile(base, 0.5), p50S: quantile(stress, 0.5),
+		p95B: quantile(base, 0.95), p95S: quantile(stress, 0.95),
+		bodyP: 1,
+	}
+	// The test fails only when every reading is the same: no rise at all.
+	if u, err := stats.MannWhitneyUTest(stress, base, stats.LocationGreater); err == nil {
+		c.bodyP = u.P
+	}
+	slowest := slices.Max(base)
+	for _, v := range stress {
+		if v > slowest {
+			c.above++
+		}
+	}
+	c.tailP = exceedanceChance(c.nB, c.nS, c.above)
+	c.excessB, c.excessS = excess(base, c.p50B), excess(stress, c.p50B)
+	return c, true
+}
+
+// exceedanceChance is the chance that at least k of m draws exceed all of n earlier draws of
+// the same distribution: that the k largest of all n+m are all among the m, C(m,k)/C(n+m,k).
+func exceedanceChance(n, m, k int) float64 {
+	if k <= 0 {
+		return 1
+	}
+	return math.Exp(mathx.Lchoose(m, k) - mathx.Lchoose(n+m, k))
+}
+
+// bodyRose: the typical iteration got slower.
+func (c probeChange) bodyRose() bool {
+	return ratio(c.p50S, c.p50B) >= probeRiseFactor && c.p50S-c.p50B >= probeMinRiseSeconds && c.bodyP <= probeAlpha
+}
+
+// tailRose: the slow iterations got slower.
+func (c probeChange) tailRose() bool {
+	return ratio(c.p95S, c.p95B) >= tailRiseFactor && c.p95S-c.p95B >= probeMinRiseSeconds && c.tailP <= probeAlpha
+}
+
+// slowed: the measure got slower in its body or its tail.
+func (c probeChange) slowed() bool { return c.bodyRose() || c.tailRose() }
+
+// slowdown is the factor that sets a finding's severity: the larger of the rises that count.
+func (c probeChange) slowdown() float64 {
+	s := 0.0
+	if c.bodyRose() {
+		s = ratio(c.p50S, c.p50B)
+	}
+	if c.tailRose() {
+		s = max(s, ratio(c.p95S, c.p95B))
+	}
+	return s
+}
+
+// chance is the p-value of the rise that counts (the smaller when both do).
+func (c probeChange) chance() float64 {
+	p := 1.0
+	if c.bodyRose() {
+		p = c.bodyP
+	}
+	if c.tailRose() {
+		p = min(p, c.tailP)
+	}
+	return p
+}
+
+// describe says how the measure changed, which part of it rose, and how sure that is: e.g.
+// "CPU work p95 72ms → 529ms (7.3x) while its p50 went 69.8ms → 83.6ms (1.2x): the tail slowed
+// (p95 of 11 iterations against 6 in the baseline, 11 of them slower than every baseline one: a
+// 0.0081% chance if nothing had changed)".
+func (c probeChange) describe() string {
+	p50 := fmt.Sprintf("p50 %s → %s (%s)", fmtSeconds(c.p50B), fmtSeconds(c.p50S), factor(ratio(c.p50S, c.p50B)))
+	p95 := fmt.Sprintf("p95 %s → %s (%s)", fmtSeconds(c.p95B), fmtSeconds(c.p95S), factor(ratio(c.p95S, c.p95B)))
+	var what, how string
+	switch {
+	case c.bodyRose() && c.tailRose():
+		what = fmt.Sprintf("%s %s, %s", c.measure.label, p50, p95)
+		how = fmt.Sprintf("%d stress iterations against %d in the baseline", c.nS, c.nB)
+	case c.tailRose():
+		what = fmt.Sprintf("%s %s while its %s: the tail slowed", c.measure.label, p95, strings.Replace(p50, "p50", "p50 went", 1))
+		how = fmt.Sprintf("p95 of %d iterations against %d in the baseline", c.nS, c.nB)
+	default:
+		what = fmt.Sprintf("%s %s", c.measure.label, p50)
+		how = fmt.Sprintf("p50 of %d iterations against %d in the baseline", c.nS, c.nB)
+	}
+	if c.tailRose() {
+		how += fmt.Sprintf(", %d of them slower than every baseline one", c.above)
+	}
+	return fmt.Sprintf("%s (%s: a %s chance if nothing had changed)", what, how, fmtPercent(c.chance()))
+}
+
+// evidence lists the measure's p50, p95, iterations and the chance of its rise.
+func (c probeChange) evidence(a *analysis, workload string) []Evidence {
+	prefix := "probe_" + c.measure.key
+	return []Evidence{
+		a.evidence(prefix+"_p50", workload, c.p50B, c.p50S, UnitSeconds),
+		a.evidence(prefix+"_p95", workload, c.p95B, c.p95S, UnitSeconds),
+		a.evidence(prefix+"_iterations", workload, float64(c.nB), float64(c.nS), UnitCount),
+		a.evidence(prefix+"_rise_chance", workload, 0, c.chance(), UnitRatio),
+	}
+}
+
+// minChance is the smallest p-value any rise of a measure can reach with nB and nS iterations:
+// every stress iteration slower than every baseline one. Above probeAlpha, no slowdown of that
+// measure can count.
+func minChance(nB, nS int) float64 { return exceedanceChance(nB, nS, nS) }

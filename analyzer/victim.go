@@ -1,0 +1,278 @@
+package analyzer
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nodectl/nodectl/agent/hist"
+	"github.com/nodectl/nodectl/agent/record"
+)
+
+// blkRiseFactor: the device slowed when the mean time of a block request (queue + service),
+// all requests on it or the victim's own, rose this much from the baseline to the stress phase.
+const blkRiseFactor = 1.5
+
+// victimView is what the victim rules share about one victim, computed once: how each of its
+// probe's measures changed from the baseline to the stress phase, and what its device says.
+type victimView struct {
+	changes []probeChange // measures with readings in both phases, in the order of probeMeasures
+	disk    diskLoad
+	// delayB and delayS are how much longer the probe's timed operations took, summed over the
+	// phase's iterations, than the baseline's median of each: the part of the victim's waiting
+	// that lay on its own path.
+	delayB, delayS float64
+}
+
+// probeMeasures are the measures a victim's probe times in every iteration.
+var probeMeasures = []probeMeasure{measureCPUWork, measureWriteFsync, measureFsync}
+
+// victim returns the victim's view, computing it the first time (it needs both phases).
+func (a *analysis) victim(v record.Workload) *victimView {
+	if vv, ok := a.victims[v.Cgroup]; ok {
+		return vv
+	}
+	vv := &victimView{disk: a.diskLoad(v)}
+	for _, m := range probeMeasures {
+		base, stress := a.probeReadings(v.Cgroup, m, a.baseline), a.probeReadings(v.Cgroup, m, a.stress)
+		c, ok := compareProbe(m, base, stress)
+		if !ok {
+			continue
+		}
+		vv.changes = append(vv.changes, c)
+		if m != measureFsync { // inside write+fsync already
+			vv.delayB += c.excessB
+			vv.delayS += c.excessS
+		}
+	}
+	a.victims[v.Cgroup] = vv
+	return vv
+}
+
+// excess sums how far each value lies above ref.
+func excess(values []float64, ref float64) float64 {
+	var sum float64
+	for _, v := range values {
+		sum += max(0, v-ref)
+	}
+	return sum
+}
+
+// probeReadings are a probe's readings of m in w: one per iteration.
+func (a *analysis) probeReadings(cgroup string, m probeMeasure, w record.Window) []float64 {
+	of := func(metric string) record.SeriesSet { return a.run.Series(metric).Cgroup(cgroup) }
+	switch m {
+	case measureCPUWork:
+		return of(record.MetricProbeCPUWork).Values(w)
+	case measureWriteFsync:
+		return writeFsync(of(record.MetricProbeWrite).Samples(w), of(record.MetricProbeFsync).Samples(w))
+	}
+	return of(record.MetricProbeFsync).Values(w)
+}
+
+// change returns the victim's change of m, if both phases measured it.
+func (vv *victimView) change(m probeMeasure) (probeChange, bool) {
+	for _, c := range vv.changes {
+		if c.measure == m {
+			return c, true
+		}
+	}
+	return probeChange{}, false
+}
+
+// slowed lists the measures among ms that got slower.
+func (vv *victimView) slowed(ms ...probeMeasure) []probeChange {
+	var out []probeChange
+	for _, c := range vv.changes {
+		for _, m := range ms {
+			if c.measure == m && c.slowed() {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// slowedIO lists the victim's I/O measures that got slower.
+func (vv *victimView) slowedIO() []probeChange { return vv.slowed(measureWriteFsync, measureFsync) }
+
+// diskLoad is what the victim's device says about a slower I/O: how much I/O the neighbours
+// added there, and whether the device took longer to serve requests.
+type diskLoad struct {
+	device string
+	victim string                      // the victim's cgroup
+	bytes  map[string]record.SeriesSet // data bytes on the device, by issuing cgroup
+	// neighbours are the bytes each other cgroup added over its baseline rate; added is their
+	// sum, neighbourBytes and ownBytes what the others and the victim moved in the stress phase.
+	neighbours                      []share
+	added, neighbourBytes, ownBytes float64
+	// The mean time of a block request (queue + service) on the device, all requests and the
+	// victim's own, in the baseline (B) and stress (S) phases; zero when none was traced.
+	deviceB, deviceS, ownB, ownS float64
+}
+
+// diskLoad measures the victim's device: its workload's, else the one with most of its fsyncs.
+func (a *analysis) diskLoad(v record.Workload) diskLoad {
+	d := diskLoad{device: v.Device, victim: v.Cgroup}
+	if d.device == "" {
+		d.device = busiestDevice(a.run.Series(record.MetricFsyncLatency).Cgroup(v.Cgroup), a.stress)
+	}
+	if d.device == "" {
+		return d
+	}
+	// As for CPU, a neighbour is charged the I/O it added over its baseline rate.
+	d.bytes = dataBytes(a.run).Label(record.LabelDevice, d.device).ByCgroup()
+	for cg, ss := range d.bytes {
+		if within(cg, v.Cgroup) {
+			d.ownBytes += ss.Delta(a.stress)
+			continue
+		}
+		more := a.added(ss.Delta(a.baseline), ss.Delta(a.stress))
+		d.neighbours = append(d.neighbours, share{cgroup: cg, value: more})
+		d.added += more
+		d.neighbourBytes += ss.Delta(a.stress)
+	}
+	requestMean := func(own bool, w record.Window) float64 {
+		var q, s hist.Log2
+		for cg, ss := range a.run.Series(record.MetricBlkQueue).Label(record.LabelDevice, d.device).ByCgroup() {
+			if !own || within(cg, v.Cgroup) {
+				q = q.Add(ss.HistDelta(w))
+			}
+		}
+		for cg, ss := range a.run.Series(record.MetricBlkService).Label(record.LabelDevice, d.device).ByCgroup() {
+			if !own || within(cg, v.Cgroup) {
+				s = s.Add(ss.HistDelta(w))
+			}
+		}
+		if s.Count == 0 {
+			return 0
+		}
+		return secs(q.SumNs+s.SumNs) / float64(s.Count)
+	}
+	d.deviceB, d.deviceS = requestMean(false, a.baseline), requestMean(false, a.stress)
+	d.ownB, d.ownS = requestMean(true, a.baseline), requestMean(true, a.stress)
+	return d
+}
+
+// loaded: the neighbours added enough I/O on the device, and enough of what it moved, to slow
+// the victim's.
+func (d diskLoad) loaded() bool {
+	return d.added >= neighbourBytesMin && ratio(d.neighbourBytes, d.neighbourBytes+d.ownBytes) >= neighbourDeviceShareMin
+}
+
+// slowed: requests on the device, all or the victim's own, took longer to serve. When the block
+// tracer timed no request in a phase, nothing says otherwise.
+func (d diskLoad) slowed() bool {
+	if d.deviceB == 0 || d.deviceS == 0 {
+		return true
+	}
+	return ratio(d.deviceS, d.deviceB) >= blkRiseFactor || d.ownB > 0 && ratio(d.ownS, d.ownB) >= blkRiseFactor
+}
+
+// explains: the disk is the cause of a slower I/O of the victim.
+func (d diskLoad) explains() bool { return d.device != "" && d.loaded() && d.slowed() }
+
+// whyNot says why the device does not explain a slower I/O, for a finding that names another
+// cause: e.g. "the mean time of its block requests on 254:0 went 28.3ms → 28.2ms (all requests'
+// 25.4ms → 14.2ms) and the neighbours added only 7.1 MiB of I/O there".
+func (d diskLoad) whyNot() string {
+	if d.device == "" {
+		return "nothing says which device it writes to"
+	}
+	var parts []string
+	if !d.slowed() {
+		parts = append(parts, fmt.Sprintf("the mean time of its block requests on %s went %s → %s (all requests' %s → %s)",
+			d.device, fmtSeconds(d.ownB), fmtSeconds(d.ownS), fmtSeconds(d.deviceB), fmtSeconds(d.deviceS)))
+	}
+	if !d.loaded() {
+		parts = append(parts, fmt.Sprintf("the neighbours moved only %s there (%s of the device's data)",
+			fmtBytes(d.neighbourBytes), fmtPercent(ratio(d.neighbourBytes, d.neighbourBytes+d.ownBytes))))
+	}
+	return strings.Join(parts, " and ")
+}
+
+// evidence lists the device's request times and the neighbours' I/O on it.
+func (d diskLoad) evidence(a *analysis, workload string) []Evidence {
+	if d.device == "" {
+		return nil
+	}
+	var neighbourB float64
+	for cg, ss := range d.bytes {
+		if !within(cg, d.victim) {
+			neighbourB += ss.Delta(a.baseline)
+		}
+	}
+	out := []Evidence{
+		a.evidence("blk_request_mean", workload, d.ownB, d.ownS, UnitSeconds),
+		a.evidence("blk_request_mean", "", d.deviceB, d.deviceS, UnitSeconds),
+		a.evidence("blk_neighbour_bytes", workload, neighbourB, d.neighbourBytes, UnitBytes),
+	}
+	for i := range out {
+		out[i].Device = d.device
+	}
+	return out
+}
+
+// lost is the time the measures of changes lost in the stress phase beyond what the baseline's
+// own spread predicts for a phase that long: what a cause must account for. fsync lies inside
+// write+fsync, so it counts only without it.
+func (a *analysis) lost(changes []probeChange) float64 {
+	whole := slices.ContainsFunc(changes, func(c probeChange) bool { return c.measure == measureWriteFsync })
+	var sum float64
+	for _, c := range changes {
+		if c.measure != measureFsync || !whole {
+			sum += a.added(c.excessB, c.excessS)
+		}
+	}
+	return sum
+}
+
+// unexplained notes what the victim rules leave open: each victim measure that got slower with
+// no finding naming it in Affects (an effect without a cause is a gap the reader must see), and
+// a probe with too few iterations for any slowdown to count.
+func (a *analysis) unexplained(findings []Finding) []string {
+	if !a.compare {
+		return nil
+	}
+	var out []string
+	for _, w := range a.run.Meta.Workloads {
+		if w.Kind != kindVictim {
+			continue
+		}
+		explained := map[string]bool{}
+		for _, f := range findings {
+			if f.Victim == w.Name {
+				for _, k := range f.Affects {
+					explained[k] = true
+				}
+			}
+		}
+		vv, cw := a.victim(w), a.cpuWaits(w.Cgroup)
+		for _, c := range vv.changes {
+			if p := minChance(c.nB, c.nS); p > probeAlpha {
+				out = append(out, fmt.Sprintf("%s's probe ran %d iterations in the baseline and %d in the stress phase: too few for a "+
+					"slowdown to count (even every stress iteration slower than every baseline one has a %s chance); run longer phases",
+					w.Name, c.nB, c.nS, fmtPercent(p)))
+				break
+			}
+			if !c.slowed() || explained[c.measure.key] {
+				continue
+			}
+			lost := a.lost([]probeChange{c})
+			device := "its device explains it"
+			if !vv.disk.explains() {
+				device = "its device does not (" + vv.disk.whyNot() + ")"
+			}
+			// The CPU may account for this measure alone but not for all the victim lost.
+			if cw.byNeighbours() && cw.covers(lost) {
+				lost = a.lost(vv.slowed(probeMeasures...))
+			}
+			cpu := "nor does the CPU (" + cw.whyNot(lost) + ")"
+			rb, rs := a.reclaimStallsOf(w.Cgroup, a.baseline).total, a.reclaimStallsOf(w.Cgroup, a.stress).total
+			out = append(out, fmt.Sprintf("%s's %s got slower but no finding explains it: %s. %s, %s, nor reclaim (its stalls "+
+				"went %s → %s). Something the tracers do not see (memory bandwidth, interrupts) may be the cause.",
+				w.Name, c.measure.label, c.describe(), strings.ToUpper(device[:1])+device[1:], cpu, fmtSeconds(rb), fmtSeconds(rs)))
+		}
+	}
+	return out
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// A victim whose memory limit is below what it uses (its 64 MiB write's page cache) stalls in
+// memcg reclaim in every phase: memory-reclaim reports it though stress and baseline look alike,
+// with its limit and the stalls' histogram, and blames no neighbour.
+func TestVictimOverItsOwnMemoryLimitIsReportedInEveryPhase(t *testing.T) {
+	requireRoot(t)
+	rep, _ := noisyRun(t, "--victim-memory", "32Mi", "--daemons", "none")
+	t.Logf("findings %v", rep.ids())
+	if got := rep.ids(); !slices.Equal(got, []string{"memory-reclaim"}) {
+		t.Fatalf("findings %v, want memory-reclaim only", got)
+	}
+	f := rep.Findings[0]
+	if f.Victim != "victim" || len(f.Culprits) != 0 {
+		t.Errorf("memory-reclaim of %s blames %v, want the victim's own limit", f.Victim, f.Culprits)
+	}
+	if l := evidence(t, f, "memory_limit_bytes"); l.Value != 32<<20 {
+		t.Errorf("memory limit evidence %v, want 32 MiB", l.Value)
+	}
+	stalls := evidence(t, f, "reclaim_stall_seconds_memcg")
+	t.Logf("memcg stalls: baseline %.3fs, stress %.3fs; %s", stalls.Baseline, stalls.Value, f.Summary)
+	if stalls.Baseline <= 0 || stalls.Value <= 0 {
+		t.Errorf("stalls %.3fs in the baseline and %.3fs in stress, want both: the limit is the victim's in every phase", stalls.Baseline, stalls.Value)
+	}
+	if stalls.Histogram == nil || stalls.Histogram.Count == 0 {
+		t.Error("the stall time has no histogram")
+	}
+	for _, want := range []string{"in baseline and stress", "Its own memory limit (32Mi)"} {
+		if !strings.Contains(f.Summary, want) {
+			t.Errorf("summary %q lacks %q", f.Summary, want)
+		}
+	}
+}
+
+// Neighbours that take nothing the victim needs (CPU hogs throttled to 100m each, a memory hog
+// in 64 MiB) and a quiet gVisor victim yield no finding for the victim.
+func TestHarmlessRunsHaveNoFinding(t *testing.T) {
+	requireRoot(t)
+	for name, args := range map[string][]string{
+		"quiet_runsc":          {"--runtime", "runsc"},
+		"throttled_neighbours": {"--hog", "cpu,count=2,cpu=100m", "--hog", "memory,memory=64Mi"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rep, _ := noisyRun(t, append(args, "--daemons", "none")...)
+			t.Logf("findings %v, notes %q", rep.ids(), rep.Notes)
+			for _, f := range rep.Findings {
+				if f.Victim == "victim" {
+					t.Errorf("%s for the victim: %s", f.ID, f.Summary)
+				}
+			}
+		})
+	}
+}
