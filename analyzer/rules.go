@@ -18,7 +18,6 @@ const (
 	culpritMinShare = 0.10
 
 	// cpu-contention.
-	runqRiseFactor          = 2.0   // run-queue p99, mean or wait a second, stress over baseline
 	neighbourWaitMinShare   = 0.25  // neighbours' share of the victim's attributed waits
 	neighbourWaitMinSeconds = 0.010 // less wait added by neighbours is noise
 	// causeCoverMin: the time a cause added (the wait neighbours added, the reclaim stalls),
@@ -134,22 +133,10 @@ func (a *analysis) cpuWaits(cgroup string) cpuWaits {
 	return c
 }
 
-// rose: the tasks waited longer. The wait a second counts too: a throttled victim already waits
-// out the rest of its CFS periods in the baseline, which sets its p99, and its mean is over
-// hundreds of short waits a second. Neighbours that keep it under its quota replace those long
-// waits with many more of their own, and the total shows it when p99 and mean may not.
-func (c cpuWaits) rose() bool {
-	return c.riseFactor() >= runqRiseFactor
-}
-
-// riseFactor is the largest rise of the p99, the mean and the wait a second.
-func (c cpuWaits) riseFactor() float64 {
-	return max(ratio(c.rs.Quantile(0.99), c.rb.Quantile(0.99)), ratio(c.rs.Mean(), c.rb.Mean()), ratio(c.perSecS, c.perSecB))
-}
-
-// byNeighbours: the tasks waited longer, and neighbours caused the waiting.
+// byNeighbours: neighbours made the tasks wait, more than in the baseline and for a good share
+// of their attributed waits.
 func (c cpuWaits) byNeighbours() bool {
-	return c.rose() && c.pw.added >= neighbourWaitMinSeconds && c.share >= neighbourWaitMinShare
+	return c.pw.added >= neighbourWaitMinSeconds && c.share >= neighbourWaitMinShare
 }
 
 // covers: the wait the neighbours added accounts for lost seconds of the probe's time.
@@ -157,11 +144,8 @@ func (c cpuWaits) covers(lost float64) bool { return c.pw.added >= causeCoverMin
 
 // whyNot says why the CPU does not explain lost seconds of the probe's time.
 func (c cpuWaits) whyNot(lost float64) string {
-	switch {
-	case !c.rose():
-		return fmt.Sprintf("its run-queue wait rose only %s (p99, mean or wait a second)", factor(c.riseFactor()))
-	case !c.byNeighbours():
-		return fmt.Sprintf("neighbours added %s of its run-queue wait, %s of it", fmtSeconds(c.pw.added), fmtPercent(c.share))
+	if !c.byNeighbours() {
+		return fmt.Sprintf("neighbours added %s of run-queue wait, %s of its attributed waits", fmtSeconds(c.pw.added), fmtPercent(c.share))
 	}
 	return fmt.Sprintf("the wait neighbours added (%s) is not half the %s it lost", fmtSeconds(c.pw.added), fmtSeconds(lost))
 }
@@ -370,9 +354,12 @@ func (a *analysis) diskContention(v record.Workload) *Finding {
 	f := &Finding{ID: IDDiskContention, Victim: v.Name}
 	var slowdown float64
 	var symptoms string
-	if _, probed := vv.change(measureFsync); probed {
+	if c, probed := vv.change(measureFsync); probed {
 		if slowdown, symptoms = a.affects(f, v.Name, vv.slowedIO()); slowdown == 0 {
 			return nil
+		}
+		if !c.slowed() { // the fsync p95 is this finding's headline measure: always shown
+			f.Evidence = append(f.Evidence, a.evidence("probe_fsync_p95", v.Name, c.p95B, c.p95S, UnitSeconds))
 		}
 	} else if slowdown, symptoms = a.tracedFsync(f, v); slowdown == 0 {
 		return nil

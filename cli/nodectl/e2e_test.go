@@ -110,6 +110,17 @@ func probeValues(t *testing.T, run *record.Run, metric, phase string) []float64 
 	return run.Series(metric).Cgroup(workloadCgroup(run, "victim")).Values(w)
 }
 
+// logProbe logs the victim probe's readings in each phase, so that a failed test shows what the
+// analyzer saw.
+func logProbe(t *testing.T, run *record.Run) {
+	t.Helper()
+	for _, phase := range []string{record.PhaseBaseline, record.PhaseStress} {
+		for _, m := range []string{record.MetricProbeCPUWork, record.MetricProbeWrite, record.MetricProbeFsync} {
+			t.Logf("%s %s: %.4f", phase, m, probeValues(t, run, m, phase))
+		}
+	}
+}
+
 // workloadCgroup is the cgroup of the run's workload name.
 func workloadCgroup(run *record.Run, name string) string {
 	for _, w := range run.Meta.Workloads {
