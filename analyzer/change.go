@@ -21,8 +21,13 @@ const (
 	// probeMinRiseSeconds: a smaller rise of a p50 or a p95 is noise, whatever its factor.
 	probeMinRiseSeconds = 0.005
 	// probeAlpha: a rise counts only when the chance of one at least as large, were the stress
-	// iterations drawn from the baseline's distribution, is at most this (one-sided).
+	// iterations drawn from the baseline's distribution, is at most this (one-sided). Each
+	// measure is tested twice (body and tail), so each test's p-value is doubled (Bonferroni)
+	// before it is held against probeAlpha: a measure that did not change is called slower at
+	// most 5 % of the time.
 	probeAlpha = 0.05
+	// probeTests is how many tests each measure gets.
+	probeTests = 2
 )
 
 // probeMeasure is one of the victim probe's timed operations.
@@ -45,6 +50,7 @@ type probeChange struct {
 	p50B, p50S, p95B, p95S float64
 	// bodyP is the one-sided Mann-Whitney U test's p-value that the stress iterations tend to be
 	// slower than the baseline's: it weighs every iteration and the overlap of the two phases.
+	// Both p-values are adjusted for the measure's two tests.
 	bodyP float64
 	// above counts the stress iterations slower than every baseline one, and tailP is the
 	// chance of at least that many were both phases alike (Rosenbaum's exceedance test): a tail
@@ -70,7 +76,7 @@ func compareProbe(m probeMeasure, base, stress []float64) (probeChange, bool) {
 	}
 	// The test fails only when every reading is the same: no rise at all.
 	if u, err := stats.MannWhitneyUTest(stress, base, stats.LocationGreater); err == nil {
-		c.bodyP = u.P
+		c.bodyP = min(1, probeTests*u.P)
 	}
 	slowest := slices.Max(base)
 	for _, v := range stress {
@@ -78,7 +84,7 @@ func compareProbe(m probeMeasure, base, stress []float64) (probeChange, bool) {
 			c.above++
 		}
 	}
-	c.tailP = exceedanceChance(c.nB, c.nS, c.above)
+	c.tailP = min(1, probeTests*exceedanceChance(c.nB, c.nS, c.above))
 	c.excessB, c.excessS = excess(base, c.p50B), excess(stress, c.p50B)
 	return c, true
 }
@@ -166,6 +172,21 @@ func (c probeChange) evidence(a *analysis, workload string) []Evidence {
 }
 
 // minChance is the smallest p-value any rise of a measure can reach with nB and nS iterations:
-// every stress iteration slower than every baseline one. Above probeAlpha, no slowdown of that
-// measure can count.
-func minChance(nB, nS int) float64 { return exceedanceChance(nB, nS, nS) }
+// every stress iteration slower than every baseline one, 1/C(nB+nS, nS), adjusted for the
+// measure's two tests. Above probeAlpha, no slowdown of that measure can count.
+func minChance(nB, nS int) float64 { return min(1, probeTests*exceedanceChance(nB, nS, nS)) }
+
+// lost is the time the measure lost in the stress phase: how far its iterations lay above the
+// baseline's median, less what the baseline's own iterations lay above it, scaled by the
+// iterations each phase had (an overrunning iteration delays the next, so a slowed phase has
+// fewer). It is what a cause must account for.
+func (c probeChange) lost() float64 {
+	return max(0, c.excessS-c.excessB*float64(c.nS)/float64(c.nB))
+}
+
+// onPath keeps the measures whose times add up without overlap: fsync lies inside write+fsync,
+// so it counts only without it.
+func onPath(changes []probeChange) []probeChange {
+	whole := slices.ContainsFunc(changes, func(c probeChange) bool { return c.measure == measureWriteFsync })
+	return slices.DeleteFunc(slices.Clone(changes), func(c probeChange) bool { return whole && c.measure == measureFsync })
+}

@@ -142,7 +142,9 @@ func (a *analysis) memoryReclaim(v record.Workload) *Finding {
 			continue
 		}
 		stalls := ev("reclaim_stall_seconds_"+kind, secs(hb.SumNs), secs(h.SumNs), UnitSeconds)
-		stalls.Histogram = &h
+		if h.Count > 0 {
+			stalls.Histogram = &h
+		}
 		f.Evidence = append(f.Evidence, stalls,
 			ev("reclaim_stall_p99_"+kind, hb.Quantile(0.99), h.Quantile(0.99), UnitSeconds),
 			ev("reclaim_stall_max_at_least_"+kind, hb.LongestAtLeast(), h.LongestAtLeast(), UnitSeconds),
@@ -162,17 +164,15 @@ func (a *analysis) memoryReclaim(v record.Workload) *Finding {
 		where = append(where, s.w.Name)
 	}
 
-	// What the stalls slowed: the victim's measures that got slower with them, when its device
-	// does not explain that and the stall time added accounts for what its probe lost.
+	// What the stalls slowed: the victim's writes (which allocate page cache) and fsyncs that
+	// got slower with them, when its device does not explain that and the stall time added
+	// accounts for what they lost.
 	var symptoms string
 	if a.compare && rose && v.Kind == kindVictim {
-		vv := a.victim(v)
-		affected := vv.slowed(measureCPUWork)
-		if !vv.disk.explains() {
-			affected = append(affected, vv.slowedIO()...)
-		}
-		if a.added(ref.total, shown.total) >= causeCoverMin*a.lost(affected) {
-			_, symptoms = a.affects(f, v.Name, affected)
+		if vv := a.victim(v); !vv.disk.explains() {
+			if io := vv.slowedIO(); len(io) > 0 && a.added(ref.total, shown.total) >= causeCoverMin*lost(io) {
+				_, symptoms = a.affects(f, v.Name, io)
+			}
 		}
 	}
 	if v.Kind == kindVictim && len(f.Affects) == 0 {
@@ -190,9 +190,9 @@ func (a *analysis) memoryReclaim(v record.Workload) *Finding {
 		cause = fmt.Sprintf("its own memory limit (%s) made it reclaim, not its neighbours: its memory, "+
 			"page cache included, does not fit under it. Raise its memory limit or shrink its working set.", v.Memory)
 	} else {
-		where := "the node ran short of free memory (direct reclaim)"
+		shortage := "the node ran short of free memory (direct reclaim)"
 		if memcg >= direct {
-			where = "a memory limit above its cgroup was reached (it has none of its own)"
+			shortage = "a memory limit above its cgroup was reached (it has none of its own)"
 		}
 		growers := a.growers(v.Cgroup, quoted.w)
 		for _, c := range culprits(growers) {
@@ -202,7 +202,7 @@ func (a *analysis) memoryReclaim(v record.Workload) *Finding {
 			e.Culprit = n
 			f.Evidence = append(f.Evidence, e)
 		}
-		cause = where + ": "
+		cause = shortage + ": "
 		if len(f.Culprits) > 0 {
 			its := "their"
 			if len(f.Culprits) == 1 {
@@ -222,7 +222,7 @@ func (a *analysis) memoryReclaim(v record.Workload) *Finding {
 	case symptoms != "":
 		f.Summary += "; " + symptoms
 	}
-	f.Summary += ". " + strings.ToUpper(cause[:1]) + cause[1:]
+	f.Summary += ". " + capitalize(cause)
 	return f
 }
 

@@ -62,14 +62,18 @@ func (a *analysis) cpuContention(v record.Workload) *Finding {
 	if !vv.disk.explains() {
 		viaIO = vv.slowedIO()
 	}
-	covers := func(cs []probeChange) bool { return len(cs) > 0 && cw.covers(a.lost(cs)) }
-	affected := append(slices.Clone(cpuWork), viaIO...)
-	if !covers(affected) {
-		affected, viaIO = cpuWork, nil
-		if !covers(affected) {
-			return nil
+	// All of them if the wait covers their loss, else the CPU work or the I/O alone.
+	var affected []probeChange
+	for _, cs := range [][]probeChange{append(slices.Clone(cpuWork), viaIO...), cpuWork, viaIO} {
+		if len(cs) > 0 && cw.covers(lost(cs)) {
+			affected = cs
+			break
 		}
 	}
+	if len(affected) == 0 {
+		return nil
+	}
+	viaIO = slices.DeleteFunc(slices.Clone(affected), func(c probeChange) bool { return c.measure == measureCPUWork })
 
 	f := &Finding{
 		ID: IDCPUContention, Victim: v.Name,
@@ -104,9 +108,9 @@ func (a *analysis) cpuContention(v record.Workload) *Finding {
 	}
 	if v.Runtime == runtimeRunsc {
 		f.Summary += fmt.Sprintf(" In its gVisor sandbox the run-queue wait is summed over the Sentry's, gofer's and stubs' threads: "+
-			"of its %s, the probe's own operations took %s longer than their baseline medians, so at least %s was sandbox "+
-			"threads waiting off the workload's path.", fmtSeconds(secs(rs.SumNs)), fmtSeconds(vv.delayS),
-			fmtSeconds(max(0, secs(rs.SumNs)-vv.delayS)))
+			"of its %s, the probe's own operations took %s longer than their baseline medians; the other %s or so were "+
+			"sandbox threads waiting off the workload's timed path, a cost in CPU more than in its latency.",
+			fmtSeconds(secs(rs.SumNs)), fmtSeconds(vv.delayS), fmtSeconds(max(0, secs(rs.SumNs)-vv.delayS)))
 	}
 	if longest := rs.LongestAtLeast(); longest >= stallMinSeconds && longest >= stallOverP99*rs.Quantile(0.99) {
 		f.Summary += fmt.Sprintf(" One wait lasted at least %s, far beyond any fair share: a stall, which the total wait above includes.", fmtSeconds(longest))
@@ -167,7 +171,7 @@ func (a *analysis) affects(f *Finding, victim string, changes []probeChange) (fl
 	return slowdown, strings.Join(parts, "; ")
 }
 
-// labels names the measures of changes for a person.
+// measureLabels names the measures of changes for a person.
 func measureLabels(changes []probeChange) []string {
 	out := make([]string, len(changes))
 	for i, c := range changes {
@@ -326,7 +330,7 @@ func (a *analysis) cpuThrottling(v record.Workload) *Finding {
 	if v.CPU != "" {
 		limit = " (limit " + v.CPU + ")"
 	}
-	return &Finding{
+	f := &Finding{
 		ID: IDCPUThrottling, Severity: severity(slowdown), Victim: v.Name, Culprits: []string{},
 		Summary: fmt.Sprintf("%s's own CPU quota%s throttled it in %s, %s throttled against %s of CPU used "+
 			"in %s: its limit, not its neighbours, slows it. Raise or remove its CPU limit.%s",
@@ -338,6 +342,15 @@ func (a *analysis) cpuThrottling(v record.Workload) *Finding {
 			ev("cpu_usage_seconds", ref.usage, shown.usage, UnitSeconds),
 		},
 	}
+	// Throttled more in the stress phase, the victim's CPU work lost time to its own quota
+	// when the throttled time added accounts for that loss.
+	if a.compare && v.Kind == kindVictim {
+		if work := a.victim(v).slowed(measureCPUWork); len(work) > 0 && a.added(ref.seconds, shown.seconds) >= causeCoverMin*lost(work) {
+			_, symptoms := a.affects(f, v.Name, work)
+			f.Summary += fmt.Sprintf(" Throttled more in %s, its %s.", shown.w.Name, symptoms)
+		}
+	}
+	return f
 }
 
 // diskContention: the victim's writes and fsyncs slowed while neighbours loaded its device and

@@ -2,7 +2,6 @@ package analyzer
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/nodectl/nodectl/agent/hist"
@@ -40,10 +39,10 @@ func (a *analysis) victim(v record.Workload) *victimView {
 			continue
 		}
 		vv.changes = append(vv.changes, c)
-		if m != measureFsync { // inside write+fsync already
-			vv.delayB += c.excessB
-			vv.delayS += c.excessS
-		}
+	}
+	for _, c := range onPath(vv.changes) {
+		vv.delayB += c.excessB
+		vv.delayS += c.excessS
 	}
 	a.victims[v.Cgroup] = vv
 	return vv
@@ -213,16 +212,11 @@ func (d diskLoad) evidence(a *analysis, workload string) []Evidence {
 	return out
 }
 
-// lost is the time the measures of changes lost in the stress phase beyond what the baseline's
-// own spread predicts for a phase that long: what a cause must account for. fsync lies inside
-// write+fsync, so it counts only without it.
-func (a *analysis) lost(changes []probeChange) float64 {
-	whole := slices.ContainsFunc(changes, func(c probeChange) bool { return c.measure == measureWriteFsync })
+// lost is the time the measures of changes lost in the stress phase, each once.
+func lost(changes []probeChange) float64 {
 	var sum float64
-	for _, c := range changes {
-		if c.measure != measureFsync || !whole {
-			sum += a.added(c.excessB, c.excessS)
-		}
+	for _, c := range onPath(changes) {
+		sum += c.lost()
 	}
 	return sum
 }
@@ -258,21 +252,31 @@ func (a *analysis) unexplained(findings []Finding) []string {
 			if !c.slowed() || explained[c.measure.key] {
 				continue
 			}
-			lost := a.lost([]probeChange{c})
-			device := "its device explains it"
-			if !vv.disk.explains() {
-				device = "its device does not (" + vv.disk.whyNot() + ")"
+			var why []string
+			if c.measure != measureCPUWork {
+				why = append(why, "its device does not ("+vv.disk.whyNot()+")")
 			}
 			// The CPU may account for this measure alone but not for all the victim lost.
-			if cw.byNeighbours() && cw.covers(lost) {
-				lost = a.lost(vv.slowed(probeMeasures...))
+			loss := c.lost()
+			if cw.byNeighbours() && cw.covers(loss) {
+				loss = lost(vv.slowed(probeMeasures...))
 			}
-			cpu := "nor does the CPU (" + cw.whyNot(lost) + ")"
-			rb, rs := a.reclaimStallsOf(w.Cgroup, a.baseline).total, a.reclaimStallsOf(w.Cgroup, a.stress).total
-			out = append(out, fmt.Sprintf("%s's %s got slower but no finding explains it: %s. %s, %s, nor reclaim (its stalls "+
-				"went %s → %s). Something the tracers do not see (memory bandwidth, interrupts) may be the cause.",
-				w.Name, c.measure.label, c.describe(), strings.ToUpper(device[:1])+device[1:], cpu, fmtSeconds(rb), fmtSeconds(rs)))
+			why = append(why, "the CPU does not ("+cw.whyNot(loss)+")")
+			rb, rs := a.reclaimStallsOf(w.Cgroup, a.baseline), a.reclaimStallsOf(w.Cgroup, a.stress)
+			why = append(why, fmt.Sprintf("nor does reclaim (its stalls went %s → %s of every second)",
+				fmtSeconds(ratio(rb.total, a.baseline.Seconds())), fmtSeconds(ratio(rs.total, a.stress.Seconds()))))
+			out = append(out, fmt.Sprintf("%s's %s got slower but no finding explains it: %s. %s. Something the tracers do "+
+				"not see (memory bandwidth, interrupts) may be the cause.",
+				w.Name, c.measure.label, c.describe(), capitalize(strings.Join(why, ", "))))
 		}
 	}
 	return out
+}
+
+// capitalize starts s with a capital letter.
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
