@@ -228,7 +228,9 @@ func (a *analysis) memoryReclaim(v record.Workload) *Finding {
 
 // growers lists, for every sampled cgroup outside victim (and not an ancestor of another
 // sampled cgroup, which would count its children twice), how much its memory usage rose in w:
-// its highest reading less its first, added up by owning workload.
+// its highest reading less its last one before w (a hog that filled its memory as the stress
+// phase began grew by all of it), or less its first in w when w starts the recording, added up
+// by owning workload.
 func (a *analysis) growers(victim string, w record.Window) []share {
 	by := a.run.Series(record.MetricMemoryUsage).ByCgroup()
 	growth := map[string]float64{}
@@ -236,9 +238,15 @@ func (a *analysis) growers(victim string, w record.Window) []share {
 		if within(cg, victim) || within(victim, cg) || ancestorOfAny(cg, by) {
 			continue
 		}
-		if vs := ss.Values(w); len(vs) > 0 {
-			growth[a.owner(cg)] += slices.Max(vs) - vs[0]
+		vs := ss.Values(w)
+		if len(vs) == 0 {
+			continue
 		}
+		from := vs[0]
+		if before := ss.Values(record.Window{End: w.Start}); len(before) > 0 {
+			from = before[len(before)-1]
+		}
+		growth[a.owner(cg)] += max(0, slices.Max(vs)-from)
 	}
 	var out []share
 	for cg, g := range growth {

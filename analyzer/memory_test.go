@@ -58,6 +58,12 @@ func TestMemoryReclaim(t *testing.T) {
 				histogram(record.MetricReclaimStall, victim, lat(0, 0), lat(400, 0.002), memcg...).
 				gauge(record.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{1 << 20, 512 << 20})
 		}, true, SeverityWarning, []string{"memory-hog-0"}, "A memory limit above its cgroup"},
+		// The hog filled its memory before the stress phase's first reading: it grew all the same.
+		{"parent_limit_hog_full_at_once", func() *builder {
+			return newRun(victimWorkload(), memHogWorkload()).
+				histogram(record.MetricReclaimStall, victim, lat(0, 0), lat(400, 0.002), memcg...).
+				gauge(record.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{200 << 20})
+		}, true, SeverityWarning, []string{"memory-hog-0"}, "A memory limit above its cgroup"},
 		// Its own limit stalls it in both phases: reported, as a quota is, with no rise.
 		{"steady_own_limit", func() *builder {
 			return newRun(limited).

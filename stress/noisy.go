@@ -30,6 +30,9 @@ type NoisyConfig struct {
 	Hogs           []HogSpec
 	VictimCPUMilli int64         // 0 = unlimited
 	VictimMemBytes int64         // 0 = unlimited
+	// NodeMemBytes limits the run's cgroup, above every workload's, as a node's memory bounds its
+	// pods: a neighbour that grows there presses the others into reclaim. 0 = unlimited.
+	NodeMemBytes int64
 	Heartbeat      time.Duration // period of the heartbeat probe in the system cgroup; 0 = none
 	Daemons        []string      // comm names of host daemons to follow (agent/daemons); none when empty
 	Baseline       time.Duration
@@ -135,7 +138,7 @@ func (r *noisyRun) setup() error {
 		return err
 	}
 	r.created = true
-	if err := r.layout.Create(RunCgroup(r.id), cgroup.Limits{}); err != nil {
+	if err := r.layout.Create(RunCgroup(r.id), cgroup.Limits{MemoryBytes: cfg.NodeMemBytes}); err != nil {
 		return fmt.Errorf("creating the run's cgroup: %w", err)
 	}
 	for i, w := range r.workloads {

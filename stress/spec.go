@@ -32,6 +32,10 @@ type HogSpec struct {
 // hogKeys are the keys of a --hog value after its kind.
 const hogKeys = "count, cpu, request, memory, target, threads"
 
+// MinNodeMemory is the smallest --node-memory of a noisy run: the victim probe's 64 MiB write
+// and its own memory, with room to spare.
+const MinNodeMemory = 96 << 20
+
 // DefaultMemoryHog caps a memory hog that was given no memory limit, so a run never exhausts
 // the machine.
 const DefaultMemoryHog = 512 << 20

@@ -512,6 +512,8 @@ func TestCLIErrorsNameTheProblem(t *testing.T) {
 		"bad_hog_limit":      {[]string{"stress", "noisy", "--hog", "cpu,cpu=fast"}, `cpu=fast: bad CPU limit "fast"`},
 		"bad_victim_cpu":     {[]string{"stress", "noisy", "--victim-cpu", "-1"}, "--victim-cpu"},
 		"bad_victim_memory":  {[]string{"stress", "noisy", "--victim-memory", "lots"}, `--victim-memory: bad size "lots"`},
+		"bad_node_memory":    {[]string{"stress", "noisy", "--node-memory", "lots"}, `--node-memory: bad size "lots"`},
+		"small_node_memory":  {[]string{"stress", "noisy", "--node-memory", "64Mi"}, "--node-memory 64Mi: must be at least 96Mi"},
 		"short_baseline":     {[]string{"stress", "noisy", "--baseline", "10ms"}, "--baseline 10ms"},
 		"bad_output":         {[]string{"analyze", "x", "-o", "yaml"}, `-o "yaml": allowed values are text and json`},
 		"missing_run":        {[]string{"analyze", "/nonexistent/run"}, "/nonexistent/run"},

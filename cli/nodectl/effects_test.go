@@ -57,3 +57,31 @@ func TestHarmlessRunsHaveNoFinding(t *testing.T) {
 		})
 	}
 }
+
+// Under a node memory limit, a memory hog that fills the node leaves the victim's writes no room
+// for their page cache: the victim stalls in reclaim against a limit above its own cgroup, its
+// writes slow with the stalls, and memory-reclaim names the hog and lists the writes it slowed.
+func TestNeighbourFillingTheNodeMakesTheVictimReclaim(t *testing.T) {
+	requireRoot(t)
+	rep, run := noisyRun(t, "--node-memory", "256Mi", "--hog", "memory,memory=224Mi", "--daemons", "none")
+	t.Logf("findings %v, notes %q", rep.ids(), rep.Notes)
+	i, ok := finding(rep, "memory-reclaim")
+	if !ok || rep.Findings[i].Victim != "victim" {
+		logProbe(t, run)
+		t.Fatalf("no memory-reclaim for the victim; findings %v", rep.ids())
+	}
+	f := rep.Findings[i]
+	t.Logf("%s", f.Summary)
+	if !slices.Equal(f.Culprits, []string{"memory-hog-0"}) {
+		t.Errorf("culprits %v, want the memory hog", f.Culprits)
+	}
+	if !strings.Contains(f.Summary, "A memory limit above its cgroup") {
+		t.Errorf("summary %q does not name the node's limit as the cause", f.Summary)
+	}
+	if stalls := evidence(t, f, "reclaim_stall_seconds_memcg"); stalls.Value <= stalls.Baseline {
+		t.Errorf("memcg stalls %.3fs in stress against %.3fs alone, want more next to the hog", stalls.Value, stalls.Baseline)
+	}
+	if _, disk := finding(rep, "disk-contention"); disk {
+		t.Errorf("disk-contention next to a memory hog: %v", rep.ids())
+	}
+}

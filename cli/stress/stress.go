@@ -32,6 +32,7 @@ func noisy() *cobra.Command {
 		hogs                 []string
 		victimCPU, victimMem string
 		victimRequest        string
+		nodeMem              string
 		daemonList           string
 		cfg                  = st.NoisyConfig{RunOptions: st.RunOptions{Paths: st.DefaultPaths()}}
 	)
@@ -53,9 +54,11 @@ A CPU request (request=, --victim-request; by default the CPU limit, as for a Gu
 sets the cgroup's CPU weight as the kubelet does: below its limit, a workload gets that share
 of a contended CPU, no more. Workloads with neither keep the kernel's default weight.
 System daemons running on the node (--daemons) are followed in their own cgroups, which the
-run samples and traces but never changes.`,
+run samples and traces but never changes. --node-memory puts every workload under one memory
+limit, as a node's memory bounds its pods: neighbours that fill it make the victim reclaim.`,
 		Example: `  sudo nodectl stress noisy --hog cpu,count=2 --hog disk --trace
-  sudo nodectl stress noisy --victim-cpu 250m --hog cpu,count=4,cpu=1 --trace -o json`,
+  sudo nodectl stress noisy --victim-cpu 250m --hog cpu,count=4,cpu=1 --trace -o json
+  sudo nodectl stress noisy --node-memory 256Mi --hog memory,memory=224Mi --trace`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := rf.check(); err != nil {
@@ -87,6 +90,14 @@ run samples and traces but never changes.`,
 					return fmt.Errorf("--victim-memory: %w", err)
 				}
 			}
+			if nodeMem != "" {
+				if cfg.NodeMemBytes, err = st.ParseSize(nodeMem); err != nil {
+					return fmt.Errorf("--node-memory: %w", err)
+				}
+				if cfg.NodeMemBytes < st.MinNodeMemory {
+					return fmt.Errorf("--node-memory %s: must be at least %s, room for the victim probe's writes", nodeMem, st.FormatSize(st.MinNodeMemory))
+				}
+			}
 			if cfg.Daemons, err = daemons.Parse(daemonList); err != nil {
 				return err
 			}
@@ -115,6 +126,7 @@ run samples and traces but never changes.`,
 	f.StringVar(&victimCPU, "victim-cpu", "", "victim CPU limit (Kubernetes notation, e.g. 250m); unlimited if empty")
 	f.StringVar(&victimRequest, "victim-request", "", "victim CPU request, which sets its cgroup's CPU weight as the kubelet does; default its --victim-cpu limit, else the kernel's default weight")
 	f.StringVar(&victimMem, "victim-memory", "", "victim memory limit (e.g. 512Mi); unlimited if empty")
+	f.StringVar(&nodeMem, "node-memory", "", "memory limit of the run's cgroup, above the victim's and the hogs' (e.g. 256Mi): an emulated node's memory, as in stress density, so a memory hog that grows there presses the victim into reclaim; unlimited if empty")
 	f.DurationVar(&cfg.Baseline, "baseline", 20*time.Second, "how long the victim runs alone")
 	f.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long the victim runs next to the hogs")
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", 0, "also run a heartbeat probe in a system cgroup, waking every PERIOD (--heartbeat alone: 1s) and recording how late it wakes, as a starved kubelet would")
