@@ -28,15 +28,12 @@ import (
 // NoisyConfig configures `nodectl stress noisy`.
 type NoisyConfig struct {
 	Hogs           []HogSpec
-	VictimCPUMilli int64 // 0 = unlimited
-	VictimMemBytes int64 // 0 = unlimited
-	// NodeMemBytes limits the run's cgroup, above every workload's, as a node's memory bounds its
-	// pods: a neighbour that grows there presses the others into reclaim. 0 = unlimited.
-	NodeMemBytes int64
-	Heartbeat    time.Duration // period of the heartbeat probe in the system cgroup; 0 = none
-	Daemons      []string      // comm names of host daemons to follow (agent/daemons); none when empty
-	Baseline     time.Duration
-	Duration     time.Duration
+	VictimCPUMilli int64         // 0 = unlimited
+	VictimMemBytes int64         // 0 = unlimited
+	Heartbeat      time.Duration // period of the heartbeat probe in the system cgroup; 0 = none
+	Daemons        []string      // comm names of host daemons to follow (agent/daemons); none when empty
+	Baseline       time.Duration
+	Duration       time.Duration
 
 	// VictimWorkRounds and VictimWriteBytes size the probe's fixed work; 0 means
 	// workload.DefaultWorkRounds and workload.DefaultWriteBytes.
@@ -46,6 +43,10 @@ type NoisyConfig struct {
 	// VictimCPURequestMilli sets the victim cgroup's CPU weight (see CPURequest); 0 = the
 	// kernel's default.
 	VictimCPURequestMilli int64
+
+	// NodeMemBytes limits the run's cgroup, above every workload's, as a node's memory bounds its
+	// pods: a neighbour that grows there presses the others into reclaim. 0 = unlimited.
+	NodeMemBytes int64
 
 	RunOptions
 }
