@@ -5,7 +5,10 @@ BIN     ?= bin/nodectl
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/nodectl/nodectl/cli/version.Version=$(VERSION)
 
-.PHONY: help generate build test bench demo lint
+# The container runtimes the runc and runsc tests start for real, from Debian's packages.
+TEST_PACKAGES := runc runsc containerd
+
+.PHONY: help generate build deps test bench demo lint
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -16,7 +19,17 @@ generate: ## regenerate the BPF objects and their Go bindings (needs clang-19, l
 build: ## build bin/nodectl (static, no clang needed: generated BPF objects are committed)
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cli/nodectl
 
-test: ## run every test; as root the BPF, cgroup and end-to-end tests run for real
+deps: ## install what the tests need (runc, runsc, containerd from Debian) when missing; idempotent
+	@missing=$$(for p in $(TEST_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	missing=$$(echo $$missing); \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+		echo "make deps: $$missing not installed; the runc and runsc tests need them (apt-get install $$missing, as root)" >&2; exit 0; \
+	fi; \
+	echo "make deps: installing $$missing"; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null
+
+test: deps ## run every test (installing what they need first); as root the BPF, cgroup and end-to-end tests run for real
 	CGO_ENABLED=0 $(GO) test -count=1 -p 1 -timeout 40m ./...
 
 bench: build ## tracer overhead (detached vs attached, ns per event); cgroup sampling cost at 100 and 1,000 cgroups
