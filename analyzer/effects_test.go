@@ -195,3 +195,17 @@ func TestGVisorVictimSplitsItsWait(t *testing.T) {
 		t.Errorf("findings and culprits by runtime %v, want the same", got)
 	}
 }
+
+// A victim held for the whole stress phase finishes no iteration there: no finding can compare
+// it, and the report says so rather than nothing.
+func TestStalledProbeIsANote(t *testing.T) {
+	b := newRun(victimWorkload())
+	b.gauge(record.MetricProbeCPUWork, victim, steadyWork, steadyWork)
+	b.recs = slices.DeleteFunc(b.recs, func(r record.Record) bool {
+		return r.Metric == record.MetricProbeCPUWork && r.Time.After(at(10))
+	})
+	rep := b.histogram(record.MetricRunqLatency, victim, lat(1000, 20e-6), lat(10, 8)).analyze(t)
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "finished no iteration in the stress phase") }) {
+		t.Errorf("notes %q do not say the probe was held the whole phase", rep.Notes)
+	}
+}

@@ -242,6 +242,15 @@ func (a *analysis) unexplained(findings []Finding) []string {
 			}
 		}
 		vv, cw := a.victim(w), a.cpuWaits(w.Cgroup)
+		// A probe held for the whole stress phase (one run-queue wait longer than the phase, or
+		// a stalled device) finishes no iteration there: nothing to compare, and the wait is
+		// recorded only once it ends, perhaps after the run.
+		if len(a.probeReadings(w.Cgroup, measureCPUWork, a.baseline)) > 0 && len(a.probeReadings(w.Cgroup, measureCPUWork, a.stress)) == 0 {
+			out = append(out, fmt.Sprintf("%s's probe finished no iteration in the %s phase (%s): it was held the whole phase, "+
+				"a slowdown no rule can measure; its run-queue p99 went %s → %s and its longest wait was at least %s",
+				w.Name, a.stress.Name, fmtSeconds(a.stress.Seconds()), fmtSeconds(cw.rb.Quantile(0.99)), fmtSeconds(cw.rs.Quantile(0.99)),
+				fmtSeconds(cw.rs.LongestAtLeast())))
+		}
 		for _, c := range vv.changes {
 			if p := minChance(c.nB, c.nS); p > probeAlpha {
 				out = append(out, fmt.Sprintf("%s's probe ran %d iterations in the baseline and %d in the stress phase: too few for a "+
