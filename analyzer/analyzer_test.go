@@ -235,7 +235,7 @@ func TestCPUContention(t *testing.T) {
 func TestCPUContentionSeverityAndCulprits(t *testing.T) {
 	// Three hogs, one of them minor; the victim 2.5x slower.
 	rep := newRun(victimWorkload(), hogWorkload("cpu", 0), hogWorkload("cpu", 1), hogWorkload("cpu", 2)).
-		histogram(record.MetricRunqLatency, victim, lat(1000, 50e-6), lat(1000, 4e-3)).
+		histogram(record.MetricRunqLatency, victim, lat(1000, 50e-6), lat(4000, 4e-3)).
 		gauge(record.MetricProbeCPUWork, victim, []float64{0.4}, []float64{1.0}).
 		preempted(cpuHog0, 0, 1.0).
 		preempted(cpuHog1, 0, 6.0).

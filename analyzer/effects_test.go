@@ -209,3 +209,21 @@ func TestStalledProbeIsANote(t *testing.T) {
 		t.Errorf("notes %q do not say the probe was held the whole phase", rep.Notes)
 	}
 }
+
+// Neighbours that only took turns from the victim's own waits (its total wait as in the
+// baseline) explain no slower fsync, however consistent: no cpu-contention, a note instead.
+func TestWaitsThatDidNotGrowExplainNothing(t *testing.T) {
+	shifted := []float64{0.037, 0.038, 0.036, 0.039, 0.037, 0.038, 0.037, 0.036, 0.038, 0.037}
+	rep := newRun(victimWorkload(), hogWorkload("cpu", 0)).
+		histogram(record.MetricRunqLatency, victim, lat(2000, 80e-6), lat(4000, 80e-6)).
+		probe([2][]float64{steadyWork, steadyWork}, [2][]float64{steadyWrite, steadyWrite}, [2][]float64{steadyFsync, shifted}).
+		device(victim, 640<<20, 1280<<20, 100, 1).
+		preempted(cpuHog0, 0, 0.1).
+		analyze(t)
+	if len(rep.Findings) != 0 {
+		t.Fatalf("findings %v, want none: the victim waited no more than alone", ids(rep))
+	}
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "run-queue wait's rise") }) {
+		t.Errorf("notes %q do not say its waiting did not grow", rep.Notes)
+	}
+}

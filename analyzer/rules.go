@@ -127,6 +127,9 @@ type cpuWaits struct {
 	perSecB, perSecS float64   // wait a second of the phase
 	pw               preemptionWaits
 	share            float64 // the neighbours' share of the attributed wait in stress
+	// added is how much more its tasks waited in all, over the baseline's rate: neighbours
+	// that only took turns from its own threads or its quota made it wait no longer.
+	added float64
 }
 
 func (a *analysis) cpuWaits(cgroup string) cpuWaits {
@@ -134,6 +137,7 @@ func (a *analysis) cpuWaits(cgroup string) cpuWaits {
 	c := cpuWaits{rb: runq.HistDelta(a.baseline), rs: runq.HistDelta(a.stress), pw: a.preemptions(cgroup)}
 	c.perSecB, c.perSecS = ratio(secs(c.rb.SumNs), a.baseline.Seconds()), ratio(secs(c.rs.SumNs), a.stress.Seconds())
 	c.share = ratio(c.pw.neighbourS, c.pw.attributedS)
+	c.added = a.added(secs(c.rb.SumNs), secs(c.rs.SumNs))
 	return c
 }
 
@@ -143,15 +147,17 @@ func (c cpuWaits) byNeighbours() bool {
 	return c.pw.added >= neighbourWaitMinSeconds && c.share >= neighbourWaitMinShare
 }
 
-// covers: the wait the neighbours added accounts for lost seconds of the probe's time.
-func (c cpuWaits) covers(lost float64) bool { return c.pw.added >= causeCoverMin*lost }
+// covers: the wait the neighbours added, and the rise of all its waiting, each account for
+// lost seconds of the probe's time.
+func (c cpuWaits) covers(lost float64) bool { return min(c.pw.added, c.added) >= causeCoverMin*lost }
 
 // whyNot says why the CPU does not explain lost seconds of the probe's time.
 func (c cpuWaits) whyNot(lost float64) string {
 	if !c.byNeighbours() {
 		return fmt.Sprintf("neighbours added %s of run-queue wait, %s of its attributed waits", fmtSeconds(c.pw.added), fmtPercent(c.share))
 	}
-	return fmt.Sprintf("the wait neighbours added (%s) is not half the %s it lost", fmtSeconds(c.pw.added), fmtSeconds(lost))
+	return fmt.Sprintf("the wait neighbours added (%s) or its run-queue wait's rise (%s) is not half the %s it lost",
+		fmtSeconds(c.pw.added), fmtSeconds(c.added), fmtSeconds(lost))
 }
 
 // runtimeRunsc is the Workload.Runtime of a gVisor sandbox.

@@ -8,9 +8,16 @@ import (
 	"github.com/nodectl/nodectl/agent/record"
 )
 
-// blkRiseFactor: the device slowed when the mean time of a block request (queue + service),
-// all requests on it or the victim's own, rose this much from the baseline to the stress phase.
-const blkRiseFactor = 1.5
+// The device slowed when the mean time of a block request (queue + service), all requests on
+// it or the victim's own, rose blkRiseFactor from the baseline to the stress phase, or when it
+// was busy (diskstats' io_ticks) blkRiseFactor as much of the time and busyRiseMin more of it.
+// A deep device queue (virtio, NVMe) serves a neighbour's stream without longer requests, but
+// not without being busier; the request mix (a neighbour's small requests) moves the mean
+// request time either way, so either counts.
+const (
+	blkRiseFactor = 1.5
+	busyRiseMin   = 0.10
+)
 
 // victimView is what the victim rules share about one victim, computed once: how each of its
 // probe's measures changed from the baseline to the stress phase, and what its device says.
@@ -108,6 +115,8 @@ type diskLoad struct {
 	// The mean time of a block request (queue + service) on the device, all requests and the
 	// victim's own, in the baseline (B) and stress (S) phases; zero when none was traced.
 	deviceB, deviceS, ownB, ownS float64
+	// The share of each phase the device was busy; -1 when diskstats were not sampled.
+	busyB, busyS float64
 }
 
 // diskLoad measures the victim's device: its workload's, else the one with most of its fsyncs.
@@ -150,6 +159,10 @@ func (a *analysis) diskLoad(v record.Workload) diskLoad {
 	}
 	d.deviceB, d.deviceS = requestMean(false, a.baseline), requestMean(false, a.stress)
 	d.ownB, d.ownS = requestMean(true, a.baseline), requestMean(true, a.stress)
+	d.busyB, d.busyS = -1, -1
+	if busy := a.run.Series(record.MetricDiskIOTime).Label(record.LabelDevice, d.device); len(busy) > 0 {
+		d.busyB, d.busyS = ratio(busy.Delta(a.baseline), a.baseline.Seconds()), ratio(busy.Delta(a.stress), a.stress.Seconds())
+	}
 	return d
 }
 
@@ -165,7 +178,12 @@ func (d diskLoad) slowed() bool {
 	if d.deviceB == 0 || d.deviceS == 0 {
 		return true
 	}
-	return ratio(d.deviceS, d.deviceB) >= blkRiseFactor || d.ownB > 0 && ratio(d.ownS, d.ownB) >= blkRiseFactor
+	return ratio(d.deviceS, d.deviceB) >= blkRiseFactor || d.ownB > 0 && ratio(d.ownS, d.ownB) >= blkRiseFactor || d.busier()
+}
+
+// busier: the device was busy a good deal more of the stress phase than of the baseline.
+func (d diskLoad) busier() bool {
+	return d.busyB >= 0 && ratio(d.busyS, d.busyB) >= blkRiseFactor && d.busyS-d.busyB >= busyRiseMin
 }
 
 // explains: the disk is the cause of a slower I/O of the victim.
@@ -180,8 +198,12 @@ func (d diskLoad) whyNot() string {
 	}
 	var parts []string
 	if !d.slowed() {
-		parts = append(parts, fmt.Sprintf("the mean time of its block requests on %s went %s → %s (all requests' %s → %s)",
-			d.device, fmtSeconds(d.ownB), fmtSeconds(d.ownS), fmtSeconds(d.deviceB), fmtSeconds(d.deviceS)))
+		busy := ""
+		if d.busyB >= 0 {
+			busy = fmt.Sprintf(", busy %s → %s of the time", fmtPercent(d.busyB), fmtPercent(d.busyS))
+		}
+		parts = append(parts, fmt.Sprintf("the mean time of its block requests on %s went %s → %s (all requests' %s → %s%s)",
+			d.device, fmtSeconds(d.ownB), fmtSeconds(d.ownS), fmtSeconds(d.deviceB), fmtSeconds(d.deviceS), busy))
 	}
 	if !d.loaded() {
 		parts = append(parts, fmt.Sprintf("the neighbours moved only %s there (%s of the device's data)",
@@ -205,6 +227,9 @@ func (d diskLoad) evidence(a *analysis, workload string) []Evidence {
 		a.evidence("blk_request_mean", workload, d.ownB, d.ownS, UnitSeconds),
 		a.evidence("blk_request_mean", "", d.deviceB, d.deviceS, UnitSeconds),
 		a.evidence("blk_neighbour_bytes", workload, neighbourB, d.neighbourBytes, UnitBytes),
+	}
+	if d.busyB >= 0 {
+		out = append(out, a.evidence("disk_busy_share", "", d.busyB, d.busyS, UnitRatio))
 	}
 	for i := range out {
 		out[i].Device = d.device
