@@ -190,3 +190,31 @@ func onPath(changes []probeChange) []probeChange {
 	whole := slices.ContainsFunc(changes, func(c probeChange) bool { return c.measure == measureWriteFsync })
 	return slices.DeleteFunc(slices.Clone(changes), func(c probeChange) bool { return whole && c.measure == measureFsync })
 }
+
+// topTailChance tests whether the stress values crowd the top of the pooled values: of the
+// pooled values above the one at rank ceil(share * all) from the top, x are stress values, and
+// p is the chance of at least that many were both phases alike (hypergeometric; ties at the
+// boundary count against the stress phase). One outlier in the baseline moves the boundary by
+// one value, not to the outlier, as it would Rosenbaum's count.
+func topTailChance(base, stress []float64, share float64) (x int, p float64) {
+	pooled := append(slices.Clone(base), stress...)
+	slices.Sort(pooled)
+	t := max(1, int(math.Ceil(share*float64(len(pooled)))))
+	bound := pooled[len(pooled)-t]
+	above := 0
+	for _, v := range pooled {
+		if v > bound {
+			above++
+		}
+	}
+	for _, v := range stress {
+		if v > bound {
+			x++
+		}
+	}
+	if x == 0 {
+		return 0, 1
+	}
+	d := stats.HypergeometicDist{N: len(pooled), K: len(stress), Draws: above}
+	return x, 1 - d.CDF(float64(x-1))
+}

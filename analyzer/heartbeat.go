@@ -53,8 +53,13 @@ func (a *analysis) systemDaemonStarvation(hb record.Workload) *Finding {
 		return nil
 	}
 	worstB, worstS := slices.Max(lb), slices.Max(ls)
+	// Later: its worst beat against the baseline's worst, or, since one late beat sets either,
+	// the stress phase holding more of the pooled latest beats than chance allows, with its p95
+	// risen too (beats are many: 80 a phase at 100 ms).
+	late95, tailP := lateTail(lb, ls)
+	later := ratio(worstS, worstB) >= heartbeatRiseFactor || late95 && tailP <= probeAlpha
 	pw := a.preemptions(hb.Cgroup)
-	if worstS < heartbeatMinLateness || ratio(worstS, worstB) < heartbeatRiseFactor ||
+	if worstS < heartbeatMinLateness || !later ||
 		pw.added < neighbourWaitMinSeconds || ratio(pw.neighbourS, pw.attributedS) < neighbourWaitMinShare {
 		return nil
 	}
@@ -72,6 +77,8 @@ func (a *analysis) systemDaemonStarvation(hb record.Workload) *Finding {
 		Evidence: []Evidence{
 			a.evidence("heartbeat_lateness_max", hb.Name, worstB, worstS, UnitSeconds),
 			a.evidence("heartbeat_lateness_p50", hb.Name, quantile(lb, 0.5), quantile(ls, 0.5), UnitSeconds),
+			a.evidence("heartbeat_lateness_p95", hb.Name, quantile(lb, 0.95), quantile(ls, 0.95), UnitSeconds),
+			a.evidence("heartbeat_late_tail_chance", hb.Name, 0, tailP, UnitRatio),
 			a.evidence("heartbeat_gap_max", hb.Name, period+worstB, gap, UnitSeconds),
 			a.evidence("heartbeat_gap_grace_share", hb.Name, (period+worstB)/nodeMonitorGrace.Seconds(), gap/nodeMonitorGrace.Seconds(), UnitRatio),
 			a.evidence("runq_latency_p99", hb.Name, rb.Quantile(0.99), rs.Quantile(0.99), UnitSeconds),
@@ -84,6 +91,18 @@ func (a *analysis) systemDaemonStarvation(hb record.Workload) *Finding {
 		hb.Name, fmtSeconds(worstS), fmtSeconds(worstB), joinNames(f.Culprits), fmtSeconds(gap),
 		fmtPercent(gap/nodeMonitorGrace.Seconds()), nodeMonitorGrace)
 	return f
+}
+
+// lateTailShare is the share of the pooled beats, the latest, that lateTail looks at.
+const lateTailShare = 0.05
+
+// lateTail reports whether the heartbeat's p95 lateness rose by tailRiseFactor and
+// probeMinRiseSeconds, and the chance that the stress phase holds as many of the pooled latest
+// beats as it does were both phases alike.
+func lateTail(base, stress []float64) (rose bool, chance float64) {
+	p95B, p95S := quantile(base, 0.95), quantile(stress, 0.95)
+	_, chance = topTailChance(base, stress, lateTailShare)
+	return ratio(p95S, p95B) >= tailRiseFactor && p95S-p95B >= probeMinRiseSeconds, chance
 }
 
 // daemonStarvation: a host daemon the run followed waited longer on the run queue in the stress

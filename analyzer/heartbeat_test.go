@@ -1,7 +1,9 @@
 package analyzer
 
 import (
+	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +90,46 @@ func TestWakeupWaitsBlameWhatRanAndKernelThreadsAreNotNeighbours(t *testing.T) {
 	}
 	if e := evidence(t, f, "runq_wakeup_wait_seconds", "cpu-hog-0"); e.Value != 0.9 {
 		t.Errorf("wakeup wait evidence = %+v", e)
+	}
+}
+
+// One late beat in the baseline (42 ms) hides a stress phase whose worst is only 2.8x that,
+// but whose latest beats are all in the stress phase: the tail test sees it.
+func TestHeartbeatLateTailDespiteABaselineOutlier(t *testing.T) {
+	b := heartbeatRun(0.002, 0.002, map[string][2]float64{cpuHog0: {0, 0.8}})
+	b.recs = slices.DeleteFunc(b.recs, func(r record.Record) bool { return r.Metric == record.MetricHeartbeatLateness })
+	beat := func(sec, late float64) {
+		b.recs = append(b.recs, record.Record{Type: record.TypeSample, Time: at(sec), Metric: record.MetricHeartbeatLateness,
+			Cgroup: heartbeatCg, Value: &late})
+	}
+	for i := range 80 {
+		late := 0.001 + 0.002*float64(i%3)/2
+		if i == 40 {
+			late = 0.042
+		}
+		beat(0.1+float64(i)*0.12, late)
+	}
+	for i := range 160 {
+		late := 0.002 + 0.018*float64(i%5)/4
+		if i%13 == 0 {
+			late = 0.05 + 0.068*float64(i)/160
+		}
+		beat(10.1+float64(i)*0.12, late)
+	}
+	f := finding(t, b.analyze(t), IDSystemDaemonStarvation)
+	if e := evidence(t, f, "heartbeat_lateness_max", ""); e.Value/e.Baseline >= heartbeatRiseFactor {
+		t.Fatalf("worst beats %v → %v: the worst alone would do, the test shows nothing", e.Baseline, e.Value)
+	}
+	if e := evidence(t, f, "heartbeat_late_tail_chance", ""); e.Value > probeAlpha {
+		t.Errorf("tail chance %v, want at most %v", e.Value, probeAlpha)
+	}
+}
+
+func TestTopTailChance(t *testing.T) {
+	if x, p := topTailChance([]float64{1, 2, 3, 4}, []float64{5, 6, 7, 8}, 0.25); x != 1 || math.Abs(p-0.5) > 1e-9 {
+		t.Errorf("x %d p %v, want 1 of the 1 value above the 2nd largest, a 0.5 chance", x, p)
+	}
+	if x, p := topTailChance([]float64{5, 6, 7, 8}, []float64{1, 2, 3, 4}, 0.25); x != 0 || p != 1 {
+		t.Errorf("x %d p %v, want none", x, p)
 	}
 }
