@@ -247,8 +247,9 @@ func lost(changes []probeChange) float64 {
 }
 
 // unexplained notes what the victim rules leave open: each victim measure that got slower with
-// no finding naming it in Affects (an effect without a cause is a gap the reader must see), and
-// a probe with too few iterations for any slowdown to count.
+// no finding naming it in Affects (an effect without a cause is a gap the reader must see), a
+// probe held through the whole stress phase, and a probe with too few iterations for any
+// slowdown to count.
 func (a *analysis) unexplained(findings []Finding) []string {
 	if !a.compare {
 		return nil
