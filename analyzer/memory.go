@@ -170,7 +170,7 @@ func (a *analysis) memoryReclaim(v record.Workload) *Finding {
 	var symptoms string
 	if a.compare && rose && v.Kind == kindVictim {
 		if vv := a.victim(v); !vv.disk.explains() {
-			if io := vv.slowedIO(); len(io) > 0 && a.added(ref.total, shown.total) >= causeCoverMin*lost(io) {
+			if io := vv.slowedIO(); len(io) > 0 && accountsFor(a.added(ref.total, shown.total), lost(io)) {
 				_, symptoms = a.affects(f, v.Name, io)
 			}
 		}

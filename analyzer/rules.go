@@ -149,7 +149,7 @@ func (c cpuWaits) byNeighbours() bool {
 
 // covers: the wait the neighbours added, and the rise of all its waiting, each account for
 // lost seconds of the probe's time.
-func (c cpuWaits) covers(lost float64) bool { return min(c.pw.added, c.added) >= causeCoverMin*lost }
+func (c cpuWaits) covers(lost float64) bool { return accountsFor(min(c.pw.added, c.added), lost) }
 
 // whyNot says why the CPU does not explain lost seconds of the probe's time.
 func (c cpuWaits) whyNot(lost float64) string {
@@ -351,7 +351,7 @@ func (a *analysis) cpuThrottling(v record.Workload) *Finding {
 	// Throttled more in the stress phase, the victim's CPU work lost time to its own quota
 	// when the throttled time added accounts for that loss.
 	if a.compare && v.Kind == kindVictim {
-		if work := a.victim(v).slowed(measureCPUWork); len(work) > 0 && a.added(ref.seconds, shown.seconds) >= causeCoverMin*lost(work) {
+		if work := a.victim(v).slowed(measureCPUWork); len(work) > 0 && accountsFor(a.added(ref.seconds, shown.seconds), lost(work)) {
 			_, symptoms := a.affects(f, v.Name, work)
 			f.Summary += fmt.Sprintf(" Throttled more in %s, its %s.", shown.w.Name, symptoms)
 		}
@@ -391,13 +391,7 @@ func (a *analysis) diskContention(v record.Workload) *Finding {
 		e.Culprit, e.Device = n, d.device
 		f.Evidence = append(f.Evidence, e)
 	}
-	var ownB float64
-	for cg, ss := range d.bytes {
-		if within(cg, v.Cgroup) {
-			ownB += ss.Delta(a.baseline)
-		}
-	}
-	e := a.evidence("blk_bytes", v.Name, ownB, d.ownBytes, UnitBytes)
+	e := a.evidence("blk_bytes", v.Name, d.ownBytesB, d.ownBytes, UnitBytes)
 	e.Device = d.device
 	f.Evidence = append(f.Evidence, e)
 	f.Evidence = append(f.Evidence, d.evidence(a, v.Name)...)

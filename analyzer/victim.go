@@ -106,12 +106,13 @@ func (vv *victimView) slowedIO() []probeChange { return vv.slowed(measureWriteFs
 // added there, and whether the device took longer to serve requests.
 type diskLoad struct {
 	device string
-	victim string                      // the victim's cgroup
 	bytes  map[string]record.SeriesSet // data bytes on the device, by issuing cgroup
 	// neighbours are the bytes each other cgroup added over its baseline rate; added is their
-	// sum, neighbourBytes and ownBytes what the others and the victim moved in the stress phase.
+	// sum, neighbourBytes and ownBytes what the others and the victim moved in the stress phase
+	// (B: in the baseline).
 	neighbours                      []share
 	added, neighbourBytes, ownBytes float64
+	neighbourBytesB, ownBytesB      float64
 	// The mean time of a block request (queue + service) on the device, all requests and the
 	// victim's own, in the baseline (B) and stress (S) phases; zero when none was traced.
 	deviceB, deviceS, ownB, ownS float64
@@ -121,7 +122,7 @@ type diskLoad struct {
 
 // diskLoad measures the victim's device: its workload's, else the one with most of its fsyncs.
 func (a *analysis) diskLoad(v record.Workload) diskLoad {
-	d := diskLoad{device: v.Device, victim: v.Cgroup}
+	d := diskLoad{device: v.Device}
 	if d.device == "" {
 		d.device = busiestDevice(a.run.Series(record.MetricFsyncLatency).Cgroup(v.Cgroup), a.stress)
 	}
@@ -131,14 +132,17 @@ func (a *analysis) diskLoad(v record.Workload) diskLoad {
 	// As for CPU, a neighbour is charged the I/O it added over its baseline rate.
 	d.bytes = dataBytes(a.run).Label(record.LabelDevice, d.device).ByCgroup()
 	for cg, ss := range d.bytes {
+		b, s := ss.Delta(a.baseline), ss.Delta(a.stress)
 		if within(cg, v.Cgroup) {
-			d.ownBytes += ss.Delta(a.stress)
+			d.ownBytesB += b
+			d.ownBytes += s
 			continue
 		}
-		more := a.added(ss.Delta(a.baseline), ss.Delta(a.stress))
+		more := a.added(b, s)
 		d.neighbours = append(d.neighbours, share{cgroup: cg, value: more})
 		d.added += more
-		d.neighbourBytes += ss.Delta(a.stress)
+		d.neighbourBytesB += b
+		d.neighbourBytes += s
 	}
 	requestMean := func(own bool, w record.Window) float64 {
 		var q, s hist.Log2
@@ -217,16 +221,10 @@ func (d diskLoad) evidence(a *analysis, workload string) []Evidence {
 	if d.device == "" {
 		return nil
 	}
-	var neighbourB float64
-	for cg, ss := range d.bytes {
-		if !within(cg, d.victim) {
-			neighbourB += ss.Delta(a.baseline)
-		}
-	}
 	out := []Evidence{
 		a.evidence("blk_request_mean", workload, d.ownB, d.ownS, UnitSeconds),
 		a.evidence("blk_request_mean", "", d.deviceB, d.deviceS, UnitSeconds),
-		a.evidence("blk_neighbour_bytes", workload, neighbourB, d.neighbourBytes, UnitBytes),
+		a.evidence("blk_neighbour_bytes", workload, d.neighbourBytesB, d.neighbourBytes, UnitBytes),
 	}
 	if d.busyB >= 0 {
 		out = append(out, a.evidence("disk_busy_share", "", d.busyB, d.busyS, UnitRatio))
@@ -236,6 +234,10 @@ func (d diskLoad) evidence(a *analysis, workload string) []Evidence {
 	}
 	return out
 }
+
+// accountsFor: a cause that added this much time, summed over the victim's threads, accounts
+// for the loss (causeCoverMin of it at least).
+func accountsFor(added, loss float64) bool { return added >= causeCoverMin*loss }
 
 // lost is the time the measures of changes lost in the stress phase, each once.
 func lost(changes []probeChange) float64 {
