@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/nodectl/nodectl/agent/hist"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // Finding ids (extend, never rename).
@@ -93,7 +93,7 @@ type Evidence struct {
 }
 
 // Analyze applies every rule to the run and summarises it.
-func Analyze(run *record.Run) (*Report, error) {
+func Analyze(run *rundir.Run) (*Report, error) {
 	if run == nil {
 		return nil, errors.New("analyzing run: no run")
 	}
@@ -105,7 +105,7 @@ func Analyze(run *record.Run) (*Report, error) {
 		Summary:  a.summary(),
 		Notes:    notes(run),
 	}
-	rules := map[string][]func(record.Workload) *Finding{
+	rules := map[string][]func(rundir.Workload) *Finding{
 		kindVictim:    {a.cpuThrottling, a.cpuContention, a.diskContention},
 		kindHeartbeat: {a.systemDaemonStarvation},
 		kindDaemon:    {a.daemonStarvation},
@@ -139,25 +139,25 @@ const kindVictim = "victim"
 
 // analysis holds what every rule needs: the windows to compare and the cgroup names.
 type analysis struct {
-	run      *record.Run
-	windows  []record.Window // the phases, or the whole run when it has none
-	baseline record.Window
-	stress   record.Window
+	run      *rundir.Run
+	windows  []rundir.Window // the phases, or the whole run when it has none
+	baseline rundir.Window
+	stress   rundir.Window
 	compare  bool              // both a baseline and a stress phase were recorded
 	names    map[string]string // cgroup -> workload name
 	victims  map[string]*victimView
 }
 
-func newAnalysis(run *record.Run) *analysis {
+func newAnalysis(run *rundir.Run) *analysis {
 	a := &analysis{run: run, windows: run.Phases(), names: map[string]string{}, victims: map[string]*victimView{}}
 	if len(a.windows) == 0 {
-		a.windows = []record.Window{run.Span()}
+		a.windows = []rundir.Window{run.Span()}
 	}
 	for _, w := range run.Meta.Workloads {
 		a.names[w.Cgroup] = w.Name
 	}
-	b, okB := run.Phase(record.PhaseBaseline)
-	s, okS := run.Phase(record.PhaseStress)
+	b, okB := run.Phase(rundir.PhaseBaseline)
+	s, okS := run.Phase(rundir.PhaseStress)
 	a.baseline, a.stress, a.compare = b, s, okB && okS
 	return a
 }
@@ -244,18 +244,18 @@ func culprits(shares []share) []share {
 }
 
 // notes lists what the run is missing, so a reader knows how far to trust the findings.
-func notes(run *record.Run) []string {
+func notes(run *rundir.Run) []string {
 	var out []string
 	for _, p := range slices.Sorted(maps.Keys(run.Meta.Tracer)) {
-		if st := run.Meta.Tracer[p]; st != record.TracerAttached {
+		if st := run.Meta.Tracer[p]; st != rundir.TracerAttached {
 			out = append(out, fmt.Sprintf("tracer program %s did not attach (%s): its evidence is missing", p, st))
 		}
 	}
 	span := run.Span()
-	for _, ss := range run.Series(record.MetricBPFDrops) {
+	for _, ss := range run.Series(rundir.MetricBPFDrops) {
 		if n := ss.Delta(span); n > 0 {
 			out = append(out, fmt.Sprintf("tracer program %s dropped %.0f events (%s): its numbers undercount",
-				ss.Labels[record.LabelProgram], n, ss.Labels[record.LabelReason]))
+				ss.Labels[rundir.LabelProgram], n, ss.Labels[rundir.LabelReason]))
 		}
 	}
 	if run.Torn {

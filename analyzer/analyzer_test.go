@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/hist"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 var t0 = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -29,28 +29,28 @@ const (
 
 // builder collects a synthetic run: baseline is (0 s, 10 s], stress is (10 s, 30 s].
 type builder struct {
-	meta record.Meta
-	recs []record.Record
+	meta rundir.Meta
+	recs []rundir.Record
 }
 
-func newRun(workloads ...record.Workload) *builder {
-	b := &builder{meta: record.Meta{ID: "r1", Scenario: "noisy", Node: "node-a", Kernel: "6.18.0", Start: at(-1), Workloads: workloads}}
+func newRun(workloads ...rundir.Workload) *builder {
+	b := &builder{meta: rundir.Meta{ID: "r1", Scenario: "noisy", Node: "node-a", Kernel: "6.18.0", Start: at(-1), Workloads: workloads}}
 	b.recs = append(b.recs,
-		record.Record{Type: record.TypePhase, Time: at(0), Name: record.PhaseBaseline, Event: record.EventStart},
-		record.Record{Type: record.TypePhase, Time: at(10), Name: record.PhaseBaseline, Event: record.EventEnd},
-		record.Record{Type: record.TypePhase, Time: at(10), Name: record.PhaseStress, Event: record.EventStart},
-		record.Record{Type: record.TypePhase, Time: at(30), Name: record.PhaseStress, Event: record.EventEnd},
+		rundir.Record{Type: rundir.TypePhase, Time: at(0), Name: rundir.PhaseBaseline, Event: rundir.EventStart},
+		rundir.Record{Type: rundir.TypePhase, Time: at(10), Name: rundir.PhaseBaseline, Event: rundir.EventEnd},
+		rundir.Record{Type: rundir.TypePhase, Time: at(10), Name: rundir.PhaseStress, Event: rundir.EventStart},
+		rundir.Record{Type: rundir.TypePhase, Time: at(30), Name: rundir.PhaseStress, Event: rundir.EventEnd},
 	)
 	return b
 }
 
-func victimWorkload() record.Workload {
-	return record.Workload{Name: "victim", Kind: "victim", Cgroup: victim, CPU: "250m", Device: disk}
+func victimWorkload() rundir.Workload {
+	return rundir.Workload{Name: "victim", Kind: "victim", Cgroup: victim, CPU: "250m", Device: disk}
 }
 
-func hogWorkload(kind string, i int) record.Workload {
+func hogWorkload(kind string, i int) rundir.Workload {
 	name := fmt.Sprintf("%s-hog-%d", kind, i)
-	return record.Workload{Name: name, Kind: kind, Cgroup: runCg + "/" + name, CPU: "1"}
+	return rundir.Workload{Name: name, Kind: kind, Cgroup: runCg + "/" + name, CPU: "1"}
 }
 
 func labels(kv ...string) map[string]string {
@@ -69,7 +69,7 @@ func labels(kv ...string) map[string]string {
 func (b *builder) counter(metric, cgroup string, base, stress float64, kv ...string) *builder {
 	for _, s := range []struct{ t, v float64 }{{0, 0}, {5, base / 2}, {10, base}, {20, base + stress/2}, {30, base + stress}} {
 		v := s.v
-		b.recs = append(b.recs, record.Record{Type: record.TypeSample, Time: at(s.t), Metric: metric, Cgroup: cgroup, Labels: labels(kv...), Value: &v})
+		b.recs = append(b.recs, rundir.Record{Type: rundir.TypeSample, Time: at(s.t), Metric: metric, Cgroup: cgroup, Labels: labels(kv...), Value: &v})
 	}
 	return b
 }
@@ -82,7 +82,7 @@ func (b *builder) histogram(metric, cgroup string, base, stress hist.Log2, kv ..
 		h hist.Log2
 	}{{0, hist.Log2{}}, {10, base}, {30, base.Add(stress)}} {
 		h := s.h
-		b.recs = append(b.recs, record.Record{Type: record.TypeSample, Time: at(s.t), Metric: metric, Cgroup: cgroup, Labels: labels(kv...), Hist: &h})
+		b.recs = append(b.recs, rundir.Record{Type: rundir.TypeSample, Time: at(s.t), Metric: metric, Cgroup: cgroup, Labels: labels(kv...), Hist: &h})
 	}
 	return b
 }
@@ -91,26 +91,26 @@ func (b *builder) histogram(metric, cgroup string, base, stress hist.Log2, kv ..
 func (b *builder) gauge(metric, cgroup string, base, stress []float64) *builder {
 	for i := range 10 {
 		v := base[i%len(base)]
-		b.recs = append(b.recs, record.Record{Type: record.TypeSample, Time: at(float64(i) + 0.5), Metric: metric, Cgroup: cgroup, Value: &v})
+		b.recs = append(b.recs, rundir.Record{Type: rundir.TypeSample, Time: at(float64(i) + 0.5), Metric: metric, Cgroup: cgroup, Value: &v})
 	}
 	for i := range 20 {
 		v := stress[i%len(stress)]
-		b.recs = append(b.recs, record.Record{Type: record.TypeSample, Time: at(10.5 + float64(i)), Metric: metric, Cgroup: cgroup, Value: &v})
+		b.recs = append(b.recs, rundir.Record{Type: rundir.TypeSample, Time: at(10.5 + float64(i)), Metric: metric, Cgroup: cgroup, Value: &v})
 	}
 	return b
 }
 
 // preempted records the victim's waits caused by preemptor: seconds and switches per phase.
 func (b *builder) preempted(preemptor string, baseSec, stressSec float64) *builder {
-	b.counter(record.MetricRunqPreemptWait, victim, baseSec, stressSec, record.LabelPreemptor, preemptor)
-	return b.counter(record.MetricRunqPreemptions, victim, baseSec*1000, stressSec*1000, record.LabelPreemptor, preemptor)
+	b.counter(rundir.MetricRunqPreemptWait, victim, baseSec, stressSec, rundir.LabelPreemptor, preemptor)
+	return b.counter(rundir.MetricRunqPreemptions, victim, baseSec*1000, stressSec*1000, rundir.LabelPreemptor, preemptor)
 }
 
-// open writes the run through record.Writer and reads it back.
-func (b *builder) open(t *testing.T) *record.Run {
+// open writes the run through rundir.Writer and reads it back.
+func (b *builder) open(t *testing.T) *rundir.Run {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "run")
-	w, err := record.Create(dir, b.meta)
+	w, err := rundir.Create(dir, b.meta)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func (b *builder) open(t *testing.T) *record.Run {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	run, err := record.Open(dir)
+	run, err := rundir.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,13 +184,13 @@ func evidence(t *testing.T, f Finding, metric, culprit string) Evidence {
 
 // cpuBusy is the victim probe slowed by contention: CPU work 0.4 s → 0.72 s.
 func cpuBusy(hogs int) *builder {
-	wl := []record.Workload{victimWorkload()}
+	wl := []rundir.Workload{victimWorkload()}
 	for i := range hogs {
 		wl = append(wl, hogWorkload("cpu", i))
 	}
 	return newRun(wl...).
-		histogram(record.MetricRunqLatency, victim, lat(1000, 20e-6), lat(2000, 2e-3)).
-		gauge(record.MetricProbeCPUWork, victim, []float64{0.41, 0.40, 0.42}, []float64{0.70, 0.72, 0.74})
+		histogram(rundir.MetricRunqLatency, victim, lat(1000, 20e-6), lat(2000, 2e-3)).
+		gauge(rundir.MetricProbeCPUWork, victim, []float64{0.41, 0.40, 0.42}, []float64{0.70, 0.72, 0.74})
 }
 
 func TestCPUContention(t *testing.T) {
@@ -199,7 +199,7 @@ func TestCPUContention(t *testing.T) {
 		preempted(cpuHog1, 0, 1.8).
 		preempted("/system.slice/journald.service", 0.002, 0.2). // 5% of what neighbours added: not named
 		preempted("/", 0.3, 0.6).                                // 13% of the wait, but no more than in the baseline
-		preempted(record.CgroupIdle, 0.01, 0.3).
+		preempted(rundir.CgroupIdle, 0.01, 0.3).
 		preempted(victim, 0.001, 0.05).
 		analyze(t)
 
@@ -235,8 +235,8 @@ func TestCPUContention(t *testing.T) {
 func TestCPUContentionSeverityAndCulprits(t *testing.T) {
 	// Three hogs, one of them minor; the victim 2.5x slower.
 	rep := newRun(victimWorkload(), hogWorkload("cpu", 0), hogWorkload("cpu", 1), hogWorkload("cpu", 2)).
-		histogram(record.MetricRunqLatency, victim, lat(1000, 50e-6), lat(4000, 4e-3)).
-		gauge(record.MetricProbeCPUWork, victim, []float64{0.4}, []float64{1.0}).
+		histogram(rundir.MetricRunqLatency, victim, lat(1000, 50e-6), lat(4000, 4e-3)).
+		gauge(rundir.MetricProbeCPUWork, victim, []float64{0.4}, []float64{1.0}).
 		preempted(cpuHog0, 0, 1.0).
 		preempted(cpuHog1, 0, 6.0).
 		preempted(runCg+"/cpu-hog-2", 0, 0.4). // 5.4%
@@ -261,18 +261,18 @@ func TestNoCPUContention(t *testing.T) {
 	for name, b := range map[string]*builder{
 		// The victim alone: latency and work as in the baseline, a little system noise.
 		"quiet": newRun(victimWorkload()).
-			histogram(record.MetricRunqLatency, victim, lat(1000, 20e-6), lat(2000, 20e-6)).
-			gauge(record.MetricProbeCPUWork, victim, []float64{0.41, 0.40}, []float64{0.40, 0.42}).
+			histogram(rundir.MetricRunqLatency, victim, lat(1000, 20e-6), lat(2000, 20e-6)).
+			gauge(rundir.MetricProbeCPUWork, victim, []float64{0.41, 0.40}, []float64{0.40, 0.42}).
 			preempted("/system.slice/journald.service", 0.001, 0.002),
 		// Noise doubled the tail, but the work did not slow and nobody waited long.
 		"latency_noise_only": newRun(victimWorkload()).
-			histogram(record.MetricRunqLatency, victim, lat(1000, 10e-6), lat(2000, 40e-6)).
-			gauge(record.MetricProbeCPUWork, victim, []float64{0.40}, []float64{0.41}).
+			histogram(rundir.MetricRunqLatency, victim, lat(1000, 10e-6), lat(2000, 40e-6)).
+			gauge(rundir.MetricProbeCPUWork, victim, []float64{0.40}, []float64{0.41}).
 			preempted("/system.slice/journald.service", 0.001, 0.004),
 		// Work and latency rose, but neighbours caused only a few milliseconds of wait.
 		"neighbour_wait_negligible": cpuBusy(0).
 			preempted("/system.slice/journald.service", 0, 0.004).
-			preempted(record.CgroupIdle, 0, 0.001),
+			preempted(rundir.CgroupIdle, 0, 0.001),
 		// A neighbour preempted it as much in the baseline: it does not explain the rise.
 		"steady_neighbour": cpuBusy(0).preempted("/system.slice/build.service", 1, 2),
 		// Without the tracer there is nothing to attribute.
@@ -291,19 +291,19 @@ func throttled() *builder {
 	v := victimWorkload()
 	v.CPU = "100m"
 	return newRun(v).
-		counter(record.MetricCPUPeriods, victim, 100, 200).
-		counter(record.MetricCPUThrottled, victim, 90, 185).
-		counter(record.MetricCPUThrottledTime, victim, 8, 17).
-		counter(record.MetricCPUUsage, victim, 1, 2)
+		counter(rundir.MetricCPUPeriods, victim, 100, 200).
+		counter(rundir.MetricCPUThrottled, victim, 90, 185).
+		counter(rundir.MetricCPUThrottledTime, victim, 8, 17).
+		counter(rundir.MetricCPUUsage, victim, 1, 2)
 }
 
 func TestCPUThrottling(t *testing.T) {
 	// Stress got worse for the victim, but only through its own quota: no contention.
 	rep := throttled().
-		histogram(record.MetricRunqLatency, victim, lat(1000, 30e-3), lat(2000, 80e-3)).
-		gauge(record.MetricProbeCPUWork, victim, []float64{0.9}, []float64{2.0}).
-		preempted(record.CgroupThrottled, 7, 16).
-		preempted(record.CgroupIdle, 0.5, 1).
+		histogram(rundir.MetricRunqLatency, victim, lat(1000, 30e-3), lat(2000, 80e-3)).
+		gauge(rundir.MetricProbeCPUWork, victim, []float64{0.9}, []float64{2.0}).
+		preempted(rundir.CgroupThrottled, 7, 16).
+		preempted(rundir.CgroupIdle, 0.5, 1).
 		preempted(victim, 0.01, 0.05).
 		preempted("/system.slice/journald.service", 0.01, 0.05).
 		analyze(t)
@@ -335,9 +335,9 @@ func TestCPUThrottlingWithNeighbours(t *testing.T) {
 	b := throttled()
 	b.meta.Workloads = append(b.meta.Workloads, hogWorkload("cpu", 0))
 	rep := b.
-		histogram(record.MetricRunqLatency, victim, lat(1000, 1e-3), lat(2000, 10e-3)).
-		gauge(record.MetricProbeCPUWork, victim, []float64{0.9}, []float64{2.0}).
-		preempted(record.CgroupThrottled, 7, 8).
+		histogram(rundir.MetricRunqLatency, victim, lat(1000, 1e-3), lat(2000, 10e-3)).
+		gauge(rundir.MetricProbeCPUWork, victim, []float64{0.9}, []float64{2.0}).
+		preempted(rundir.CgroupThrottled, 7, 8).
 		preempted(cpuHog0, 0, 12).
 		analyze(t)
 	if got := ids(rep); !reflect.DeepEqual(got, []string{IDCPUThrottling, IDCPUContention}) {
@@ -350,17 +350,17 @@ func TestCPUThrottlingWithNeighbours(t *testing.T) {
 
 func TestNoCPUThrottling(t *testing.T) {
 	for name, b := range map[string]*builder{
-		"unlimited": newRun(victimWorkload()).counter(record.MetricCPUUsage, victim, 1, 2),
+		"unlimited": newRun(victimWorkload()).counter(rundir.MetricCPUUsage, victim, 1, 2),
 		"rarely_throttled": newRun(victimWorkload()).
-			counter(record.MetricCPUPeriods, victim, 100, 200).
-			counter(record.MetricCPUThrottled, victim, 5, 10).
-			counter(record.MetricCPUThrottledTime, victim, 0.05, 0.1).
-			counter(record.MetricCPUUsage, victim, 2.4, 4.8),
+			counter(rundir.MetricCPUPeriods, victim, 100, 200).
+			counter(rundir.MetricCPUThrottled, victim, 5, 10).
+			counter(rundir.MetricCPUThrottledTime, victim, 0.05, 0.1).
+			counter(rundir.MetricCPUUsage, victim, 2.4, 4.8),
 		"few_periods": newRun(victimWorkload()).
-			counter(record.MetricCPUPeriods, victim, 2, 2).
-			counter(record.MetricCPUThrottled, victim, 1, 1).
-			counter(record.MetricCPUThrottledTime, victim, 0.05, 0.05).
-			counter(record.MetricCPUUsage, victim, 0.02, 0.02),
+			counter(rundir.MetricCPUPeriods, victim, 2, 2).
+			counter(rundir.MetricCPUThrottled, victim, 1, 1).
+			counter(rundir.MetricCPUThrottledTime, victim, 0.05, 0.05).
+			counter(rundir.MetricCPUUsage, victim, 0.02, 0.02),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if rep := b.analyze(t); len(rep.Findings) != 0 {
@@ -372,7 +372,7 @@ func TestNoCPUThrottling(t *testing.T) {
 
 func TestCPUThrottlingWithoutPhases(t *testing.T) {
 	b := throttled()
-	b.recs = slices.DeleteFunc(b.recs, func(r record.Record) bool { return r.Type == record.TypePhase })
+	b.recs = slices.DeleteFunc(b.recs, func(r rundir.Record) bool { return r.Type == rundir.TypePhase })
 	f := finding(t, b.analyze(t), IDCPUThrottling)
 	if e := evidence(t, f, "cpu_throttled_seconds", ""); e.Phase != "run" || e.Value != 25 {
 		t.Errorf("evidence = %+v, want the whole run's 25 s", e)
@@ -384,15 +384,15 @@ func TestCPUThrottlingWithoutPhases(t *testing.T) {
 func diskBusy(t *testing.T) *builder {
 	t.Helper()
 	return newRun(victimWorkload(), hogWorkload("disk", 0), hogWorkload("disk", 1)).
-		gauge(record.MetricProbeFsync, victim, []float64{0.10, 0.11, 0.10, 0.12, 0.19}, []float64{0.10, 0.2, 0.4, 1.1}).
-		gauge(record.MetricProbeWrite, victim, []float64{0.005}, []float64{0.005}).
-		histogram(record.MetricFsyncLatency, victim, lat(10, 0.1), lat(20, 0.9), record.LabelSyscall, "fsync", record.LabelDevice, disk).
-		counter(record.MetricBlkBytes, victim, 640<<20, 1280<<20, record.LabelDevice, disk, record.LabelOp, "write").
-		counter(record.MetricBlkBytes, diskHog+"0", 0, 2<<30, record.LabelDevice, disk, record.LabelOp, "write").
-		counter(record.MetricBlkBytes, diskHog+"1", 0, 1900<<20, record.LabelDevice, disk, record.LabelOp, "write").
-		counter(record.MetricBlkBytes, "/", 10<<20, 100<<20, record.LabelDevice, disk, record.LabelOp, "write").
-		counter(record.MetricBlkBytes, "/steady", 1<<30, 2<<30, record.LabelDevice, disk, record.LabelOp, "write"). // as in the baseline
-		counter(record.MetricBlkBytes, "/elsewhere", 0, 8<<30, record.LabelDevice, "8:0", record.LabelOp, "write")
+		gauge(rundir.MetricProbeFsync, victim, []float64{0.10, 0.11, 0.10, 0.12, 0.19}, []float64{0.10, 0.2, 0.4, 1.1}).
+		gauge(rundir.MetricProbeWrite, victim, []float64{0.005}, []float64{0.005}).
+		histogram(rundir.MetricFsyncLatency, victim, lat(10, 0.1), lat(20, 0.9), rundir.LabelSyscall, "fsync", rundir.LabelDevice, disk).
+		counter(rundir.MetricBlkBytes, victim, 640<<20, 1280<<20, rundir.LabelDevice, disk, rundir.LabelOp, "write").
+		counter(rundir.MetricBlkBytes, diskHog+"0", 0, 2<<30, rundir.LabelDevice, disk, rundir.LabelOp, "write").
+		counter(rundir.MetricBlkBytes, diskHog+"1", 0, 1900<<20, rundir.LabelDevice, disk, rundir.LabelOp, "write").
+		counter(rundir.MetricBlkBytes, "/", 10<<20, 100<<20, rundir.LabelDevice, disk, rundir.LabelOp, "write").
+		counter(rundir.MetricBlkBytes, "/steady", 1<<30, 2<<30, rundir.LabelDevice, disk, rundir.LabelOp, "write"). // as in the baseline
+		counter(rundir.MetricBlkBytes, "/elsewhere", 0, 8<<30, rundir.LabelDevice, "8:0", rundir.LabelOp, "write")
 }
 
 func TestDiskContention(t *testing.T) {
@@ -407,8 +407,8 @@ func TestDiskContention(t *testing.T) {
 			b := diskBusy(t)
 			// Two cgroups' requests: the device-wide figures sum them.
 			for _, cg := range []string{victim, diskHog + "0"} {
-				b.histogram(record.MetricBlkQueue, cg, lat(500, tc.queue[0]), lat(500, tc.queue[1]), record.LabelDevice, disk, record.LabelOp, "write")
-				b.histogram(record.MetricBlkService, cg, lat(500, tc.service[0]), lat(500, tc.service[1]), record.LabelDevice, disk, record.LabelOp, "write")
+				b.histogram(rundir.MetricBlkQueue, cg, lat(500, tc.queue[0]), lat(500, tc.queue[1]), rundir.LabelDevice, disk, rundir.LabelOp, "write")
+				b.histogram(rundir.MetricBlkService, cg, lat(500, tc.service[0]), lat(500, tc.service[1]), rundir.LabelDevice, disk, rundir.LabelOp, "write")
 			}
 			rep := b.analyze(t)
 			if got := ids(rep); !reflect.DeepEqual(got, []string{IDDiskContention}) {
@@ -450,24 +450,24 @@ func TestDiskContentionFindsDeviceFromTracer(t *testing.T) {
 func TestNoDiskContention(t *testing.T) {
 	for name, b := range map[string]*builder{
 		"quiet": newRun(victimWorkload()).
-			gauge(record.MetricProbeFsync, victim, []float64{0.10, 0.19}, []float64{0.11, 0.18}).
-			counter(record.MetricBlkBytes, victim, 640<<20, 1280<<20, record.LabelDevice, disk, record.LabelOp, "write"),
+			gauge(rundir.MetricProbeFsync, victim, []float64{0.10, 0.19}, []float64{0.11, 0.18}).
+			counter(rundir.MetricBlkBytes, victim, 640<<20, 1280<<20, rundir.LabelDevice, disk, rundir.LabelOp, "write"),
 		"neighbours_on_another_disk": newRun(victimWorkload(), hogWorkload("disk", 0)).
-			gauge(record.MetricProbeFsync, victim, []float64{0.1}, []float64{0.5}).
-			counter(record.MetricBlkBytes, diskHog+"0", 0, 4<<30, record.LabelDevice, "8:0", record.LabelOp, "write"),
+			gauge(rundir.MetricProbeFsync, victim, []float64{0.1}, []float64{0.5}).
+			counter(rundir.MetricBlkBytes, diskHog+"0", 0, 4<<30, rundir.LabelDevice, "8:0", rundir.LabelOp, "write"),
 		"rise_too_small_to_matter": newRun(victimWorkload(), hogWorkload("disk", 0)).
-			gauge(record.MetricProbeFsync, victim, []float64{0.001}, []float64{0.004}).
-			counter(record.MetricBlkBytes, diskHog+"0", 0, 4<<30, record.LabelDevice, disk, record.LabelOp, "write"),
+			gauge(rundir.MetricProbeFsync, victim, []float64{0.001}, []float64{0.004}).
+			counter(rundir.MetricBlkBytes, diskHog+"0", 0, 4<<30, rundir.LabelDevice, disk, rundir.LabelOp, "write"),
 		"device_mostly_served_the_victim": newRun(victimWorkload()).
-			gauge(record.MetricProbeFsync, victim, []float64{0.03}, []float64{0.07}).
-			counter(record.MetricBlkBytes, victim, 512<<20, 1024<<20, record.LabelDevice, disk, record.LabelOp, "write").
-			counter(record.MetricBlkBytes, "/", 0, 18<<20, record.LabelDevice, disk, record.LabelOp, "write"),
+			gauge(rundir.MetricProbeFsync, victim, []float64{0.03}, []float64{0.07}).
+			counter(rundir.MetricBlkBytes, victim, 512<<20, 1024<<20, rundir.LabelDevice, disk, rundir.LabelOp, "write").
+			counter(rundir.MetricBlkBytes, "/", 0, 18<<20, rundir.LabelDevice, disk, rundir.LabelOp, "write"),
 		"neighbour_only_discarded": newRun(victimWorkload(), hogWorkload("disk", 0)).
-			gauge(record.MetricProbeFsync, victim, []float64{0.1}, []float64{0.5}).
-			counter(record.MetricBlkBytes, diskHog+"0", 0, 4<<30, record.LabelDevice, disk, record.LabelOp, "discard"),
+			gauge(rundir.MetricProbeFsync, victim, []float64{0.1}, []float64{0.5}).
+			counter(rundir.MetricBlkBytes, diskHog+"0", 0, 4<<30, rundir.LabelDevice, disk, rundir.LabelOp, "discard"),
 		"neighbours_wrote_little": newRun(victimWorkload()).
-			gauge(record.MetricProbeFsync, victim, []float64{0.1}, []float64{0.5}).
-			counter(record.MetricBlkBytes, "/system.slice/journald.service", 1<<20, 2<<20, record.LabelDevice, disk, record.LabelOp, "write"),
+			gauge(rundir.MetricProbeFsync, victim, []float64{0.1}, []float64{0.5}).
+			counter(rundir.MetricBlkBytes, "/system.slice/journald.service", 1<<20, 2<<20, rundir.LabelDevice, disk, rundir.LabelOp, "write"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if rep := b.analyze(t); len(rep.Findings) != 0 {
@@ -479,8 +479,8 @@ func TestNoDiskContention(t *testing.T) {
 
 func TestSummaryTable(t *testing.T) {
 	b := diskBusy(t).
-		counter(record.MetricCPUUsage, victim, 2.5, 5).
-		histogram(record.MetricRunqLatency, victim, lat(100, 1e-3), lat(100, 8e-3))
+		counter(rundir.MetricCPUUsage, victim, 2.5, 5).
+		histogram(rundir.MetricRunqLatency, victim, lat(100, 1e-3), lat(100, 8e-3))
 	rep := b.analyze(t)
 	var base, stress *WorkloadPhase
 	for i, wp := range rep.Summary.Workloads {
@@ -519,12 +519,12 @@ func TestSummaryTable(t *testing.T) {
 }
 
 func TestRecordModeRanking(t *testing.T) {
-	b := &builder{meta: record.Meta{ID: "rec", Scenario: "record", Start: at(-1)}}
+	b := &builder{meta: rundir.Meta{ID: "rec", Scenario: "record", Start: at(-1)}}
 	for i := range 12 {
 		cg := fmt.Sprintf("/kubepods/pod-%02d", i)
-		b.histogram(record.MetricRunqLatency, cg, hist.Log2{}, lat(100, float64(i+1)*1e-3))
-		b.histogram(record.MetricFsyncLatency, cg, hist.Log2{}, lat(uint64(i+1), float64(int(1)<<(12-i))*1e-5), record.LabelDevice, disk)
-		b.counter(record.MetricBlkBytes, cg, 0, float64(i)*(1<<20), record.LabelDevice, disk, record.LabelOp, "write")
+		b.histogram(rundir.MetricRunqLatency, cg, hist.Log2{}, lat(100, float64(i+1)*1e-3))
+		b.histogram(rundir.MetricFsyncLatency, cg, hist.Log2{}, lat(uint64(i+1), float64(int(1)<<(12-i))*1e-5), rundir.LabelDevice, disk)
+		b.counter(rundir.MetricBlkBytes, cg, 0, float64(i)*(1<<20), rundir.LabelDevice, disk, rundir.LabelOp, "write")
 	}
 	rep := b.analyze(t)
 	if len(rep.Findings) != 0 || rep.Findings == nil {
@@ -571,9 +571,9 @@ func TestCulprits(t *testing.T) {
 }
 
 func TestWriteFsyncPairsIterations(t *testing.T) {
-	rec := func(sec, v float64) record.Record { return record.Record{Time: at(sec), Value: &v} }
-	writes := []record.Record{rec(1, 0.01), rec(2, 0.02), rec(2.5, 0.025), rec(4, 0.04)}
-	fsyncs := []record.Record{rec(1, 0.1), rec(3, 0.3), rec(3.5, 0.35), rec(4, 0.4)}
+	rec := func(sec, v float64) rundir.Record { return rundir.Record{Time: at(sec), Value: &v} }
+	writes := []rundir.Record{rec(1, 0.01), rec(2, 0.02), rec(2.5, 0.025), rec(4, 0.04)}
+	fsyncs := []rundir.Record{rec(1, 0.1), rec(3, 0.3), rec(3.5, 0.35), rec(4, 0.4)}
 	// 2 s's write was superseded by 2.5 s's; 3.5 s's fsync has no write of its own.
 	if got, want := writeFsync(writes, fsyncs), []float64{0.11, 0.325, 0.44}; !reflect.DeepEqual(got, want) {
 		t.Errorf("writeFsync = %v, want %v", got, want)
@@ -595,8 +595,8 @@ func TestQuantile(t *testing.T) {
 func TestNotesSayWhatTheRunMisses(t *testing.T) {
 	b := newRun(victimWorkload())
 	b.meta.Tracer = map[string]string{"runq": "attached", "fsync": "tracefs is not mounted"}
-	b.counter(record.MetricBPFDrops, "", 0, 12, record.LabelProgram, "blkio", record.LabelReason, "inflight_full")
-	b.counter(record.MetricBPFDrops, "", 0, 0, record.LabelProgram, "runq", record.LabelReason, "latency_map_full")
+	b.counter(rundir.MetricBPFDrops, "", 0, 12, rundir.LabelProgram, "blkio", rundir.LabelReason, "inflight_full")
+	b.counter(rundir.MetricBPFDrops, "", 0, 0, rundir.LabelProgram, "runq", rundir.LabelReason, "latency_map_full")
 	rep := b.analyze(t)
 	if len(rep.Notes) != 2 {
 		t.Fatalf("notes = %q, want the unattached fsync program and blkio's 12 drops", rep.Notes)

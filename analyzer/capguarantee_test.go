@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/nodectl/nodectl/agent/hist"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // capRun is a 250m victim throttled alone (10 s), then kept under its quota by a CPU hog that
@@ -19,13 +19,13 @@ func capRun(stressRunq hist.Log2) *builder {
 	v := victimWorkload()
 	v.CPU = "250m"
 	return newRun(v, hogWorkload("cpu", 0)).
-		counter(record.MetricCPUPeriods, victim, 50, 60).
-		counter(record.MetricCPUThrottled, victim, 33, 0).
-		counter(record.MetricCPUThrottledTime, victim, 1.9, 0).
-		counter(record.MetricCPUUsage, victim, 0.9, 1.2).
-		histogram(record.MetricRunqLatency, victim, lat(1800, 0.2e-3).Add(lat(30, 60e-3)), stressRunq).
-		gauge(record.MetricProbeCPUWork, victim, []float64{0.14}, []float64{0.54}).
-		preempted(record.CgroupThrottled, 1.9, 0).
+		counter(rundir.MetricCPUPeriods, victim, 50, 60).
+		counter(rundir.MetricCPUThrottled, victim, 33, 0).
+		counter(rundir.MetricCPUThrottledTime, victim, 1.9, 0).
+		counter(rundir.MetricCPUUsage, victim, 0.9, 1.2).
+		histogram(rundir.MetricRunqLatency, victim, lat(1800, 0.2e-3).Add(lat(30, 60e-3)), stressRunq).
+		gauge(rundir.MetricProbeCPUWork, victim, []float64{0.14}, []float64{0.54}).
+		preempted(rundir.CgroupThrottled, 1.9, 0).
 		preempted(cpuHog0, 0, 8)
 }
 
@@ -60,8 +60,8 @@ func TestCapNotGuaranteeWaitsThatDoNotAccountForTheLoss(t *testing.T) {
 	// The probe lost 8 s (0.4 s in each of 20 iterations) but the hog added 1 s of its waits:
 	// something other than the CPU did most of it, so no contention.
 	b := capRun(lat(4000, 0.2e-3).Add(lat(100, 60e-3)))
-	b.recs = slices.DeleteFunc(b.recs, func(r record.Record) bool {
-		return r.Labels[record.LabelPreemptor] == cpuHog0
+	b.recs = slices.DeleteFunc(b.recs, func(r rundir.Record) bool {
+		return r.Labels[rundir.LabelPreemptor] == cpuHog0
 	})
 	rep := b.preempted(cpuHog0, 0, 1).analyze(t)
 	if got := ids(rep); !reflect.DeepEqual(got, []string{IDCPUThrottling}) {

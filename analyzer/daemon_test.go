@@ -6,13 +6,13 @@ import (
 	"testing"
 
 	"github.com/nodectl/nodectl/agent/hist"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 const containerdCg = "/system.slice/containerd.service"
 
-func daemonWorkload() record.Workload {
-	return record.Workload{Name: "containerd", Kind: kindDaemon, Cgroup: containerdCg}
+func daemonWorkload() rundir.Workload {
+	return rundir.Workload{Name: "containerd", Kind: kindDaemon, Cgroup: containerdCg}
 }
 
 // daemonRun has the followed containerd wait base and stress on the run queue (the baseline is
@@ -20,10 +20,10 @@ func daemonWorkload() record.Workload {
 // the baseline, in the stress phase).
 func daemonRun(base, stress hist.Log2, preempted map[string][2]float64) *builder {
 	b := newRun(victimWorkload(), hogWorkload("cpu", 0), hogWorkload("cpu", 1), daemonWorkload()).
-		histogram(record.MetricRunqLatency, containerdCg, base, stress)
+		histogram(rundir.MetricRunqLatency, containerdCg, base, stress)
 	for p, w := range preempted {
-		b.counter(record.MetricRunqPreemptWait, containerdCg, w[0], w[1], record.LabelPreemptor, p)
-		b.counter(record.MetricRunqPreemptions, containerdCg, w[0]*100, w[1]*100, record.LabelPreemptor, p)
+		b.counter(rundir.MetricRunqPreemptWait, containerdCg, w[0], w[1], rundir.LabelPreemptor, p)
+		b.counter(rundir.MetricRunqPreemptions, containerdCg, w[0]*100, w[1]*100, rundir.LabelPreemptor, p)
 	}
 	return b
 }
@@ -34,7 +34,7 @@ func TestDaemonStarvation(t *testing.T) {
 		cpuHog1:             {0, 0.6},
 		"/":                 {0.01, 0.02}, // as in the baseline: not named
 		containerdCg:        {0.001, 0.002},
-		record.CgroupKernel: {0.001, 0.3}, // system work, not a neighbour
+		rundir.CgroupKernel: {0.001, 0.3}, // system work, not a neighbour
 	}
 	tests := map[string]struct {
 		base, stress hist.Log2
@@ -83,7 +83,7 @@ func TestNoDaemonStarvation(t *testing.T) {
 		"few_waits": daemonRun(lat(5, 50e-6), lat(5, 30e-3), hogs),
 		"no_rise":   daemonRun(lat(1000, 30e-3), lat(2000, 30e-3), hogs),
 		"its_own_tasks_and_quota": daemonRun(lat(1000, 50e-6), lat(1000, 30e-3), map[string][2]float64{
-			containerdCg: {0.001, 0.4}, record.CgroupThrottled: {0, 0.3}, record.CgroupKernel: {0, 0.2}}),
+			containerdCg: {0.001, 0.4}, rundir.CgroupThrottled: {0, 0.3}, rundir.CgroupKernel: {0, 0.2}}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			for _, f := range b.analyze(t).Findings {

@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // IDMemoryCollapse: a density sweep reached a density its node could not hold.
@@ -131,7 +131,7 @@ func (c densityConfig) num(key string) float64 {
 
 // Density tabulates a density run by step, with its collapse and ceiling; findings come from
 // the report Analyze made.
-func Density(run *record.Run, rep *Report) *DensityReport {
+func Density(run *rundir.Run, rep *Report) *DensityReport {
 	a := newAnalysis(run)
 	dr := a.densityTable()
 	dr.Findings = []Finding{}
@@ -152,12 +152,12 @@ func (a *analysis) density() []Finding {
 
 // densityEvents reads the sweep's configuration, its collapse (nil when none) and each step's
 // hold start.
-func (a *analysis) densityEvents() (densityConfig, *record.Record, map[string]time.Time) {
+func (a *analysis) densityEvents() (densityConfig, *rundir.Record, map[string]time.Time) {
 	cfg := densityConfig{}
 	holds := map[string]time.Time{}
-	var collapse *record.Record
+	var collapse *rundir.Record
 	for i, rec := range a.run.Records {
-		if rec.Type != record.TypeEvent {
+		if rec.Type != rundir.TypeEvent {
 			continue
 		}
 		switch rec.Name {
@@ -210,25 +210,25 @@ func (a *analysis) densityTable() *DensityReport {
 	return dr
 }
 
-func (a *analysis) densityStep(n int, w record.Window, cfg densityConfig, holds map[string]time.Time) DensityStep {
+func (a *analysis) densityStep(n int, w rundir.Window, cfg densityConfig, holds map[string]time.Time) DensityStep {
 	run := a.run
 	cg := a.nodeCgroup()
 	s := DensityStep{Density: n, Phase: w.Name, Seconds: w.Seconds()}
 	sec := max(w.Seconds(), 1e-9)
 	// Sandboxes launched: the count at the step's end less the count at its start.
-	counts := run.Series(record.MetricDensitySandboxes)
+	counts := run.Series(rundir.MetricDensitySandboxes)
 	for _, ss := range counts {
 		s.Started = int(ss.Delta(w))
 	}
-	ready := run.Series(record.MetricSandboxReadiness).Values(w)
+	ready := run.Series(rundir.MetricSandboxReadiness).Values(w)
 	s.Ready = len(ready)
 	s.ReadinessP50, s.ReadinessP99 = quantile(ready, 0.5), quantile(ready, 0.99)
-	late := run.Series(record.MetricSandboxTickLateness).Values(w)
+	late := run.Series(rundir.MetricSandboxTickLateness).Values(w)
 	s.TickLatenessP99 = quantile(late, 0.99)
 	if len(late) > 0 {
 		s.TickLatenessMax = slices.Max(late)
 	}
-	s.ActivityP99 = quantile(run.Series(record.MetricSandboxActivity).Values(w), 0.99)
+	s.ActivityP99 = quantile(run.Series(rundir.MetricSandboxActivity).Values(w), 0.99)
 	// Pressure over the settled hold: from the step's hold event (its sandboxes were up and had
 	// settled; the driver snapshots then) to its end; start-up reclaim is not a collapse.
 	hold := w
@@ -236,74 +236,74 @@ func (a *analysis) densityStep(n int, w record.Window, cfg densityConfig, holds 
 		hold.Start = t
 	}
 	hsec := max(hold.Seconds(), 1e-9)
-	psi := run.Series(record.MetricCgroupPressure).Cgroup(cg).Label(record.LabelResource, "memory")
-	s.PSIMemorySome = psi.Label(record.LabelKind, "some").Delta(hold) / hsec
-	s.PSIMemoryFull = psi.Label(record.LabelKind, "full").Delta(hold) / hsec
-	s.HostPSIMemFull = run.Series(record.MetricSystemPressure).Label(record.LabelResource, "memory").Label(record.LabelKind, "full").Delta(hold) / hsec
-	mem := run.Series(record.MetricDensityMemory).Cgroup(cg)
-	maxOf := func(ss record.SeriesSet) float64 {
+	psi := run.Series(rundir.MetricCgroupPressure).Cgroup(cg).Label(rundir.LabelResource, "memory")
+	s.PSIMemorySome = psi.Label(rundir.LabelKind, "some").Delta(hold) / hsec
+	s.PSIMemoryFull = psi.Label(rundir.LabelKind, "full").Delta(hold) / hsec
+	s.HostPSIMemFull = run.Series(rundir.MetricSystemPressure).Label(rundir.LabelResource, "memory").Label(rundir.LabelKind, "full").Delta(hold) / hsec
+	mem := run.Series(rundir.MetricDensityMemory).Cgroup(cg)
+	maxOf := func(ss rundir.SeriesSet) float64 {
 		if vs := ss.Values(w); len(vs) > 0 {
 			return slices.Max(vs)
 		}
 		return 0
 	}
-	s.WorkingSet = maxOf(mem.Label(record.LabelName, "working_set"))
-	s.MemoryUsage = maxOf(mem.Label(record.LabelName, "usage"))
-	s.MemoryLimit = maxOf(mem.Label(record.LabelName, "limit"))
+	s.WorkingSet = maxOf(mem.Label(rundir.LabelName, "working_set"))
+	s.MemoryUsage = maxOf(mem.Label(rundir.LabelName, "usage"))
+	s.MemoryLimit = maxOf(mem.Label(rundir.LabelName, "limit"))
 	if s.MemoryLimit <= 0 || s.MemoryLimit >= unlimitedBytes {
 		// No node limit: the node is the host.
-		s.MemoryLimit = maxOf(run.Series(record.MetricMeminfo).Label(record.LabelName, "MemTotal"))
+		s.MemoryLimit = maxOf(run.Series(rundir.MetricMeminfo).Label(rundir.LabelName, "MemTotal"))
 	}
-	s.Anon = maxOf(mem.Label(record.LabelName, "anon"))
-	s.File = maxOf(mem.Label(record.LabelName, "file"))
-	s.SwapUsed = maxOf(mem.Label(record.LabelName, "swap"))
-	s.SwapFileUsed = maxOf(run.Series(record.MetricDensitySwap).Label(record.LabelName, "used"))
-	vm := run.Series(record.MetricVmstat)
-	rate := func(name string) float64 { return vm.Label(record.LabelName, name).Delta(w) / sec }
+	s.Anon = maxOf(mem.Label(rundir.LabelName, "anon"))
+	s.File = maxOf(mem.Label(rundir.LabelName, "file"))
+	s.SwapUsed = maxOf(mem.Label(rundir.LabelName, "swap"))
+	s.SwapFileUsed = maxOf(run.Series(rundir.MetricDensitySwap).Label(rundir.LabelName, "used"))
+	vm := run.Series(rundir.MetricVmstat)
+	rate := func(name string) float64 { return vm.Label(rundir.LabelName, name).Delta(w) / sec }
 	// Swap traffic of the node's cgroup where the kernel counts it (v2, 6.12+), else the host's.
-	if sp := run.Series(record.MetricMemorySwapPages).Cgroup(cg); len(sp) > 0 {
-		s.SwapIn = sp.Label(record.LabelOp, "in").Delta(w) / sec * pageBytes
-		s.SwapOut = sp.Label(record.LabelOp, "out").Delta(w) / sec * pageBytes
+	if sp := run.Series(rundir.MetricMemorySwapPages).Cgroup(cg); len(sp) > 0 {
+		s.SwapIn = sp.Label(rundir.LabelOp, "in").Delta(w) / sec * pageBytes
+		s.SwapOut = sp.Label(rundir.LabelOp, "out").Delta(w) / sec * pageBytes
 	} else {
 		s.SwapIn, s.SwapOut = rate("pswpin")*pageBytes, rate("pswpout")*pageBytes
 	}
 	// Refaults and major faults of the node's cgroup where the sampler read them (its
 	// memory.stat counts its sandboxes too), else the host's.
-	if ref := run.Series(record.MetricMemoryRefaults).Cgroup(cg); len(ref) > 0 {
-		s.RefaultsFile = ref.Label(record.LabelKind, "file").Delta(w) / sec
-		s.RefaultsAnon = ref.Label(record.LabelKind, "anon").Delta(w) / sec
+	if ref := run.Series(rundir.MetricMemoryRefaults).Cgroup(cg); len(ref) > 0 {
+		s.RefaultsFile = ref.Label(rundir.LabelKind, "file").Delta(w) / sec
+		s.RefaultsAnon = ref.Label(rundir.LabelKind, "anon").Delta(w) / sec
 	} else {
 		s.RefaultsFile, s.RefaultsAnon = rate("workingset_refault_file"), rate("workingset_refault_anon")
 	}
-	if mf := run.Series(record.MetricMemoryMajorFaults).Cgroup(cg); len(mf) > 0 {
+	if mf := run.Series(rundir.MetricMemoryMajorFaults).Cgroup(cg); len(mf) > 0 {
 		s.MajorFaults = mf.Delta(w) / sec
 	} else {
 		s.MajorFaults = rate("pgmajfault")
 	}
 	// Reclaim stalls of the sandboxes' tasks (the reclaim tracer, with --trace).
-	var stalls record.SeriesSet
-	for _, ss := range run.Series(record.MetricReclaimStall) {
+	var stalls rundir.SeriesSet
+	for _, ss := range run.Series(rundir.MetricReclaimStall) {
 		if cg != "" && within(ss.Cgroup, cg) {
 			stalls = append(stalls, ss)
 		}
 	}
 	st := stalls.HistDelta(w)
 	s.ReclaimStall, s.ReclaimStallP99 = secs(st.SumNs), st.Quantile(0.99)
-	var compaction record.SeriesSet
-	for _, ss := range run.Series(record.MetricCompactionStall) {
+	var compaction rundir.SeriesSet
+	for _, ss := range run.Series(rundir.MetricCompactionStall) {
 		if cg != "" && within(ss.Cgroup, cg) {
 			compaction = append(compaction, ss)
 		}
 	}
 	s.CompactionStall = secs(compaction.HistDelta(w).SumNs)
-	s.OOMKills = run.Series(record.MetricDensityOOMKills).Cgroup(cg).Delta(w)
-	s.CPUCores = run.Series(record.MetricCPUUsage).Cgroup(cg).Delta(w) / sec
+	s.OOMKills = run.Series(rundir.MetricDensityOOMKills).Cgroup(cg).Delta(w)
+	s.CPUCores = run.Series(rundir.MetricCPUUsage).Cgroup(cg).Delta(w) / sec
 	if dev := a.swapDevice(); dev != "" && cfg.num("swap_bytes") > 0 {
-		s.SwapDeviceBusy = run.Series(record.MetricDiskIOTime).Label(record.LabelDevice, dev).Delta(w) / sec
+		s.SwapDeviceBusy = run.Series(rundir.MetricDiskIOTime).Label(rundir.LabelDevice, dev).Delta(w) / sec
 		// A request's latency is its queue time plus its service time; the two p99s added
 		// stand for the requests' p99 (the tracer keeps the two apart).
-		q := run.Series(record.MetricBlkQueue).Label(record.LabelDevice, dev).HistDelta(w)
-		sv := run.Series(record.MetricBlkService).Label(record.LabelDevice, dev).HistDelta(w)
+		q := run.Series(rundir.MetricBlkQueue).Label(rundir.LabelDevice, dev).HistDelta(w)
+		sv := run.Series(rundir.MetricBlkService).Label(rundir.LabelDevice, dev).HistDelta(w)
 		s.SwapIOP99 = q.Quantile(0.99) + sv.Quantile(0.99)
 	}
 	s.Signals = crossed(s, cfg)
@@ -429,7 +429,7 @@ func (a *analysis) memoryCollapse(dr *DensityReport) *Finding {
 		}}
 	// Who the OOM killer took, from the sandboxes' own counters (the cgroup sampler's).
 	var killed []string
-	for _, ss := range a.run.Series(record.MetricMemoryOOMKills) {
+	for _, ss := range a.run.Series(rundir.MetricMemoryOOMKills) {
 		if ss.Cgroup != a.nodeCgroup() && within(ss.Cgroup, a.nodeCgroup()) && ss.Delta(a.run.Span()) > 0 {
 			killed = append(killed, a.name(ss.Cgroup))
 		}

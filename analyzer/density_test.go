@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 const densityNode = "/nodectl/density-r1"
@@ -25,47 +25,47 @@ type densityStepSpec struct {
 
 // densityRun builds a density run of steps; step i runs (10i, 10i+10], its hold from 10i+5.
 func densityRun(nodeMem, swapBytes int64, collapse map[string]string, steps ...densityStepSpec) *builder {
-	node := record.Workload{Name: "node", Kind: "node", Cgroup: densityNode, Device: "254:0"}
-	b := &builder{meta: record.Meta{ID: "density-r1", Scenario: "density", Node: "node-a", Kernel: "6.18.0", Start: at(-1), Workloads: []record.Workload{node}}}
-	b.recs = append(b.recs, record.Record{Type: record.TypeEvent, Time: at(-1), Name: eventDensityConfig, Labels: map[string]string{
+	node := rundir.Workload{Name: "node", Kind: "node", Cgroup: densityNode, Device: "254:0"}
+	b := &builder{meta: rundir.Meta{ID: "density-r1", Scenario: "density", Node: "node-a", Kernel: "6.18.0", Start: at(-1), Workloads: []rundir.Workload{node}}}
+	b.recs = append(b.recs, rundir.Record{Type: rundir.TypeEvent, Time: at(-1), Name: eventDensityConfig, Labels: map[string]string{
 		"node_memory_bytes": strconv.FormatInt(nodeMem, 10), "swap_bytes": strconv.FormatInt(swapBytes, 10), "request_bytes": strconv.Itoa(150 << 20),
 		"cpus": "2", "criterion_readiness_p99_seconds": "10", "criterion_psi_full_share": "0.1", "criterion_oom_kill": "1", "criterion_tick_gap_seconds": "5",
 	}})
 	sample := func(t float64, metric, cg string, v float64, kv ...string) {
-		b.recs = append(b.recs, record.Record{Type: record.TypeSample, Time: at(t), Metric: metric, Cgroup: cg, Labels: labels(kv...), Value: &v})
+		b.recs = append(b.recs, rundir.Record{Type: rundir.TypeSample, Time: at(t), Metric: metric, Cgroup: cg, Labels: labels(kv...), Value: &v})
 	}
 	var launched, full, ooms, busy, cpu float64
 	for i, s := range steps {
 		start, hold, end := float64(10*i), float64(10*i+5), float64(10*i+10)
 		name := "step-" + strconv.Itoa(s.density)
 		b.recs = append(b.recs,
-			record.Record{Type: record.TypePhase, Time: at(start), Name: name, Event: record.EventStart},
-			record.Record{Type: record.TypeEvent, Time: at(hold), Name: eventHold, Labels: map[string]string{"phase": name}},
-			record.Record{Type: record.TypePhase, Time: at(end), Name: name, Event: record.EventEnd})
+			rundir.Record{Type: rundir.TypePhase, Time: at(start), Name: name, Event: rundir.EventStart},
+			rundir.Record{Type: rundir.TypeEvent, Time: at(hold), Name: eventHold, Labels: map[string]string{"phase": name}},
+			rundir.Record{Type: rundir.TypePhase, Time: at(end), Name: name, Event: rundir.EventEnd})
 		for j, r := range s.readiness {
 			launched++
-			sample(start+0.1*float64(j+1), record.MetricDensitySandboxes, "", launched)
-			sample(start+1, record.MetricSandboxReadiness, densityNode+"/sandbox-"+strconv.Itoa(int(launched)-1), r)
+			sample(start+0.1*float64(j+1), rundir.MetricDensitySandboxes, "", launched)
+			sample(start+1, rundir.MetricSandboxReadiness, densityNode+"/sandbox-"+strconv.Itoa(int(launched)-1), r)
 		}
 		// Cumulative counters at the step's start, hold and end.
-		sample(start, record.MetricCgroupPressure, densityNode, full, record.LabelResource, "memory", record.LabelKind, "full")
-		sample(hold, record.MetricCgroupPressure, densityNode, full, record.LabelResource, "memory", record.LabelKind, "full")
+		sample(start, rundir.MetricCgroupPressure, densityNode, full, rundir.LabelResource, "memory", rundir.LabelKind, "full")
+		sample(hold, rundir.MetricCgroupPressure, densityNode, full, rundir.LabelResource, "memory", rundir.LabelKind, "full")
 		full += s.psiFull
 		ooms += s.oomKills
 		busy += s.swapBusyS
-		sample(end, record.MetricCgroupPressure, densityNode, full, record.LabelResource, "memory", record.LabelKind, "full")
-		sample(end, record.MetricDensityOOMKills, densityNode, ooms)
-		sample(start, record.MetricCPUUsage, densityNode, cpu)
+		sample(end, rundir.MetricCgroupPressure, densityNode, full, rundir.LabelResource, "memory", rundir.LabelKind, "full")
+		sample(end, rundir.MetricDensityOOMKills, densityNode, ooms)
+		sample(start, rundir.MetricCPUUsage, densityNode, cpu)
 		cpu += s.cpuSeconds
-		sample(end, record.MetricCPUUsage, densityNode, cpu)
-		sample(end, record.MetricDiskIOTime, "", busy, record.LabelDevice, "254:0")
-		sample(start, record.MetricDiskIOTime, "", busy-s.swapBusyS, record.LabelDevice, "254:0")
-		sample(end-1, record.MetricDensityMemory, densityNode, s.workingSet, record.LabelName, "working_set")
-		sample(end-1, record.MetricDensityMemory, densityNode, s.swap, record.LabelName, "swap")
-		sample(end-1, record.MetricDensitySwap, "", s.swapFileUsed, record.LabelName, "used")
+		sample(end, rundir.MetricCPUUsage, densityNode, cpu)
+		sample(end, rundir.MetricDiskIOTime, "", busy, rundir.LabelDevice, "254:0")
+		sample(start, rundir.MetricDiskIOTime, "", busy-s.swapBusyS, rundir.LabelDevice, "254:0")
+		sample(end-1, rundir.MetricDensityMemory, densityNode, s.workingSet, rundir.LabelName, "working_set")
+		sample(end-1, rundir.MetricDensityMemory, densityNode, s.swap, rundir.LabelName, "swap")
+		sample(end-1, rundir.MetricDensitySwap, "", s.swapFileUsed, rundir.LabelName, "used")
 	}
 	if collapse != nil {
-		b.recs = append(b.recs, record.Record{Type: record.TypeEvent, Time: at(float64(10 * len(steps))), Name: eventCollapse, Labels: collapse})
+		b.recs = append(b.recs, rundir.Record{Type: rundir.TypeEvent, Time: at(float64(10 * len(steps))), Name: eventCollapse, Labels: collapse})
 	}
 	return b
 }

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // DiffReport compares two runs, A and B: `nodectl diff RUN_A RUN_B -o json`.
@@ -28,7 +28,7 @@ type DiffReport struct {
 // DiffRun is one side of a diff: the run, the window its measures cover and its findings.
 type DiffRun struct {
 	Run      RunInfo       `json:"run"`
-	Window   record.Window `json:"window"` // the stress phase, else the whole run
+	Window   rundir.Window `json:"window"` // the stress phase, else the whole run
 	Findings []Finding     `json:"findings"`
 	Notes    []string      `json:"notes,omitempty"`
 }
@@ -125,7 +125,7 @@ const windowLengthTolerance = 0.10
 
 // Diff analyzes both runs and compares them workload by workload, over each run's stress
 // phase (or the whole run when it has none), and lists the findings only one of them has.
-func Diff(a, b *record.Run) (*DiffReport, error) {
+func Diff(a, b *rundir.Run) (*DiffReport, error) {
 	if a == nil || b == nil {
 		return nil, errors.New("diffing runs: no run")
 	}
@@ -224,11 +224,11 @@ type diffSide struct {
 	DiffRun
 	analysis *analysis
 	keys     []string                   // its workloads, in the order to show them
-	byName   map[string]record.Workload // a stress run's workloads
+	byName   map[string]rundir.Workload // a stress run's workloads
 	cgroups  map[string]bool            // a record-mode run: every cgroup it has samples of
 }
 
-func newDiffSide(run *record.Run) (*diffSide, error) {
+func newDiffSide(run *rundir.Run) (*diffSide, error) {
 	rep, err := Analyze(run)
 	if err != nil {
 		return nil, err
@@ -237,7 +237,7 @@ func newDiffSide(run *record.Run) (*diffSide, error) {
 	s := &diffSide{
 		DiffRun:  DiffRun{Run: rep.Run, Window: a.focus(), Findings: rep.Findings, Notes: rep.Notes},
 		analysis: a,
-		byName:   map[string]record.Workload{},
+		byName:   map[string]rundir.Workload{},
 	}
 	for _, wl := range run.Meta.Workloads {
 		s.byName[wl.Name] = wl
@@ -249,7 +249,7 @@ func newDiffSide(run *record.Run) (*diffSide, error) {
 	// A record-mode run has no roles: compare the cgroups that stood out, by path.
 	s.cgroups = map[string]bool{}
 	for _, r := range run.Records {
-		if r.Type == record.TypeSample && r.Cgroup != "" {
+		if r.Type == rundir.TypeSample && r.Cgroup != "" {
 			s.cgroups[r.Cgroup] = true
 		}
 	}
@@ -269,7 +269,7 @@ func newDiffSide(run *record.Run) (*diffSide, error) {
 func (s *diffSide) row(key string) (WorkloadPhase, bool) {
 	wl, ok := s.byName[key]
 	if !ok && s.cgroups[key] {
-		wl, ok = record.Workload{Name: key, Cgroup: key}, true
+		wl, ok = rundir.Workload{Name: key, Cgroup: key}, true
 	}
 	if !ok {
 		return WorkloadPhase{}, false
@@ -299,7 +299,7 @@ func sameFinding(f Finding) func(Finding) bool {
 }
 
 // windowNotes says when the compared windows differ in kind or length.
-func windowNotes(a, b record.Window) []string {
+func windowNotes(a, b rundir.Window) []string {
 	var out []string
 	if a.Name != b.Name {
 		out = append(out, fmt.Sprintf("run A is measured over its %s window and run B over its %s window", a.Name, b.Name))

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/nodectl/nodectl/agent/hist"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 func diff(t *testing.T, a, b *builder) *DiffReport {
@@ -59,8 +59,8 @@ func unlimitedHogs() *builder {
 	return cpuBusy(2).
 		preempted(cpuHog0, 0, 1.9).
 		preempted(cpuHog1, 0, 1.8).
-		counter(record.MetricCPUUsage, cpuHog0, 0, 20).
-		counter(record.MetricCPUUsage, cpuHog1, 0, 20)
+		counter(rundir.MetricCPUUsage, cpuHog0, 0, 20).
+		counter(rundir.MetricCPUUsage, cpuHog1, 0, 20)
 }
 
 // limitedHog is the same victim next to one hog at cpu=500m, which its quota throttles.
@@ -68,12 +68,12 @@ func limitedHog() *builder {
 	hog := hogWorkload("cpu", 0)
 	hog.CPU = "500m"
 	b := newRun(victimWorkload(), hog).
-		histogram(record.MetricRunqLatency, victim, lat(1000, 20e-6), lat(2000, 40e-6)).
-		gauge(record.MetricProbeCPUWork, victim, []float64{0.41, 0.40, 0.42}, []float64{0.41, 0.40, 0.42}).
-		counter(record.MetricCPUUsage, cpuHog0, 0, 10).
-		counter(record.MetricCPUPeriods, cpuHog0, 0, 200).
-		counter(record.MetricCPUThrottled, cpuHog0, 0, 100).
-		counter(record.MetricCPUThrottledTime, cpuHog0, 0, 10)
+		histogram(rundir.MetricRunqLatency, victim, lat(1000, 20e-6), lat(2000, 40e-6)).
+		gauge(rundir.MetricProbeCPUWork, victim, []float64{0.41, 0.40, 0.42}, []float64{0.41, 0.40, 0.42}).
+		counter(rundir.MetricCPUUsage, cpuHog0, 0, 10).
+		counter(rundir.MetricCPUPeriods, cpuHog0, 0, 200).
+		counter(rundir.MetricCPUThrottled, cpuHog0, 0, 100).
+		counter(rundir.MetricCPUThrottledTime, cpuHog0, 0, 10)
 	b.meta.ID = "r2"
 	return b
 }
@@ -142,13 +142,13 @@ func TestDiffUnlimitedVsLimitedHogs(t *testing.T) {
 
 func TestDiffFindingsAppearedAndKept(t *testing.T) {
 	quiet := newRun(victimWorkload(), hogWorkload("disk", 0), hogWorkload("disk", 1)).
-		gauge(record.MetricProbeFsync, victim, []float64{0.10, 0.19}, []float64{0.11, 0.18}).
-		gauge(record.MetricProbeWrite, victim, []float64{0.005}, []float64{0.005})
+		gauge(rundir.MetricProbeFsync, victim, []float64{0.10, 0.19}, []float64{0.11, 0.18}).
+		gauge(rundir.MetricProbeWrite, victim, []float64{0.005}, []float64{0.005})
 	throttledBoth := func(b *builder) *builder {
-		return b.counter(record.MetricCPUPeriods, victim, 100, 200).
-			counter(record.MetricCPUThrottled, victim, 90, 185).
-			counter(record.MetricCPUThrottledTime, victim, 8, 17).
-			counter(record.MetricCPUUsage, victim, 1, 2)
+		return b.counter(rundir.MetricCPUPeriods, victim, 100, 200).
+			counter(rundir.MetricCPUThrottled, victim, 90, 185).
+			counter(rundir.MetricCPUThrottledTime, victim, 8, 17).
+			counter(rundir.MetricCPUUsage, victim, 1, 2)
 	}
 	d := diff(t, throttledBoth(quiet), throttledBoth(diskBusy(t)))
 	if want := []FindingChange{{ID: IDDiskContention, Victim: "victim", In: SideB}}; !reflect.DeepEqual(d.FindingsChanged, want) {
@@ -178,10 +178,10 @@ func TestDiffFindingsAppearedAndKept(t *testing.T) {
 
 // recorded is a record-mode run: no workloads, no phases, the cgroups' own activity.
 func recorded(id string, pods map[string]float64) *builder {
-	b := &builder{meta: record.Meta{ID: id, Scenario: "record", Start: at(-1)}}
+	b := &builder{meta: rundir.Meta{ID: id, Scenario: "record", Start: at(-1)}}
 	for _, cg := range slices.Sorted(maps.Keys(pods)) {
-		b.histogram(record.MetricFsyncLatency, cg, hist.Log2{}, lat(10, pods[cg]), record.LabelDevice, disk)
-		b.counter(record.MetricBlkBytes, cg, 0, 1<<20, record.LabelDevice, disk, record.LabelOp, "write")
+		b.histogram(rundir.MetricFsyncLatency, cg, hist.Log2{}, lat(10, pods[cg]), rundir.LabelDevice, disk)
+		b.counter(rundir.MetricBlkBytes, cg, 0, 1<<20, rundir.LabelDevice, disk, rundir.LabelOp, "write")
 	}
 	return b
 }
@@ -212,11 +212,11 @@ func TestDiffRecordModeMatchesCgroups(t *testing.T) {
 
 func TestDiffZeroBaselinesStayValidJSON(t *testing.T) {
 	a := newRun(victimWorkload()).
-		gauge(record.MetricProbeCPUWork, victim, []float64{0.4}, []float64{0.4})
+		gauge(rundir.MetricProbeCPUWork, victim, []float64{0.4}, []float64{0.4})
 	b := newRun(victimWorkload()).
-		gauge(record.MetricProbeCPUWork, victim, []float64{0.4}, []float64{0.5}).
-		histogram(record.MetricRunqLatency, victim, lat(10, 1e-3), lat(10, 1e-3)).
-		counter(record.MetricCPUUsage, victim, 1, 2)
+		gauge(rundir.MetricProbeCPUWork, victim, []float64{0.4}, []float64{0.5}).
+		histogram(rundir.MetricRunqLatency, victim, lat(10, 1e-3), lat(10, 1e-3)).
+		counter(rundir.MetricCPUUsage, victim, 1, 2)
 	d := diff(t, a, b)
 	v := workloadDiff(t, d, "victim")
 	for metric, want := range map[string]string{
@@ -256,7 +256,7 @@ func TestDiffZeroBaselinesStayValidJSON(t *testing.T) {
 
 func TestDiffNotesUnalikeWindows(t *testing.T) {
 	long := unlimitedHogs()
-	long.recs = slices.DeleteFunc(long.recs, func(r record.Record) bool { return r.Type == record.TypePhase })
+	long.recs = slices.DeleteFunc(long.recs, func(r rundir.Record) bool { return r.Type == rundir.TypePhase })
 	d := diff(t, unlimitedHogs(), long)
 	if d.B.Window.Name != "run" || len(d.Notes) != 2 ||
 		!strings.Contains(d.Notes[0], "stress window and run B over its run window") ||

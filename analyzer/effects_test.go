@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // The probe's readings of one measure: ten in the baseline, twenty in the stress phase.
@@ -19,24 +19,24 @@ var (
 
 // probe records the victim probe's three readings per iteration.
 func (b *builder) probe(work, write, fsync [2][]float64) *builder {
-	b.gauge(record.MetricProbeCPUWork, victim, work[0], work[1])
-	b.gauge(record.MetricProbeWrite, victim, write[0], write[1])
-	return b.gauge(record.MetricProbeFsync, victim, fsync[0], fsync[1])
+	b.gauge(rundir.MetricProbeCPUWork, victim, work[0], work[1])
+	b.gauge(rundir.MetricProbeWrite, victim, write[0], write[1])
+	return b.gauge(rundir.MetricProbeFsync, victim, fsync[0], fsync[1])
 }
 
 // device records the victim's device: bytes and requests of cgroup in each phase, each request
 // taking the same time in both phases unless slower says otherwise.
 func (b *builder) device(cgroup string, baseBytes, stressBytes float64, requests uint64, slower float64) *builder {
-	dev := []string{record.LabelDevice, disk, record.LabelOp, "write"}
-	b.counter(record.MetricBlkBytes, cgroup, baseBytes, stressBytes, dev...)
-	b.histogram(record.MetricBlkQueue, cgroup, lat(requests, 50e-6), lat(requests, 50e-6*slower), dev...)
-	return b.histogram(record.MetricBlkService, cgroup, lat(requests, 20e-3), lat(2*requests, 20e-3*slower), dev...)
+	dev := []string{rundir.LabelDevice, disk, rundir.LabelOp, "write"}
+	b.counter(rundir.MetricBlkBytes, cgroup, baseBytes, stressBytes, dev...)
+	b.histogram(rundir.MetricBlkQueue, cgroup, lat(requests, 50e-6), lat(requests, 50e-6*slower), dev...)
+	return b.histogram(rundir.MetricBlkService, cgroup, lat(requests, 20e-3), lat(2*requests, 20e-3*slower), dev...)
 }
 
 // contended is a victim whose run queue filled with two CPU hogs' waits.
-func contended(probe [3][2][]float64, wl ...record.Workload) *builder {
-	return newRun(append([]record.Workload{victimWorkload(), hogWorkload("cpu", 0), hogWorkload("cpu", 1)}, wl...)...).
-		histogram(record.MetricRunqLatency, victim, lat(1000, 20e-6), lat(2000, 2e-3)).
+func contended(probe [3][2][]float64, wl ...rundir.Workload) *builder {
+	return newRun(append([]rundir.Workload{victimWorkload(), hogWorkload("cpu", 0), hogWorkload("cpu", 1)}, wl...)...).
+		histogram(rundir.MetricRunqLatency, victim, lat(1000, 20e-6), lat(2000, 2e-3)).
 		probe(probe[0], probe[1], probe[2]).
 		preempted(cpuHog0, 0, 1.5).
 		preempted(cpuHog1, 0, 1.2)
@@ -122,12 +122,12 @@ func TestFsyncSlowedByTheDiskIsDiskContention(t *testing.T) {
 // The victim stalled in reclaim against a limit above it while a neighbour grew, and its
 // writes slowed with the stalls: memory-reclaim lists them.
 func TestFsyncSlowedByReclaimIsMemoryReclaim(t *testing.T) {
-	memcg := []string{record.LabelKind, record.ReclaimMemcg}
+	memcg := []string{rundir.LabelKind, rundir.ReclaimMemcg}
 	rep := newRun(victimWorkload(), memHogWorkload()).
 		probe([2][]float64{steadyWork, steadyWork}, [2][]float64{steadyWrite, steadyWrite}, [2][]float64{steadyFsync, slowFsync}).
 		device(victim, 640<<20, 1280<<20, 100, 1).
-		histogram(record.MetricReclaimStall, victim, lat(0, 0), lat(400, 0.005), memcg...).
-		gauge(record.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{1 << 20, 900 << 20}).
+		histogram(rundir.MetricReclaimStall, victim, lat(0, 0), lat(400, 0.005), memcg...).
+		gauge(rundir.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{1 << 20, 900 << 20}).
 		analyze(t)
 	if got := ids(rep); !reflect.DeepEqual(got, []string{IDMemoryReclaim}) {
 		t.Fatalf("findings %v, want memory-reclaim only", got)
@@ -159,10 +159,10 @@ func TestTooFewIterationsIsANote(t *testing.T) {
 	b := newRun(victimWorkload())
 	for i, v := range []float64{0.07, 0.07, 0.5, 0.6, 0.7} {
 		v := v
-		b.recs = append(b.recs, record.Record{Type: record.TypeSample, Time: at([]float64{3, 7, 12, 18, 25}[i]),
-			Metric: record.MetricProbeCPUWork, Cgroup: victim, Value: &v})
+		b.recs = append(b.recs, rundir.Record{Type: rundir.TypeSample, Time: at([]float64{3, 7, 12, 18, 25}[i]),
+			Metric: rundir.MetricProbeCPUWork, Cgroup: victim, Value: &v})
 	}
-	rep := b.histogram(record.MetricRunqLatency, victim, lat(1000, 20e-6), lat(2000, 2e-3)).
+	rep := b.histogram(rundir.MetricRunqLatency, victim, lat(1000, 20e-6), lat(2000, 2e-3)).
 		preempted(cpuHog0, 0, 3).analyze(t)
 	if len(rep.Findings) != 0 {
 		t.Errorf("findings %v from 2 and 3 iterations", ids(rep))
@@ -200,11 +200,11 @@ func TestGVisorVictimSplitsItsWait(t *testing.T) {
 // it, and the report says so rather than nothing.
 func TestStalledProbeIsANote(t *testing.T) {
 	b := newRun(victimWorkload())
-	b.gauge(record.MetricProbeCPUWork, victim, steadyWork, steadyWork)
-	b.recs = slices.DeleteFunc(b.recs, func(r record.Record) bool {
-		return r.Metric == record.MetricProbeCPUWork && r.Time.After(at(10))
+	b.gauge(rundir.MetricProbeCPUWork, victim, steadyWork, steadyWork)
+	b.recs = slices.DeleteFunc(b.recs, func(r rundir.Record) bool {
+		return r.Metric == rundir.MetricProbeCPUWork && r.Time.After(at(10))
 	})
-	rep := b.histogram(record.MetricRunqLatency, victim, lat(1000, 20e-6), lat(10, 8)).analyze(t)
+	rep := b.histogram(rundir.MetricRunqLatency, victim, lat(1000, 20e-6), lat(10, 8)).analyze(t)
 	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "finished no iteration in the stress phase") }) {
 		t.Errorf("notes %q do not say the probe was held the whole phase", rep.Notes)
 	}
@@ -215,7 +215,7 @@ func TestStalledProbeIsANote(t *testing.T) {
 func TestWaitsThatDidNotGrowExplainNothing(t *testing.T) {
 	shifted := []float64{0.037, 0.038, 0.036, 0.039, 0.037, 0.038, 0.037, 0.036, 0.038, 0.037}
 	rep := newRun(victimWorkload(), hogWorkload("cpu", 0)).
-		histogram(record.MetricRunqLatency, victim, lat(2000, 80e-6), lat(4000, 80e-6)).
+		histogram(rundir.MetricRunqLatency, victim, lat(2000, 80e-6), lat(4000, 80e-6)).
 		probe([2][]float64{steadyWork, steadyWork}, [2][]float64{steadyWrite, steadyWrite}, [2][]float64{steadyFsync, shifted}).
 		device(victim, 640<<20, 1280<<20, 100, 1).
 		preempted(cpuHog0, 0, 0.1).

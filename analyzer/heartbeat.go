@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // IDSystemDaemonStarvation: a node daemon (the heartbeat probe standing in for the kubelet, or a
@@ -43,11 +43,11 @@ const (
 
 // systemDaemonStarvation: the heartbeat probe woke up late in the stress phase, and neighbours
 // preempted it (docs/findings.md).
-func (a *analysis) systemDaemonStarvation(hb record.Workload) *Finding {
+func (a *analysis) systemDaemonStarvation(hb rundir.Workload) *Finding {
 	if !a.compare {
 		return nil
 	}
-	late := a.run.Series(record.MetricHeartbeatLateness).Cgroup(hb.Cgroup)
+	late := a.run.Series(rundir.MetricHeartbeatLateness).Cgroup(hb.Cgroup)
 	lb, ls := late.Values(a.baseline), late.Values(a.stress)
 	if len(lb) == 0 || len(ls) == 0 {
 		return nil
@@ -70,7 +70,7 @@ func (a *analysis) systemDaemonStarvation(hb record.Workload) *Finding {
 	if worstS >= period || gap >= nodeMonitorGrace.Seconds() {
 		sev = SeverityCritical // a beat was missed, or the node would have gone NotReady
 	}
-	runq := a.run.Series(record.MetricRunqLatency).Cgroup(hb.Cgroup)
+	runq := a.run.Series(rundir.MetricRunqLatency).Cgroup(hb.Cgroup)
 	rb, rs := runq.HistDelta(a.baseline), runq.HistDelta(a.stress)
 	f := &Finding{
 		ID: IDSystemDaemonStarvation, Severity: sev, Victim: hb.Name,
@@ -107,7 +107,7 @@ func lateTail(base, stress []float64) (rose bool, chance float64) {
 
 // daemonStarvation: a host daemon the run followed waited longer on the run queue in the stress
 // phase, and neighbours preempted it (docs/findings.md).
-func (a *analysis) daemonStarvation(d record.Workload) *Finding {
+func (a *analysis) daemonStarvation(d rundir.Workload) *Finding {
 	if !a.compare {
 		return nil
 	}

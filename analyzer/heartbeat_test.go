@@ -8,23 +8,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 const heartbeatCg = runCg + "/system"
 
-func heartbeatWorkload() record.Workload {
-	return record.Workload{Name: "heartbeat", Kind: kindHeartbeat, Cgroup: heartbeatCg, Period: record.Duration(time.Second)}
+func heartbeatWorkload() rundir.Workload {
+	return rundir.Workload{Name: "heartbeat", Kind: kindHeartbeat, Cgroup: heartbeatCg, Period: rundir.Duration(time.Second)}
 }
 
 // heartbeatRun has the heartbeat wake up at most baseLate and stressLate seconds late, and its
 // waits after preemptions by each preemptor (seconds in the baseline, in the stress phase).
 func heartbeatRun(baseLate, stressLate float64, preempted map[string][2]float64) *builder {
 	b := newRun(victimWorkload(), heartbeatWorkload(), hogWorkload("cpu", 0), hogWorkload("cpu", 1)).
-		gauge(record.MetricHeartbeatLateness, heartbeatCg, []float64{0.0002, baseLate}, []float64{0.001, stressLate})
+		gauge(rundir.MetricHeartbeatLateness, heartbeatCg, []float64{0.0002, baseLate}, []float64{0.001, stressLate})
 	for p, w := range preempted {
-		b.counter(record.MetricRunqPreemptWait, heartbeatCg, w[0], w[1], record.LabelPreemptor, p)
-		b.counter(record.MetricRunqPreemptions, heartbeatCg, w[0]*100, w[1]*100, record.LabelPreemptor, p)
+		b.counter(rundir.MetricRunqPreemptWait, heartbeatCg, w[0], w[1], rundir.LabelPreemptor, p)
+		b.counter(rundir.MetricRunqPreemptions, heartbeatCg, w[0]*100, w[1]*100, rundir.LabelPreemptor, p)
 	}
 	return b
 }
@@ -35,7 +35,7 @@ func TestSystemDaemonStarvation(t *testing.T) {
 		cpuHog1:           {0, 0.7},
 		"/":               {0.01, 0.02}, // as in the baseline: not named
 		heartbeatCg:       {0.001, 0.001},
-		record.CgroupIdle: {0.001, 0.001},
+		rundir.CgroupIdle: {0.001, 0.001},
 	}).analyze(t)
 	f := finding(t, rep, IDSystemDaemonStarvation)
 	if want := []string{"cpu-hog-0", "cpu-hog-1"}; !reflect.DeepEqual(f.Culprits, want) {
@@ -60,7 +60,7 @@ func TestNoSystemDaemonStarvation(t *testing.T) {
 		"quiet":         heartbeatRun(0.002, 0.003, map[string][2]float64{"/": {0.01, 0.01}}),
 		"late_but_tiny": heartbeatRun(0.0005, 0.004, map[string][2]float64{cpuHog0: {0, 0.5}}),
 		"late_but_nobody_preempted_it": heartbeatRun(0.002, 0.5, map[string][2]float64{
-			heartbeatCg: {0.001, 0.4}, record.CgroupThrottled: {0, 0.3}}),
+			heartbeatCg: {0.001, 0.4}, rundir.CgroupThrottled: {0, 0.3}}),
 		"no_rise": heartbeatRun(0.2, 0.25, map[string][2]float64{cpuHog0: {0, 0.5}}),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -76,13 +76,13 @@ func TestNoSystemDaemonStarvation(t *testing.T) {
 func TestWakeupWaitsBlameWhatRanAndKernelThreadsAreNotNeighbours(t *testing.T) {
 	// The heartbeat sleeps between beats, so it is rarely preempted: it waits after waking up,
 	// behind whatever runs on its CPU.
-	b := heartbeatRun(0.002, 0.3, map[string][2]float64{record.CgroupKernel: {0.001, 0.5}})
+	b := heartbeatRun(0.002, 0.3, map[string][2]float64{rundir.CgroupKernel: {0.001, 0.5}})
 	for _, w := range []struct {
 		cg       string
 		b, s, nb float64
-	}{{cpuHog0, 0, 0.9, 900}, {cpuHog1, 0, 0.6, 600}, {record.CgroupKernel, 0, 0.4, 400}} {
-		b.counter(record.MetricRunqWakeupWait, heartbeatCg, w.b, w.s, record.LabelPreemptor, w.cg)
-		b.counter(record.MetricRunqWakeupWaits, heartbeatCg, 0, w.nb, record.LabelPreemptor, w.cg)
+	}{{cpuHog0, 0, 0.9, 900}, {cpuHog1, 0, 0.6, 600}, {rundir.CgroupKernel, 0, 0.4, 400}} {
+		b.counter(rundir.MetricRunqWakeupWait, heartbeatCg, w.b, w.s, rundir.LabelPreemptor, w.cg)
+		b.counter(rundir.MetricRunqWakeupWaits, heartbeatCg, 0, w.nb, rundir.LabelPreemptor, w.cg)
 	}
 	f := finding(t, b.analyze(t), IDSystemDaemonStarvation)
 	if want := []string{"cpu-hog-0", "cpu-hog-1"}; !reflect.DeepEqual(f.Culprits, want) {
@@ -97,9 +97,9 @@ func TestWakeupWaitsBlameWhatRanAndKernelThreadsAreNotNeighbours(t *testing.T) {
 // but whose latest beats are all in the stress phase: the tail test sees it.
 func TestHeartbeatLateTailDespiteABaselineOutlier(t *testing.T) {
 	b := heartbeatRun(0.002, 0.002, map[string][2]float64{cpuHog0: {0, 0.8}})
-	b.recs = slices.DeleteFunc(b.recs, func(r record.Record) bool { return r.Metric == record.MetricHeartbeatLateness })
+	b.recs = slices.DeleteFunc(b.recs, func(r rundir.Record) bool { return r.Metric == rundir.MetricHeartbeatLateness })
 	beat := func(sec, late float64) {
-		b.recs = append(b.recs, record.Record{Type: record.TypeSample, Time: at(sec), Metric: record.MetricHeartbeatLateness,
+		b.recs = append(b.recs, rundir.Record{Type: rundir.TypeSample, Time: at(sec), Metric: rundir.MetricHeartbeatLateness,
 			Cgroup: heartbeatCg, Value: &late})
 	}
 	for i := range 80 {

@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodectl/nodectl/agent/hist"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // Finding ids of the memory rules.
@@ -46,7 +46,7 @@ func (a *analysis) memory() []Finding {
 
 // reclaimStalls is what a workload's tasks spent reclaiming in a window, by kind.
 type reclaimStalls struct {
-	w     record.Window
+	w     rundir.Window
 	stall map[string]hist.Log2 // by kind
 	pages map[string]float64
 	total float64 // seconds, all kinds
@@ -60,27 +60,27 @@ func (a *analysis) underNode(cgroup string) bool {
 
 // reclaimStallsOf measures the reclaim stalls of cgroup and the cgroups it owns in w (for the
 // emulated node, every cgroup below it).
-func (a *analysis) reclaimStallsOf(cgroup string, w record.Window) reclaimStalls {
+func (a *analysis) reclaimStallsOf(cgroup string, w rundir.Window) reclaimStalls {
 	r := reclaimStalls{w: w, stall: map[string]hist.Log2{}, pages: map[string]float64{}}
 	subtree := cgroup == a.nodeCgroup()
-	mine := func(ss record.SeriesSet) map[string]record.SeriesSet {
-		out := map[string]record.SeriesSet{}
+	mine := func(ss rundir.SeriesSet) map[string]rundir.SeriesSet {
+		out := map[string]rundir.SeriesSet{}
 		for cg, s := range ss.ByCgroup() {
 			if subtree && !within(cg, cgroup) || !subtree && a.owner(cg) != cgroup {
 				continue
 			}
-			for kind, k := range s.ByLabel(record.LabelKind) {
+			for kind, k := range s.ByLabel(rundir.LabelKind) {
 				out[kind] = append(out[kind], k...)
 			}
 		}
 		return out
 	}
-	for kind, ss := range mine(a.run.Series(record.MetricReclaimStall)) {
+	for kind, ss := range mine(a.run.Series(rundir.MetricReclaimStall)) {
 		h := ss.HistDelta(w)
 		r.stall[kind] = h
 		r.total += secs(h.SumNs)
 	}
-	for kind, ss := range mine(a.run.Series(record.MetricReclaimPages)) {
+	for kind, ss := range mine(a.run.Series(rundir.MetricReclaimPages)) {
 		r.pages[kind] = ss.Delta(w)
 	}
 	return r
@@ -94,7 +94,7 @@ func (r reclaimStalls) material() bool {
 // memoryReclaim: the workload's tasks stalled reclaiming memory (docs/findings.md). Stalls
 // against its own limit are reported in any window, as its own quota is by cpu-throttling;
 // stalls from the node's or a parent's shortage only when they rose in the stress phase.
-func (a *analysis) memoryReclaim(v record.Workload) *Finding {
+func (a *analysis) memoryReclaim(v rundir.Workload) *Finding {
 	var hit []reclaimStalls
 	for _, w := range a.windows {
 		if s := a.reclaimStallsOf(v.Cgroup, w); s.material() {
@@ -122,7 +122,7 @@ func (a *analysis) memoryReclaim(v record.Workload) *Finding {
 	// memcg reclaim is a limit: the workload's own when it has one. Anything else (direct
 	// reclaim, or a limit above the workload's cgroup) is memory the node or the parent ran
 	// short of, and the neighbours that grew took it.
-	memcg, direct := secs(quoted.stall[record.ReclaimMemcg].SumNs), secs(quoted.stall[record.ReclaimDirect].SumNs)
+	memcg, direct := secs(quoted.stall[rundir.ReclaimMemcg].SumNs), secs(quoted.stall[rundir.ReclaimDirect].SumNs)
 	ownLimit := memcg >= direct && v.Memory != ""
 	if a.compare && !rose && !ownLimit {
 		return nil // as much in the baseline: the neighbours changed nothing
@@ -136,7 +136,7 @@ func (a *analysis) memoryReclaim(v record.Workload) *Finding {
 	ev := func(metric string, b, s float64, unit string) Evidence {
 		return Evidence{Metric: metric, Workload: v.Name, Phase: shown.w.Name, Baseline: b, Value: s, Unit: unit}
 	}
-	for _, kind := range []string{record.ReclaimMemcg, record.ReclaimDirect} {
+	for _, kind := range []string{rundir.ReclaimMemcg, rundir.ReclaimDirect} {
 		h, hb := shown.stall[kind], ref.stall[kind]
 		if h.Count == 0 && hb.Count == 0 {
 			continue
@@ -153,7 +153,7 @@ func (a *analysis) memoryReclaim(v record.Workload) *Finding {
 	}
 	f.Evidence = append(f.Evidence, ev("reclaim_stall_share", ratio(ref.total, ref.w.Seconds()), ratio(shown.total, shown.w.Seconds()), UnitRatio))
 	var parts []string
-	for _, kind := range []string{record.ReclaimMemcg, record.ReclaimDirect} {
+	for _, kind := range []string{rundir.ReclaimMemcg, rundir.ReclaimDirect} {
 		if h := quoted.stall[kind]; h.Count > 0 {
 			parts = append(parts, fmt.Sprintf("%s in %d %s reclaims (p99 %s, the longest at least %s, %.0f pages)",
 				fmtSeconds(secs(h.SumNs)), h.Count, kind, fmtSeconds(h.Quantile(0.99)), fmtSeconds(h.LongestAtLeast()), quoted.pages[kind]))
@@ -231,8 +231,8 @@ func (a *analysis) memoryReclaim(v record.Workload) *Finding {
 // its highest reading less its last one before w (a hog that filled its memory as the stress
 // phase began grew by all of it), or less its first in w when w starts the recording, added up
 // by owning workload.
-func (a *analysis) growers(victim string, w record.Window) []share {
-	by := a.run.Series(record.MetricMemoryUsage).ByCgroup()
+func (a *analysis) growers(victim string, w rundir.Window) []share {
+	by := a.run.Series(rundir.MetricMemoryUsage).ByCgroup()
 	growth := map[string]float64{}
 	for cg, ss := range by {
 		if within(cg, victim) || within(victim, cg) || ancestorOfAny(cg, by) {
@@ -243,7 +243,7 @@ func (a *analysis) growers(victim string, w record.Window) []share {
 			continue
 		}
 		from := vs[0]
-		if before := ss.Values(record.Window{End: w.Start}); len(before) > 0 {
+		if before := ss.Values(rundir.Window{End: w.Start}); len(before) > 0 {
 			from = before[len(before)-1]
 		}
 		growth[a.owner(cg)] += max(0, slices.Max(vs)-from)
@@ -258,7 +258,7 @@ func (a *analysis) growers(victim string, w record.Window) []share {
 }
 
 // ancestorOfAny reports whether cg is an ancestor of another cgroup of by.
-func ancestorOfAny(cg string, by map[string]record.SeriesSet) bool {
+func ancestorOfAny(cg string, by map[string]rundir.SeriesSet) bool {
 	for o := range by {
 		if o != cg && within(o, cg) {
 			return true
@@ -269,7 +269,7 @@ func ancestorOfAny(cg string, by map[string]record.SeriesSet) bool {
 
 // killEvent is one OOM kill as the tracer recorded it.
 type killEvent struct {
-	rec   record.Record
+	rec   rundir.Record
 	phase string
 }
 
@@ -279,7 +279,7 @@ func (a *analysis) oomKills() []Finding {
 	byOwner := map[string][]killEvent{}
 	var order []string
 	for _, r := range a.run.Records {
-		if r.Type != record.TypeEvent || r.Name != record.EventOOMKill {
+		if r.Type != rundir.TypeEvent || r.Name != rundir.EventOOMKill {
 			continue
 		}
 		o := a.owner(r.Cgroup)
@@ -301,9 +301,9 @@ func (a *analysis) oomKills() []Finding {
 		if _, ok := byOwner[w.Cgroup]; ok || a.underNode(w.Cgroup) && byOwner[a.nodeCgroup()] != nil {
 			continue
 		}
-		n := a.run.Series(record.MetricOOMKills).Cgroup(w.Cgroup).Delta(a.run.Span())
+		n := a.run.Series(rundir.MetricOOMKills).Cgroup(w.Cgroup).Delta(a.run.Span())
 		if n == 0 {
-			n = a.run.Series(record.MetricMemoryOOMKills).Cgroup(w.Cgroup).Delta(a.run.Span())
+			n = a.run.Series(rundir.MetricMemoryOOMKills).Cgroup(w.Cgroup).Delta(a.run.Span())
 		}
 		if n > 0 {
 			out = append(out, Finding{ID: IDOOMKill, Severity: SeverityCritical, Victim: w.Name, Culprits: []string{},
@@ -327,34 +327,34 @@ func (a *analysis) oomKill(owner string, kills []killEvent) Finding {
 		if w := a.owner(k.rec.Cgroup); w != owner {
 			where = a.name(w) + ", " + where // a sandbox of the emulated node
 		}
-		procs = append(procs, fmt.Sprintf("%s (pid %s, in %s)", l[record.LabelOOMComm], l[record.LabelOOMPID], where))
-		limits[l[record.LabelOOMLimitCgroup]] = true
+		procs = append(procs, fmt.Sprintf("%s (pid %s, in %s)", l[rundir.LabelOOMComm], l[rundir.LabelOOMPID], where))
+		limits[l[rundir.LabelOOMLimitCgroup]] = true
 	}
 	f.Evidence = append(f.Evidence, Evidence{Metric: "oom_kills", Workload: victim, Phase: kills[0].phase,
 		Value: float64(len(kills)), Unit: UnitCount})
 	last := kills[len(kills)-1].rec.Labels
 	var cause string
-	switch lc := last[record.LabelOOMLimitCgroup]; {
+	switch lc := last[rundir.LabelOOMLimitCgroup]; {
 	case lc == "":
 		cause = "The node itself ran out of memory (no cgroup's limit was hit)"
 		f.Culprits = a.biggestUsers(owner, "/")
 	case a.owner(lc) == owner:
-		cause = fmt.Sprintf("Its own memory limit was hit (%s of %s)", fmtBytesLabel(last[record.LabelOOMUsage]),
-			fmtBytesLabel(last[record.LabelOOMLimit]))
+		cause = fmt.Sprintf("Its own memory limit was hit (%s of %s)", fmtBytesLabel(last[rundir.LabelOOMUsage]),
+			fmtBytesLabel(last[rundir.LabelOOMLimit]))
 		if w := a.workloadByCgroup(owner); w != nil && w.Memory != "" {
 			cause += ", limit " + w.Memory
 		}
 		cause += ": its working set does not fit. Raise its memory limit or shrink its working set"
 	default:
 		cause = fmt.Sprintf("The memory limit of %s, above it, was hit (%s of %s): what runs under that limit "+
-			"together did not fit", a.name(lc), fmtBytesLabel(last[record.LabelOOMUsage]), fmtBytesLabel(last[record.LabelOOMLimit]))
+			"together did not fit", a.name(lc), fmtBytesLabel(last[rundir.LabelOOMUsage]), fmtBytesLabel(last[rundir.LabelOOMLimit]))
 		f.Culprits = a.biggestUsers(owner, lc)
 	}
-	for _, k := range []string{record.LabelOOMUsage, record.LabelOOMLimit} {
+	for _, k := range []string{rundir.LabelOOMUsage, rundir.LabelOOMLimit} {
 		var v float64
 		if _, err := fmt.Sscan(last[k], &v); err == nil {
 			f.Evidence = append(f.Evidence, Evidence{Metric: "oom_" + strings.TrimSuffix(k, "_bytes") + "_bytes",
-				Workload: a.name(last[record.LabelOOMLimitCgroup]), Phase: kills[len(kills)-1].phase, Value: v, Unit: UnitBytes})
+				Workload: a.name(last[rundir.LabelOOMLimitCgroup]), Phase: kills[len(kills)-1].phase, Value: v, Unit: UnitBytes})
 		}
 	}
 	if len(f.Culprits) > 0 {
@@ -376,7 +376,7 @@ func (a *analysis) biggestUsers(owner, limit string) []string {
 		if w.Cgroup == owner || !within(w.Cgroup, limit) {
 			continue
 		}
-		if vs := a.run.Series(record.MetricMemoryUsage).Cgroup(w.Cgroup).Values(a.run.Span()); len(vs) > 0 {
+		if vs := a.run.Series(rundir.MetricMemoryUsage).Cgroup(w.Cgroup).Values(a.run.Span()); len(vs) > 0 {
 			shares = append(shares, share{cgroup: w.Cgroup, value: slices.Max(vs)})
 		}
 	}
@@ -388,7 +388,7 @@ func (a *analysis) biggestUsers(owner, limit string) []string {
 }
 
 // workloadByCgroup is the workload whose cgroup is cgroup, nil if none.
-func (a *analysis) workloadByCgroup(cgroup string) *record.Workload {
+func (a *analysis) workloadByCgroup(cgroup string) *rundir.Workload {
 	for i, w := range a.run.Meta.Workloads {
 		if w.Cgroup == cgroup {
 			return &a.run.Meta.Workloads[i]
@@ -398,7 +398,7 @@ func (a *analysis) workloadByCgroup(cgroup string) *record.Workload {
 }
 
 // phaseOfRecord names the window r happened in: the first that holds it, else the whole run's.
-func (a *analysis) phaseOfRecord(r record.Record) string {
+func (a *analysis) phaseOfRecord(r rundir.Record) string {
 	for _, w := range a.windows {
 		if r.Time.After(w.Start) && !r.Time.After(w.End) {
 			return w.Name

@@ -6,24 +6,24 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 const memHog = runCg + "/memory-hog-0"
 
-func memHogWorkload() record.Workload {
-	return record.Workload{Name: "memory-hog-0", Kind: "memory", Cgroup: memHog}
+func memHogWorkload() rundir.Workload {
+	return rundir.Workload{Name: "memory-hog-0", Kind: "memory", Cgroup: memHog}
 }
 
 // oomEvent records an OOM kill of pid (comm) in cgroup at sec, the limit of limitCgroup hit.
 func (b *builder) oomEvent(sec float64, cgroup, pid, comm, limitCgroup string) *builder {
-	l := labels(record.LabelOOMPID, pid, record.LabelOOMComm, comm, record.LabelOOMTriggerPID, pid, record.LabelOOMTriggerComm, comm)
+	l := labels(rundir.LabelOOMPID, pid, rundir.LabelOOMComm, comm, rundir.LabelOOMTriggerPID, pid, rundir.LabelOOMTriggerComm, comm)
 	if limitCgroup != "" {
-		l[record.LabelOOMLimitCgroup] = limitCgroup
-		l[record.LabelOOMUsage] = "134217728"
-		l[record.LabelOOMLimit] = "134217728"
+		l[rundir.LabelOOMLimitCgroup] = limitCgroup
+		l[rundir.LabelOOMUsage] = "134217728"
+		l[rundir.LabelOOMLimit] = "134217728"
 	}
-	b.recs = append(b.recs, record.Record{Type: record.TypeEvent, Time: at(sec), Name: record.EventOOMKill, Cgroup: cgroup,
+	b.recs = append(b.recs, rundir.Record{Type: rundir.TypeEvent, Time: at(sec), Name: rundir.EventOOMKill, Cgroup: cgroup,
 		Labels: l, Message: "OOM kill"})
 	return b
 }
@@ -31,8 +31,8 @@ func (b *builder) oomEvent(sec float64, cgroup, pid, comm, limitCgroup string) *
 func TestMemoryReclaim(t *testing.T) {
 	limited := victimWorkload()
 	limited.Memory = "128Mi"
-	memcg := []string{record.LabelKind, record.ReclaimMemcg}
-	direct := []string{record.LabelKind, record.ReclaimDirect}
+	memcg := []string{rundir.LabelKind, rundir.ReclaimMemcg}
+	direct := []string{rundir.LabelKind, rundir.ReclaimDirect}
 	for _, c := range []struct {
 		name     string
 		build    func() *builder
@@ -43,45 +43,45 @@ func TestMemoryReclaim(t *testing.T) {
 	}{
 		{"own_limit", func() *builder {
 			return newRun(limited).
-				histogram(record.MetricReclaimStall, victim, lat(0, 0), lat(400, 0.002), memcg...).
-				counter(record.MetricReclaimPages, victim, 0, 40000, memcg...)
+				histogram(rundir.MetricReclaimStall, victim, lat(0, 0), lat(400, 0.002), memcg...).
+				counter(rundir.MetricReclaimPages, victim, 0, 40000, memcg...)
 		}, true, SeverityWarning, []string{}, "Its own memory limit (128Mi)"},
 		{"direct_neighbour_grew", func() *builder {
 			return newRun(victimWorkload(), memHogWorkload()).
-				histogram(record.MetricReclaimStall, victim, lat(0, 0), lat(1000, 0.004), direct...).
-				counter(record.MetricReclaimPages, victim, 0, 90000, direct...).
-				gauge(record.MetricMemoryUsage, victim, []float64{100 << 20}, []float64{100 << 20}).
-				gauge(record.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{1 << 30, 2 << 30, 3 << 30})
+				histogram(rundir.MetricReclaimStall, victim, lat(0, 0), lat(1000, 0.004), direct...).
+				counter(rundir.MetricReclaimPages, victim, 0, 90000, direct...).
+				gauge(rundir.MetricMemoryUsage, victim, []float64{100 << 20}, []float64{100 << 20}).
+				gauge(rundir.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{1 << 30, 2 << 30, 3 << 30})
 		}, true, SeverityCritical, []string{"memory-hog-0"}, "direct reclaim"},
 		{"parent_limit", func() *builder {
 			return newRun(victimWorkload(), memHogWorkload()).
-				histogram(record.MetricReclaimStall, victim, lat(0, 0), lat(400, 0.002), memcg...).
-				gauge(record.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{1 << 20, 512 << 20})
+				histogram(rundir.MetricReclaimStall, victim, lat(0, 0), lat(400, 0.002), memcg...).
+				gauge(rundir.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{1 << 20, 512 << 20})
 		}, true, SeverityWarning, []string{"memory-hog-0"}, "A memory limit above its cgroup"},
 		// The hog filled its memory before the stress phase's first reading: it grew all the same.
 		{"parent_limit_hog_full_at_once", func() *builder {
 			return newRun(victimWorkload(), memHogWorkload()).
-				histogram(record.MetricReclaimStall, victim, lat(0, 0), lat(400, 0.002), memcg...).
-				gauge(record.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{200 << 20})
+				histogram(rundir.MetricReclaimStall, victim, lat(0, 0), lat(400, 0.002), memcg...).
+				gauge(rundir.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{200 << 20})
 		}, true, SeverityWarning, []string{"memory-hog-0"}, "A memory limit above its cgroup"},
 		// Its own limit stalls it in both phases: reported, as a quota is, with no rise.
 		{"steady_own_limit", func() *builder {
 			return newRun(limited).
-				histogram(record.MetricReclaimStall, victim, lat(200, 0.002), lat(400, 0.002), memcg...)
+				histogram(rundir.MetricReclaimStall, victim, lat(200, 0.002), lat(400, 0.002), memcg...)
 		}, true, SeverityWarning, []string{}, "in baseline and stress"},
 		// A parent's limit stalls it as much in both phases: the neighbours changed nothing.
 		{"steady_parent_limit", func() *builder {
 			return newRun(victimWorkload(), memHogWorkload()).
-				histogram(record.MetricReclaimStall, victim, lat(200, 0.002), lat(400, 0.002), memcg...).
-				gauge(record.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{1 << 20, 512 << 20})
+				histogram(rundir.MetricReclaimStall, victim, lat(200, 0.002), lat(400, 0.002), memcg...).
+				gauge(rundir.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{1 << 20, 512 << 20})
 		}, false, "", nil, ""},
 		{"noise", func() *builder {
 			return newRun(limited).
-				histogram(record.MetricReclaimStall, victim, lat(0, 0), lat(10, 0.0001), memcg...)
+				histogram(rundir.MetricReclaimStall, victim, lat(0, 0), lat(10, 0.0001), memcg...)
 		}, false, "", nil, ""},
 		{"churned_child", func() *builder {
 			return newRun(limited).
-				histogram(record.MetricReclaimStall, victim+"/sandbox-1", lat(0, 0), lat(400, 0.002), memcg...)
+				histogram(rundir.MetricReclaimStall, victim+"/sandbox-1", lat(0, 0), lat(400, 0.002), memcg...)
 		}, true, SeverityWarning, []string{}, "Its own memory limit"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -108,9 +108,9 @@ func TestMemoryReclaim(t *testing.T) {
 
 // A record-mode run, without phases, reports the stalls of the whole run.
 func TestMemoryReclaimWithoutPhases(t *testing.T) {
-	b := newRun(record.Workload{Name: "app", Kind: "victim", Cgroup: victim, Memory: "64Mi"})
+	b := newRun(rundir.Workload{Name: "app", Kind: "victim", Cgroup: victim, Memory: "64Mi"})
 	b.recs = nil
-	b.histogram(record.MetricReclaimStall, victim, lat(0, 0), lat(300, 0.002), record.LabelKind, record.ReclaimMemcg)
+	b.histogram(rundir.MetricReclaimStall, victim, lat(0, 0), lat(300, 0.002), rundir.LabelKind, rundir.ReclaimMemcg)
 	f := finding(t, b.analyze(t), IDMemoryReclaim)
 	if f.Evidence[0].Phase != "run" {
 		t.Errorf("phase %q, want run", f.Evidence[0].Phase)
@@ -132,17 +132,17 @@ func TestOOMKill(t *testing.T) {
 		}, "victim", []string{}, []string{"probe (pid 4242, in stress)", "Its own memory limit was hit (128.0 MiB of 128.0 MiB), limit 128Mi"}},
 		{"parent_limit", func() *builder {
 			return newRun(victimWorkload(), memHogWorkload(), hogWorkload("cpu", 0)).
-				gauge(record.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{900 << 20}).
-				gauge(record.MetricMemoryUsage, cpuHog0, []float64{1 << 20}, []float64{2 << 20}).
+				gauge(rundir.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{900 << 20}).
+				gauge(rundir.MetricMemoryUsage, cpuHog0, []float64{1 << 20}, []float64{2 << 20}).
 				oomEvent(12, victim+"/sandbox-0", "7", "dd", runCg)
 		}, "victim", []string{"memory-hog-0"}, []string{"dd (pid 7, in stress)", "The memory limit of " + runCg}},
 		{"node_wide", func() *builder {
 			return newRun(victimWorkload(), memHogWorkload()).
-				gauge(record.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{900 << 20}).
+				gauge(rundir.MetricMemoryUsage, memHog, []float64{1 << 20}, []float64{900 << 20}).
 				oomEvent(5, memHog, "9", "hog", "")
 		}, "memory-hog-0", []string{}, []string{"hog (pid 9, in baseline)", "The node itself ran out of memory"}},
 		{"counter_only", func() *builder {
-			return newRun(victimWorkload()).counter(record.MetricMemoryOOMKills, victim, 0, 2)
+			return newRun(victimWorkload()).counter(rundir.MetricMemoryOOMKills, victim, 0, 2)
 		}, "victim", []string{}, []string{"killed 2 of victim's processes"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -169,13 +169,13 @@ func TestOOMKill(t *testing.T) {
 // In a density run the emulated node speaks for its sandboxes: one memory-reclaim finding over
 // its subtree and one oom-kill finding listing the sandboxes' killed processes, not one each.
 func TestNodeSpeaksForItsSandboxes(t *testing.T) {
-	node := record.Workload{Name: "node", Kind: "node", Cgroup: runCg, Memory: "1Gi"}
-	wl := []record.Workload{node}
+	node := rundir.Workload{Name: "node", Kind: "node", Cgroup: runCg, Memory: "1Gi"}
+	wl := []rundir.Workload{node}
 	b := newRun()
 	for i := range 3 {
-		sb := record.Workload{Name: fmt.Sprintf("sandbox-%d", i), Kind: "sandbox", Cgroup: fmt.Sprintf("%s/sandbox-%d", runCg, i)}
+		sb := rundir.Workload{Name: fmt.Sprintf("sandbox-%d", i), Kind: "sandbox", Cgroup: fmt.Sprintf("%s/sandbox-%d", runCg, i)}
 		wl = append(wl, sb)
-		b.histogram(record.MetricReclaimStall, sb.Cgroup, lat(0, 0), lat(300, 0.002), record.LabelKind, record.ReclaimMemcg)
+		b.histogram(rundir.MetricReclaimStall, sb.Cgroup, lat(0, 0), lat(300, 0.002), rundir.LabelKind, rundir.ReclaimMemcg)
 		b.oomEvent(12+float64(i), sb.Cgroup, fmt.Sprint(100+i), "nodectl", runCg)
 	}
 	b.meta.Workloads = wl

@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/nodectl/nodectl/agent/hist"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // RenderJSON writes the report as the findings JSON contract (ARCHITECTURE.md).
@@ -25,7 +25,7 @@ func RenderJSON(w io.Writer, r *Report) error {
 
 // RenderRunText writes the report of run for a person in its scenario's own form: a density
 // sweep's step table, a storm's tables by writer and round, else RenderText's.
-func RenderRunText(w io.Writer, run *record.Run, r *Report) error {
+func RenderRunText(w io.Writer, run *rundir.Run, r *Report) error {
 	switch run.Meta.Scenario {
 	case scenarioDensity:
 		return RenderDensityText(w, Density(run, r), r)

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 func keys(t *testing.T, v any) []string {
@@ -92,10 +92,10 @@ func TestFindingsFileRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := record.WriteFindings(run.Dir, rep); err != nil {
+	if err := rundir.WriteFindings(run.Dir, rep); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(run.Dir, record.FindingsFile))
+	raw, err := os.ReadFile(filepath.Join(run.Dir, rundir.FindingsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestFindingsFileRoundTrip(t *testing.T) {
 
 func TestRenderText(t *testing.T) {
 	b := cpuBusy(2).preempted(cpuHog0, 0, 2).preempted(cpuHog1, 0, 2).
-		counter(record.MetricCPUUsage, cpuHog0, 0, 20)
+		counter(rundir.MetricCPUUsage, cpuHog0, 0, 20)
 	var buf bytes.Buffer
 	if err := RenderText(&buf, b.analyze(t)); err != nil {
 		t.Fatal(err)

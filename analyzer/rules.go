@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/nodectl/nodectl/agent/hist"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // Thresholds of the rules; docs/findings.md explains each.
@@ -43,7 +43,7 @@ const (
 
 // cpuContention: neighbours preempted the victim, and it got slower: its CPU work, or its I/O
 // when its device does not explain that (docs/findings.md).
-func (a *analysis) cpuContention(v record.Workload) *Finding {
+func (a *analysis) cpuContention(v rundir.Workload) *Finding {
 	if !a.compare {
 		return nil
 	}
@@ -133,7 +133,7 @@ type cpuWaits struct {
 }
 
 func (a *analysis) cpuWaits(cgroup string) cpuWaits {
-	runq := a.run.Series(record.MetricRunqLatency).Cgroup(cgroup)
+	runq := a.run.Series(rundir.MetricRunqLatency).Cgroup(cgroup)
 	c := cpuWaits{rb: runq.HistDelta(a.baseline), rs: runq.HistDelta(a.stress), pw: a.preemptions(cgroup)}
 	c.perSecB, c.perSecS = ratio(secs(c.rb.SumNs), a.baseline.Seconds()), ratio(secs(c.rs.SumNs), a.stress.Seconds())
 	c.share = ratio(c.pw.neighbourS, c.pw.attributedS)
@@ -199,9 +199,9 @@ const (
 // phases. A wait is charged to whoever preempted the task, or, for a task that woke up on a
 // busy CPU, to whatever ran there just before it.
 type preemptionWaits struct {
-	waits                    map[string]record.SeriesSet // by preemptor: seconds, preempted and woken
-	preempted, woken         map[string]record.SeriesSet // by preemptor: seconds of each kind
-	preemptions, wakeups     map[string]record.SeriesSet // by preemptor: how many waits of each kind
+	waits                    map[string]rundir.SeriesSet // by preemptor: seconds, preempted and woken
+	preempted, woken         map[string]rundir.SeriesSet // by preemptor: seconds of each kind
+	preemptions, wakeups     map[string]rundir.SeriesSet // by preemptor: how many waits of each kind
 	neighbours               []share                     // wait each neighbour added over its baseline rate
 	added                    float64                     // the sum of that
 	neighbourB, neighbourS   float64
@@ -214,25 +214,25 @@ type preemptionWaits struct {
 // explains no rise.
 func (a *analysis) preemptions(cgroup string) preemptionWaits {
 	// Preemptors below a workload's cgroup are that workload.
-	byPreemptor := func(metric string) map[string]record.SeriesSet {
-		out := map[string]record.SeriesSet{}
-		for p, ss := range a.run.Series(metric).Cgroup(cgroup).ByLabel(record.LabelPreemptor) {
+	byPreemptor := func(metric string) map[string]rundir.SeriesSet {
+		out := map[string]rundir.SeriesSet{}
+		for p, ss := range a.run.Series(metric).Cgroup(cgroup).ByLabel(rundir.LabelPreemptor) {
 			out[a.owner(p)] = append(out[a.owner(p)], ss...)
 		}
 		return out
 	}
 	pw := preemptionWaits{
-		preempted:   byPreemptor(record.MetricRunqPreemptWait),
-		woken:       byPreemptor(record.MetricRunqWakeupWait),
-		preemptions: byPreemptor(record.MetricRunqPreemptions),
-		wakeups:     byPreemptor(record.MetricRunqWakeupWaits),
+		preempted:   byPreemptor(rundir.MetricRunqPreemptWait),
+		woken:       byPreemptor(rundir.MetricRunqWakeupWait),
+		preemptions: byPreemptor(rundir.MetricRunqPreemptions),
+		wakeups:     byPreemptor(rundir.MetricRunqWakeupWaits),
 	}
 	pw.waits = merge(pw.preempted, pw.woken)
 	for preemptor, ss := range pw.waits {
 		b, s := ss.Delta(a.baseline), ss.Delta(a.stress)
 		pw.attributedB += b
 		pw.attributedS += s
-		if preemptor == record.CgroupIdle || preemptor == record.CgroupThrottled || preemptor == record.CgroupKernel || within(preemptor, cgroup) {
+		if preemptor == rundir.CgroupIdle || preemptor == rundir.CgroupThrottled || preemptor == rundir.CgroupKernel || within(preemptor, cgroup) {
 			continue
 		}
 		pw.neighbourB += b
@@ -263,8 +263,8 @@ func (a *analysis) blame(f *Finding, victim string, pw preemptionWaits) {
 }
 
 // merge joins two groupings of series by the same key.
-func merge(a, b map[string]record.SeriesSet) map[string]record.SeriesSet {
-	out := make(map[string]record.SeriesSet, len(a)+len(b))
+func merge(a, b map[string]rundir.SeriesSet) map[string]rundir.SeriesSet {
+	out := make(map[string]rundir.SeriesSet, len(a)+len(b))
 	for k, v := range a {
 		out[k] = append(out[k], v...)
 	}
@@ -275,15 +275,15 @@ func merge(a, b map[string]record.SeriesSet) map[string]record.SeriesSet {
 }
 
 // cpuThrottling: the victim's own CPU quota stopped it, in any phase (docs/findings.md).
-func (a *analysis) cpuThrottling(v record.Workload) *Finding {
+func (a *analysis) cpuThrottling(v rundir.Workload) *Finding {
 	type throttle struct {
-		w                                  record.Window
+		w                                  rundir.Window
 		periods, throttled, seconds, usage float64
 	}
-	measure := func(w record.Window) throttle {
+	measure := func(w rundir.Window) throttle {
 		delta := func(metric string) float64 { return a.run.Series(metric).Cgroup(v.Cgroup).Delta(w) }
-		return throttle{w: w, periods: delta(record.MetricCPUPeriods), throttled: delta(record.MetricCPUThrottled),
-			seconds: delta(record.MetricCPUThrottledTime), usage: delta(record.MetricCPUUsage)}
+		return throttle{w: w, periods: delta(rundir.MetricCPUPeriods), throttled: delta(rundir.MetricCPUThrottled),
+			seconds: delta(rundir.MetricCPUThrottledTime), usage: delta(rundir.MetricCPUUsage)}
 	}
 	var hit []throttle
 	for _, w := range a.windows {
@@ -361,7 +361,7 @@ func (a *analysis) cpuThrottling(v record.Workload) *Finding {
 
 // diskContention: the victim's writes and fsyncs slowed while neighbours loaded its device and
 // the device slowed down (docs/findings.md).
-func (a *analysis) diskContention(v record.Workload) *Finding {
+func (a *analysis) diskContention(v rundir.Workload) *Finding {
 	if !a.compare {
 		return nil
 	}
@@ -407,8 +407,8 @@ func (a *analysis) diskContention(v record.Workload) *Finding {
 // the fsync tracer's histogram of its cgroup, which rose by fsyncRiseFactor and
 // fsyncMinRiseSeconds (a histogram has no iterations to test). It adds the evidence to f and
 // returns the rise (0 when it did not rise enough) and its description.
-func (a *analysis) tracedFsync(f *Finding, v record.Workload) (float64, string) {
-	fsyncs := a.run.Series(record.MetricFsyncLatency).Cgroup(v.Cgroup).Label(record.LabelDevice, a.victim(v).disk.device)
+func (a *analysis) tracedFsync(f *Finding, v rundir.Workload) (float64, string) {
+	fsyncs := a.run.Series(rundir.MetricFsyncLatency).Cgroup(v.Cgroup).Label(rundir.LabelDevice, a.victim(v).disk.device)
 	tb, ts := fsyncs.HistDelta(a.baseline), fsyncs.HistDelta(a.stress)
 	before, after := tb.Quantile(0.95), ts.Quantile(0.95)
 	if tb.Count == 0 || ts.Count == 0 || ratio(after, before) < fsyncRiseFactor || after-before < fsyncMinRiseSeconds {
@@ -421,9 +421,9 @@ func (a *analysis) tracedFsync(f *Finding, v record.Workload) (float64, string) 
 }
 
 // busiestDevice is the device label with the most fsyncs in w.
-func busiestDevice(fsyncs record.SeriesSet, w record.Window) string {
+func busiestDevice(fsyncs rundir.SeriesSet, w rundir.Window) string {
 	best, bestCount := "", uint64(0)
-	for dev, ss := range fsyncs.ByLabel(record.LabelDevice) {
+	for dev, ss := range fsyncs.ByLabel(rundir.LabelDevice) {
 		if c := ss.HistDelta(w).Count; dev != "" && (c > bestCount || c == bestCount && dev < best) {
 			best, bestCount = dev, c
 		}
@@ -436,11 +436,11 @@ func busiestDevice(fsyncs record.SeriesSet, w record.Window) string {
 // time the device took to serve them.
 func (a *analysis) queueOrService(device string, f *Finding) string {
 	deviceWide := func(metric string) (b, s hist.Log2) {
-		ss := a.run.Series(metric).Label(record.LabelDevice, device)
+		ss := a.run.Series(metric).Label(rundir.LabelDevice, device)
 		return ss.HistDelta(a.baseline), ss.HistDelta(a.stress)
 	}
-	qb, qs := deviceWide(record.MetricBlkQueue)
-	sb, ss := deviceWide(record.MetricBlkService)
+	qb, qs := deviceWide(rundir.MetricBlkQueue)
+	sb, ss := deviceWide(rundir.MetricBlkService)
 	if qs.Count == 0 && ss.Count == 0 {
 		return ""
 	}

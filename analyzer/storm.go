@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/nodectl/nodectl/agent/hist"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // An fsync-storm run (`nodectl stress fsync-storm`) releases N writers at once, each writing a
@@ -165,13 +165,13 @@ func (a *analysis) storm(rep *Report) {
 	if a.run.Meta.Scenario != scenarioStorm {
 		return
 	}
-	var writers []record.Workload
+	var writers []rundir.Workload
 	for _, w := range a.run.Meta.Workloads {
 		if w.Kind == kindStormWriter {
 			writers = append(writers, w)
 		}
 	}
-	var rounds []record.Window
+	var rounds []rundir.Window
 	for _, w := range a.windows {
 		if strings.HasPrefix(w.Name, "round-") {
 			rounds = append(rounds, w)
@@ -196,13 +196,13 @@ func (a *analysis) storm(rep *Report) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d of %d writer fsyncs never returned (the run was interrupted or a writer failed): "+
 			"the storms count only those that did", want-done, want))
 	}
-	if len(rounds) > 0 && a.run.Meta.Tracer[tracerBlkio] != record.TracerAttached {
+	if len(rounds) > 0 && a.run.Meta.Tracer[tracerBlkio] != rundir.TracerAttached {
 		rep.Notes = append(rep.Notes, "no block tracer (run with --trace): the storms' queue and service times and the bytes per writer are unknown")
 	}
 }
 
 // stormDevice is the device the writers write to, from meta.json.
-func stormDevice(writers []record.Workload) string {
+func stormDevice(writers []rundir.Workload) string {
 	for _, w := range writers {
 		if w.Device != "" {
 			return w.Device
@@ -211,36 +211,36 @@ func stormDevice(writers []record.Workload) string {
 	return ""
 }
 
-func (a *analysis) stormWriter(w record.Workload, rounds []record.Window) StormWriter {
-	of := func(metric string) record.SeriesSet { return a.run.Series(metric).Cgroup(w.Cgroup) }
+func (a *analysis) stormWriter(w rundir.Workload, rounds []rundir.Window) StormWriter {
+	of := func(metric string) rundir.SeriesSet { return a.run.Series(metric).Cgroup(w.Cgroup) }
 	sw := StormWriter{Name: w.Name, Cgroup: w.Cgroup, DurableSeconds: []float64{}, WriteSeconds: []float64{}, FsyncSeconds: []float64{}}
 	var queue, service hist.Log2
 	for _, win := range rounds {
-		if d := of(record.MetricStormDurable).Values(win); len(d) > 0 {
+		if d := of(rundir.MetricStormDurable).Values(win); len(d) > 0 {
 			sw.DurableSeconds = append(sw.DurableSeconds, d[0])
 		}
-		if v := of(record.MetricStormWrite).Values(win); len(v) > 0 {
+		if v := of(rundir.MetricStormWrite).Values(win); len(v) > 0 {
 			sw.WriteSeconds = append(sw.WriteSeconds, v[0])
 		}
-		if v := of(record.MetricStormFsync).Values(win); len(v) > 0 {
+		if v := of(rundir.MetricStormFsync).Values(win); len(v) > 0 {
 			sw.FsyncSeconds = append(sw.FsyncSeconds, v[0])
 		}
-		sw.Bytes += dataBytes(a.run).Cgroup(w.Cgroup).Label(record.LabelDevice, w.Device).Delta(win)
-		queue = queue.Add(of(record.MetricBlkQueue).Label(record.LabelDevice, w.Device).HistDelta(win))
-		service = service.Add(of(record.MetricBlkService).Label(record.LabelDevice, w.Device).HistDelta(win))
+		sw.Bytes += dataBytes(a.run).Cgroup(w.Cgroup).Label(rundir.LabelDevice, w.Device).Delta(win)
+		queue = queue.Add(of(rundir.MetricBlkQueue).Label(rundir.LabelDevice, w.Device).HistDelta(win))
+		service = service.Add(of(rundir.MetricBlkService).Label(rundir.LabelDevice, w.Device).HistDelta(win))
 	}
 	sw.DurableP50, sw.DurableMax = quantile(sw.DurableSeconds, 0.5), quantile(sw.DurableSeconds, 1)
 	sw.QueueMean, sw.ServiceMean = queue.Mean(), service.Mean()
 	return sw
 }
 
-func (a *analysis) stormRound(win record.Window, writers []record.Workload) StormRound {
+func (a *analysis) stormRound(win rundir.Window, writers []rundir.Workload) StormRound {
 	device := stormDevice(writers)
 	rd := StormRound{Name: win.Name, Seconds: win.Seconds(), Device: device, HeldBy: []Held{}}
 	var durable, writes, fsyncs []float64
 	var first, last float64
 	for _, w := range writers {
-		samples := a.run.Series(record.MetricStormDurable).Cgroup(w.Cgroup).Samples(win)
+		samples := a.run.Series(rundir.MetricStormDurable).Cgroup(w.Cgroup).Samples(win)
 		if len(samples) == 0 {
 			continue
 		}
@@ -257,25 +257,25 @@ func (a *analysis) stormRound(win record.Window, writers []record.Workload) Stor
 		if d > rd.DurableMax || rd.Slowest == "" {
 			rd.DurableMax, rd.Slowest = d, w.Name
 		}
-		writes = append(writes, a.run.Series(record.MetricStormWrite).Cgroup(w.Cgroup).Values(win)...)
-		rd.WritersCPUCores += a.run.Series(record.MetricCPUUsage).Cgroup(w.Cgroup).Delta(win)
-		fsyncs = append(fsyncs, a.run.Series(record.MetricStormFsync).Cgroup(w.Cgroup).Values(win)...)
+		writes = append(writes, a.run.Series(rundir.MetricStormWrite).Cgroup(w.Cgroup).Values(win)...)
+		rd.WritersCPUCores += a.run.Series(rundir.MetricCPUUsage).Cgroup(w.Cgroup).Delta(win)
+		fsyncs = append(fsyncs, a.run.Series(rundir.MetricStormFsync).Cgroup(w.Cgroup).Values(win)...)
 	}
 	rd.Writers, rd.DurableP50, rd.StartSkew = len(durable), quantile(durable, 0.5), last-first
 	rd.WriteP50, rd.FsyncP50 = quantile(writes, 0.5), quantile(fsyncs, 0.5)
 	rd.WritersCPUCores = ratio(rd.WritersCPUCores, win.Seconds())
 
 	onDevice := func(metric string) hist.Log2 {
-		return a.run.Series(metric).Label(record.LabelDevice, device).HistDelta(win)
+		return a.run.Series(metric).Label(rundir.LabelDevice, device).HistDelta(win)
 	}
-	q, sv := onDevice(record.MetricBlkQueue), onDevice(record.MetricBlkService)
+	q, sv := onDevice(rundir.MetricBlkQueue), onDevice(rundir.MetricBlkService)
 	rd.QueueMean, rd.QueueP95, rd.ServiceMean, rd.ServiceP95 = q.Mean(), q.Quantile(0.95), sv.Mean(), sv.Quantile(0.95)
 	rd.QueueShare = ratio(secs(q.SumNs), secs(q.SumNs+sv.SumNs))
 	var held []share
-	for cg, ss := range dataBytes(a.run).Label(record.LabelDevice, device).ByCgroup() {
+	for cg, ss := range dataBytes(a.run).Label(rundir.LabelDevice, device).ByCgroup() {
 		b := ss.Delta(win)
 		rd.DeviceBytes += b
-		if slices.ContainsFunc(writers, func(w record.Workload) bool { return within(cg, w.Cgroup) }) {
+		if slices.ContainsFunc(writers, func(w rundir.Workload) bool { return within(cg, w.Cgroup) }) {
 			held = append(held, share{cgroup: a.owner(cg), value: b})
 		} else {
 			rd.OtherBytes += b
@@ -297,8 +297,8 @@ func (a *analysis) stormRound(win record.Window, writers []record.Workload) Stor
 		}
 		return m
 	}
-	rd.DirtyPeak, rd.WritebackPeak = peak(record.MetricDirty), peak(record.MetricWriteback)
-	rd.DirtyThreshold, rd.DirtyBackgroundThreshold = peak(record.MetricDirtyThreshold), peak(record.MetricDirtyBackThreshold)
+	rd.DirtyPeak, rd.WritebackPeak = peak(rundir.MetricDirty), peak(rundir.MetricWriteback)
+	rd.DirtyThreshold, rd.DirtyBackgroundThreshold = peak(rundir.MetricDirtyThreshold), peak(rundir.MetricDirtyBackThreshold)
 	rd.DirtyThrottled = rd.DirtyThreshold > 0 && rd.DirtyPeak >= (rd.DirtyThreshold+rd.DirtyBackgroundThreshold)/2
 	rd.Explanation = explainRound(rd)
 	return rd
@@ -360,7 +360,7 @@ func explainRound(rd StormRound) string {
 // material (docs/findings.md): it took fsyncRiseFactor times its storm's median and at least
 // fsyncMinRiseSeconds more, while the other writers moved at least neighbourDeviceShareMin of
 // the device's bytes. The culprits are the other writers that held the device, by bytes.
-func (a *analysis) stormTail(s *Storm, writers []record.Workload, rounds []record.Window) *Finding {
+func (a *analysis) stormTail(s *Storm, writers []rundir.Workload, rounds []rundir.Window) *Finding {
 	if len(writers) < 2 {
 		return nil
 	}
@@ -369,7 +369,7 @@ func (a *analysis) stormTail(s *Storm, writers []record.Workload, rounds []recor
 	var worst float64
 	for i, w := range writers {
 		for j, win := range rounds {
-			if d := a.run.Series(record.MetricStormDurable).Cgroup(w.Cgroup).Values(win); len(d) > 0 && d[0] > worst {
+			if d := a.run.Series(rundir.MetricStormDurable).Cgroup(w.Cgroup).Values(win); len(d) > 0 && d[0] > worst {
 				vi, ri, worst = i, j, d[0]
 			}
 		}
@@ -382,7 +382,7 @@ func (a *analysis) stormTail(s *Storm, writers []record.Workload, rounds []recor
 		return nil
 	}
 	device := stormDevice(writers)
-	bytes := dataBytes(a.run).Label(record.LabelDevice, device).ByCgroup()
+	bytes := dataBytes(a.run).Label(rundir.LabelDevice, device).ByCgroup()
 	own := bytes[v.Cgroup].Delta(win)
 	var others []share
 	var othersBytes float64
@@ -399,32 +399,32 @@ func (a *analysis) stormTail(s *Storm, writers []record.Workload, rounds []recor
 	}
 
 	// Per-writer measures against the storm's median writer.
-	median := func(metric string, get func(record.Workload) float64) Evidence {
+	median := func(metric string, get func(rundir.Workload) float64) Evidence {
 		var vs []float64
 		for _, w := range writers {
 			vs = append(vs, get(w))
 		}
 		return Evidence{Metric: metric, Workload: v.Name, Phase: win.Name, Baseline: quantile(vs, 0.5), Value: get(v), Unit: UnitSeconds}
 	}
-	first := func(metric string) func(record.Workload) float64 {
-		return func(w record.Workload) float64 {
+	first := func(metric string) func(rundir.Workload) float64 {
+		return func(w rundir.Workload) float64 {
 			if vs := a.run.Series(metric).Cgroup(w.Cgroup).Values(win); len(vs) > 0 {
 				return vs[0]
 			}
 			return 0
 		}
 	}
-	mean := func(metric string) func(record.Workload) float64 {
-		return func(w record.Workload) float64 {
-			return a.run.Series(metric).Cgroup(w.Cgroup).Label(record.LabelDevice, device).HistDelta(win).Mean()
+	mean := func(metric string) func(rundir.Workload) float64 {
+		return func(w rundir.Workload) float64 {
+			return a.run.Series(metric).Cgroup(w.Cgroup).Label(rundir.LabelDevice, device).HistDelta(win).Mean()
 		}
 	}
 	f := &Finding{ID: IDDiskContention, Severity: severity(ratio(worst, rd.DurableP50)), Victim: v.Name, Evidence: []Evidence{
-		median("fsync_storm_durable", first(record.MetricStormDurable)),
-		median("fsync_storm_write", first(record.MetricStormWrite)),
-		median("fsync_storm_fsync", first(record.MetricStormFsync)),
-		median("blk_queue_mean", mean(record.MetricBlkQueue)),
-		median("blk_service_mean", mean(record.MetricBlkService)),
+		median("fsync_storm_durable", first(rundir.MetricStormDurable)),
+		median("fsync_storm_write", first(rundir.MetricStormWrite)),
+		median("fsync_storm_fsync", first(rundir.MetricStormFsync)),
+		median("blk_queue_mean", mean(rundir.MetricBlkQueue)),
+		median("blk_service_mean", mean(rundir.MetricBlkService)),
 	}}
 	// Device-wide: queue time against the device's own service time in the same storm.
 	f.Evidence = append(f.Evidence, Evidence{Metric: "blk_queue_mean", Device: device, Phase: win.Name, Baseline: rd.ServiceMean, Value: rd.QueueMean, Unit: UnitSeconds},

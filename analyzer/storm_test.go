@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/nodectl/nodectl/agent/hist"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // stormWriter is one writer of a synthetic storm: its times, its bytes on the device and its
@@ -25,15 +25,15 @@ type stormWriter struct {
 // stormRun builds an fsync-storm run of one storm, round-1 over (0 s, 2 s], with the writers
 // and, when other > 0, bytes by the root cgroup (the flusher, the journal).
 func stormRun(other float64, dirtyPeak float64, ws ...stormWriter) *builder {
-	b := &builder{meta: record.Meta{ID: "s1", Scenario: scenarioStorm, Node: "node-a", Kernel: "6.18.0", Start: at(-1),
-		Tracer: map[string]string{"blkio": record.TracerAttached, "fsync": record.TracerAttached}}}
+	b := &builder{meta: rundir.Meta{ID: "s1", Scenario: scenarioStorm, Node: "node-a", Kernel: "6.18.0", Start: at(-1),
+		Tracer: map[string]string{"blkio": rundir.TracerAttached, "fsync": rundir.TracerAttached}}}
 	b.recs = append(b.recs,
-		record.Record{Type: record.TypePhase, Time: at(0), Name: "round-1", Event: record.EventStart},
-		record.Record{Type: record.TypePhase, Time: at(2), Name: "round-1", Event: record.EventEnd})
+		rundir.Record{Type: rundir.TypePhase, Time: at(0), Name: "round-1", Event: rundir.EventStart},
+		rundir.Record{Type: rundir.TypePhase, Time: at(2), Name: "round-1", Event: rundir.EventEnd})
 	v := func(x float64) *float64 { return &x }
 	cum := func(metric, cg string, total float64, kv ...string) {
 		for _, s := range []struct{ t, v float64 }{{0, 0}, {2, total}} {
-			b.recs = append(b.recs, record.Record{Type: record.TypeSample, Time: at(s.t), Metric: metric, Cgroup: cg, Labels: labels(kv...), Value: v(s.v)})
+			b.recs = append(b.recs, rundir.Record{Type: rundir.TypeSample, Time: at(s.t), Metric: metric, Cgroup: cg, Labels: labels(kv...), Value: v(s.v)})
 		}
 	}
 	hists := func(metric, cg string, h hist.Log2) {
@@ -42,39 +42,39 @@ func stormRun(other float64, dirtyPeak float64, ws ...stormWriter) *builder {
 			if s.Count > 0 {
 				t = 2
 			}
-			b.recs = append(b.recs, record.Record{Type: record.TypeSample, Time: at(t), Metric: metric, Cgroup: cg, Labels: labels(record.LabelDevice, disk, record.LabelOp, "write"), Hist: &s})
+			b.recs = append(b.recs, rundir.Record{Type: rundir.TypeSample, Time: at(t), Metric: metric, Cgroup: cg, Labels: labels(rundir.LabelDevice, disk, rundir.LabelOp, "write"), Hist: &s})
 		}
 	}
 	for i, w := range ws {
 		name := fmt.Sprintf("fsync-writer-%d", i)
 		cg := runCg + "/" + name
-		b.meta.Workloads = append(b.meta.Workloads, record.Workload{Name: name, Kind: kindStormWriter, Cgroup: cg, Device: disk})
+		b.meta.Workloads = append(b.meta.Workloads, rundir.Workload{Name: name, Kind: kindStormWriter, Cgroup: cg, Device: disk})
 		if w.finished {
 			end := at(0.01 + w.durable)
 			b.recs = append(b.recs,
-				record.Record{Type: record.TypeSample, Time: end, Metric: record.MetricStormDurable, Cgroup: cg, Value: v(w.durable)},
-				record.Record{Type: record.TypeSample, Time: end, Metric: record.MetricStormWrite, Cgroup: cg, Value: v(w.write)},
-				record.Record{Type: record.TypeSample, Time: end, Metric: record.MetricStormFsync, Cgroup: cg, Value: v(w.durable - w.write)})
+				rundir.Record{Type: rundir.TypeSample, Time: end, Metric: rundir.MetricStormDurable, Cgroup: cg, Value: v(w.durable)},
+				rundir.Record{Type: rundir.TypeSample, Time: end, Metric: rundir.MetricStormWrite, Cgroup: cg, Value: v(w.write)},
+				rundir.Record{Type: rundir.TypeSample, Time: end, Metric: rundir.MetricStormFsync, Cgroup: cg, Value: v(w.durable - w.write)})
 		}
 		if w.cpu > 0 {
-			cum(record.MetricCPUUsage, cg, w.cpu)
+			cum(rundir.MetricCPUUsage, cg, w.cpu)
 		}
 		if w.traced {
-			cum(record.MetricBlkBytes, cg, w.bytes, record.LabelDevice, disk, record.LabelOp, "write")
-			hists(record.MetricBlkQueue, cg, lat(w.requests, w.queue))
-			hists(record.MetricBlkService, cg, lat(w.requests, w.service))
+			cum(rundir.MetricBlkBytes, cg, w.bytes, rundir.LabelDevice, disk, rundir.LabelOp, "write")
+			hists(rundir.MetricBlkQueue, cg, lat(w.requests, w.queue))
+			hists(rundir.MetricBlkService, cg, lat(w.requests, w.service))
 		}
 	}
 	if other > 0 {
-		cum(record.MetricBlkBytes, "/", other, record.LabelDevice, disk, record.LabelOp, "write")
+		cum(rundir.MetricBlkBytes, "/", other, rundir.LabelDevice, disk, rundir.LabelOp, "write")
 	}
 	for i, d := range []float64{dirtyPeak / 2, dirtyPeak, dirtyPeak / 4} {
 		t := at(0.5 + float64(i)*0.5)
 		b.recs = append(b.recs,
-			record.Record{Type: record.TypeSample, Time: t, Metric: record.MetricDirty, Value: v(d)},
-			record.Record{Type: record.TypeSample, Time: t, Metric: record.MetricWriteback, Value: v(d / 2)},
-			record.Record{Type: record.TypeSample, Time: t, Metric: record.MetricDirtyThreshold, Value: v(4 << 30)},
-			record.Record{Type: record.TypeSample, Time: t, Metric: record.MetricDirtyBackThreshold, Value: v(2 << 30)})
+			rundir.Record{Type: rundir.TypeSample, Time: t, Metric: rundir.MetricDirty, Value: v(d)},
+			rundir.Record{Type: rundir.TypeSample, Time: t, Metric: rundir.MetricWriteback, Value: v(d / 2)},
+			rundir.Record{Type: rundir.TypeSample, Time: t, Metric: rundir.MetricDirtyThreshold, Value: v(4 << 30)},
+			rundir.Record{Type: rundir.TypeSample, Time: t, Metric: rundir.MetricDirtyBackThreshold, Value: v(2 << 30)})
 	}
 	return b
 }

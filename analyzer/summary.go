@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // rankingSize is how many cgroups each ranking lists.
@@ -13,7 +13,7 @@ const rankingSize = 10
 // Summary tabulates the run: each workload in each phase, and the cgroups that waited, synced
 // and wrote the most.
 type Summary struct {
-	Phases    []record.Window `json:"phases"`
+	Phases    []rundir.Window `json:"phases"`
 	Workloads []WorkloadPhase `json:"workloads"`
 	Ranking   Ranking         `json:"ranking"`
 }
@@ -80,27 +80,27 @@ func (a *analysis) summary() Summary {
 }
 
 // focus is the window a run is ranked and diffed by: the stress phase, else the whole run.
-func (a *analysis) focus() record.Window {
+func (a *analysis) focus() rundir.Window {
 	if a.stress.Name != "" {
 		return a.stress
 	}
 	return a.run.Span()
 }
 
-func (a *analysis) workloadPhase(wl record.Workload, w record.Window) WorkloadPhase {
-	of := func(metric string) record.SeriesSet { return a.run.Series(metric).Cgroup(wl.Cgroup) }
-	runq := of(record.MetricRunqLatency).HistDelta(w)
+func (a *analysis) workloadPhase(wl rundir.Workload, w rundir.Window) WorkloadPhase {
+	of := func(metric string) rundir.SeriesSet { return a.run.Series(metric).Cgroup(wl.Cgroup) }
+	runq := of(rundir.MetricRunqLatency).HistDelta(w)
 	wp := WorkloadPhase{
 		Workload: wl.Name, Kind: wl.Kind, Phase: w.Name, Seconds: w.Seconds(),
-		CPUCores:         ratio(of(record.MetricCPUUsage).Delta(w), w.Seconds()),
-		ThrottledRatio:   ratio(of(record.MetricCPUThrottled).Delta(w), of(record.MetricCPUPeriods).Delta(w)),
-		ThrottledSeconds: of(record.MetricCPUThrottledTime).Delta(w),
+		CPUCores:         ratio(of(rundir.MetricCPUUsage).Delta(w), w.Seconds()),
+		ThrottledRatio:   ratio(of(rundir.MetricCPUThrottled).Delta(w), of(rundir.MetricCPUPeriods).Delta(w)),
+		ThrottledSeconds: of(rundir.MetricCPUThrottledTime).Delta(w),
 		RunqP99:          runq.Quantile(0.99),
 		RunqWait:         secs(runq.SumNs),
-		IOBytes:          of(record.MetricBlkBytes).LabelIn(record.LabelOp, dataOps...).Delta(w),
-		FsyncP95:         of(record.MetricFsyncLatency).HistDelta(w).Quantile(0.95),
+		IOBytes:          of(rundir.MetricBlkBytes).LabelIn(rundir.LabelOp, dataOps...).Delta(w),
+		FsyncP95:         of(rundir.MetricFsyncLatency).HistDelta(w).Quantile(0.95),
 	}
-	if late := of(record.MetricHeartbeatLateness).Values(w); len(late) > 0 {
+	if late := of(rundir.MetricHeartbeatLateness).Values(w); len(late) > 0 {
 		wp.HeartbeatLatenessP99, wp.HeartbeatLatenessMax = quantile(late, 0.99), slices.Max(late)
 	}
 	work := a.probeReadings(wl.Cgroup, measureCPUWork, w)
@@ -122,7 +122,7 @@ func (a *analysis) workloadPhase(wl record.Workload, w record.Window) WorkloadPh
 
 // writeFsync sums each fsync reading with the latest unpaired write reading at or before it (the
 // probe writes, then syncs): the write+fsync time of each probe iteration.
-func writeFsync(writes, fsyncs []record.Record) []float64 {
+func writeFsync(writes, fsyncs []rundir.Record) []float64 {
 	var out []float64
 	var pending *float64
 	i := 0
@@ -138,14 +138,14 @@ func writeFsync(writes, fsyncs []record.Record) []float64 {
 	return out
 }
 
-func (a *analysis) ranking(w record.Window) Ranking {
+func (a *analysis) ranking(w rundir.Window) Ranking {
 	r := Ranking{Window: w.Name}
-	for cg, ss := range a.run.Series(record.MetricRunqLatency).ByCgroup() {
+	for cg, ss := range a.run.Series(rundir.MetricRunqLatency).ByCgroup() {
 		if h := ss.HistDelta(w); h.SumNs > 0 {
 			r.RunqWait = append(r.RunqWait, Ranked{Cgroup: cg, Value: secs(h.SumNs), Count: h.Count})
 		}
 	}
-	for cg, ss := range a.run.Series(record.MetricFsyncLatency).ByCgroup() {
+	for cg, ss := range a.run.Series(rundir.MetricFsyncLatency).ByCgroup() {
 		if h := ss.HistDelta(w); h.Count > 0 {
 			r.Fsync = append(r.Fsync, Ranked{Cgroup: cg, Value: h.Quantile(0.95), Count: h.Count})
 		}
@@ -184,6 +184,6 @@ func (a *analysis) top(list []Ranked) []Ranked {
 var dataOps = []string{"read", "write"}
 
 // dataBytes is every block-bytes series of data operations.
-func dataBytes(run *record.Run) record.SeriesSet {
-	return run.Series(record.MetricBlkBytes).LabelIn(record.LabelOp, dataOps...)
+func dataBytes(run *rundir.Run) rundir.SeriesSet {
+	return run.Series(rundir.MetricBlkBytes).LabelIn(rundir.LabelOp, dataOps...)
 }

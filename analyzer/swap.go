@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // IDSwapThrashing: a cgroup keeps faulting back what was swapped out of it, or the node swaps in
@@ -30,7 +30,7 @@ const (
 
 // swapUse is what a cgroup swapped and faulted back in a window.
 type swapUse struct {
-	w                                    record.Window
+	w                                    rundir.Window
 	swapMax                              float64 // bytes, the highest memory_swap_bytes reading
 	majors, refaults, swapIns, limitHits float64 // counts over the window
 	firstHalf, secondHalf                float64 // fault-backs a second in each half
@@ -45,7 +45,7 @@ func (u swapUse) faultBack() float64 { return max(u.majors, u.refaults, u.swapIn
 func (a *analysis) swapThrashing() []Finding {
 	var hit []swapUse
 	var cgroups []string
-	for cg, swap := range a.run.Series(record.MetricMemorySwap).ByCgroup() {
+	for cg, swap := range a.run.Series(rundir.MetricMemorySwap).ByCgroup() {
 		var worst *swapUse
 		for _, w := range a.windows {
 			u := a.swapUse(cg, swap, w)
@@ -77,24 +77,24 @@ func (a *analysis) swapThrashing() []Finding {
 	return out
 }
 
-func (a *analysis) swapUse(cg string, swap record.SeriesSet, w record.Window) swapUse {
-	series := func(metric string, kv ...string) record.SeriesSet {
+func (a *analysis) swapUse(cg string, swap rundir.SeriesSet, w rundir.Window) swapUse {
+	series := func(metric string, kv ...string) rundir.SeriesSet {
 		ss := a.run.Series(metric).Cgroup(cg)
 		if len(kv) == 2 {
 			ss = ss.Label(kv[0], kv[1])
 		}
 		return ss
 	}
-	majors, refaults := series(record.MetricMemoryMajorFaults), series(record.MetricMemoryRefaults, record.LabelKind, "anon")
-	swapIns := series(record.MetricMemorySwapPages, record.LabelOp, "in")
+	majors, refaults := series(rundir.MetricMemoryMajorFaults), series(rundir.MetricMemoryRefaults, rundir.LabelKind, "anon")
+	swapIns := series(rundir.MetricMemorySwapPages, rundir.LabelOp, "in")
 	w = observed(w, majors, refaults, swapIns)
 	u := swapUse{w: w, majors: majors.Delta(w), refaults: refaults.Delta(w), swapIns: swapIns.Delta(w),
-		limitHits: series(record.MetricMemoryLimitEvents, record.LabelKind, "max").Delta(w)}
+		limitHits: series(rundir.MetricMemoryLimitEvents, rundir.LabelKind, "max").Delta(w)}
 	for _, v := range swap.Values(w) {
 		u.swapMax = max(u.swapMax, v)
 	}
 	mid := splitAt(w, majors, refaults, swapIns)
-	for i, half := range []record.Window{{Name: w.Name, Start: w.Start, End: mid}, {Name: w.Name, Start: mid, End: w.End}} {
+	for i, half := range []rundir.Window{{Name: w.Name, Start: w.Start, End: mid}, {Name: w.Name, Start: mid, End: w.End}} {
 		rate := ratio(max(majors.Delta(half), refaults.Delta(half), swapIns.Delta(half)), half.Seconds())
 		if i == 0 {
 			u.firstHalf = rate
@@ -108,7 +108,7 @@ func (a *analysis) swapUse(cg string, swap record.SeriesSet, w record.Window) sw
 // observed is w from the first sample of sets on, when that comes later: a counter counts from
 // its cgroup's birth (the node's from boot) and reads zero before its first sample, so a window
 // opening before that sample would count everything since then.
-func observed(w record.Window, sets ...record.SeriesSet) record.Window {
+func observed(w rundir.Window, sets ...rundir.SeriesSet) rundir.Window {
 	var first time.Time
 	for _, ss := range sets {
 		for _, s := range ss {
@@ -126,7 +126,7 @@ func observed(w record.Window, sets ...record.SeriesSet) record.Window {
 // splitAt is where to cut w in two halves: at the sample of sets nearest w's middle, so that
 // each half holds whole sampling intervals (a cut between two samples would give one half
 // nothing); at the middle itself when no sample lies inside w.
-func splitAt(w record.Window, sets ...record.SeriesSet) time.Time {
+func splitAt(w rundir.Window, sets ...rundir.SeriesSet) time.Time {
 	mid := w.Start.Add(w.End.Sub(w.Start) / 2)
 	best, bestDist := mid, time.Duration(-1)
 	for _, ss := range sets {
@@ -150,7 +150,7 @@ func (a *analysis) swapFinding(cg string, u swapUse) Finding {
 	// a window that thrashed is quoted either way.
 	ref := swapUse{}
 	if a.compare && u.w.Name == a.stress.Name {
-		ref = a.swapUse(cg, a.run.Series(record.MetricMemorySwap).Cgroup(cg), a.baseline)
+		ref = a.swapUse(cg, a.run.Series(rundir.MetricMemorySwap).Cgroup(cg), a.baseline)
 	}
 	ev := func(metric string, b, v float64, unit string) Evidence {
 		return Evidence{Metric: metric, Workload: name, Phase: u.w.Name, Baseline: b, Value: v, Unit: unit}
@@ -168,7 +168,7 @@ func (a *analysis) swapFinding(cg string, u swapUse) Finding {
 			ev("anon_refaults", ref.refaults, u.refaults, UnitCount),
 		},
 	}
-	if len(a.run.Series(record.MetricMemorySwapPages).Cgroup(cg)) > 0 {
+	if len(a.run.Series(rundir.MetricMemorySwapPages).Cgroup(cg)) > 0 {
 		f.Evidence = append(f.Evidence, ev("swap_ins", ref.swapIns, u.swapIns, UnitCount))
 	}
 	f.Evidence = append(f.Evidence, ev("memory_limit_hits", ref.limitHits, u.limitHits, UnitCount))
@@ -189,9 +189,9 @@ func (a *analysis) swapFinding(cg string, u swapUse) Finding {
 // nodeSwapThrashing: the node swapped in and out at high rates in the same window; the cgroups
 // that brought back the most pages then are its culprits.
 func (a *analysis) nodeSwapThrashing() *Finding {
-	vm := a.run.Series(record.MetricVmstat).Cgroup("")
-	in, out := vm.Label(record.LabelName, "pswpin"), vm.Label(record.LabelName, "pswpout")
-	var worst *record.Window
+	vm := a.run.Series(rundir.MetricVmstat).Cgroup("")
+	in, out := vm.Label(rundir.LabelName, "pswpin"), vm.Label(rundir.LabelName, "pswpout")
+	var worst *rundir.Window
 	var worstRate float64
 	for _, w := range a.windows {
 		w = observed(w, in, out)
@@ -218,7 +218,7 @@ func (a *analysis) nodeSwapThrashing() *Finding {
 	// Culprits by pages brought back, charged to their workloads; only the deepest cgroups count,
 	// as their parents' counters include them.
 	byOwner := map[string]float64{}
-	cgs := slices.Collect(maps.Keys(a.run.Series(record.MetricMemorySwap).ByCgroup()))
+	cgs := slices.Collect(maps.Keys(a.run.Series(rundir.MetricMemorySwap).ByCgroup()))
 	for _, cg := range cgs {
 		if slices.ContainsFunc(cgs, func(c string) bool { return c != cg && within(c, cg) }) {
 			continue

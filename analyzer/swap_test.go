@@ -3,20 +3,20 @@ package analyzer
 import (
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 const sandbox = runCg + "/sandbox-0"
 
-func sandboxWorkload() record.Workload {
-	return record.Workload{Name: "sandbox-0", Kind: "sandbox", Cgroup: sandbox, Memory: "64Mi"}
+func sandboxWorkload() rundir.Workload {
+	return rundir.Workload{Name: "sandbox-0", Kind: "sandbox", Cgroup: sandbox, Memory: "64Mi"}
 }
 
 // points records a counter with the given (time, value) samples.
 func (b *builder) points(metric, cgroup string, tv []float64, kv ...string) *builder {
 	for i := 0; i+1 < len(tv); i += 2 {
 		v := tv[i+1]
-		b.recs = append(b.recs, record.Record{Type: record.TypeSample, Time: at(tv[i]), Metric: metric, Cgroup: cgroup, Labels: labels(kv...), Value: &v})
+		b.recs = append(b.recs, rundir.Record{Type: rundir.TypeSample, Time: at(tv[i]), Metric: metric, Cgroup: cgroup, Labels: labels(kv...), Value: &v})
 	}
 	return b
 }
@@ -28,15 +28,15 @@ func thrashing(cg string, majors, refaults float64) *builder {
 }
 
 func (b *builder) thrash(cg string, majors, refaults float64) *builder {
-	return b.gauge(record.MetricMemorySwap, cg, []float64{0}, []float64{64 << 20}).
-		counter(record.MetricMemoryMajorFaults, cg, 0, majors).
-		counter(record.MetricMemoryRefaults, cg, 0, refaults, record.LabelKind, "anon").
-		counter(record.MetricMemoryLimitEvents, cg, 0, 5000, record.LabelKind, "max")
+	return b.gauge(rundir.MetricMemorySwap, cg, []float64{0}, []float64{64 << 20}).
+		counter(rundir.MetricMemoryMajorFaults, cg, 0, majors).
+		counter(rundir.MetricMemoryRefaults, cg, 0, refaults, rundir.LabelKind, "anon").
+		counter(rundir.MetricMemoryLimitEvents, cg, 0, 5000, rundir.LabelKind, "max")
 }
 
 func (b *builder) nodeSwap(in, out float64) *builder {
-	return b.counter(record.MetricVmstat, "", 0, in, record.LabelName, "pswpin").
-		counter(record.MetricVmstat, "", 0, out, record.LabelName, "pswpout")
+	return b.counter(rundir.MetricVmstat, "", 0, in, rundir.LabelName, "pswpin").
+		counter(rundir.MetricVmstat, "", 0, out, rundir.LabelName, "pswpout")
 }
 
 func swapFindings(rep *Report) []Finding {
@@ -63,7 +63,7 @@ func TestSwapThrashing(t *testing.T) {
 		"memory_swap_bytes_max": 64 << 20, "major_faults": 10000, "anon_refaults": 12000, "memory_limit_hits": 5000,
 	} {
 		e := evidence(t, f, metric, "")
-		if e.Value != want || e.Baseline != 0 || e.Phase != record.PhaseStress || e.Workload != "sandbox-0" {
+		if e.Value != want || e.Baseline != 0 || e.Phase != rundir.PhaseStress || e.Workload != "sandbox-0" {
 			t.Errorf("%s: %+v, want %v in stress against 0", metric, e, want)
 		}
 	}
@@ -88,7 +88,7 @@ func TestSwapThrashing(t *testing.T) {
 }
 
 func TestSwapThrashingCritical(t *testing.T) {
-	rep := thrashing(sandbox, 30000, 0).counter(record.MetricMemorySwapPages, sandbox, 0, 25000, record.LabelOp, "in").analyze(t)
+	rep := thrashing(sandbox, 30000, 0).counter(rundir.MetricMemorySwapPages, sandbox, 0, 25000, rundir.LabelOp, "in").analyze(t)
 	f := finding(t, rep, IDSwapThrashing)
 	if f.Severity != SeverityCritical {
 		t.Errorf("severity %s at 1500 fault-backs a second, want critical", f.Severity)
@@ -111,26 +111,26 @@ func TestSwapThrashingNot(t *testing.T) {
 	for name, b := range map[string]*builder{
 		// Cold memory swapped out and left there: nothing comes back.
 		"swapped_out_cold": newRun(sandboxWorkload()).
-			gauge(record.MetricMemorySwap, sandbox, []float64{0}, []float64{64 << 20}).
-			counter(record.MetricMemoryMajorFaults, sandbox, 0, 100),
+			gauge(rundir.MetricMemorySwap, sandbox, []float64{0}, []float64{64 << 20}).
+			counter(rundir.MetricMemoryMajorFaults, sandbox, 0, 100),
 		// Major faults of file pages (a binary re-read) without swap are another story.
 		"no_swap": newRun(sandboxWorkload()).
-			gauge(record.MetricMemorySwap, sandbox, []float64{0}, []float64{0}).
-			counter(record.MetricMemoryMajorFaults, sandbox, 0, 50000),
+			gauge(rundir.MetricMemorySwap, sandbox, []float64{0}, []float64{0}).
+			counter(rundir.MetricMemoryMajorFaults, sandbox, 0, 50000),
 		// A burst of fault-backs at the start of the phase that stops: not kept up.
 		"burst": newRun(sandboxWorkload()).
-			gauge(record.MetricMemorySwap, sandbox, []float64{0}, []float64{64 << 20}).
-			points(record.MetricMemoryMajorFaults, sandbox, []float64{0, 0, 10, 0, 12, 20000, 20, 20000, 30, 20100}),
+			gauge(rundir.MetricMemorySwap, sandbox, []float64{0}, []float64{64 << 20}).
+			points(rundir.MetricMemoryMajorFaults, sandbox, []float64{0, 0, 10, 0, 12, 20000, 20, 20000, 30, 20100}),
 		// The node swaps out but reads nothing back.
 		"node_out_only": newRun(sandboxWorkload()).nodeSwap(100, 50000),
 		"quiet":         newRun(sandboxWorkload()),
 		// Counters first read at 0.5 s hold what happened before the run (since boot, for the
 		// node's): only their growth from that reading on counts.
 		"counted_before": newRun(sandboxWorkload()).
-			gauge(record.MetricMemorySwap, sandbox, []float64{64 << 20}, []float64{64 << 20}).
-			points(record.MetricMemoryMajorFaults, sandbox, []float64{0.5, 1e6, 10, 1e6, 30, 1e6}).
-			points(record.MetricVmstat, "", []float64{0.5, 1e6, 10, 1e6, 30, 1e6}, record.LabelName, "pswpin").
-			points(record.MetricVmstat, "", []float64{0.5, 1e6, 10, 1e6, 30, 1e6}, record.LabelName, "pswpout"),
+			gauge(rundir.MetricMemorySwap, sandbox, []float64{64 << 20}, []float64{64 << 20}).
+			points(rundir.MetricMemoryMajorFaults, sandbox, []float64{0.5, 1e6, 10, 1e6, 30, 1e6}).
+			points(rundir.MetricVmstat, "", []float64{0.5, 1e6, 10, 1e6, 30, 1e6}, rundir.LabelName, "pswpin").
+			points(rundir.MetricVmstat, "", []float64{0.5, 1e6, 10, 1e6, 30, 1e6}, rundir.LabelName, "pswpout"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if found := swapFindings(b.analyze(t)); len(found) != 0 {
@@ -144,8 +144,8 @@ func TestSwapThrashingNot(t *testing.T) {
 // where the first half would hold no sample and so no faults.
 func TestSwapThrashingSparseSamples(t *testing.T) {
 	rep := newRun(sandboxWorkload()).
-		gauge(record.MetricMemorySwap, sandbox, []float64{0}, []float64{64 << 20}).
-		points(record.MetricMemoryMajorFaults, sandbox, []float64{0, 0, 10, 0, 21, 11000, 30, 20000}).
+		gauge(rundir.MetricMemorySwap, sandbox, []float64{0}, []float64{64 << 20}).
+		points(rundir.MetricMemoryMajorFaults, sandbox, []float64{0, 0, 10, 0, 21, 11000, 30, 20000}).
 		analyze(t)
 	f := finding(t, rep, IDSwapThrashing)
 	if e := evidence(t, f, "major_faults", ""); e.Value != 20000 {

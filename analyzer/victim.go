@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/nodectl/nodectl/agent/hist"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // The device slowed when the mean time of a block request (queue + service), all requests on
@@ -34,7 +34,7 @@ type victimView struct {
 var probeMeasures = []probeMeasure{measureCPUWork, measureWriteFsync, measureFsync}
 
 // victim returns the victim's view, computing it the first time (it needs both phases).
-func (a *analysis) victim(v record.Workload) *victimView {
+func (a *analysis) victim(v rundir.Workload) *victimView {
 	if vv, ok := a.victims[v.Cgroup]; ok {
 		return vv
 	}
@@ -65,15 +65,15 @@ func excess(values []float64, ref float64) float64 {
 }
 
 // probeReadings are a probe's readings of m in w: one per iteration.
-func (a *analysis) probeReadings(cgroup string, m probeMeasure, w record.Window) []float64 {
-	of := func(metric string) record.SeriesSet { return a.run.Series(metric).Cgroup(cgroup) }
+func (a *analysis) probeReadings(cgroup string, m probeMeasure, w rundir.Window) []float64 {
+	of := func(metric string) rundir.SeriesSet { return a.run.Series(metric).Cgroup(cgroup) }
 	switch m {
 	case measureCPUWork:
-		return of(record.MetricProbeCPUWork).Values(w)
+		return of(rundir.MetricProbeCPUWork).Values(w)
 	case measureWriteFsync:
-		return writeFsync(of(record.MetricProbeWrite).Samples(w), of(record.MetricProbeFsync).Samples(w))
+		return writeFsync(of(rundir.MetricProbeWrite).Samples(w), of(rundir.MetricProbeFsync).Samples(w))
 	}
-	return of(record.MetricProbeFsync).Values(w)
+	return of(rundir.MetricProbeFsync).Values(w)
 }
 
 // change returns the victim's change of m, if both phases measured it.
@@ -106,7 +106,7 @@ func (vv *victimView) slowedIO() []probeChange { return vv.slowed(measureWriteFs
 // added there, and whether the device took longer to serve requests.
 type diskLoad struct {
 	device string
-	bytes  map[string]record.SeriesSet // data bytes on the device, by issuing cgroup
+	bytes  map[string]rundir.SeriesSet // data bytes on the device, by issuing cgroup
 	// neighbours are the bytes each other cgroup added over its baseline rate; added is their
 	// sum, neighbourBytes and ownBytes what the others and the victim moved in the stress phase
 	// (B: in the baseline).
@@ -121,16 +121,16 @@ type diskLoad struct {
 }
 
 // diskLoad measures the victim's device: its workload's, else the one with most of its fsyncs.
-func (a *analysis) diskLoad(v record.Workload) diskLoad {
+func (a *analysis) diskLoad(v rundir.Workload) diskLoad {
 	d := diskLoad{device: v.Device}
 	if d.device == "" {
-		d.device = busiestDevice(a.run.Series(record.MetricFsyncLatency).Cgroup(v.Cgroup), a.stress)
+		d.device = busiestDevice(a.run.Series(rundir.MetricFsyncLatency).Cgroup(v.Cgroup), a.stress)
 	}
 	if d.device == "" {
 		return d
 	}
 	// As for CPU, a neighbour is charged the I/O it added over its baseline rate.
-	d.bytes = dataBytes(a.run).Label(record.LabelDevice, d.device).ByCgroup()
+	d.bytes = dataBytes(a.run).Label(rundir.LabelDevice, d.device).ByCgroup()
 	for cg, ss := range d.bytes {
 		b, s := ss.Delta(a.baseline), ss.Delta(a.stress)
 		if within(cg, v.Cgroup) {
@@ -144,14 +144,14 @@ func (a *analysis) diskLoad(v record.Workload) diskLoad {
 		d.neighbourBytesB += b
 		d.neighbourBytes += s
 	}
-	requestMean := func(own bool, w record.Window) float64 {
+	requestMean := func(own bool, w rundir.Window) float64 {
 		var q, s hist.Log2
-		for cg, ss := range a.run.Series(record.MetricBlkQueue).Label(record.LabelDevice, d.device).ByCgroup() {
+		for cg, ss := range a.run.Series(rundir.MetricBlkQueue).Label(rundir.LabelDevice, d.device).ByCgroup() {
 			if !own || within(cg, v.Cgroup) {
 				q = q.Add(ss.HistDelta(w))
 			}
 		}
-		for cg, ss := range a.run.Series(record.MetricBlkService).Label(record.LabelDevice, d.device).ByCgroup() {
+		for cg, ss := range a.run.Series(rundir.MetricBlkService).Label(rundir.LabelDevice, d.device).ByCgroup() {
 			if !own || within(cg, v.Cgroup) {
 				s = s.Add(ss.HistDelta(w))
 			}
@@ -164,7 +164,7 @@ func (a *analysis) diskLoad(v record.Workload) diskLoad {
 	d.deviceB, d.deviceS = requestMean(false, a.baseline), requestMean(false, a.stress)
 	d.ownB, d.ownS = requestMean(true, a.baseline), requestMean(true, a.stress)
 	d.busyB, d.busyS = -1, -1
-	if busy := a.run.Series(record.MetricDiskIOTime).Label(record.LabelDevice, d.device); len(busy) > 0 {
+	if busy := a.run.Series(rundir.MetricDiskIOTime).Label(rundir.LabelDevice, d.device); len(busy) > 0 {
 		d.busyB, d.busyS = ratio(busy.Delta(a.baseline), a.baseline.Seconds()), ratio(busy.Delta(a.stress), a.stress.Seconds())
 	}
 	return d

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // A wake run (`nodectl stress wake`) starts the same sandbox at several CPU limits, several
@@ -81,12 +81,12 @@ func RenderWakeJSON(w io.Writer, r *Report) error {
 // wake tabulates a wake run by CPU limit, explains the slow limits, and notes the starts that
 // never answered.
 func (a *analysis) wake() ([]WakeLimit, []Finding, []string) {
-	boots := map[string]record.Window{}
+	boots := map[string]rundir.Window{}
 	for _, w := range a.windows {
 		boots[w.Name] = w
 	}
 	source := runqSourceSchedstat
-	if a.run.Meta.Tracer[tracerRunq] == record.TracerAttached {
+	if a.run.Meta.Tracer[tracerRunq] == rundir.TracerAttached {
 		source = runqSourceTracer
 	}
 	var order []string
@@ -133,26 +133,26 @@ func (a *analysis) wake() ([]WakeLimit, []Finding, []string) {
 }
 
 // wakeStart reads one start's boot window; false when the sandbox never answered.
-func (a *analysis) wakeStart(cgroup string, boot record.Window, source string) (wakeStart, bool) {
-	of := func(metric string) record.SeriesSet { return a.run.Series(metric).Cgroup(cgroup) }
-	wake := of(record.MetricWake).Values(boot)
+func (a *analysis) wakeStart(cgroup string, boot rundir.Window, source string) (wakeStart, bool) {
+	of := func(metric string) rundir.SeriesSet { return a.run.Series(metric).Cgroup(cgroup) }
+	wake := of(rundir.MetricWake).Values(boot)
 	if len(wake) == 0 {
 		return wakeStart{}, false
 	}
 	s := wakeStart{
 		wake:             wake[0],
-		usage:            of(record.MetricCPUUsage).Delta(boot),
-		throttled:        of(record.MetricCPUThrottledTime).Delta(boot),
-		periods:          of(record.MetricCPUPeriods).Delta(boot),
-		throttledPeriods: of(record.MetricCPUThrottled).Delta(boot),
+		usage:            of(rundir.MetricCPUUsage).Delta(boot),
+		throttled:        of(rundir.MetricCPUThrottledTime).Delta(boot),
+		periods:          of(rundir.MetricCPUPeriods).Delta(boot),
+		throttledPeriods: of(rundir.MetricCPUThrottled).Delta(boot),
 	}
-	if b := of(record.MetricWakeBoot).Values(boot); len(b) > 0 {
+	if b := of(rundir.MetricWakeBoot).Values(boot); len(b) > 0 {
 		s.boot = b[0]
 	}
 	if source == runqSourceTracer {
-		s.runq = secs(of(record.MetricRunqLatency).HistDelta(boot).SumNs)
+		s.runq = secs(of(rundir.MetricRunqLatency).HistDelta(boot).SumNs)
 	} else {
-		s.runq = of(record.MetricSchedRunDelay).Delta(boot)
+		s.runq = of(rundir.MetricSchedRunDelay).Delta(boot)
 	}
 	return s, true
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // boot is what one synthetic start measured.
@@ -24,9 +24,9 @@ type boot struct {
 // phase, with counters that keep growing after the phase ends (the sandbox's exit) as a real
 // sandbox's do.
 func wakeRun(traced bool, boots ...boot) *builder {
-	b := &builder{meta: record.Meta{ID: "w1", Scenario: scenarioWake, Node: "node-a", Kernel: "6.18.0", Start: at(-1)}}
+	b := &builder{meta: rundir.Meta{ID: "w1", Scenario: scenarioWake, Node: "node-a", Kernel: "6.18.0", Start: at(-1)}}
 	if traced {
-		b.meta.Tracer = map[string]string{tracerRunq: record.TracerAttached}
+		b.meta.Tracer = map[string]string{tracerRunq: rundir.TracerAttached}
 	}
 	start := 0.0
 	seen := map[string]int{}
@@ -34,31 +34,31 @@ func wakeRun(traced bool, boots ...boot) *builder {
 		name := fmt.Sprintf("wake-%s-%d", bt.cpu, seen[bt.cpu])
 		seen[bt.cpu]++
 		cg := runCg + "/" + name
-		b.meta.Workloads = append(b.meta.Workloads, record.Workload{Name: name, Kind: kindWake, Cgroup: cg, CPU: bt.cpu})
+		b.meta.Workloads = append(b.meta.Workloads, rundir.Workload{Name: name, Kind: kindWake, Cgroup: cg, CPU: bt.cpu})
 		answer, end := start+bt.wake, start+bt.wake+0.01
-		b.recs = append(b.recs, record.Record{Type: record.TypePhase, Time: at(start), Name: name, Event: record.EventStart})
+		b.recs = append(b.recs, rundir.Record{Type: rundir.TypePhase, Time: at(start), Name: name, Event: rundir.EventStart})
 		if bt.answered {
 			v := func(x float64) *float64 { return &x }
 			b.recs = append(b.recs,
-				record.Record{Type: record.TypeSample, Time: at(answer), Metric: record.MetricWake, Cgroup: cg, Value: v(bt.wake)},
-				record.Record{Type: record.TypeSample, Time: at(answer), Metric: record.MetricWakeBoot, Cgroup: cg, Value: v(bt.wake - 0.005)},
+				rundir.Record{Type: rundir.TypeSample, Time: at(answer), Metric: rundir.MetricWake, Cgroup: cg, Value: v(bt.wake)},
+				rundir.Record{Type: rundir.TypeSample, Time: at(answer), Metric: rundir.MetricWakeBoot, Cgroup: cg, Value: v(bt.wake - 0.005)},
 			)
 		}
 		for _, s := range []struct{ t, share float64 }{{start + bt.wake/2, 0.5}, {end, 1}, {end + 0.2, 1.5}} {
 			for metric, total := range map[string]float64{
-				record.MetricCPUUsage: bt.usage, record.MetricCPUThrottledTime: bt.throttled,
-				record.MetricCPUPeriods: bt.periods, record.MetricCPUThrottled: bt.thrPer,
-				record.MetricSchedRunDelay: bt.runq,
+				rundir.MetricCPUUsage: bt.usage, rundir.MetricCPUThrottledTime: bt.throttled,
+				rundir.MetricCPUPeriods: bt.periods, rundir.MetricCPUThrottled: bt.thrPer,
+				rundir.MetricSchedRunDelay: bt.runq,
 			} {
 				v := total * s.share
-				b.recs = append(b.recs, record.Record{Type: record.TypeSample, Time: at(s.t), Metric: metric, Cgroup: cg, Value: &v})
+				b.recs = append(b.recs, rundir.Record{Type: rundir.TypeSample, Time: at(s.t), Metric: metric, Cgroup: cg, Value: &v})
 			}
 			if traced {
 				h := lat(uint64(100*s.share), bt.runq/100)
-				b.recs = append(b.recs, record.Record{Type: record.TypeSample, Time: at(s.t), Metric: record.MetricRunqLatency, Cgroup: cg, Hist: &h})
+				b.recs = append(b.recs, rundir.Record{Type: rundir.TypeSample, Time: at(s.t), Metric: rundir.MetricRunqLatency, Cgroup: cg, Hist: &h})
 			}
 		}
-		b.recs = append(b.recs, record.Record{Type: record.TypePhase, Time: at(end), Name: name, Event: record.EventEnd})
+		b.recs = append(b.recs, rundir.Record{Type: rundir.TypePhase, Time: at(end), Name: name, Event: rundir.EventEnd})
 		start = end + 0.5
 	}
 	return b

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/launch"
 	"github.com/nodectl/nodectl/stress/workload"
 )
@@ -66,7 +66,7 @@ func (c *sandboxChurn) run(ctx context.Context) error {
 			wg.Wait()
 			return firstEr
 		case now := <-tick.C:
-			c.onMeasure(c.name, workload.Measurement{T: now, Metric: record.MetricChurnStarts, Value: float64(started.Swap(0))})
+			c.onMeasure(c.name, workload.Measurement{T: now, Metric: rundir.MetricChurnStarts, Value: float64(started.Swap(0))})
 		}
 	}
 }

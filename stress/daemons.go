@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/nodectl/nodectl/agent/daemons"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // kindDaemon is the Workload.Kind of a system daemon the run follows: the host's process in the
@@ -13,10 +13,10 @@ import (
 const kindDaemon = "daemon"
 
 // owned says whether the run makes w: its cgroup and its processes, removed at cleanup.
-func owned(w record.Workload) bool { return w.Kind != kindDaemon }
+func owned(w rundir.Workload) bool { return w.Kind != kindDaemon }
 
 // daemonWorkloads finds the daemons of --daemons on the host, one workload per cgroup.
-func (r *noisyRun) daemonWorkloads() ([]record.Workload, error) {
+func (r *noisyRun) daemonWorkloads() ([]rundir.Workload, error) {
 	if len(r.cfg.Daemons) == 0 {
 		return nil, nil
 	}
@@ -28,7 +28,7 @@ func (r *noisyRun) daemonWorkloads() ([]record.Workload, error) {
 		r.cfg.Log.Warn("not following daemons in the root cgroup: every other task there would be charged to them",
 			"daemons", strings.Join(inRoot, ","))
 	}
-	var out []record.Workload
+	var out []rundir.Workload
 	for _, d := range found {
 		for _, w := range r.workloads {
 			if w.Name == d.Name {
@@ -36,7 +36,7 @@ func (r *noisyRun) daemonWorkloads() ([]record.Workload, error) {
 			}
 		}
 		r.cfg.Log.Info("following a system daemon", "daemon", d.Name, "cgroup", d.Cgroup, "pids", d.PIDs)
-		out = append(out, record.Workload{Name: d.Name, Kind: kindDaemon, Cgroup: d.Cgroup})
+		out = append(out, rundir.Workload{Name: d.Name, Kind: kindDaemon, Cgroup: d.Cgroup})
 	}
 	if len(out) == 0 {
 		r.cfg.Log.Info("no system daemon to follow", "daemons", strings.Join(r.cfg.Daemons, ","))

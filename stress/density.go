@@ -23,8 +23,8 @@ import (
 	"github.com/nodectl/nodectl/agent/blockdev"
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agent/collect"
-	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/agent/sample"
+	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/launch"
 	"github.com/nodectl/nodectl/stress/workload"
 )
@@ -188,7 +188,7 @@ type densityRun struct {
 	procs    []*launch.Process
 
 	mu        sync.Mutex // guards what measurements and the collector read
-	workloads []record.Workload
+	workloads []rundir.Workload
 	ready     map[string]time.Time // sandbox -> when its ready line arrived
 	launched  map[string]time.Time
 	worstTick float64   // worst tick lateness since the step began
@@ -206,8 +206,8 @@ func (r *densityRun) setup() error {
 	if err := os.MkdirAll(r.scratch, 0o755); err != nil {
 		return fmt.Errorf("making scratch directory: %w", err)
 	}
-	meta := record.NewMeta(r.id, scenarioDensity, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
-	if r.writer, err = record.Create(r.dir, meta); err != nil {
+	meta := rundir.NewMeta(r.id, scenarioDensity, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
+	if r.writer, err = rundir.Create(r.dir, meta); err != nil {
 		return err
 	}
 	if cfg.SwapFile != "" {
@@ -274,7 +274,7 @@ func (r *densityRun) setup() error {
 	if cfg.SwapFile != "" {
 		swapDev, _ = blockdev.ForPath(cfg.Paths.Sysfs, swapAt)
 	}
-	r.workloads = []record.Workload{{Name: "node", Kind: "node", Cgroup: RunCgroup(r.id), Memory: FormatSize(cfg.NodeMemory),
+	r.workloads = []rundir.Workload{{Name: "node", Kind: "node", Cgroup: RunCgroup(r.id), Memory: FormatSize(cfg.NodeMemory),
 		Target: cfg.SwapFile, Device: swapDev}}
 	sources := map[string]collect.Source{
 		// The node's memory and pressure are rated per step: read in full at every sample.
@@ -306,7 +306,7 @@ func (r *densityRun) noSwap() error {
 
 // configEvent records the sweep's configuration for the analyzer: sizes in bytes, bounds in
 // seconds or shares, as event labels (meta.json has no place for them).
-func (r *densityRun) configEvent() record.Record {
+func (r *densityRun) configEvent() rundir.Record {
 	cfg := r.cfg
 	i := func(v int64) string { return strconv.FormatInt(v, 10) }
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
@@ -314,7 +314,7 @@ func (r *densityRun) configEvent() record.Record {
 	if cfg.Criteria.OOMKill {
 		oom = "1"
 	}
-	return record.Record{Type: record.TypeEvent, Time: time.Now(), Name: eventDensityConfig, Labels: map[string]string{
+	return rundir.Record{Type: rundir.TypeEvent, Time: time.Now(), Name: eventDensityConfig, Labels: map[string]string{
 		"step": strconv.Itoa(cfg.Step), "cpus": strconv.Itoa(runtime.NumCPU()), "max": strconv.Itoa(cfg.Max), "sandbox_memory_bytes": i(cfg.SandboxMemory),
 		"request_bytes": i(cfg.RequestBytes), "limit_bytes": i(cfg.LimitBytes), "node_memory_bytes": i(cfg.NodeMemory),
 		"swap_bytes": i(r.swapBytes()), "binary_bytes": i(cfg.BinaryBytes),
@@ -370,19 +370,19 @@ func (r *densityRun) cgroupPaths() []string {
 
 // sampleNode reads the emulated node's memory (the run cgroup's usage, limit, anonymous and file
 // memory, swap), its OOM kills, and the run's swap file.
-func (r *densityRun) sampleNode(now time.Time) ([]record.Record, error) {
+func (r *densityRun) sampleNode(now time.Time) ([]rundir.Record, error) {
 	cg := RunCgroup(r.id)
 	mem, err := nodeMemory(r.layout, cg)
 	oom := r.oomKills()
-	var out []record.Record
+	var out []rundir.Record
 	for _, name := range slices.Sorted(maps.Keys(mem)) {
 		v := float64(mem[name])
-		out = append(out, record.Record{Type: record.TypeSample, Time: now, Metric: record.MetricDensityMemory, Cgroup: cg, Workload: "node",
-			Labels: map[string]string{record.LabelName: name}, Value: &v})
+		out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricDensityMemory, Cgroup: cg, Workload: "node",
+			Labels: map[string]string{rundir.LabelName: name}, Value: &v})
 	}
 	if oom >= 0 {
 		v := float64(oom)
-		out = append(out, record.Record{Type: record.TypeSample, Time: now, Metric: record.MetricDensityOOMKills, Cgroup: cg, Workload: "node", Value: &v})
+		out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricDensityOOMKills, Cgroup: cg, Workload: "node", Value: &v})
 	}
 	if r.cfg.SwapFile != "" {
 		used, serr := swapUsed(r.cfg.Paths.Procfs, r.cfg.SwapFile)
@@ -391,8 +391,8 @@ func (r *densityRun) sampleNode(now time.Time) ([]record.Record, error) {
 		} else if used >= 0 {
 			for name, b := range map[string]int64{"used": used, "size": r.swapBytes()} {
 				v := float64(b)
-				out = append(out, record.Record{Type: record.TypeSample, Time: now, Metric: record.MetricDensitySwap,
-					Labels: map[string]string{record.LabelName: name}, Value: &v})
+				out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricDensitySwap,
+					Labels: map[string]string{rundir.LabelName: name}, Value: &v})
 			}
 		}
 	}
@@ -535,7 +535,7 @@ func (r *densityRun) sweep(ctx context.Context) error {
 		}
 		n = d
 		if c != nil {
-			return r.writer.Append(record.Record{Type: record.TypeEvent, Time: c.at, Name: eventCollapse,
+			return r.writer.Append(rundir.Record{Type: rundir.TypeEvent, Time: c.at, Name: eventCollapse,
 				Labels: map[string]string{labelDensity: strconv.Itoa(d), labelSignal: c.signal,
 					"value": strconv.FormatFloat(c.value, 'g', 6, 64), labelBound: strconv.FormatFloat(c.bound, 'g', 6, 64)},
 				Message: fmt.Sprintf("density %d collapsed: %s %.3g over its bound %.3g", d, c.signal, c.value, c.bound)})
@@ -553,7 +553,7 @@ func (r *densityRun) step(ctx context.Context, n, d int) (*crossing, error) {
 	if err := r.collector.Snapshot(start); err != nil {
 		return nil, err
 	}
-	if err := r.writer.Append(record.Record{Type: record.TypePhase, Time: start, Name: name, Event: record.EventStart}); err != nil {
+	if err := r.writer.Append(rundir.Record{Type: rundir.TypePhase, Time: start, Name: name, Event: rundir.EventStart}); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -614,7 +614,7 @@ func (r *densityRun) step(ctx context.Context, n, d int) (*crossing, error) {
 	if err := r.collector.Snapshot(settled); err != nil {
 		return nil, err
 	}
-	if err := r.writer.Append(record.Record{Type: record.TypeEvent, Time: settled, Name: eventHold,
+	if err := r.writer.Append(rundir.Record{Type: rundir.TypeEvent, Time: settled, Name: eventHold,
 		Labels: map[string]string{labelPhase: name}, Message: "the step's sandboxes are up and settled; its pressure window begins"}); err != nil {
 		return nil, err
 	}
@@ -649,7 +649,7 @@ func (r *densityRun) step(ctx context.Context, n, d int) (*crossing, error) {
 	if err := r.collector.Snapshot(end); err != nil {
 		return nil, err
 	}
-	if err := r.writer.Append(record.Record{Type: record.TypePhase, Time: end, Name: name, Event: record.EventEnd}); err != nil {
+	if err := r.writer.Append(rundir.Record{Type: rundir.TypePhase, Time: end, Name: name, Event: rundir.EventEnd}); err != nil {
 		return nil, err
 	}
 	if len(found) == 0 {
@@ -760,7 +760,7 @@ func (r *densityRun) logPath(name string) string {
 func (r *densityRun) launch(i int) (string, error) {
 	cfg := r.cfg
 	name := fmt.Sprintf("%s-%d", kindSandbox, i)
-	w := record.Workload{Name: name, Kind: kindSandbox, Cgroup: RunCgroup(r.id) + "/" + name, Memory: FormatSize(cfg.LimitBytes),
+	w := rundir.Workload{Name: name, Kind: kindSandbox, Cgroup: RunCgroup(r.id) + "/" + name, Memory: FormatSize(cfg.LimitBytes),
 		Target: r.binary}
 	lim := r.place(&w, cgroup.Limits{MemoryBytes: cfg.LimitBytes})
 	if err := r.layout.Create(w.Cgroup, lim); err != nil {
@@ -778,14 +778,14 @@ func (r *densityRun) launch(i int) (string, error) {
 	onMeasure := func(name string, m workload.Measurement) {
 		at := time.Now()
 		v := m.Value
-		recs := []record.Record{{Type: record.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: w.Cgroup, Workload: name, Value: &v}}
+		recs := []rundir.Record{{Type: rundir.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: w.Cgroup, Workload: name, Value: &v}}
 		r.mu.Lock()
 		switch m.Metric {
-		case record.MetricSandboxReady:
+		case rundir.MetricSandboxReady:
 			r.ready[name] = at
 			ready := at.Sub(launched).Seconds()
-			recs = append(recs, record.Record{Type: record.TypeSample, Time: at, Metric: record.MetricSandboxReadiness, Cgroup: w.Cgroup, Workload: name, Value: &ready})
-		case record.MetricSandboxTickLateness:
+			recs = append(recs, rundir.Record{Type: rundir.TypeSample, Time: at, Metric: rundir.MetricSandboxReadiness, Cgroup: w.Cgroup, Workload: name, Value: &ready})
+		case rundir.MetricSandboxTickLateness:
 			if m.Value > r.worstTick {
 				r.worstTick, r.tickAt = m.Value, m.T
 			}
@@ -812,11 +812,11 @@ func (r *densityRun) launch(i int) (string, error) {
 		return "", err
 	}
 	r.procs = append(r.procs, p)
-	if err := r.writer.UpdateMeta(func(m *record.Meta) { m.Workloads = slices.Clone(r.workloads) }); err != nil {
+	if err := r.writer.UpdateMeta(func(m *rundir.Meta) { m.Workloads = slices.Clone(r.workloads) }); err != nil {
 		return "", err
 	}
 	v := float64(len(r.procs))
-	return name, r.writer.Append(record.Record{Type: record.TypeSample, Time: launched, Metric: record.MetricDensitySandboxes, Value: &v})
+	return name, r.writer.Append(rundir.Record{Type: rundir.TypeSample, Time: launched, Metric: rundir.MetricDensitySandboxes, Value: &v})
 }
 
 // cleanup stops the sandboxes, removes the cgroups, turns the swap file off and removes it,

@@ -18,9 +18,9 @@ import (
 	"github.com/nodectl/nodectl/agent/blockdev"
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agent/collect"
-	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/agent/sample"
 	"github.com/nodectl/nodectl/agent/trace"
+	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/launch"
 	"github.com/nodectl/nodectl/stress/workload"
 )
@@ -107,7 +107,7 @@ type noisyRun struct {
 	scratch string
 
 	resolver  *cgroup.Resolver // the tracer's; nil untraced
-	workloads []record.Workload
+	workloads []rundir.Workload
 	specs     map[string]HogSpec       // hog workload name -> the --hog it came from
 	limits    map[string]cgroup.Limits // workload name -> its cgroup's limits
 	procs     []*launch.Process
@@ -131,8 +131,8 @@ func (r *noisyRun) setup() error {
 	if err := os.MkdirAll(r.scratch, 0o755); err != nil {
 		return fmt.Errorf("making scratch directory: %w", err)
 	}
-	meta := record.NewMeta(r.id, "noisy", cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
-	if r.writer, err = record.Create(r.dir, meta); err != nil {
+	meta := rundir.NewMeta(r.id, "noisy", cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
+	if r.writer, err = rundir.Create(r.dir, meta); err != nil {
 		return err
 	}
 	if err := r.planWorkloads(); err != nil {
@@ -170,7 +170,7 @@ func (r *noisyRun) setup() error {
 func (r *noisyRun) planWorkloads() error {
 	cfg := r.cfg
 	base := RunCgroup(r.id)
-	victim := record.Workload{Name: "victim", Kind: kindVictim, Cgroup: base + "/victim",
+	victim := rundir.Workload{Name: "victim", Kind: kindVictim, Cgroup: base + "/victim",
 		CPU: FormatCPU(cfg.VictimCPUMilli), CPURequest: FormatCPU(cfg.VictimCPURequestMilli), Memory: FormatSize(cfg.VictimMemBytes),
 		Target: filepath.Join(r.scratch, "victim")}
 	// The victim and the hogs without a target= write below the scratch directory.
@@ -179,12 +179,12 @@ func (r *noisyRun) planWorkloads() error {
 		cfg.Log.Warn("no block device behind the scratch directory", "err", err)
 	}
 	victim.Device = scratchDev
-	r.workloads = []record.Workload{victim}
+	r.workloads = []rundir.Workload{victim}
 	r.limits = map[string]cgroup.Limits{victim.Name: {CPUMilli: cfg.VictimCPUMilli, CPURequestMilli: cfg.VictimCPURequestMilli, MemoryBytes: cfg.VictimMemBytes}}
 	if cfg.Heartbeat > 0 {
 		// The heartbeat stands in for a node daemon, so it lives where those do: a system cgroup
 		// beside the workloads, as the kubelet's system slice is beside the pods.
-		hb := record.Workload{Name: "heartbeat", Kind: kindHeartbeat, Cgroup: base + "/system", Period: record.Duration(cfg.Heartbeat)}
+		hb := rundir.Workload{Name: "heartbeat", Kind: kindHeartbeat, Cgroup: base + "/system", Period: rundir.Duration(cfg.Heartbeat)}
 		r.workloads = append(r.workloads, hb)
 	}
 	seen := map[string]int{}
@@ -194,7 +194,7 @@ func (r *noisyRun) planWorkloads() error {
 			i := seen[h.Kind]
 			seen[h.Kind]++
 			name := fmt.Sprintf("%s-hog-%d", h.Kind, i)
-			w := record.Workload{Name: name, Kind: h.Kind, Cgroup: base + "/" + name,
+			w := rundir.Workload{Name: name, Kind: h.Kind, Cgroup: base + "/" + name,
 				CPU: FormatCPU(h.CPUMilli), CPURequest: FormatCPU(h.CPURequestMilli), Memory: FormatSize(h.MemBytes)}
 			if h.Kind == "disk" || h.Kind == "fsync" {
 				w.Target, w.Device = filepath.Join(r.scratch, name), scratchDev
@@ -274,10 +274,10 @@ func (r *noisyRun) phases(ctx context.Context) error {
 	if err := r.wait(ctx, "warm-up", r.cfg.Interval); err != nil {
 		return err
 	}
-	if err := r.phase(ctx, record.PhaseBaseline, r.cfg.Baseline, nil); err != nil {
+	if err := r.phase(ctx, rundir.PhaseBaseline, r.cfg.Baseline, nil); err != nil {
 		return err
 	}
-	return r.phase(ctx, record.PhaseStress, r.cfg.Duration, func() error { return startAll(false) })
+	return r.phase(ctx, rundir.PhaseStress, r.cfg.Duration, func() error { return startAll(false) })
 }
 
 // sentryReserve is what a gVisor sandbox's own memory takes of its cgroup's limit besides the
@@ -327,14 +327,14 @@ func (r *noisyRun) noteHostProcesses() {
 		r.workloads[i].Runtime = string(l.Runtime())
 		r.workloads[i].HostProcesses = procs
 	}
-	if err := r.writer.UpdateMeta(func(m *record.Meta) { m.Workloads = r.workloads }); err != nil {
+	if err := r.writer.UpdateMeta(func(m *rundir.Meta) { m.Workloads = r.workloads }); err != nil {
 		r.cfg.Log.Warn("recording host processes", "err", err)
 	}
 }
 
 // phase marks a phase start, runs before (starting its workloads), waits d, and marks its end.
 func (r *noisyRun) phase(ctx context.Context, name string, d time.Duration, before func() error) error {
-	if err := r.mark(name, record.EventStart); err != nil {
+	if err := r.mark(name, rundir.EventStart); err != nil {
 		return err
 	}
 	if before != nil {
@@ -345,10 +345,10 @@ func (r *noisyRun) phase(ctx context.Context, name string, d time.Duration, befo
 	if err := r.wait(ctx, name, d); err != nil {
 		return err
 	}
-	if name == record.PhaseStress {
+	if name == rundir.PhaseStress {
 		r.noteHostProcesses()
 	}
-	return r.mark(name, record.EventEnd)
+	return r.mark(name, rundir.EventEnd)
 }
 
 func (r *noisyRun) mark(name, event string) error {
@@ -356,7 +356,7 @@ func (r *noisyRun) mark(name, event string) error {
 	if err := r.collector.Snapshot(now); err != nil {
 		return err
 	}
-	return r.writer.Append(record.Record{Type: record.TypePhase, Time: now, Name: name, Event: event})
+	return r.writer.Append(rundir.Record{Type: rundir.TypePhase, Time: now, Name: name, Event: event})
 }
 
 // wait sleeps d while showing progress, returning early with an error when ctx is cancelled or
@@ -396,8 +396,8 @@ func (r *noisyRun) showProgress() {
 	defer r.mu.Unlock()
 	left := max(0, time.Until(r.phaseEnd).Round(time.Second))
 	line := fmt.Sprintf("%-8s %4s left | %d workloads | victim cpu-work %s  write+fsync %s",
-		r.curPhase, left, len(r.procs), fmtSecs(r.last[record.MetricProbeCPUWork]),
-		fmtSecs(r.last[record.MetricProbeWrite]+r.last[record.MetricProbeFsync]))
+		r.curPhase, left, len(r.procs), fmtSecs(r.last[rundir.MetricProbeCPUWork]),
+		fmtSecs(r.last[rundir.MetricProbeWrite]+r.last[rundir.MetricProbeFsync]))
 	r.progress.update(line)
 }
 
@@ -413,7 +413,7 @@ func (r *noisyRun) logPath(name string) string {
 }
 
 // start launches a workload in its cgroup; its measurements become samples of the run.
-func (r *noisyRun) start(w record.Workload, args []string) error {
+func (r *noisyRun) start(w rundir.Workload, args []string) error {
 	if err := os.MkdirAll(filepath.Dir(r.logPath(w.Name)), 0o755); err != nil {
 		return fmt.Errorf("making the workload log directory: %w", err)
 	}
@@ -424,7 +424,7 @@ func (r *noisyRun) start(w record.Workload, args []string) error {
 	r.logs = append(r.logs, logf)
 	onMeasure := func(name string, m workload.Measurement) {
 		v := m.Value
-		rec := record.Record{Type: record.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: w.Cgroup, Workload: name, Value: &v}
+		rec := rundir.Record{Type: rundir.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: w.Cgroup, Workload: name, Value: &v}
 		if err := r.writer.Append(rec); err != nil {
 			r.cfg.Log.Warn("recording a measurement", "workload", name, "err", err)
 		}
@@ -457,7 +457,7 @@ func (r *noisyRun) start(w record.Workload, args []string) error {
 }
 
 // args are the `nodectl workload` arguments that run w.
-func (r *noisyRun) args(w record.Workload) []string {
+func (r *noisyRun) args(w rundir.Workload) []string {
 	switch w.Kind {
 	case kindVictim:
 		return []string{"workload", "victim", "--dir", w.Target,

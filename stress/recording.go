@@ -11,8 +11,8 @@ import (
 
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agent/collect"
-	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/agent/trace"
+	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/launch"
 )
 
@@ -26,7 +26,7 @@ type runHost struct {
 	cpus   CPUPartition
 
 	unclaim   func()
-	writer    *record.Writer
+	writer    *rundir.Writer
 	launcher  *launch.Launcher
 	tracer    *trace.Tracer
 	collector *collect.Collector
@@ -52,7 +52,7 @@ func newRunHost(o RunOptions, scenario string) (runHost, error) {
 // system CPUs places pods and systemd places daemons: the heartbeat, which stands in for a
 // node daemon, on the system's CPUs and every other workload on the rest. It notes them in w
 // for meta.json and returns lim with them.
-func (h *runHost) place(w *record.Workload, lim cgroup.Limits) cgroup.Limits {
+func (h *runHost) place(w *rundir.Workload, lim cgroup.Limits) cgroup.Limits {
 	if h.cpus.Workloads == "" {
 		return lim
 	}
@@ -139,7 +139,7 @@ func startTracer(p Paths, id string, layout *cgroup.Layout, res *cgroup.Resolver
 // its status, the workloads and the runtime in meta.json, and the collector sampling sources
 // (and the tracer) every interval in the background until release. res resolves the tracer's
 // cgroup ids; nil makes one.
-func (h *runHost) startRecording(o RunOptions, sources map[string]collect.Source, workloads []record.Workload,
+func (h *runHost) startRecording(o RunOptions, sources map[string]collect.Source, workloads []rundir.Workload,
 	res *cgroup.Resolver, programs []string) error {
 	status := map[string]string{}
 	if o.Trace {
@@ -152,7 +152,7 @@ func (h *runHost) startRecording(o RunOptions, sources map[string]collect.Source
 		}
 		sources["trace"] = collect.SourceFunc(h.tracer.Collect)
 	}
-	if err := h.writer.UpdateMeta(func(m *record.Meta) {
+	if err := h.writer.UpdateMeta(func(m *rundir.Meta) {
 		m.Workloads, m.Tracer, m.Runtime = workloads, status, h.launcher.Describe()
 	}); err != nil {
 		return err

@@ -19,9 +19,9 @@ import (
 	"github.com/nodectl/nodectl/agent/blockdev"
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agent/collect"
-	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/agent/sample"
 	"github.com/nodectl/nodectl/agent/trace"
+	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/launch"
 	"github.com/nodectl/nodectl/stress/workload"
 )
@@ -108,7 +108,7 @@ type stormRun struct {
 	target  string // where the writers' directories are: below scratch, or nodectl-<id> in --target
 	device  string
 
-	workloads []record.Workload
+	workloads []rundir.Workload
 	procs     []*launch.Process
 	gos       []*os.File // each writer's standard input: a go line starts its storm
 	logs      []*os.File
@@ -150,8 +150,8 @@ func (r *stormRun) setup() error {
 	if err := checkSpace(filepath.Dir(r.target), int64(cfg.Writers)*cfg.Bytes); err != nil {
 		return err
 	}
-	meta := record.NewMeta(r.id, scenarioStorm, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
-	if r.writer, err = record.Create(r.dir, meta); err != nil {
+	meta := rundir.NewMeta(r.id, scenarioStorm, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
+	if r.writer, err = rundir.Create(r.dir, meta); err != nil {
 		return err
 	}
 	r.plan()
@@ -201,7 +201,7 @@ func (r *stormRun) plan() {
 	mem := FormatSize(r.limits().MemoryBytes)
 	for i := range r.cfg.Writers {
 		name := fmt.Sprintf("%s-%d", kindStormWriter, i)
-		r.workloads = append(r.workloads, record.Workload{Name: name, Kind: kindStormWriter, Cgroup: RunCgroup(r.id) + "/" + name,
+		r.workloads = append(r.workloads, rundir.Workload{Name: name, Kind: kindStormWriter, Cgroup: RunCgroup(r.id) + "/" + name,
 			Memory: mem, Target: filepath.Join(r.target, name), Device: r.device})
 	}
 }
@@ -242,7 +242,7 @@ func (r *stormRun) storms(ctx context.Context) error {
 }
 
 // start launches writer i with a pipe on its standard input, through which its go comes.
-func (r *stormRun) start(i int, w record.Workload) error {
+func (r *stormRun) start(i int, w rundir.Workload) error {
 	if err := os.MkdirAll(filepath.Dir(r.logPath(w.Name)), 0o755); err != nil {
 		return fmt.Errorf("making the workload log directory: %w", err)
 	}
@@ -259,7 +259,7 @@ func (r *stormRun) start(i int, w record.Workload) error {
 	onMeasure := func(name string, m workload.Measurement) {
 		if m.Metric != workload.MetricStormReady {
 			v := m.Value
-			if err := r.writer.Append(record.Record{Type: record.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: w.Cgroup, Workload: name, Value: &v}); err != nil {
+			if err := r.writer.Append(rundir.Record{Type: rundir.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: w.Cgroup, Workload: name, Value: &v}); err != nil {
 				r.cfg.Log.Warn("recording a measurement", "workload", name, "err", err)
 			}
 		}
@@ -291,7 +291,7 @@ func (r *stormRun) noteHostProcesses() {
 		}
 		r.workloads[i].Runtime, r.workloads[i].HostProcesses = string(r.launcher.Runtime()), procs
 	}
-	if err := r.writer.UpdateMeta(func(m *record.Meta) { m.Workloads = r.workloads }); err != nil {
+	if err := r.writer.UpdateMeta(func(m *rundir.Meta) { m.Workloads = r.workloads }); err != nil {
 		r.cfg.Log.Warn("recording host processes", "err", err)
 	}
 }
@@ -301,7 +301,7 @@ func (r *stormRun) noteHostProcesses() {
 // fsync returned, so the tracer's counters over the phase are the storm's.
 func (r *stormRun) round(ctx context.Context, n int) error {
 	phase := StormRoundPhase(n)
-	if err := r.mark(phase, record.EventStart); err != nil {
+	if err := r.mark(phase, rundir.EventStart); err != nil {
 		return err
 	}
 	stopDirty := r.sampleDirty()
@@ -311,12 +311,12 @@ func (r *stormRun) round(ctx context.Context, n int) error {
 			return fmt.Errorf("releasing %s: %w", r.workloads[i].Name, err)
 		}
 	}
-	if err := r.await(ctx, n, record.MetricStormDurable); err != nil {
+	if err := r.await(ctx, n, rundir.MetricStormDurable); err != nil {
 		return err
 	}
 	stopDirty()
 	r.durable = append(r.durable, slices.Max(r.last))
-	return r.mark(phase, record.EventEnd)
+	return r.mark(phase, rundir.EventEnd)
 }
 
 func (r *stormRun) mark(name, event string) error {
@@ -324,7 +324,7 @@ func (r *stormRun) mark(name, event string) error {
 	if err := r.collector.Snapshot(now); err != nil {
 		return err
 	}
-	return r.writer.Append(record.Record{Type: record.TypePhase, Time: now, Name: name, Event: event})
+	return r.writer.Append(rundir.Record{Type: rundir.TypePhase, Time: now, Name: name, Event: event})
 }
 
 // await waits until every writer has emitted metric n times in all, and shows progress
@@ -352,7 +352,7 @@ func (r *stormRun) await(ctx context.Context, n int, metric string) error {
 				r.counts[ev.metric] = make([]int, len(r.workloads))
 			}
 			r.counts[ev.metric][ev.writer]++
-			if ev.metric == record.MetricStormDurable {
+			if ev.metric == rundir.MetricStormDurable {
 				r.last[ev.writer] = time.Duration(ev.value * float64(time.Second))
 			}
 		case <-ctx.Done():
@@ -401,7 +401,7 @@ func (r *stormRun) pause(ctx context.Context, n int) error {
 
 func (r *stormRun) showProgress(n int, metric string, done int, elapsed time.Duration) {
 	what := "ready"
-	if metric == record.MetricStormDurable {
+	if metric == rundir.MetricStormDurable {
 		what = "durable"
 	}
 	line := fmt.Sprintf("storm %d/%d: %d/%d writers %s %6s", n, r.cfg.Rounds, done, len(r.workloads), what, elapsed.Round(10*time.Millisecond))
@@ -417,10 +417,10 @@ func (r *stormRun) showProgress(n int, metric string, done int, elapsed time.Dur
 
 // dirtyNames maps the /proc/vmstat lines the storm reads to their metrics.
 var dirtyNames = map[string]string{
-	"nr_dirty":                      record.MetricDirty,
-	"nr_writeback":                  record.MetricWriteback,
-	"nr_dirty_threshold":            record.MetricDirtyThreshold,
-	"nr_dirty_background_threshold": record.MetricDirtyBackThreshold,
+	"nr_dirty":                      rundir.MetricDirty,
+	"nr_writeback":                  rundir.MetricWriteback,
+	"nr_dirty_threshold":            rundir.MetricDirtyThreshold,
+	"nr_dirty_background_threshold": rundir.MetricDirtyBackThreshold,
 }
 
 // sampleDirty records the node's dirty and writeback memory every stormDirtyInterval until the
@@ -452,14 +452,14 @@ func (r *stormRun) sampleDirty() (stop func()) {
 }
 
 // readDirty reads the dirtyNames lines of a vmstat file as samples in bytes.
-func readDirty(path string, page float64) ([]record.Record, error) {
+func readDirty(path string, page float64) ([]rundir.Record, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	now := time.Now()
-	var out []record.Record
+	var out []rundir.Record
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		name, v, ok := strings.Cut(sc.Text(), " ")
@@ -472,7 +472,7 @@ func readDirty(path string, page float64) ([]record.Record, error) {
 			return nil, fmt.Errorf("parsing %s in %s: %w", name, path, err)
 		}
 		n *= page
-		out = append(out, record.Record{Type: record.TypeSample, Time: now, Metric: metric, Value: &n})
+		out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: metric, Value: &n})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err

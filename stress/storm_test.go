@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 func TestReadDirtyInBytes(t *testing.T) {
@@ -21,13 +21,13 @@ func TestReadDirtyInBytes(t *testing.T) {
 	}
 	got := map[string]float64{}
 	for _, r := range recs {
-		if r.Cgroup != "" || r.Type != record.TypeSample {
+		if r.Cgroup != "" || r.Type != rundir.TypeSample {
 			t.Errorf("record %+v: want a node-wide sample", r)
 		}
 		got[r.Metric] = *r.Value
 	}
-	want := map[string]float64{record.MetricDirty: 25 * 4096, record.MetricWriteback: 3 * 4096,
-		record.MetricDirtyThreshold: 1000 * 4096, record.MetricDirtyBackThreshold: 500 * 4096}
+	want := map[string]float64{rundir.MetricDirty: 25 * 4096, rundir.MetricWriteback: 3 * 4096,
+		rundir.MetricDirtyThreshold: 1000 * 4096, rundir.MetricDirtyBackThreshold: 500 * 4096}
 	if len(got) != len(want) {
 		t.Errorf("got %v, want %v", got, want)
 	}

@@ -14,9 +14,9 @@ import (
 
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agent/collect"
-	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/agent/sample"
 	"github.com/nodectl/nodectl/agent/trace"
+	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/launch"
 	"github.com/nodectl/nodectl/stress/workload"
 )
@@ -127,7 +127,7 @@ func Wake(ctx context.Context, cfg WakeConfig) (dir string, err error) {
 type wakeRun struct {
 	runHost
 	cfg       WakeConfig
-	workloads []record.Workload // the starts, in the order they run
+	workloads []rundir.Workload // the starts, in the order they run
 	limits    map[string]int64  // start name -> its CPU limit in millicores
 
 	progress *progressWriter
@@ -144,8 +144,8 @@ func (r *wakeRun) setup() error {
 		return err
 	}
 	r.unclaim = unclaim
-	meta := record.NewMeta(r.id, scenarioWake, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
-	if r.writer, err = record.Create(r.dir, meta); err != nil {
+	meta := rundir.NewMeta(r.id, scenarioWake, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
+	if r.writer, err = rundir.Create(r.dir, meta); err != nil {
 		return err
 	}
 	r.plan()
@@ -176,7 +176,7 @@ func (r *wakeRun) plan() {
 		for _, m := range r.cfg.CPULimits {
 			cpu := FormatCPU(m)
 			name := fmt.Sprintf("%s-%s-%d", kindWake, cpu, i)
-			r.workloads = append(r.workloads, record.Workload{Name: name, Kind: kindWake, Cgroup: RunCgroup(r.id) + "/" + name, CPU: cpu, CPURequest: cpu})
+			r.workloads = append(r.workloads, rundir.Workload{Name: name, Kind: kindWake, Cgroup: RunCgroup(r.id) + "/" + name, CPU: cpu, CPURequest: cpu})
 			r.limits[name] = m
 		}
 	}
@@ -200,7 +200,7 @@ func (r *wakeRun) setSampled(cg string) {
 // start runs one start of the sandbox: a fresh cgroup with the limit, the launch with the
 // request pending, the wait for the answer, and right after it the boot's counters. Its boot is
 // a phase named after it, so the analyzer reads each start over its own boot.
-func (r *wakeRun) start(ctx context.Context, n int, w record.Workload) error {
+func (r *wakeRun) start(ctx context.Context, n int, w rundir.Workload) error {
 	// Requested as much as the limit, as a Guaranteed pod is: the kubelet's weight for it.
 	limits := r.place(&r.workloads[n], cgroup.Limits{CPUMilli: r.limits[w.Name], CPURequestMilli: r.limits[w.Name]})
 	if err := r.layout.Create(w.Cgroup, limits); err != nil {
@@ -220,10 +220,10 @@ func (r *wakeRun) start(ctx context.Context, n int, w record.Workload) error {
 	onMeasure := func(name string, m workload.Measurement) {
 		at := time.Now() // first: the answer's arrival stops the clock
 		v := m.Value
-		if err := r.writer.Append(record.Record{Type: record.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: w.Cgroup, Workload: name, Value: &v}); err != nil {
+		if err := r.writer.Append(rundir.Record{Type: rundir.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: w.Cgroup, Workload: name, Value: &v}); err != nil {
 			r.cfg.Log.Warn("recording a measurement", "workload", name, "err", err)
 		}
-		if m.Metric == record.MetricWakeBoot {
+		if m.Metric == rundir.MetricWakeBoot {
 			select {
 			case answered <- at:
 			default:
@@ -232,7 +232,7 @@ func (r *wakeRun) start(ctx context.Context, n int, w record.Workload) error {
 	}
 	r.setSampled(w.Cgroup)
 	defer r.setSampled("")
-	if err := r.writer.Append(record.Record{Type: record.TypePhase, Time: time.Now(), Name: w.Name, Event: record.EventStart}); err != nil {
+	if err := r.writer.Append(rundir.Record{Type: rundir.TypePhase, Time: time.Now(), Name: w.Name, Event: rundir.EventStart}); err != nil {
 		return err
 	}
 	args := []string{"workload", "wake", "--boot-work", strconv.Itoa(r.cfg.BootRounds), "--run", r.id}
@@ -251,7 +251,7 @@ func (r *wakeRun) start(ctx context.Context, n int, w record.Workload) error {
 	// The cgroup is fresh, so its counters now are the boot's: read them before the sandbox
 	// does anything else, and end the boot's phase at the snapshot.
 	wake := at.Sub(launched).Seconds()
-	recs := []record.Record{{Type: record.TypeSample, Time: at, Metric: record.MetricWake, Cgroup: w.Cgroup, Workload: w.Name, Value: &wake}}
+	recs := []rundir.Record{{Type: rundir.TypeSample, Time: at, Metric: rundir.MetricWake, Cgroup: w.Cgroup, Workload: w.Name, Value: &wake}}
 	procs, perr := r.launcher.HostProcesses(w.Cgroup)
 	var delay time.Duration
 	if perr == nil {
@@ -265,14 +265,14 @@ func (r *wakeRun) start(ctx context.Context, n int, w record.Workload) error {
 		r.cfg.Log.Warn("reading the run-queue wait of the sandbox's processes", "workload", w.Name, "err", perr)
 	} else {
 		v := delay.Seconds()
-		recs = append(recs, record.Record{Type: record.TypeSample, Time: now, Metric: record.MetricSchedRunDelay, Cgroup: w.Cgroup, Workload: w.Name, Value: &v})
+		recs = append(recs, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricSchedRunDelay, Cgroup: w.Cgroup, Workload: w.Name, Value: &v})
 	}
-	recs = append(recs, record.Record{Type: record.TypePhase, Time: now, Name: w.Name, Event: record.EventEnd})
+	recs = append(recs, rundir.Record{Type: rundir.TypePhase, Time: now, Name: w.Name, Event: rundir.EventEnd})
 	if err := r.writer.Append(recs...); err != nil {
 		return err
 	}
 	r.workloads[n].Runtime, r.workloads[n].HostProcesses = string(r.launcher.Runtime()), procs
-	if err := r.writer.UpdateMeta(func(m *record.Meta) { m.Workloads = r.workloads }); err != nil {
+	if err := r.writer.UpdateMeta(func(m *rundir.Meta) { m.Workloads = r.workloads }); err != nil {
 		r.cfg.Log.Warn("recording host processes", "workload", w.Name, "err", err)
 	}
 	r.wakes[w.CPU] = append(r.wakes[w.CPU], at.Sub(launched))
@@ -280,7 +280,7 @@ func (r *wakeRun) start(ctx context.Context, n int, w record.Workload) error {
 }
 
 // await waits for the sandbox's answer and returns when it arrived, showing progress meanwhile.
-func (r *wakeRun) await(ctx context.Context, n int, w record.Workload, p *launch.Process, answered <-chan time.Time, launched time.Time, logPath string) (time.Time, error) {
+func (r *wakeRun) await(ctx context.Context, n int, w rundir.Workload, p *launch.Process, answered <-chan time.Time, launched time.Time, logPath string) (time.Time, error) {
 	timeout := time.NewTimer(r.cfg.Timeout)
 	defer timeout.Stop()
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -310,7 +310,7 @@ func (r *wakeRun) await(ctx context.Context, n int, w record.Workload, p *launch
 	}
 }
 
-func pids(procs []record.HostProcess) []int {
+func pids(procs []rundir.HostProcess) []int {
 	out := make([]int, len(procs))
 	for i, hp := range procs {
 		out[i] = hp.PID
@@ -318,7 +318,7 @@ func pids(procs []record.HostProcess) []int {
 	return out
 }
 
-func (r *wakeRun) showProgress(n int, w record.Workload, elapsed time.Duration) {
+func (r *wakeRun) showProgress(n int, w rundir.Workload, elapsed time.Duration) {
 	var done []string
 	for _, m := range r.cfg.CPULimits {
 		cpu := FormatCPU(m)

@@ -9,12 +9,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // Source returns the samples of one producer at now.
 type Source interface {
-	Sample(now time.Time) ([]record.Record, error)
+	Sample(now time.Time) ([]rundir.Record, error)
 }
 
 // FullSampler is a Source whose Sample may read part of what it can (a rotating share of many
@@ -22,18 +22,18 @@ type Source interface {
 // ticks Sample, so that the window edges scenarios snapshot at are exact.
 type FullSampler interface {
 	Source
-	SampleFull(now time.Time) ([]record.Record, error)
+	SampleFull(now time.Time) ([]rundir.Record, error)
 }
 
 // SourceFunc adapts a function to Source.
-type SourceFunc func(now time.Time) ([]record.Record, error)
+type SourceFunc func(now time.Time) ([]rundir.Record, error)
 
 // Sample calls f.
-func (f SourceFunc) Sample(now time.Time) ([]record.Record, error) { return f(now) }
+func (f SourceFunc) Sample(now time.Time) ([]rundir.Record, error) { return f(now) }
 
-// Appender is where records go (a record.Writer).
+// Appender is where records go (a rundir.Writer).
 type Appender interface {
-	Append(recs ...record.Record) error
+	Append(recs ...rundir.Record) error
 }
 
 // Collector samples every source on an interval and on demand.
@@ -45,12 +45,12 @@ type Collector struct {
 
 	mu       sync.Mutex // serialises snapshots: sources are not safe for concurrent use
 	failures map[string]int
-	observe  func([]record.Record)
+	observe  func([]rundir.Record)
 }
 
 // New returns a collector; observe, if not nil, sees every batch appended (progress display,
 // discovering cgroups to sample).
-func New(sources map[string]Source, out Appender, interval time.Duration, observe func([]record.Record), log *slog.Logger) *Collector {
+func New(sources map[string]Source, out Appender, interval time.Duration, observe func([]rundir.Record), log *slog.Logger) *Collector {
 	return &Collector{sources: sources, out: out, interval: interval, log: log, failures: map[string]int{}, observe: observe}
 }
 
@@ -63,7 +63,7 @@ func (c *Collector) Snapshot(now time.Time) error { return c.collect(now, true) 
 func (c *Collector) collect(now time.Time, full bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var batch []record.Record
+	var batch []rundir.Record
 	for name, s := range c.sources {
 		sample := s.Sample
 		if f, ok := s.(FullSampler); ok && full {

@@ -7,20 +7,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // tiered counts how it was sampled: in part (Sample) or in full (SampleFull).
 type tiered struct{ part, full int }
 
-func (s *tiered) Sample(now time.Time) ([]record.Record, error) {
+func (s *tiered) Sample(now time.Time) ([]rundir.Record, error) {
 	s.part++
-	return []record.Record{{Type: record.TypeSample, Time: now, Metric: "part"}}, nil
+	return []rundir.Record{{Type: rundir.TypeSample, Time: now, Metric: "part"}}, nil
 }
 
-func (s *tiered) SampleFull(now time.Time) ([]record.Record, error) {
+func (s *tiered) SampleFull(now time.Time) ([]rundir.Record, error) {
 	s.full++
-	return []record.Record{{Type: record.TypeSample, Time: now, Metric: "full"}}, nil
+	return []rundir.Record{{Type: rundir.TypeSample, Time: now, Metric: "full"}}, nil
 }
 
 type appended struct {
@@ -28,7 +28,7 @@ type appended struct {
 	batches int
 }
 
-func (a *appended) Append(...record.Record) error {
+func (a *appended) Append(...rundir.Record) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.batches++
@@ -47,7 +47,7 @@ func TestSnapshotFullTicksPart(t *testing.T) {
 	ts, plain := &tiered{}, 0
 	sources := map[string]Source{
 		"tiered": ts,
-		"plain": SourceFunc(func(now time.Time) ([]record.Record, error) {
+		"plain": SourceFunc(func(now time.Time) ([]rundir.Record, error) {
 			plain++
 			return nil, nil
 		}),

@@ -13,9 +13,9 @@ import (
 
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agent/collect"
-	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/agent/sample"
 	"github.com/nodectl/nodectl/agent/trace"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // Config configures a recording.
@@ -49,8 +49,8 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 		return "", err
 	}
 	id := fmt.Sprintf("record-%s", time.Now().UTC().Format("20060102-150405"))
-	meta := record.NewMeta(id, "record", cfg.Procfs, layout.V1, cfg.Interval, cfg.Args)
-	w, err := record.Create(cfg.Out, meta)
+	meta := rundir.NewMeta(id, "record", cfg.Procfs, layout.V1, cfg.Interval, cfg.Args)
+	w, err := rundir.Create(cfg.Out, meta)
 	if err != nil {
 		return "", err
 	}
@@ -60,7 +60,7 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 		return cfg.Out, fmt.Errorf("starting the tracer: %w", err)
 	}
 	defer tr.Close()
-	if err := w.UpdateMeta(func(m *record.Meta) { m.Tracer = tr.Status() }); err != nil {
+	if err := w.UpdateMeta(func(m *rundir.Meta) { m.Tracer = tr.Status() }); err != nil {
 		return cfg.Out, err
 	}
 
@@ -70,7 +70,7 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 	seen := map[string]bool{}
 	records := 0
 	start := time.Now()
-	observe := func(batch []record.Record) {
+	observe := func(batch []rundir.Record) {
 		mu.Lock()
 		defer mu.Unlock()
 		records += len(batch)
@@ -96,7 +96,7 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 		"system":  sample.NewSystem(cfg.Procfs, cfg.Sysfs, nil),
 	}
 	c := collect.New(sources, w, cfg.Interval, observe, cfg.Log.With("component", "collect"))
-	if err := w.Append(record.Record{Type: record.TypePhase, Time: start, Name: "record", Event: record.EventStart}); err != nil {
+	if err := w.Append(rundir.Record{Type: rundir.TypePhase, Time: start, Name: "record", Event: rundir.EventStart}); err != nil {
 		return cfg.Out, err
 	}
 	if err := c.Snapshot(start); err != nil {
@@ -111,7 +111,7 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 	if err := c.Snapshot(end); err != nil {
 		return cfg.Out, err
 	}
-	if err := w.Append(record.Record{Type: record.TypePhase, Time: end, Name: "record", Event: record.EventEnd}); err != nil {
+	if err := w.Append(rundir.Record{Type: rundir.TypePhase, Time: end, Name: "record", Event: rundir.EventEnd}); err != nil {
 		return cfg.Out, err
 	}
 	return cfg.Out, w.Close()

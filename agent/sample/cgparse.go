@@ -6,18 +6,18 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // Label sets of the cgroup sampler's records. Each is shared by every record that carries it,
 // which saves an allocation per record at a thousand cgroups: never modify one.
 var (
-	labelsAnon     = map[string]string{record.LabelKind: "anon"}
-	labelsFile     = map[string]string{record.LabelKind: "file"}
-	labelsMax      = map[string]string{record.LabelKind: "max"}
-	labelsHigh     = map[string]string{record.LabelKind: "high"}
-	labelsSwapIn   = map[string]string{record.LabelOp: "in"}
-	labelsSwapOut  = map[string]string{record.LabelOp: "out"}
+	labelsAnon     = map[string]string{rundir.LabelKind: "anon"}
+	labelsFile     = map[string]string{rundir.LabelKind: "file"}
+	labelsMax      = map[string]string{rundir.LabelKind: "max"}
+	labelsHigh     = map[string]string{rundir.LabelKind: "high"}
+	labelsSwapIn   = map[string]string{rundir.LabelOp: "in"}
+	labelsSwapOut  = map[string]string{rundir.LabelOp: "out"}
 	labelsPressure = map[string]map[string]map[string]string{} // resource -> kind -> labels
 )
 
@@ -25,7 +25,7 @@ func init() {
 	for _, res := range pressureResources {
 		labelsPressure[res] = map[string]map[string]string{}
 		for _, kind := range []string{"some", "full"} {
-			labelsPressure[res][kind] = map[string]string{record.LabelResource: res, record.LabelKind: kind}
+			labelsPressure[res][kind] = map[string]string{rundir.LabelResource: res, rundir.LabelKind: kind}
 		}
 	}
 }
@@ -43,43 +43,43 @@ type statKey struct {
 // refaults split by anon and file from 5.9; cpu.stat's throttling only with a CPU controller.
 var (
 	v1CPUStat = []statKey{
-		{"nr_periods", record.MetricCPUPeriods, 1, nil},
-		{"nr_throttled", record.MetricCPUThrottled, 1, nil},
-		{"throttled_time", record.MetricCPUThrottledTime, 1e-9, nil},
+		{"nr_periods", rundir.MetricCPUPeriods, 1, nil},
+		{"nr_throttled", rundir.MetricCPUThrottled, 1, nil},
+		{"throttled_time", rundir.MetricCPUThrottledTime, 1e-9, nil},
 	}
 	v2CPUStat = []statKey{
-		{"usage_usec", record.MetricCPUUsage, 1e-6, nil},
-		{"nr_periods", record.MetricCPUPeriods, 1, nil},
-		{"nr_throttled", record.MetricCPUThrottled, 1, nil},
-		{"throttled_usec", record.MetricCPUThrottledTime, 1e-6, nil},
+		{"usage_usec", rundir.MetricCPUUsage, 1e-6, nil},
+		{"nr_periods", rundir.MetricCPUPeriods, 1, nil},
+		{"nr_throttled", rundir.MetricCPUThrottled, 1, nil},
+		{"throttled_usec", rundir.MetricCPUThrottledTime, 1e-6, nil},
 	}
 	// v1's own keys count the cgroup alone; total_* include its children, as v2's keys do.
 	v1MemoryStat = []statKey{
-		{"total_swap", record.MetricMemorySwap, 1, nil},
-		{"total_pgmajfault", record.MetricMemoryMajorFaults, 1, nil},
-		{"total_workingset_refault_anon", record.MetricMemoryRefaults, 1, labelsAnon},
-		{"total_workingset_refault_file", record.MetricMemoryRefaults, 1, labelsFile},
+		{"total_swap", rundir.MetricMemorySwap, 1, nil},
+		{"total_pgmajfault", rundir.MetricMemoryMajorFaults, 1, nil},
+		{"total_workingset_refault_anon", rundir.MetricMemoryRefaults, 1, labelsAnon},
+		{"total_workingset_refault_file", rundir.MetricMemoryRefaults, 1, labelsFile},
 	}
 	v1OOMControl = []statKey{
-		{"oom_kill", record.MetricMemoryOOMKills, 1, nil},
+		{"oom_kill", rundir.MetricMemoryOOMKills, 1, nil},
 	}
 	v2MemoryStat = []statKey{
-		{"pgmajfault", record.MetricMemoryMajorFaults, 1, nil},
-		{"workingset_refault_anon", record.MetricMemoryRefaults, 1, labelsAnon},
-		{"workingset_refault_file", record.MetricMemoryRefaults, 1, labelsFile},
-		{"pswpin", record.MetricMemorySwapPages, 1, labelsSwapIn},
-		{"pswpout", record.MetricMemorySwapPages, 1, labelsSwapOut},
+		{"pgmajfault", rundir.MetricMemoryMajorFaults, 1, nil},
+		{"workingset_refault_anon", rundir.MetricMemoryRefaults, 1, labelsAnon},
+		{"workingset_refault_file", rundir.MetricMemoryRefaults, 1, labelsFile},
+		{"pswpin", rundir.MetricMemorySwapPages, 1, labelsSwapIn},
+		{"pswpout", rundir.MetricMemorySwapPages, 1, labelsSwapOut},
 	}
 	v2MemoryEvents = []statKey{
-		{"high", record.MetricMemoryLimitEvents, 1, labelsHigh},
-		{"max", record.MetricMemoryLimitEvents, 1, labelsMax},
-		{"oom_kill", record.MetricMemoryOOMKills, 1, nil},
+		{"high", rundir.MetricMemoryLimitEvents, 1, labelsHigh},
+		{"max", rundir.MetricMemoryLimitEvents, 1, labelsMax},
+		{"oom_kill", rundir.MetricMemoryOOMKills, 1, nil},
 	}
 )
 
 // readFlat returns a parser of a flat-keyed file that appends a record per key of keys found.
-func readFlat(keys []statKey) func([]record.Record, time.Time, string, []byte) ([]record.Record, error) {
-	return func(out []record.Record, now time.Time, cg string, b []byte) ([]record.Record, error) {
+func readFlat(keys []statKey) func([]rundir.Record, time.Time, string, []byte) ([]rundir.Record, error) {
+	return func(out []rundir.Record, now time.Time, cg string, b []byte) ([]rundir.Record, error) {
 		for len(b) > 0 {
 			var line []byte
 			line, b, _ = bytes.Cut(b, []byte{'\n'})
@@ -103,8 +103,8 @@ func readFlat(keys []statKey) func([]record.Record, time.Time, string, []byte) (
 }
 
 // readValue returns a parser of a single-value file.
-func readValue(metric string, scale float64, labels map[string]string) func([]record.Record, time.Time, string, []byte) ([]record.Record, error) {
-	return func(out []record.Record, now time.Time, cg string, b []byte) ([]record.Record, error) {
+func readValue(metric string, scale float64, labels map[string]string) func([]rundir.Record, time.Time, string, []byte) ([]rundir.Record, error) {
+	return func(out []rundir.Record, now time.Time, cg string, b []byte) ([]rundir.Record, error) {
 		v, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64)
 		if err != nil {
 			return out, err
@@ -114,8 +114,8 @@ func readValue(metric string, scale float64, labels map[string]string) func([]re
 }
 
 // readPressure returns a parser of resource's PSI file: the total= of each line, in seconds.
-func readPressure(res string) func([]record.Record, time.Time, string, []byte) ([]record.Record, error) {
-	return func(out []record.Record, now time.Time, cg string, b []byte) ([]record.Record, error) {
+func readPressure(res string) func([]rundir.Record, time.Time, string, []byte) ([]rundir.Record, error) {
+	return func(out []rundir.Record, now time.Time, cg string, b []byte) ([]rundir.Record, error) {
 		for len(b) > 0 {
 			var line []byte
 			line, b, _ = bytes.Cut(b, []byte{'\n'})
@@ -130,7 +130,7 @@ func readPressure(res string) func([]record.Record, time.Time, string, []byte) (
 			if err != nil {
 				return out, fmt.Errorf("%s total: %w", kind, err)
 			}
-			out = append(out, sample(now, cg, record.MetricCgroupPressure, float64(us)/1e6, labels))
+			out = append(out, sample(now, cg, rundir.MetricCgroupPressure, float64(us)/1e6, labels))
 		}
 		return out, nil
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // The parsers of the memory files, on files as 6.18 writes them (v2 cannot be sampled for real
@@ -26,32 +26,32 @@ func TestReadMemoryFiles(t *testing.T) {
 		"v1_memory_stat": {v1MemoryStat, "cache 8192\nswap 4096\npgmajfault 3\nworkingset_refault_anon 1\n" +
 			"total_cache 8192\ntotal_workingset_refault_anon 7\ntotal_workingset_refault_file 8\ntotal_swap 65536\ntotal_pgmajfault 9\n",
 			[]want{
-				{record.MetricMemoryRefaults, []string{record.LabelKind, "anon"}, 7},
-				{record.MetricMemoryRefaults, []string{record.LabelKind, "file"}, 8},
-				{record.MetricMemorySwap, nil, 65536},
-				{record.MetricMemoryMajorFaults, nil, 9},
+				{rundir.MetricMemoryRefaults, []string{rundir.LabelKind, "anon"}, 7},
+				{rundir.MetricMemoryRefaults, []string{rundir.LabelKind, "file"}, 8},
+				{rundir.MetricMemorySwap, nil, 65536},
+				{rundir.MetricMemoryMajorFaults, nil, 9},
 			}},
 		// Without swap accounting v1 has no swap key: no swap series rather than zeros.
-		"v1_memory_stat_no_memsw": {v1MemoryStat, "total_pgmajfault 9\n", []want{{record.MetricMemoryMajorFaults, nil, 9}}},
+		"v1_memory_stat_no_memsw": {v1MemoryStat, "total_pgmajfault 9\n", []want{{rundir.MetricMemoryMajorFaults, nil, 9}}},
 		"v1_oom_control": {v1OOMControl, "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
-			[]want{{record.MetricMemoryOOMKills, nil, 2}}},
+			[]want{{rundir.MetricMemoryOOMKills, nil, 2}}},
 		"v2_memory_stat": {v2MemoryStat, "anon 1000\npgmajfault 12\nworkingset_refault_anon 5\nworkingset_refault_file 6\n" +
 			"workingset_activate_anon 1\npswpin 30\npswpout 40\npgscan 9\n",
 			[]want{
-				{record.MetricMemoryMajorFaults, nil, 12},
-				{record.MetricMemoryRefaults, []string{record.LabelKind, "anon"}, 5},
-				{record.MetricMemoryRefaults, []string{record.LabelKind, "file"}, 6},
-				{record.MetricMemorySwapPages, []string{record.LabelOp, "in"}, 30},
-				{record.MetricMemorySwapPages, []string{record.LabelOp, "out"}, 40},
+				{rundir.MetricMemoryMajorFaults, nil, 12},
+				{rundir.MetricMemoryRefaults, []string{rundir.LabelKind, "anon"}, 5},
+				{rundir.MetricMemoryRefaults, []string{rundir.LabelKind, "file"}, 6},
+				{rundir.MetricMemorySwapPages, []string{rundir.LabelOp, "in"}, 30},
+				{rundir.MetricMemorySwapPages, []string{rundir.LabelOp, "out"}, 40},
 			}},
 		"v2_memory_events": {v2MemoryEvents, "low 0\nhigh 3\nmax 4\noom 1\noom_kill 1\noom_group_kill 0\n",
 			[]want{
-				{record.MetricMemoryLimitEvents, []string{record.LabelKind, "high"}, 3},
-				{record.MetricMemoryLimitEvents, []string{record.LabelKind, "max"}, 4},
-				{record.MetricMemoryOOMKills, nil, 1},
+				{rundir.MetricMemoryLimitEvents, []string{rundir.LabelKind, "high"}, 3},
+				{rundir.MetricMemoryLimitEvents, []string{rundir.LabelKind, "max"}, 4},
+				{rundir.MetricMemoryOOMKills, nil, 1},
 			}},
 		"v2_cpu_stat_no_controller": {v2CPUStat, "usage_usec 2500000\nuser_usec 1\nsystem_usec 2\n",
-			[]want{{record.MetricCPUUsage, nil, 2.5}}},
+			[]want{{rundir.MetricCPUUsage, nil, 2.5}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			recs, err := readFlat(c.keys)(nil, time.Now(), cg, []byte(c.file))

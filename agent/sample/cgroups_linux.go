@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // retryAbsent: a file that was missing (its hierarchy lacks the cgroup, its controller is not
@@ -70,7 +70,7 @@ type cgOpen struct {
 // is its tier.
 type cgFile struct {
 	controller, name string
-	read             func(out []record.Record, now time.Time, path string, b []byte) ([]record.Record, error)
+	read             func(out []rundir.Record, now time.Time, path string, b []byte) ([]rundir.Record, error)
 	slow             bool
 }
 
@@ -105,17 +105,17 @@ func v1Files(l *cgroup.Layout) []cgFile {
 	var out []cgFile
 	mounted := func(c string) bool { _, ok := l.Mounts[c]; return ok }
 	if mounted("cpuacct") {
-		out = append(out, cgFile{"cpuacct", "cpuacct.usage", readValue(record.MetricCPUUsage, 1e-9, nil), false})
+		out = append(out, cgFile{"cpuacct", "cpuacct.usage", readValue(rundir.MetricCPUUsage, 1e-9, nil), false})
 	}
 	if mounted("cpu") {
 		out = append(out, cgFile{"cpu", "cpu.stat", readFlat(v1CPUStat), false})
 	}
 	if mounted("memory") {
 		out = append(out,
-			cgFile{"memory", "memory.usage_in_bytes", readValue(record.MetricMemoryUsage, 1, nil), false},
+			cgFile{"memory", "memory.usage_in_bytes", readValue(rundir.MetricMemoryUsage, 1, nil), false},
 			cgFile{"memory", "memory.stat", readFlat(v1MemoryStat), true},
 			cgFile{"memory", "memory.oom_control", readFlat(v1OOMControl), true},
-			cgFile{"memory", "memory.failcnt", readValue(record.MetricMemoryLimitEvents, 1, labelsMax), true},
+			cgFile{"memory", "memory.failcnt", readValue(rundir.MetricMemoryLimitEvents, 1, labelsMax), true},
 		)
 	}
 	return out
@@ -129,8 +129,8 @@ func v2Files(l *cgroup.Layout) []cgFile {
 	// swap accounting. cpu.stat always exists, its throttling keys only with the cpu controller.
 	return []cgFile{
 		{cgroup.Unified, "cpu.stat", readFlat(v2CPUStat), false},
-		{cgroup.Unified, "memory.current", readValue(record.MetricMemoryUsage, 1, nil), false},
-		{cgroup.Unified, "memory.swap.current", readValue(record.MetricMemorySwap, 1, nil), true},
+		{cgroup.Unified, "memory.current", readValue(rundir.MetricMemoryUsage, 1, nil), false},
+		{cgroup.Unified, "memory.swap.current", readValue(rundir.MetricMemorySwap, 1, nil), true},
 		{cgroup.Unified, "memory.stat", readFlat(v2MemoryStat), true},
 		{cgroup.Unified, "memory.events", readFlat(v2MemoryEvents), true},
 	}
@@ -138,16 +138,16 @@ func v2Files(l *cgroup.Layout) []cgFile {
 
 // Sample reads every cgroup's fast tier and a rotating share's slow tier; the records of those
 // that could be read come back with the errors of those that could not.
-func (s *Cgroups) Sample(now time.Time) ([]record.Record, error) { return s.sample(now, false) }
+func (s *Cgroups) Sample(now time.Time) ([]rundir.Record, error) { return s.sample(now, false) }
 
 // SampleFull reads every file of every cgroup, as Sample does with few cgroups.
-func (s *Cgroups) SampleFull(now time.Time) ([]record.Record, error) { return s.sample(now, true) }
+func (s *Cgroups) SampleFull(now time.Time) ([]rundir.Record, error) { return s.sample(now, true) }
 
-func (s *Cgroups) sample(now time.Time, full bool) ([]record.Record, error) {
+func (s *Cgroups) sample(now time.Time, full bool) ([]rundir.Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.round++
-	out := make([]record.Record, 0, s.last)
+	out := make([]rundir.Record, 0, s.last)
 	var errs []error
 	paths := s.paths()
 	// Cgroup i reads its slow tier when (round+i) % every is 0: once in every samples, and
@@ -181,7 +181,7 @@ func (s *Cgroups) sample(now time.Time, full bool) ([]record.Record, error) {
 
 // read appends path's records, of the slow tier too if slow; gone says the cgroup vanished
 // while it was read, and then nothing of it is appended.
-func (s *Cgroups) read(out []record.Record, now time.Time, path string, slow bool) (_ []record.Record, gone bool, err error) {
+func (s *Cgroups) read(out []rundir.Record, now time.Time, path string, slow bool) (_ []rundir.Record, gone bool, err error) {
 	o := s.open.by[path]
 	if o == nil {
 		o = &cgOpen{fd: make([]int, len(s.files)), absent: make([]uint64, len(s.files))}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // Cgroups samples per-cgroup counters.
@@ -20,7 +20,7 @@ func NewCgroups(l *cgroup.Layout, paths func() []string) *Cgroups { return &Cgro
 func (s *Cgroups) Priority(func(path string) bool) *Cgroups { return s }
 
 // Sample fails: cgroups are Linux's.
-func (*Cgroups) Sample(time.Time) ([]record.Record, error) { return nil, errors.ErrUnsupported }
+func (*Cgroups) Sample(time.Time) ([]rundir.Record, error) { return nil, errors.ErrUnsupported }
 
 // SampleFull fails: cgroups are Linux's.
-func (*Cgroups) SampleFull(time.Time) ([]record.Record, error) { return nil, errors.ErrUnsupported }
+func (*Cgroups) SampleFull(time.Time) ([]rundir.Record, error) { return nil, errors.ErrUnsupported }

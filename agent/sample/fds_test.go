@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // The sampler keeps each cgroup's files open: a cgroup removed and made again under the same
@@ -35,8 +35,8 @@ func TestCgroupFilesReopened(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	value(t, recs, a, record.MetricCPUUsage)
-	value(t, recs, b, record.MetricCPUUsage)
+	value(t, recs, a, rundir.MetricCPUUsage)
+	value(t, recs, b, rundir.MetricCPUUsage)
 	listed = []string{b}
 	if _, err := s.Sample(time.Now()); err != nil {
 		t.Fatal(err)
@@ -60,8 +60,8 @@ func TestCgroupFilesBudget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		value(t, recs, path, record.MetricMemoryUsage)
-		value(t, recs, path, record.MetricCPUUsage)
+		value(t, recs, path, rundir.MetricMemoryUsage)
+		value(t, recs, path, rundir.MetricCPUUsage)
 		if s.open.held != 2 {
 			t.Fatalf("%d descriptors held, want the budget of 2", s.open.held)
 		}

@@ -13,15 +13,15 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // fastMetrics are the series of the fast tier, read at every Sample.
-var fastMetrics = []string{record.MetricCPUUsage, record.MetricCPUPeriods, record.MetricCPUThrottled,
-	record.MetricCPUThrottledTime, record.MetricMemoryUsage}
+var fastMetrics = []string{rundir.MetricCPUUsage, rundir.MetricCPUPeriods, rundir.MetricCPUThrottled,
+	rundir.MetricCPUThrottledTime, rundir.MetricMemoryUsage}
 
 // tiers splits recs by cgroup into the keys (metric and labels) of the fast and the slow tier.
-func tiers(recs []record.Record) (fast, slow map[string][]string) {
+func tiers(recs []rundir.Record) (fast, slow map[string][]string) {
 	fast, slow = map[string][]string{}, map[string][]string{}
 	for _, r := range recs {
 		key := r.Metric
@@ -165,8 +165,8 @@ func TestCgroupRotationFindsLateFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return slices.ContainsFunc(recs, func(r record.Record) bool {
-			return r.Cgroup == late && r.Metric == record.MetricCgroupPressure
+		return slices.ContainsFunc(recs, func(r rundir.Record) bool {
+			return r.Cgroup == late && r.Metric == rundir.MetricCgroupPressure
 		})
 	}
 	for range 2 * every {

@@ -9,14 +9,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // pressureResources are the PSI files of a v2 cgroup (and of /proc/pressure).
 var pressureResources = []string{"cpu", "memory", "io"}
 
-func sample(now time.Time, cg, metric string, v float64, labels map[string]string) record.Record {
-	return record.Record{Type: record.TypeSample, Time: now, Metric: metric, Cgroup: cg, Labels: labels, Value: &v}
+func sample(now time.Time, cg, metric string, v float64, labels map[string]string) rundir.Record {
+	return rundir.Record{Type: rundir.TypeSample, Time: now, Metric: metric, Cgroup: cg, Labels: labels, Value: &v}
 }
 
 // vanished says err means the cgroup (or file) is gone: missing, or removed while open.

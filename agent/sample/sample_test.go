@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 func TestReadPressure(t *testing.T) {
@@ -23,8 +23,8 @@ func TestReadPressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if some, full := value(t, recs, "/a", record.MetricCgroupPressure, record.LabelResource, "io", record.LabelKind, "some"),
-		value(t, recs, "/a", record.MetricCgroupPressure, record.LabelResource, "io", record.LabelKind, "full"); some != 2.5 || full != 42e-6 || len(recs) != 2 {
+	if some, full := value(t, recs, "/a", rundir.MetricCgroupPressure, rundir.LabelResource, "io", rundir.LabelKind, "some"),
+		value(t, recs, "/a", rundir.MetricCgroupPressure, rundir.LabelResource, "io", rundir.LabelKind, "full"); some != 2.5 || full != 42e-6 || len(recs) != 2 {
 		t.Fatalf("got some %v, full %v in %d records", some, full, len(recs))
 	}
 }
@@ -53,11 +53,11 @@ func testParent(tb testing.TB, kind string) (*cgroup.Layout, string) {
 }
 
 // value finds the one record of metric for cgroup with the given labels (key, value pairs).
-func value(t *testing.T, recs []record.Record, cg, metric string, labels ...string) float64 {
+func value(t *testing.T, recs []rundir.Record, cg, metric string, labels ...string) float64 {
 	t.Helper()
 	var found []float64
 	for _, r := range recs {
-		if r.Metric != metric || r.Cgroup != cg || r.Type != record.TypeSample || r.Value == nil {
+		if r.Metric != metric || r.Cgroup != cg || r.Type != rundir.TypeSample || r.Value == nil {
 			continue
 		}
 		match := true
@@ -128,8 +128,8 @@ func TestCgroupThrottling(t *testing.T) {
 		return value(t, after, path, metric, labels...) - value(t, before, path, metric, labels...)
 	}
 	wall := t1.Sub(t0).Seconds()
-	periods, throttled := delta(record.MetricCPUPeriods), delta(record.MetricCPUThrottled)
-	throttledTime, usage := delta(record.MetricCPUThrottledTime), delta(record.MetricCPUUsage)
+	periods, throttled := delta(rundir.MetricCPUPeriods), delta(rundir.MetricCPUThrottled)
+	throttledTime, usage := delta(rundir.MetricCPUThrottledTime), delta(rundir.MetricCPUUsage)
 	t.Logf("over %.2fs: periods %v, throttled %v, throttled %.3fs, usage %.3fs", wall, periods, throttled, throttledTime, usage)
 	if periods <= 0 || throttled <= 0 || throttledTime <= 0 {
 		t.Fatalf("no throttling recorded: periods %v, throttled %v, throttled time %v", periods, throttled, throttledTime)
@@ -150,10 +150,10 @@ func TestCgroupThrottling(t *testing.T) {
 		t.Errorf("throttled %.3fs over %.3fs wall (x%.2f); a busy loop at 50m is held about 0.95 of the time", throttledTime, wall, r)
 	}
 	// The hog allocates nothing after it moved in, and v1 does not move charges: any value.
-	value(t, after, path, record.MetricMemoryUsage)
+	value(t, after, path, rundir.MetricMemoryUsage)
 	if l.Unified != "" {
 		// The throttled hog waits for CPU it may not have: the cgroup's cpu pressure grows.
-		if delta(record.MetricCgroupPressure, record.LabelResource, "cpu", record.LabelKind, "some") <= 0 {
+		if delta(rundir.MetricCgroupPressure, rundir.LabelResource, "cpu", rundir.LabelKind, "some") <= 0 {
 			t.Fatal("no cpu pressure for a throttled cgroup")
 		}
 	}
@@ -211,25 +211,25 @@ func TestSystem(t *testing.T) {
 	}
 	if _, err := os.Stat("/proc/pressure/cpu"); err == nil {
 		for _, res := range []string{"cpu", "memory", "io"} {
-			value(t, recs, "", record.MetricSystemPressure, record.LabelResource, res, record.LabelKind, "some")
+			value(t, recs, "", rundir.MetricSystemPressure, rundir.LabelResource, res, rundir.LabelKind, "some")
 		}
-		if value(t, recs, "", record.MetricSystemPressure, record.LabelResource, "cpu", record.LabelKind, "some") <= 0 {
+		if value(t, recs, "", rundir.MetricSystemPressure, rundir.LabelResource, "cpu", rundir.LabelKind, "some") <= 0 {
 			t.Error("no cpu pressure since boot")
 		}
 	}
 	for _, name := range []string{"pgmajfault", "pswpout", "pgscan_direct", "oom_kill", "allocstall_normal"} {
-		value(t, recs, "", record.MetricVmstat, record.LabelName, name)
+		value(t, recs, "", rundir.MetricVmstat, rundir.LabelName, name)
 	}
-	if value(t, recs, "", record.MetricDiskIOs, record.LabelDevice, disk, record.LabelOp, "read") <= 0 {
+	if value(t, recs, "", rundir.MetricDiskIOs, rundir.LabelDevice, disk, rundir.LabelOp, "read") <= 0 {
 		t.Error("the root disk has no reads since boot")
 	}
-	if value(t, recs, "", record.MetricDiskBytes, record.LabelDevice, disk, record.LabelOp, "read") <= 0 {
+	if value(t, recs, "", rundir.MetricDiskBytes, rundir.LabelDevice, disk, rundir.LabelOp, "read") <= 0 {
 		t.Error("the root disk has read no bytes since boot")
 	}
-	value(t, recs, "", record.MetricDiskIOTime, record.LabelDevice, disk)
-	value(t, recs, "", record.MetricDiskWeightedIOTime, record.LabelDevice, disk)
+	value(t, recs, "", rundir.MetricDiskIOTime, rundir.LabelDevice, disk)
+	value(t, recs, "", rundir.MetricDiskWeightedIOTime, rundir.LabelDevice, disk)
 	for _, r := range recs {
-		if dev := r.Labels[record.LabelDevice]; dev != "" && strings.HasPrefix(dev, "7:") {
+		if dev := r.Labels[rundir.LabelDevice]; dev != "" && strings.HasPrefix(dev, "7:") {
 			t.Errorf("loop device %s sampled", dev)
 		}
 	}
@@ -240,11 +240,11 @@ func TestSystem(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range recs {
-		if dev, ok := r.Labels[record.LabelDevice]; ok && dev != disk {
+		if dev, ok := r.Labels[rundir.LabelDevice]; ok && dev != disk {
 			t.Errorf("device %s sampled, want only %s", dev, disk)
 		}
 	}
-	value(t, recs, "", record.MetricDiskWeightedIOTime, record.LabelDevice, disk)
+	value(t, recs, "", rundir.MetricDiskWeightedIOTime, rundir.LabelDevice, disk)
 }
 
 // The filesystems are opened once, by NewSystem; a failure to open them is what every Sample
@@ -290,12 +290,12 @@ func TestCgroupV2Tree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := value(t, after, path, record.MetricCPUUsage) - value(t, before, path, record.MetricCPUUsage); d <= 0 {
+	if d := value(t, after, path, rundir.MetricCPUUsage) - value(t, before, path, rundir.MetricCPUUsage); d <= 0 {
 		t.Fatalf("usage grew by %v for a busy loop", d)
 	}
-	value(t, after, path, record.MetricCgroupPressure, record.LabelResource, "cpu", record.LabelKind, "some")
+	value(t, after, path, rundir.MetricCgroupPressure, rundir.LabelResource, "cpu", rundir.LabelKind, "some")
 	for _, r := range after {
-		if r.Metric == record.MetricCPUThrottled || r.Metric == record.MetricMemoryUsage {
+		if r.Metric == rundir.MetricCPUThrottled || r.Metric == rundir.MetricMemoryUsage {
 			t.Fatalf("%s recorded without its controller", r.Metric)
 		}
 		if r.Cgroup != path {

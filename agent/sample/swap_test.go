@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/swapfile"
 )
 
@@ -140,7 +140,7 @@ func TestCgroupSwapThrashing(t *testing.T) {
 	}
 	cgs := NewCgroups(l, func() []string { return []string{path} })
 	sys := NewSystem("/proc", "/sys", func() []string { return nil })
-	sample := func() (cg, node []record.Record) {
+	sample := func() (cg, node []rundir.Record) {
 		t.Helper()
 		now := time.Now()
 		cg, err := cgs.Sample(now)
@@ -152,8 +152,8 @@ func TestCgroupSwapThrashing(t *testing.T) {
 		}
 		return cg, node
 	}
-	meta := record.NewMeta("swap-test", "test", "/proc", l.V1, 3*time.Second, nil)
-	meta.Workloads = []record.Workload{{Name: "thrash", Kind: "memory", Cgroup: path, Memory: "64Mi"}}
+	meta := rundir.NewMeta("swap-test", "test", "/proc", l.V1, 3*time.Second, nil)
+	meta.Workloads = []rundir.Workload{{Name: "thrash", Kind: "memory", Cgroup: path, Memory: "64Mi"}}
 	cg0, node0 := sample()
 	meta.Start = cg0[0].Time // the node's counters count from here, not from boot
 	touchIn(t, l, path, 128<<20)
@@ -162,16 +162,16 @@ func TestCgroupSwapThrashing(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	cg2, node2 := sample()
 
-	get := func(recs []record.Record, metric string, labels ...string) float64 {
+	get := func(recs []rundir.Record, metric string, labels ...string) float64 {
 		return value(t, recs, path, metric, labels...)
 	}
-	pswpout := value(t, node2, "", record.MetricVmstat, record.LabelName, "pswpout") - value(t, node0, "", record.MetricVmstat, record.LabelName, "pswpout")
-	swap := get(cg2, record.MetricMemorySwap)
-	maj1 := get(cg1, record.MetricMemoryMajorFaults) - get(cg0, record.MetricMemoryMajorFaults)
-	maj2 := get(cg2, record.MetricMemoryMajorFaults) - get(cg1, record.MetricMemoryMajorFaults)
-	refaults := get(cg2, record.MetricMemoryRefaults, record.LabelKind, "anon") - get(cg0, record.MetricMemoryRefaults, record.LabelKind, "anon")
-	hits := get(cg2, record.MetricMemoryLimitEvents, record.LabelKind, "max") - get(cg0, record.MetricMemoryLimitEvents, record.LabelKind, "max")
-	usage := get(cg2, record.MetricMemoryUsage)
+	pswpout := value(t, node2, "", rundir.MetricVmstat, rundir.LabelName, "pswpout") - value(t, node0, "", rundir.MetricVmstat, rundir.LabelName, "pswpout")
+	swap := get(cg2, rundir.MetricMemorySwap)
+	maj1 := get(cg1, rundir.MetricMemoryMajorFaults) - get(cg0, rundir.MetricMemoryMajorFaults)
+	maj2 := get(cg2, rundir.MetricMemoryMajorFaults) - get(cg1, rundir.MetricMemoryMajorFaults)
+	refaults := get(cg2, rundir.MetricMemoryRefaults, rundir.LabelKind, "anon") - get(cg0, rundir.MetricMemoryRefaults, rundir.LabelKind, "anon")
+	hits := get(cg2, rundir.MetricMemoryLimitEvents, rundir.LabelKind, "max") - get(cg0, rundir.MetricMemoryLimitEvents, rundir.LabelKind, "max")
+	usage := get(cg2, rundir.MetricMemoryUsage)
 	t.Logf("swap %.1f MiB, usage %.1f MiB, major faults +%.0f then +%.0f, anon refaults +%.0f, limit hits +%.0f, node pswpout +%.0f pages",
 		swap/(1<<20), usage/(1<<20), maj1, maj2, refaults, hits, pswpout)
 	if swap <= 0 {
@@ -190,7 +190,7 @@ func TestCgroupSwapThrashing(t *testing.T) {
 	if pswpout <= 0 {
 		t.Error("the node's pswpout did not move")
 	}
-	if v := get(cg2, record.MetricMemoryOOMKills); v != 0 {
+	if v := get(cg2, rundir.MetricMemoryOOMKills); v != 0 {
 		t.Errorf("%v OOM kills; with swap the cgroup should not need any", v)
 	}
 	if usage > 64<<20 {
@@ -199,11 +199,11 @@ func TestCgroupSwapThrashing(t *testing.T) {
 
 	// The analyzer reads the same samples as swap-thrashing of the workload.
 	dir := filepath.Join(t.TempDir(), "run")
-	w, err := record.Create(dir, meta)
+	w, err := rundir.Create(dir, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, recs := range [][]record.Record{cg0, node0, cg1, node1, cg2, node2} {
+	for _, recs := range [][]rundir.Record{cg0, node0, cg1, node1, cg2, node2} {
 		if err := w.Append(recs...); err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +211,7 @@ func TestCgroupSwapThrashing(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	run, err := record.Open(dir)
+	run, err := rundir.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,16 +234,16 @@ func TestSystemMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := value(t, recs, "", record.MetricMeminfo, record.LabelName, "MemTotal"); v < 1<<30 {
+	if v := value(t, recs, "", rundir.MetricMeminfo, rundir.LabelName, "MemTotal"); v < 1<<30 {
 		t.Errorf("MemTotal %v bytes", v)
 	}
-	if total, free := value(t, recs, "", record.MetricMeminfo, record.LabelName, "SwapTotal"),
-		value(t, recs, "", record.MetricMeminfo, record.LabelName, "SwapFree"); free > total {
+	if total, free := value(t, recs, "", rundir.MetricMeminfo, rundir.LabelName, "SwapTotal"),
+		value(t, recs, "", rundir.MetricMeminfo, rundir.LabelName, "SwapFree"); free > total {
 		t.Errorf("SwapFree %v over SwapTotal %v", free, total)
 	}
-	value(t, recs, "", record.MetricMeminfo, record.LabelName, "MemAvailable")
+	value(t, recs, "", rundir.MetricMeminfo, rundir.LabelName, "MemAvailable")
 	for _, name := range []string{"pswpin", "pswpout", "pgmajfault", "workingset_refault_anon", "workingset_refault_file",
 		"allocstall_normal", "pgscan_direct", "pgscan_kswapd", "pgsteal_direct", "pgsteal_kswapd", "compact_stall"} {
-		value(t, recs, "", record.MetricVmstat, record.LabelName, name)
+		value(t, recs, "", rundir.MetricVmstat, rundir.LabelName, name)
 	}
 }

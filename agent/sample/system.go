@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/procfs"
 	"github.com/prometheus/procfs/blockdevice"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // vmstatPrefixes and vmstatNames select the /proc/vmstat counters that explain memory
@@ -54,11 +54,11 @@ func NewSystem(procfsDir, sysfsDir string, devices func() []string) *System {
 }
 
 // Sample reads PSI, meminfo, vmstat and diskstats; PSI is skipped where the kernel has it off.
-func (s *System) Sample(now time.Time) ([]record.Record, error) {
+func (s *System) Sample(now time.Time) ([]rundir.Record, error) {
 	if s.err != nil {
 		return nil, s.err
 	}
-	var out []record.Record
+	var out []rundir.Record
 	for _, res := range pressureResources {
 		st, err := s.proc.PSIStatsForResource(res)
 		if vanished(err) || errors.Is(err, syscall.EOPNOTSUPP) {
@@ -69,8 +69,8 @@ func (s *System) Sample(now time.Time) ([]record.Record, error) {
 		}
 		for kind, line := range map[string]*procfs.PSILine{"some": st.Some, "full": st.Full} {
 			if line != nil {
-				out = append(out, sample(now, "", record.MetricSystemPressure, float64(line.Total)/1e6, map[string]string{
-					record.LabelResource: res, record.LabelKind: kind,
+				out = append(out, sample(now, "", rundir.MetricSystemPressure, float64(line.Total)/1e6, map[string]string{
+					rundir.LabelResource: res, rundir.LabelKind: kind,
 				}))
 			}
 		}
@@ -89,7 +89,7 @@ func (s *System) Sample(now time.Time) ([]record.Record, error) {
 }
 
 // meminfo appends the node's memory and swap totals, for how much room the workloads had.
-func (s *System) meminfo(out []record.Record, now time.Time) ([]record.Record, error) {
+func (s *System) meminfo(out []rundir.Record, now time.Time) ([]rundir.Record, error) {
 	mi, err := s.proc.Meminfo()
 	if err != nil {
 		return nil, fmt.Errorf("reading meminfo: %w", err)
@@ -102,13 +102,13 @@ func (s *System) meminfo(out []record.Record, now time.Time) ([]record.Record, e
 		{"SwapTotal", mi.SwapTotalBytes}, {"SwapFree", mi.SwapFreeBytes},
 	} {
 		if f.v != nil {
-			out = append(out, sample(now, "", record.MetricMeminfo, float64(*f.v), map[string]string{record.LabelName: f.name}))
+			out = append(out, sample(now, "", rundir.MetricMeminfo, float64(*f.v), map[string]string{rundir.LabelName: f.name}))
 		}
 	}
 	return out, nil
 }
 
-func (s *System) vmstat(out []record.Record, now time.Time) ([]record.Record, error) {
+func (s *System) vmstat(out []rundir.Record, now time.Time) ([]rundir.Record, error) {
 	b, err := os.ReadFile(filepath.Join(s.procfs, "vmstat"))
 	if err != nil {
 		return nil, fmt.Errorf("reading vmstat: %w", err)
@@ -123,7 +123,7 @@ func (s *System) vmstat(out []record.Record, now time.Time) ([]record.Record, er
 		if err != nil {
 			return nil, fmt.Errorf("parsing vmstat %s: %w", name, err)
 		}
-		out = append(out, sample(now, "", record.MetricVmstat, float64(v), map[string]string{record.LabelName: name}))
+		out = append(out, sample(now, "", rundir.MetricVmstat, float64(v), map[string]string{rundir.LabelName: name}))
 	}
 	return out, sc.Err()
 }
@@ -140,7 +140,7 @@ func wantVmstat(name string) bool {
 	return false
 }
 
-func (s *System) diskstats(out []record.Record, now time.Time) ([]record.Record, error) {
+func (s *System) diskstats(out []rundir.Record, now time.Time) ([]rundir.Record, error) {
 	stats, err := s.block.ProcDiskstats()
 	if err != nil {
 		return nil, fmt.Errorf("reading diskstats: %w", err)
@@ -154,17 +154,17 @@ func (s *System) diskstats(out []record.Record, now time.Time) ([]record.Record,
 		if !keep(dev, d.DeviceName) {
 			continue
 		}
-		dl := map[string]string{record.LabelDevice: dev}
+		dl := map[string]string{rundir.LabelDevice: dev}
 		op := func(op string) map[string]string {
-			return map[string]string{record.LabelDevice: dev, record.LabelOp: op}
+			return map[string]string{rundir.LabelDevice: dev, rundir.LabelOp: op}
 		}
 		out = append(out,
-			sample(now, "", record.MetricDiskIOs, float64(d.ReadIOs), op("read")),
-			sample(now, "", record.MetricDiskIOs, float64(d.WriteIOs), op("write")),
-			sample(now, "", record.MetricDiskBytes, float64(d.ReadSectors*procfs.SectorSize), op("read")),
-			sample(now, "", record.MetricDiskBytes, float64(d.WriteSectors*procfs.SectorSize), op("write")),
-			sample(now, "", record.MetricDiskIOTime, float64(d.IOsTotalTicks)/1e3, dl),
-			sample(now, "", record.MetricDiskWeightedIOTime, float64(d.WeightedIOTicks)/1e3, dl),
+			sample(now, "", rundir.MetricDiskIOs, float64(d.ReadIOs), op("read")),
+			sample(now, "", rundir.MetricDiskIOs, float64(d.WriteIOs), op("write")),
+			sample(now, "", rundir.MetricDiskBytes, float64(d.ReadSectors*procfs.SectorSize), op("read")),
+			sample(now, "", rundir.MetricDiskBytes, float64(d.WriteSectors*procfs.SectorSize), op("write")),
+			sample(now, "", rundir.MetricDiskIOTime, float64(d.IOsTotalTicks)/1e3, dl),
+			sample(now, "", rundir.MetricDiskWeightedIOTime, float64(d.WeightedIOTicks)/1e3, dl),
 		)
 	}
 	return out, nil

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/agent/trace/reclaim"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // Reclaim stalls become per-cgroup samples by kind, and each OOM kill one event, emitted once at
@@ -39,23 +39,23 @@ func TestCollectReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim := "/nodectl/r/victim"
-	memcg := map[string]string{record.LabelKind: record.ReclaimMemcg}
-	if h := one(t, recs, record.MetricReclaimStall, victim, memcg).Hist; h.Count != 1 || h.SumNs != 3000 {
+	memcg := map[string]string{rundir.LabelKind: rundir.ReclaimMemcg}
+	if h := one(t, recs, rundir.MetricReclaimStall, victim, memcg).Hist; h.Count != 1 || h.SumNs != 3000 {
 		t.Errorf("memcg stalls %+v, want one of 3000 ns", h)
 	}
-	if v := *one(t, recs, record.MetricReclaimPages, victim, memcg).Value; v != 32 {
+	if v := *one(t, recs, rundir.MetricReclaimPages, victim, memcg).Value; v != 32 {
 		t.Errorf("pages %v, want 32", v)
 	}
-	one(t, recs, record.MetricCompactionStall, victim, nil)
-	if v := *one(t, recs, record.MetricOOMKills, victim, nil).Value; v != 1 {
+	one(t, recs, rundir.MetricCompactionStall, victim, nil)
+	if v := *one(t, recs, rundir.MetricOOMKills, victim, nil).Value; v != 1 {
 		t.Errorf("OOM kills %v, want 1", v)
 	}
-	if v := *one(t, recs, record.MetricKswapdWakeups, "", nil).Value; v != 3 {
+	if v := *one(t, recs, rundir.MetricKswapdWakeups, "", nil).Value; v != 3 {
 		t.Errorf("kswapd wakeups %v, want 3", v)
 	}
-	var events []record.Record
+	var events []rundir.Record
 	for _, r := range recs {
-		if r.Type == record.TypeEvent {
+		if r.Type == rundir.TypeEvent {
 			events = append(events, r)
 		}
 	}
@@ -63,9 +63,9 @@ func TestCollectReclaim(t *testing.T) {
 		t.Fatalf("%d events, want 1: %+v", len(events), events)
 	}
 	e := events[0]
-	want := map[string]string{record.LabelOOMPID: "42", record.LabelOOMComm: "hog", record.LabelOOMLimitCgroup: "/nodectl/r",
-		record.LabelOOMLimit: "67108864", record.LabelOOMUsage: "67108864", record.LabelOOMTriggerPID: "42", record.LabelOOMTriggerComm: "hog"}
-	if e.Name != record.EventOOMKill || e.Cgroup != victim || !e.Time.Equal(killed) || e.Message == "" {
+	want := map[string]string{rundir.LabelOOMPID: "42", rundir.LabelOOMComm: "hog", rundir.LabelOOMLimitCgroup: "/nodectl/r",
+		rundir.LabelOOMLimit: "67108864", rundir.LabelOOMUsage: "67108864", rundir.LabelOOMTriggerPID: "42", rundir.LabelOOMTriggerComm: "hog"}
+	if e.Name != rundir.EventOOMKill || e.Cgroup != victim || !e.Time.Equal(killed) || e.Message == "" {
 		t.Errorf("event %+v, want an oom_kill of %s at %v with a message", e, victim, killed)
 	}
 	for k, v := range want {

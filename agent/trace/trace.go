@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/hist"
-	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/agent/trace/blkio"
 	"github.com/nodectl/nodectl/agent/trace/fsync"
 	"github.com/nodectl/nodectl/agent/trace/reclaim"
 	"github.com/nodectl/nodectl/agent/trace/runq"
 	"github.com/nodectl/nodectl/agent/trace/tracefs"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // Program names, as in Config.Programs, Status and the program label of bpf_drops_total.
@@ -35,7 +35,7 @@ const (
 var Programs = []string{ProgramRunq, ProgramFsync, ProgramBlkio, ProgramReclaim}
 
 // StatusAttached is Status's value for a program that runs.
-const StatusAttached = record.TracerAttached
+const StatusAttached = rundir.TracerAttached
 
 // Defaults for Config's zero values.
 const (
@@ -90,10 +90,10 @@ type series struct {
 	hist   *hist.Log2
 	// event, when set, is a discrete happening to record as it is (an OOM kill): it is
 	// emitted once, at its own time, and none of the other fields apply.
-	event *record.Record
+	event *rundir.Record
 }
 
-func (s series) key() string { return record.SeriesKey(s.metric, s.cgroup, s.labels) }
+func (s series) key() string { return rundir.SeriesKey(s.metric, s.cgroup, s.labels) }
 
 // same reports whether s carries the value last emitted as o. Cumulative histograms only
 // change by gaining events, so count and sum tell.
@@ -247,13 +247,13 @@ func (t *Tracer) Status() map[string]string {
 // or when a map is fuller than ForgetFill, it then forgets the cgroups the resolver no longer
 // knows, whose last values have just been emitted. On a partial failure it returns what it
 // could read and an error naming what failed.
-func (t *Tracer) Collect(now time.Time) ([]record.Record, error) {
+func (t *Tracer) Collect(now time.Time) ([]rundir.Record, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return nil, errors.New("collecting traces: tracer closed")
 	}
-	var recs []record.Record
+	var recs []rundir.Record
 	var errs []error
 	for i := range t.sources {
 		src := &t.sources[i]
@@ -305,8 +305,8 @@ func (t *Tracer) path(controller string, id uint64) string {
 	return fmt.Sprintf("<unknown:%d>", id)
 }
 
-func (s series) record(now time.Time) record.Record {
-	r := record.Record{Type: record.TypeSample, Time: now, Metric: s.metric, Cgroup: s.cgroup}
+func (s series) record(now time.Time) rundir.Record {
+	r := rundir.Record{Type: rundir.TypeSample, Time: now, Metric: s.metric, Cgroup: s.cgroup}
 	if len(s.labels) > 0 {
 		r.Labels = maps.Clone(s.labels)
 	}
@@ -353,25 +353,25 @@ func (t *Tracer) Close() error {
 func runqSeries(st runq.Stats, name namer) []series {
 	var out []series
 	for id, h := range st.Latency {
-		out = append(out, series{metric: record.MetricRunqLatency, cgroup: name(id), hist: &h})
+		out = append(out, series{metric: rundir.MetricRunqLatency, cgroup: name(id), hist: &h})
 	}
 	for _, p := range st.Pairs {
 		var by string
 		switch p.Preemptor {
 		case runq.PreemptorIdle:
-			by = record.CgroupIdle
+			by = rundir.CgroupIdle
 		case runq.PreemptorThrottled:
-			by = record.CgroupThrottled
+			by = rundir.CgroupThrottled
 		case runq.PreemptorKernel:
-			by = record.CgroupKernel
+			by = rundir.CgroupKernel
 		default:
 			by = name(p.Preemptor)
 		}
-		labels := map[string]string{record.LabelPreemptor: by}
+		labels := map[string]string{rundir.LabelPreemptor: by}
 		victim := name(p.Victim)
-		count, wait := record.MetricRunqPreemptions, record.MetricRunqPreemptWait
+		count, wait := rundir.MetricRunqPreemptions, rundir.MetricRunqPreemptWait
 		if p.Woken {
-			count, wait = record.MetricRunqWakeupWaits, record.MetricRunqWakeupWait
+			count, wait = rundir.MetricRunqWakeupWaits, rundir.MetricRunqWakeupWait
 		}
 		out = append(out,
 			series{metric: count, cgroup: victim, labels: labels, value: float64(p.Count)},
@@ -383,11 +383,11 @@ func runqSeries(st runq.Stats, name namer) []series {
 func fsyncSeries(st fsync.Stats, name namer) []series {
 	var out []series
 	for k, h := range st.Latency {
-		labels := map[string]string{record.LabelSyscall: k.Syscall}
+		labels := map[string]string{rundir.LabelSyscall: k.Syscall}
 		if k.Dev != "" {
-			labels[record.LabelDevice] = k.Dev
+			labels[rundir.LabelDevice] = k.Dev
 		}
-		out = append(out, series{metric: record.MetricFsyncLatency, cgroup: name(k.Cgroup), labels: labels, hist: &h})
+		out = append(out, series{metric: rundir.MetricFsyncLatency, cgroup: name(k.Cgroup), labels: labels, hist: &h})
 	}
 	return append(out, dropSeries(ProgramFsync, st.Drops)...)
 }
@@ -395,23 +395,23 @@ func fsyncSeries(st fsync.Stats, name namer) []series {
 func blkioSeries(st blkio.Stats, name namer) []series {
 	var out []series
 	labels := func(k blkio.Key) map[string]string {
-		l := map[string]string{record.LabelOp: k.Op}
+		l := map[string]string{rundir.LabelOp: k.Op}
 		if k.Dev != "" {
-			l[record.LabelDevice] = k.Dev
+			l[rundir.LabelDevice] = k.Dev
 		}
 		return l
 	}
 	for k, h := range st.Queue {
-		out = append(out, series{metric: record.MetricBlkQueue, cgroup: name(k.Cgroup), labels: labels(k), hist: &h})
+		out = append(out, series{metric: rundir.MetricBlkQueue, cgroup: name(k.Cgroup), labels: labels(k), hist: &h})
 	}
 	for k, h := range st.Service {
-		out = append(out, series{metric: record.MetricBlkService, cgroup: name(k.Cgroup), labels: labels(k), hist: &h})
+		out = append(out, series{metric: rundir.MetricBlkService, cgroup: name(k.Cgroup), labels: labels(k), hist: &h})
 	}
 	for k, c := range st.IO {
 		cg := name(k.Cgroup)
 		out = append(out,
-			series{metric: record.MetricBlkBytes, cgroup: cg, labels: labels(k), value: float64(c.Bytes)},
-			series{metric: record.MetricBlkRequests, cgroup: cg, labels: labels(k), value: float64(c.Requests)})
+			series{metric: rundir.MetricBlkBytes, cgroup: cg, labels: labels(k), value: float64(c.Bytes)},
+			series{metric: rundir.MetricBlkRequests, cgroup: cg, labels: labels(k), value: float64(c.Requests)})
 	}
 	return append(out, dropSeries(ProgramBlkio, st.Drops)...)
 }
@@ -421,20 +421,20 @@ func reclaimSeries(st reclaim.Stats, name namer) []series {
 	for k, s := range st.Stalls {
 		cg := name(k.Cgroup)
 		if k.Kind == reclaim.KindCompaction {
-			out = append(out, series{metric: record.MetricCompactionStall, cgroup: cg, hist: &s.Time})
+			out = append(out, series{metric: rundir.MetricCompactionStall, cgroup: cg, hist: &s.Time})
 			continue
 		}
-		labels := map[string]string{record.LabelKind: k.Kind}
+		labels := map[string]string{rundir.LabelKind: k.Kind}
 		out = append(out,
-			series{metric: record.MetricReclaimStall, cgroup: cg, labels: labels, hist: &s.Time},
-			series{metric: record.MetricReclaimPages, cgroup: cg, labels: labels, value: float64(s.Pages)})
+			series{metric: rundir.MetricReclaimStall, cgroup: cg, labels: labels, hist: &s.Time},
+			series{metric: rundir.MetricReclaimPages, cgroup: cg, labels: labels, value: float64(s.Pages)})
 	}
 	for id, n := range st.OOMKills {
-		out = append(out, series{metric: record.MetricOOMKills, cgroup: name(id), value: float64(n)})
+		out = append(out, series{metric: rundir.MetricOOMKills, cgroup: name(id), value: float64(n)})
 	}
 	out = append(out,
-		series{metric: record.MetricKswapdWakeups, value: float64(st.KswapdWakes)},
-		series{metric: record.MetricKswapdSleeps, value: float64(st.KswapdSleeps)})
+		series{metric: rundir.MetricKswapdWakeups, value: float64(st.KswapdWakes)},
+		series{metric: rundir.MetricKswapdSleeps, value: float64(st.KswapdSleeps)})
 	for _, k := range st.Kills {
 		out = append(out, series{event: oomKillEvent(k, name)})
 	}
@@ -442,31 +442,31 @@ func reclaimSeries(st reclaim.Stats, name namer) []series {
 }
 
 // oomKillEvent is the event record of an OOM kill.
-func oomKillEvent(k reclaim.Kill, name namer) *record.Record {
+func oomKillEvent(k reclaim.Kill, name namer) *rundir.Record {
 	victim := name(k.Cgroup)
 	labels := map[string]string{
-		record.LabelOOMPID:         strconv.FormatUint(uint64(k.PID), 10),
-		record.LabelOOMComm:        k.Comm,
-		record.LabelOOMTriggerPID:  strconv.FormatUint(uint64(k.TriggerPID), 10),
-		record.LabelOOMTriggerComm: k.TriggerComm,
+		rundir.LabelOOMPID:         strconv.FormatUint(uint64(k.PID), 10),
+		rundir.LabelOOMComm:        k.Comm,
+		rundir.LabelOOMTriggerPID:  strconv.FormatUint(uint64(k.TriggerPID), 10),
+		rundir.LabelOOMTriggerComm: k.TriggerComm,
 	}
 	limit := "no cgroup's memory limit (a node-wide OOM)"
 	if k.Limit != 0 {
 		lc := name(k.Limit)
-		labels[record.LabelOOMLimitCgroup] = lc
-		labels[record.LabelOOMUsage] = strconv.FormatUint(k.UsageBytes, 10)
-		labels[record.LabelOOMLimit] = strconv.FormatUint(k.LimitBytes, 10)
+		labels[rundir.LabelOOMLimitCgroup] = lc
+		labels[rundir.LabelOOMUsage] = strconv.FormatUint(k.UsageBytes, 10)
+		labels[rundir.LabelOOMLimit] = strconv.FormatUint(k.LimitBytes, 10)
 		limit = fmt.Sprintf("the memory limit of %s (%d of %d bytes)", lc, k.UsageBytes, k.LimitBytes)
 	}
-	return &record.Record{Type: record.TypeEvent, Time: k.Time, Name: record.EventOOMKill, Cgroup: victim, Labels: labels,
+	return &rundir.Record{Type: rundir.TypeEvent, Time: k.Time, Name: rundir.EventOOMKill, Cgroup: victim, Labels: labels,
 		Message: fmt.Sprintf("OOM kill of process %d (%s) in %s, after %s was hit", k.PID, k.Comm, victim, limit)}
 }
 
 func dropSeries(program string, drops map[string]uint64) []series {
 	var out []series
 	for reason, n := range drops {
-		out = append(out, series{metric: record.MetricBPFDrops,
-			labels: map[string]string{record.LabelProgram: program, record.LabelReason: reason}, value: float64(n)})
+		out = append(out, series{metric: rundir.MetricBPFDrops,
+			labels: map[string]string{rundir.LabelProgram: program, rundir.LabelReason: reason}, value: float64(n)})
 	}
 	return out
 }

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/agent/trace/internal/cgtest"
 	"github.com/nodectl/nodectl/agent/trace/tracefs"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // walkResolver finds cgroups by walking the hierarchy, again on a miss.
@@ -79,7 +79,7 @@ func TestCollectReal(t *testing.T) {
 	// Collect until everything showed up: each series is emitted when it changes, so the
 	// records of all collects together hold each value at least once.
 	a, b := cpu["a"].Path, cpu["b"].Path
-	var recs []record.Record
+	var recs []rundir.Record
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		got, err := tr.Collect(time.Now())
@@ -87,9 +87,9 @@ func TestCollectReal(t *testing.T) {
 			t.Fatalf("Collect: %v", err)
 		}
 		recs = append(recs, got...)
-		seen := len(find(recs, record.MetricFsyncLatency, blk.Path, nil)) > 0 &&
-			len(find(recs, record.MetricRunqLatency, a, nil)) > 0 &&
-			len(find(recs, record.MetricRunqPreemptions, a, map[string]string{record.LabelPreemptor: b})) > 0
+		seen := len(find(recs, rundir.MetricFsyncLatency, blk.Path, nil)) > 0 &&
+			len(find(recs, rundir.MetricRunqLatency, a, nil)) > 0 &&
+			len(find(recs, rundir.MetricRunqPreemptions, a, map[string]string{rundir.LabelPreemptor: b})) > 0
 		if seen || time.Now().After(deadline) {
 			break
 		}
@@ -97,20 +97,20 @@ func TestCollectReal(t *testing.T) {
 	}
 
 	// dd fsynced once, before the first Collect: one sample, never emitted again.
-	syncs := find(recs, record.MetricFsyncLatency, blk.Path, map[string]string{record.LabelSyscall: "fsync"})
+	syncs := find(recs, rundir.MetricFsyncLatency, blk.Path, map[string]string{rundir.LabelSyscall: "fsync"})
 	if len(syncs) != 1 || syncs[0].Hist.Count == 0 {
 		t.Errorf("fsync samples of %s: %+v, want one with the dd's fsync", blk.Path, syncs)
 	}
-	if len(find(recs, record.MetricRunqLatency, a, nil)) == 0 {
+	if len(find(recs, rundir.MetricRunqLatency, a, nil)) == 0 {
 		t.Errorf("no run-queue latency sample for %s", a)
 	}
-	p := find(recs, record.MetricRunqPreemptions, a, map[string]string{record.LabelPreemptor: b})
+	p := find(recs, rundir.MetricRunqPreemptions, a, map[string]string{rundir.LabelPreemptor: b})
 	if len(p) == 0 || *p[len(p)-1].Value == 0 {
 		t.Errorf("preemptions of %s by %s: %+v", a, b, p)
 	}
 	var requests bool
 	for _, r := range recs {
-		requests = requests || r.Metric == record.MetricBlkRequests
+		requests = requests || r.Metric == rundir.MetricBlkRequests
 	}
 	if !requests {
 		t.Errorf("no block request sample after an fsync'd write")

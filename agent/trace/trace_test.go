@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/hist"
-	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/agent/trace/blkio"
 	"github.com/nodectl/nodectl/agent/trace/fsync"
 	"github.com/nodectl/nodectl/agent/trace/runq"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // fakeResolver knows cgroups by (controller, id).
@@ -116,8 +116,8 @@ func histOf(ns ...uint64) hist.Log2 {
 }
 
 // find returns the records of metric for cgroup whose labels include want.
-func find(recs []record.Record, metric, cgroup string, want map[string]string) []record.Record {
-	var out []record.Record
+func find(recs []rundir.Record, metric, cgroup string, want map[string]string) []rundir.Record {
+	var out []rundir.Record
 next:
 	for _, r := range recs {
 		if r.Metric != metric || r.Cgroup != cgroup {
@@ -133,7 +133,7 @@ next:
 	return out
 }
 
-func one(t *testing.T, recs []record.Record, metric, cgroup string, labels map[string]string) record.Record {
+func one(t *testing.T, recs []rundir.Record, metric, cgroup string, labels map[string]string) rundir.Record {
 	t.Helper()
 	got := find(recs, metric, cgroup, labels)
 	if len(got) != 1 {
@@ -188,7 +188,7 @@ func TestCollectConverts(t *testing.T) {
 		t.Fatalf("Collect: %v", err)
 	}
 	for _, r := range recs {
-		if r.Type != record.TypeSample || !r.Time.Equal(now) {
+		if r.Type != rundir.TypeSample || !r.Time.Equal(now) {
 			t.Errorf("record %+v: want type sample at %v", r, now)
 		}
 		if (r.Value == nil) == (r.Hist == nil) {
@@ -197,13 +197,13 @@ func TestCollectConverts(t *testing.T) {
 	}
 
 	victim := "/nodectl/r/victim"
-	if h := one(t, recs, record.MetricRunqLatency, victim, nil).Hist; h.Count != 2 || h.SumNs != 4000 {
+	if h := one(t, recs, rundir.MetricRunqLatency, victim, nil).Hist; h.Count != 2 || h.SumNs != 4000 {
 		t.Errorf("victim runq latency %+v, want 2 waits summing 4000 ns", h)
 	}
-	one(t, recs, record.MetricRunqLatency, "<unknown:99>", nil)
+	one(t, recs, rundir.MetricRunqLatency, "<unknown:99>", nil)
 
-	preempted := []string{record.MetricRunqPreemptions, record.MetricRunqPreemptWait}
-	woken := []string{record.MetricRunqWakeupWaits, record.MetricRunqWakeupWait}
+	preempted := []string{rundir.MetricRunqPreemptions, rundir.MetricRunqPreemptWait}
+	woken := []string{rundir.MetricRunqWakeupWaits, rundir.MetricRunqWakeupWait}
 	for _, c := range []struct {
 		name      string
 		metrics   []string // count, wait
@@ -212,14 +212,14 @@ func TestCollectConverts(t *testing.T) {
 		wait      float64
 	}{
 		{"neighbour", preempted, "/nodectl/r/cpu-hog-0", 7, 1.5},
-		{"idle", preempted, record.CgroupIdle, 1, 1e-8},
-		{"throttled", preempted, record.CgroupThrottled, 2, 0.25},
-		{"kernel", preempted, record.CgroupKernel, 5, 0.002},
+		{"idle", preempted, rundir.CgroupIdle, 1, 1e-8},
+		{"throttled", preempted, rundir.CgroupThrottled, 2, 0.25},
+		{"kernel", preempted, rundir.CgroupKernel, 5, 0.002},
 		{"woken_neighbour", woken, "/nodectl/r/cpu-hog-0", 4, 0.04},
-		{"woken_throttled", woken, record.CgroupThrottled, 6, 0.5},
-		{"woken_kernel", woken, record.CgroupKernel, 8, 3e-6},
+		{"woken_throttled", woken, rundir.CgroupThrottled, 6, 0.5},
+		{"woken_kernel", woken, rundir.CgroupKernel, 8, 3e-6},
 	} {
-		l := map[string]string{record.LabelPreemptor: c.preemptor}
+		l := map[string]string{rundir.LabelPreemptor: c.preemptor}
 		if v := *one(t, recs, c.metrics[0], victim, l).Value; v != c.count {
 			t.Errorf("%s: %s %v, want %v", c.name, c.metrics[0], v, c.count)
 		}
@@ -227,28 +227,28 @@ func TestCollectConverts(t *testing.T) {
 			t.Errorf("%s: %s %v, want %v", c.name, c.metrics[1], v, c.wait)
 		}
 	}
-	one(t, recs, record.MetricRunqPreemptions, "/", map[string]string{record.LabelPreemptor: "<unknown:99>"})
+	one(t, recs, rundir.MetricRunqPreemptions, "/", map[string]string{rundir.LabelPreemptor: "<unknown:99>"})
 
-	one(t, recs, record.MetricFsyncLatency, victim, map[string]string{record.LabelSyscall: "fsync", record.LabelDevice: "254:0"})
-	if r := one(t, recs, record.MetricFsyncLatency, victim, map[string]string{record.LabelSyscall: "fdatasync"}); r.Labels[record.LabelDevice] != "" {
-		t.Errorf("unknown device labelled %q", r.Labels[record.LabelDevice])
+	one(t, recs, rundir.MetricFsyncLatency, victim, map[string]string{rundir.LabelSyscall: "fsync", rundir.LabelDevice: "254:0"})
+	if r := one(t, recs, rundir.MetricFsyncLatency, victim, map[string]string{rundir.LabelSyscall: "fdatasync"}); r.Labels[rundir.LabelDevice] != "" {
+		t.Errorf("unknown device labelled %q", r.Labels[rundir.LabelDevice])
 	}
 
 	hog := "/nodectl/r/disk-hog-0"
-	w := map[string]string{record.LabelDevice: "254:0", record.LabelOp: "write"}
-	one(t, recs, record.MetricBlkQueue, hog, w)
-	one(t, recs, record.MetricBlkService, hog, w)
-	if v := *one(t, recs, record.MetricBlkBytes, hog, w).Value; v != 4096 {
+	w := map[string]string{rundir.LabelDevice: "254:0", rundir.LabelOp: "write"}
+	one(t, recs, rundir.MetricBlkQueue, hog, w)
+	one(t, recs, rundir.MetricBlkService, hog, w)
+	if v := *one(t, recs, rundir.MetricBlkBytes, hog, w).Value; v != 4096 {
 		t.Errorf("bytes %v, want 4096", v)
 	}
-	if v := *one(t, recs, record.MetricBlkRequests, hog, w).Value; v != 1 {
+	if v := *one(t, recs, rundir.MetricBlkRequests, hog, w).Value; v != 1 {
 		t.Errorf("requests %v, want 1", v)
 	}
 
-	if v := *one(t, recs, record.MetricBPFDrops, "", map[string]string{record.LabelProgram: ProgramRunq, record.LabelReason: "pairs_map_full"}).Value; v != 4 {
+	if v := *one(t, recs, rundir.MetricBPFDrops, "", map[string]string{rundir.LabelProgram: ProgramRunq, rundir.LabelReason: "pairs_map_full"}).Value; v != 4 {
 		t.Errorf("runq pairs_map_full drops %v, want 4", v)
 	}
-	one(t, recs, record.MetricBPFDrops, "", map[string]string{record.LabelProgram: ProgramFsync, record.LabelReason: "latency_map_full"})
+	one(t, recs, rundir.MetricBPFDrops, "", map[string]string{rundir.LabelProgram: ProgramFsync, rundir.LabelReason: "latency_map_full"})
 }
 
 func TestCollectEmitsChangesOnly(t *testing.T) {
@@ -279,10 +279,10 @@ func TestCollectEmitsChangesOnly(t *testing.T) {
 		got = append(got, r.Metric+" "+r.Cgroup)
 	}
 	want := map[string]bool{
-		record.MetricRunqLatency + " /nodectl/r/victim":      true,
-		record.MetricRunqPreemptions + " /nodectl/r/victim":  true,
-		record.MetricRunqPreemptWait + " /nodectl/r/victim":  true,
-		record.MetricFsyncLatency + " /nodectl/r/disk-hog-0": true,
+		rundir.MetricRunqLatency + " /nodectl/r/victim":      true,
+		rundir.MetricRunqPreemptions + " /nodectl/r/victim":  true,
+		rundir.MetricRunqPreemptWait + " /nodectl/r/victim":  true,
+		rundir.MetricFsyncLatency + " /nodectl/r/disk-hog-0": true,
 	}
 	if len(got) != len(want) {
 		t.Fatalf("after changes emitted %v, want %d records (first collect had %d)", got, len(want), len(first))
@@ -327,7 +327,7 @@ func TestCollectForgetSchedule(t *testing.T) {
 	tr.forgetEvery = 3
 	f.deleteRunq = true
 	const gone = 99 // unknown to the resolver: a removed cgroup
-	collect := func(i int) []record.Record {
+	collect := func(i int) []rundir.Record {
 		t.Helper()
 		f.asked = map[string]map[uint64]bool{}
 		recs, err := tr.Collect(time.Now())
@@ -350,14 +350,14 @@ func TestCollectForgetSchedule(t *testing.T) {
 			t.Errorf("collect 3 of every 3: %s not forgotten", src.program)
 		}
 	}
-	last := one(t, recs, record.MetricRunqLatency, "<unknown:99>", nil).Hist
+	last := one(t, recs, rundir.MetricRunqLatency, "<unknown:99>", nil).Hist
 	if last.Count != 3 {
 		t.Errorf("removed cgroup last emitted with %d waits, want its final 3", last.Count)
 	}
 	if _, ok := f.runq.Latency[gone]; ok {
 		t.Fatal("removed cgroup's entry not deleted")
 	}
-	if recs := collect(4); len(find(recs, record.MetricRunqLatency, "<unknown:99>", nil)) != 0 {
+	if recs := collect(4); len(find(recs, rundir.MetricRunqLatency, "<unknown:99>", nil)) != 0 {
 		t.Errorf("removed cgroup emitted again after it was forgotten")
 	}
 
@@ -395,7 +395,7 @@ func TestCollectReadError(t *testing.T) {
 	if err == nil {
 		t.Fatal("Collect hid the read error")
 	}
-	if len(find(recs, record.MetricBlkBytes, "/nodectl/r/disk-hog-0", nil)) != 1 {
+	if len(find(recs, rundir.MetricBlkBytes, "/nodectl/r/disk-hog-0", nil)) != 1 {
 		t.Errorf("a failing source stopped the others: %+v", recs)
 	}
 	if _, ok := f.asked[ProgramRunq]; ok {

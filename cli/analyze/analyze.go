@@ -4,9 +4,9 @@ package analyze
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // New returns the analyze command.
@@ -24,7 +24,7 @@ findings.json in the run directory. Runs need no privileges to analyze.`,
 			if err := clix.CheckOutput(output); err != nil {
 				return err
 			}
-			run, err := record.Open(args[0])
+			run, err := rundir.Open(args[0])
 			if err != nil {
 				return err
 			}
@@ -33,7 +33,7 @@ findings.json in the run directory. Runs need no privileges to analyze.`,
 				return err
 			}
 			// Storing findings is a convenience; a read-only run directory still gets its report.
-			_ = record.WriteFindings(args[0], rep)
+			_ = rundir.WriteFindings(args[0], rep)
 			if output == "json" {
 				return analyzer.RenderJSON(cmd.OutOrStdout(), rep)
 			}

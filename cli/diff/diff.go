@@ -6,9 +6,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // New returns the diff command.
@@ -30,9 +30,9 @@ The text table leaves out measures that are zero in both runs; -o json has them 
 			if err := clix.CheckOutput(output); err != nil {
 				return err
 			}
-			var runs [2]*record.Run
+			var runs [2]*rundir.Run
 			for i, side := range []string{"A", "B"} {
-				run, err := record.Open(args[i])
+				run, err := rundir.Open(args[i])
 				if err != nil {
 					return fmt.Errorf("reading run %s (%s): %w", side, args[i], err)
 				}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // capHogs is how many CPU hogs the cap-vs-guarantee runs put next to the victim. On 2 CPUs,
@@ -49,10 +49,10 @@ func TestCPULimitIsACapNotAGuarantee(t *testing.T) {
 // On this 6.18 kernel a 250m victim next to unlimited hogs is sometimes held off the CPU for
 // longer than an 8 s phase in one run-queue wait (README, "A CPU limit is a cap"); such a run
 // has no CPU work to compare, and the wait itself is recorded only once it ends, after the run.
-func capRun(t *testing.T, args ...string) (report, *record.Run) {
+func capRun(t *testing.T, args ...string) (report, *rundir.Run) {
 	t.Helper()
 	rep, run := noisyRun(t, args...)
-	if len(probeValues(t, run, record.MetricProbeCPUWork, record.PhaseStress)) == 0 {
+	if len(probeValues(t, run, rundir.MetricProbeCPUWork, rundir.PhaseStress)) == 0 {
 		t.Logf("the victim finished no iteration in the stress phase (a stall longer than the phase): running again")
 		rep, run = noisyRun(t, args...)
 	}
@@ -60,10 +60,10 @@ func capRun(t *testing.T, args ...string) (report, *record.Run) {
 }
 
 // cpuWorkSlowdown is the victim probe's CPU-work p50 in the stress phase over the baseline's.
-func cpuWorkSlowdown(t *testing.T, run *record.Run) float64 {
+func cpuWorkSlowdown(t *testing.T, run *rundir.Run) float64 {
 	t.Helper()
-	base := quantile(probeValues(t, run, record.MetricProbeCPUWork, record.PhaseBaseline), 0.5)
-	stress := quantile(probeValues(t, run, record.MetricProbeCPUWork, record.PhaseStress), 0.5)
+	base := quantile(probeValues(t, run, rundir.MetricProbeCPUWork, rundir.PhaseBaseline), 0.5)
+	stress := quantile(probeValues(t, run, rundir.MetricProbeCPUWork, rundir.PhaseStress), 0.5)
 	if base == 0 || stress == 0 {
 		t.Fatalf("the victim probe measured no CPU work in a phase: baseline p50 %v, stress p50 %v", base, stress)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // startContainerd runs a private containerd (its own root, state and socket; no CRI plugin) in
@@ -134,7 +134,7 @@ func TestNoisyFollowsAContainerd(t *testing.T) {
 	close(stop)
 	<-poked
 
-	var daemon record.Workload
+	var daemon rundir.Workload
 	for _, w := range run.Meta.Workloads {
 		if w.Kind == "daemon" && w.Cgroup == cg {
 			daemon = w
@@ -143,8 +143,8 @@ func TestNoisyFollowsAContainerd(t *testing.T) {
 	if !strings.HasPrefix(daemon.Name, "containerd") {
 		t.Fatalf("meta.json lists no containerd daemon in %s: %+v", cg, run.Meta.Workloads)
 	}
-	runq := run.Series(record.MetricRunqLatency).Cgroup(cg)
-	for _, phase := range []string{record.PhaseBaseline, record.PhaseStress} {
+	runq := run.Series(rundir.MetricRunqLatency).Cgroup(cg)
+	for _, phase := range []string{rundir.PhaseBaseline, rundir.PhaseStress} {
 		w, _ := run.Phase(phase)
 		h := runq.HistDelta(w)
 		t.Logf("%s %s: %d run-queue waits, p99 %.2fms, %.1fms waited per second", daemon.Name, phase,
@@ -153,7 +153,7 @@ func TestNoisyFollowsAContainerd(t *testing.T) {
 			t.Errorf("no run-queue waits of %s (%s) recorded in the %s phase", daemon.Name, cg, phase)
 		}
 	}
-	if len(run.Series(record.MetricCPUUsage).Cgroup(cg)) == 0 {
+	if len(run.Series(rundir.MetricCPUUsage).Cgroup(cg)) == 0 {
 		t.Errorf("the cgroup sampler recorded no CPU usage of %s (%s)", daemon.Name, cg)
 	}
 	// Whether it starved depends on what else the machine runs: said, not asserted.

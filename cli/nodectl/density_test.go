@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // densityReport is what `stress density -o json` prints.
@@ -87,7 +87,7 @@ func TestDensitySwapRaisesTheCollapseThreshold(t *testing.T) {
 		if err != nil {
 			t.Fatalf("stress density (%s): %v", name, err)
 		}
-		run, err := record.Open(dir)
+		run, err := rundir.Open(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +151,7 @@ func startDensity(t *testing.T, swapFile string) (*exec.Cmd, string) {
 	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		if run, err := record.Open(dir); err == nil {
+		if run, err := rundir.Open(dir); err == nil {
 			_, _ = nodectl(t, "stress", "clean", "--all", run.Meta.ID)
 		}
 		if _, err := os.Stat(swapFile); err == nil {
@@ -161,7 +161,7 @@ func startDensity(t *testing.T, swapFile string) (*exec.Cmd, string) {
 	})
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if run, err := record.Open(dir); err == nil && len(run.Series(record.MetricSandboxReadiness)) > 0 {
+		if run, err := rundir.Open(dir); err == nil && len(run.Series(rundir.MetricSandboxReadiness)) > 0 {
 			return cmd, run.Meta.ID
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -262,7 +262,7 @@ func TestDensityOOMKillInsideTheRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stress density: %v", err)
 	}
-	run, err := record.Open(dir)
+	run, err := rundir.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,17 +281,17 @@ func TestDensityOOMKillInsideTheRun(t *testing.T) {
 	if rep.Collapse == nil || rep.Collapse.Signal != "oom-kill" {
 		t.Fatalf("collapse %+v, want one by oom-kill", rep.Collapse)
 	}
-	var kills []record.Record
+	var kills []rundir.Record
 	for _, r := range run.Records {
-		if r.Type == record.TypeEvent && r.Name == record.EventOOMKill {
+		if r.Type == rundir.TypeEvent && r.Name == rundir.EventOOMKill {
 			kills = append(kills, r)
 		}
 	}
 	if len(kills) == 0 {
 		t.Fatal("no oom_kill event recorded by the reclaim tracer")
 	}
-	if k := kills[0]; !strings.Contains(k.Cgroup, "/sandbox-") || k.Labels[record.LabelOOMLimitCgroup] != workloadCgroup(run, "node") {
-		t.Errorf("first kill in %s with limit cgroup %q; want a sandbox's, the node's limit %s", k.Cgroup, k.Labels[record.LabelOOMLimitCgroup], workloadCgroup(run, "node"))
+	if k := kills[0]; !strings.Contains(k.Cgroup, "/sandbox-") || k.Labels[rundir.LabelOOMLimitCgroup] != workloadCgroup(run, "node") {
+		t.Errorf("first kill in %s with limit cgroup %q; want a sandbox's, the node's limit %s", k.Cgroup, k.Labels[rundir.LabelOOMLimitCgroup], workloadCgroup(run, "node"))
 	}
 	var oom, collapse int
 	for _, f := range rep.Findings {

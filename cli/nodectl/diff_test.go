@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // writeRun writes a small stress run: the victim probe's CPU work in a 10 s baseline and a
@@ -19,13 +19,13 @@ func writeRun(t *testing.T, id string, work float64, hogs ...string) string {
 	start := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	at := func(sec int) time.Time { return start.Add(time.Duration(sec) * time.Second) }
 	cg := "/nodectl/" + id + "/"
-	meta := record.Meta{ID: id, Scenario: "noisy", Node: "node-a", Kernel: "6.18.0", Start: start,
-		Workloads: []record.Workload{{Name: "victim", Kind: "victim", Cgroup: cg + "victim"}}}
-	recs := []record.Record{
-		{Type: record.TypePhase, Time: at(0), Name: record.PhaseBaseline, Event: record.EventStart},
-		{Type: record.TypePhase, Time: at(10), Name: record.PhaseBaseline, Event: record.EventEnd},
-		{Type: record.TypePhase, Time: at(10), Name: record.PhaseStress, Event: record.EventStart},
-		{Type: record.TypePhase, Time: at(20), Name: record.PhaseStress, Event: record.EventEnd},
+	meta := rundir.Meta{ID: id, Scenario: "noisy", Node: "node-a", Kernel: "6.18.0", Start: start,
+		Workloads: []rundir.Workload{{Name: "victim", Kind: "victim", Cgroup: cg + "victim"}}}
+	recs := []rundir.Record{
+		{Type: rundir.TypePhase, Time: at(0), Name: rundir.PhaseBaseline, Event: rundir.EventStart},
+		{Type: rundir.TypePhase, Time: at(10), Name: rundir.PhaseBaseline, Event: rundir.EventEnd},
+		{Type: rundir.TypePhase, Time: at(10), Name: rundir.PhaseStress, Event: rundir.EventStart},
+		{Type: rundir.TypePhase, Time: at(20), Name: rundir.PhaseStress, Event: rundir.EventEnd},
 	}
 	num := func(v float64) *float64 { return &v }
 	for s := 1; s <= 20; s++ {
@@ -33,19 +33,19 @@ func writeRun(t *testing.T, id string, work float64, hogs ...string) string {
 		if s > 10 {
 			v = work
 		}
-		recs = append(recs, record.Record{Type: record.TypeSample, Time: at(s), Metric: record.MetricProbeCPUWork, Cgroup: cg + "victim", Value: num(v)})
+		recs = append(recs, rundir.Record{Type: rundir.TypeSample, Time: at(s), Metric: rundir.MetricProbeCPUWork, Cgroup: cg + "victim", Value: num(v)})
 	}
 	for _, h := range hogs {
-		meta.Workloads = append(meta.Workloads, record.Workload{Name: h, Kind: "cpu", Cgroup: cg + h})
+		meta.Workloads = append(meta.Workloads, rundir.Workload{Name: h, Kind: "cpu", Cgroup: cg + h})
 		for _, s := range []struct {
 			t int
 			v float64
 		}{{10, 0}, {20, 10}} {
-			recs = append(recs, record.Record{Type: record.TypeSample, Time: at(s.t), Metric: record.MetricCPUUsage, Cgroup: cg + h, Value: num(s.v)})
+			recs = append(recs, rundir.Record{Type: rundir.TypeSample, Time: at(s.t), Metric: rundir.MetricCPUUsage, Cgroup: cg + h, Value: num(s.v)})
 		}
 	}
 	dir := filepath.Join(t.TempDir(), id)
-	w, err := record.Create(dir, meta)
+	w, err := rundir.Create(dir, meta)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // The test binary doubles as nodectl: with this variable set it runs main(), so the end-to-end
@@ -77,7 +77,7 @@ func (r report) ids() []string {
 
 // noisyRun runs `stress noisy --trace` with args, then `analyze -o json`, and returns both the
 // report and the opened run.
-func noisyRun(t *testing.T, args ...string) (report, *record.Run) {
+func noisyRun(t *testing.T, args ...string) (report, *rundir.Run) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "run")
 	full := append([]string{"stress", "noisy", "--trace", "--baseline", "8s", "--duration", "8s", "--out", dir}, args...)
@@ -92,7 +92,7 @@ func noisyRun(t *testing.T, args ...string) (report, *record.Run) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("analyze -o json printed no report: %v\n%s", err, out)
 	}
-	run, err := record.Open(dir)
+	run, err := rundir.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func noisyRun(t *testing.T, args ...string) (report, *record.Run) {
 }
 
 // probeValues are the victim probe's values of metric inside a phase.
-func probeValues(t *testing.T, run *record.Run, metric, phase string) []float64 {
+func probeValues(t *testing.T, run *rundir.Run, metric, phase string) []float64 {
 	t.Helper()
 	w, ok := run.Phase(phase)
 	if !ok {
@@ -112,17 +112,17 @@ func probeValues(t *testing.T, run *record.Run, metric, phase string) []float64 
 
 // logProbe logs the victim probe's readings in each phase, so that a failed test shows what the
 // analyzer saw.
-func logProbe(t *testing.T, run *record.Run) {
+func logProbe(t *testing.T, run *rundir.Run) {
 	t.Helper()
-	for _, phase := range []string{record.PhaseBaseline, record.PhaseStress} {
-		for _, m := range []string{record.MetricProbeCPUWork, record.MetricProbeWrite, record.MetricProbeFsync} {
+	for _, phase := range []string{rundir.PhaseBaseline, rundir.PhaseStress} {
+		for _, m := range []string{rundir.MetricProbeCPUWork, rundir.MetricProbeWrite, rundir.MetricProbeFsync} {
 			t.Logf("%s %s: %.4f", phase, m, probeValues(t, run, m, phase))
 		}
 	}
 }
 
 // workloadCgroup is the cgroup of the run's workload name.
-func workloadCgroup(run *record.Run, name string) string {
+func workloadCgroup(run *rundir.Run, name string) string {
 	for _, w := range run.Meta.Workloads {
 		if w.Name == name {
 			return w.Cgroup
@@ -187,8 +187,8 @@ func finding(rep report, id string) (int, bool) {
 func TestNoisyCPUHogsCauseCPUContention(t *testing.T) {
 	requireRoot(t)
 	rep, run := noisyRun(t, "--hog", "cpu,count=2")
-	base := quantile(probeValues(t, run, record.MetricProbeCPUWork, "baseline"), 0.5)
-	stress := quantile(probeValues(t, run, record.MetricProbeCPUWork, "stress"), 0.5)
+	base := quantile(probeValues(t, run, rundir.MetricProbeCPUWork, "baseline"), 0.5)
+	stress := quantile(probeValues(t, run, rundir.MetricProbeCPUWork, "stress"), 0.5)
 	t.Logf("victim cpu work p50: baseline %.3fs stress %.3fs (x%.2f); findings %v", base, stress, stress/base, rep.ids())
 	if base == 0 || stress/base < 1.2 {
 		t.Errorf("CPU hogs slowed the victim's CPU work only x%.2f; want at least x1.2", stress/base)
@@ -211,8 +211,8 @@ func TestNoisyCPUHogsCauseCPUContention(t *testing.T) {
 func TestNoisyDiskHogCausesDiskContention(t *testing.T) {
 	requireRoot(t)
 	rep, run := noisyRun(t, "--hog", "disk")
-	base := quantile(probeValues(t, run, record.MetricProbeFsync, "baseline"), 0.95)
-	stress := quantile(probeValues(t, run, record.MetricProbeFsync, "stress"), 0.95)
+	base := quantile(probeValues(t, run, rundir.MetricProbeFsync, "baseline"), 0.95)
+	stress := quantile(probeValues(t, run, rundir.MetricProbeFsync, "stress"), 0.95)
 	t.Logf("victim fsync p95: baseline %.3fs stress %.3fs (x%.2f); findings %v", base, stress, stress/base, rep.ids())
 	if base == 0 || stress/base < 1.5 {
 		t.Errorf("a disk hog raised the victim's fsync p95 only x%.2f; want at least x1.5", stress/base)
@@ -265,15 +265,15 @@ func startNoisy(t *testing.T, memory string, extra ...string) (*exec.Cmd, string
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		// Only this test's run: other runs on the machine are none of its business.
-		if run, err := record.Open(dir); err == nil {
+		if run, err := rundir.Open(dir); err == nil {
 			_, _ = nodectl(t, "stress", "clean", "--all", run.Meta.ID)
 		}
 	})
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if run, err := record.Open(dir); err == nil {
+		if run, err := rundir.Open(dir); err == nil {
 			for _, r := range run.Records {
-				if r.Type == record.TypePhase && r.Name == "stress" && r.Event == "start" {
+				if r.Type == rundir.TypePhase && r.Name == "stress" && r.Event == "start" {
 					time.Sleep(2 * time.Second) // let every hog get going
 					return cmd, run.Meta.ID
 				}
@@ -592,9 +592,9 @@ func TestQuietHeartbeatIsNotStarved(t *testing.T) {
 func TestHeartbeatNextToChurnIsStarved(t *testing.T) {
 	requireRoot(t)
 	rep, run := noisyRun(t, "--heartbeat=100ms", "--hog", "churn", "--hog", "cpu,count=2")
-	late := run.Series(record.MetricHeartbeatLateness).Cgroup(workloadCgroup(run, "heartbeat"))
-	b, _ := run.Phase(record.PhaseBaseline)
-	s, _ := run.Phase(record.PhaseStress)
+	late := run.Series(rundir.MetricHeartbeatLateness).Cgroup(workloadCgroup(run, "heartbeat"))
+	b, _ := run.Phase(rundir.PhaseBaseline)
+	s, _ := run.Phase(rundir.PhaseStress)
 	base, stress := slices.Max(late.Values(b)), slices.Max(late.Values(s))
 	t.Logf("heartbeat worst lateness: baseline %.4fs stress %.4fs (x%.1f); findings %v", base, stress, stress/base, rep.ids())
 	i, ok := finding(rep, "system-daemon-starvation")
@@ -611,7 +611,7 @@ func TestHeartbeatNextToChurnIsStarved(t *testing.T) {
 // interruptAt starts `nodectl args... --out dir`, waits (up to 30 s) until the run records a
 // record that at matches, sends SIGINT, and checks that the run exits 130 and leaves nothing.
 // what names the awaited moment in the failure message. It returns the run's id.
-func interruptAt(t *testing.T, dir, what string, at func(record.Record) bool, args ...string) string {
+func interruptAt(t *testing.T, dir, what string, at func(rundir.Record) bool, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append(args, "--out", dir)...)
 	cmd.Env = append(os.Environ(), beMain+"=1")
@@ -622,13 +622,13 @@ func interruptAt(t *testing.T, dir, what string, at func(record.Record) bool, ar
 	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		if run, err := record.Open(dir); err == nil {
+		if run, err := rundir.Open(dir); err == nil {
 			_, _ = nodectl(t, "stress", "clean", "--all", run.Meta.ID)
 		}
 	})
 	id := ""
 	for deadline := time.Now().Add(30 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if run, err := record.Open(dir); err == nil && slices.ContainsFunc(run.Records, at) {
+		if run, err := rundir.Open(dir); err == nil && slices.ContainsFunc(run.Records, at) {
 			id = run.Meta.ID
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // The victim probe and two CPU hogs, each requesting two CPUs (twice the victim's weight), run
@@ -55,16 +55,16 @@ func TestCPUHogsInEveryRuntime(t *testing.T) {
 					t.Errorf("%s: no host process recorded", w.Name)
 				}
 			}
-			stress, ok := run.Phase(record.PhaseStress)
+			stress, ok := run.Phase(rundir.PhaseStress)
 			if !ok {
 				t.Fatal("no stress phase")
 			}
 			victim := workloadCgroup(run, "victim")
 			for _, name := range []string{"cpu-hog-0", "cpu-hog-1"} {
 				hog := workloadCgroup(run, name)
-				cores := run.Series(record.MetricCPUUsage).Cgroup(hog).Delta(stress) / stress.Seconds()
-				waits := run.Series(record.MetricRunqPreemptions).Cgroup(victim).Label(record.LabelPreemptor, hog).Delta(stress) +
-					run.Series(record.MetricRunqWakeupWaits).Cgroup(victim).Label(record.LabelPreemptor, hog).Delta(stress)
+				cores := run.Series(rundir.MetricCPUUsage).Cgroup(hog).Delta(stress) / stress.Seconds()
+				waits := run.Series(rundir.MetricRunqPreemptions).Cgroup(victim).Label(rundir.LabelPreemptor, hog).Delta(stress) +
+					run.Series(rundir.MetricRunqWakeupWaits).Cgroup(victim).Label(rundir.LabelPreemptor, hog).Delta(stress)
 				t.Logf("%s: %s %.2f cores; the victim waited behind it %.0f times", rt, name, cores, waits)
 				if cores < 0.3 {
 					t.Errorf("%s's cgroup used %.2f cores in stress; its CPU is not charged to it", name, cores)
@@ -140,9 +140,9 @@ func runtimeMounts(t *testing.T) int {
 func TestHeartbeatNextToSandboxChurnIsStarved(t *testing.T) {
 	requireRoot(t)
 	rep, run := noisyRun(t, "--runtime", "runsc", "--heartbeat=100ms", "--hog", "churn,count=2", "--daemons", "none")
-	stress, _ := run.Phase(record.PhaseStress)
+	stress, _ := run.Phase(rundir.PhaseStress)
 	starts := 0.0
-	for _, v := range run.Series(record.MetricChurnStarts).Values(stress) {
+	for _, v := range run.Series(rundir.MetricChurnStarts).Values(stress) {
 		starts += v
 	}
 	t.Logf("sandboxes started in stress: %.0f; findings %v", starts, rep.ids())
@@ -172,7 +172,7 @@ func TestWakeInContainerRuntimes(t *testing.T) {
 			if err != nil {
 				t.Fatalf("stress wake: %v", err)
 			}
-			run, err := record.Open(dir)
+			run, err := rundir.Open(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -212,7 +212,7 @@ func TestMemoryAndStormScenariosInContainerRuntimes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("stress density: %v", err)
 		}
-		run, err := record.Open(dir)
+		run, err := rundir.Open(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +238,7 @@ func TestMemoryAndStormScenariosInContainerRuntimes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("stress fsync-storm: %v", err)
 		}
-		run, err := record.Open(dir)
+		run, err := rundir.Open(dir)
 		if err != nil {
 			t.Fatal(err)
 		}

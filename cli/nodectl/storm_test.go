@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // stormReport is what `stress fsync-storm -o json` prints.
@@ -52,7 +52,7 @@ func TestFsyncStormRecordsEveryWriterAndExplainsTheTail(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stress fsync-storm: %v", err)
 	}
-	run, err := record.Open(dir)
+	run, err := rundir.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,8 +139,8 @@ func TestFsyncStormInterruptedLeavesNothing(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	target := t.TempDir()
 	// The signal comes in the long pause after the first storm, the writers ready for the next.
-	interruptAt(t, dir, "the end of the first storm", func(r record.Record) bool {
-		return r.Type == record.TypePhase && r.Name == "round-1" && r.Event == record.EventEnd
+	interruptAt(t, dir, "the end of the first storm", func(r rundir.Record) bool {
+		return r.Type == rundir.TypePhase && r.Name == "round-1" && r.Event == rundir.EventEnd
 	}, "stress", "fsync-storm", "--writers", "2", "--size", "8Mi", "--rounds", "2", "--pause", "30s", "--target", target)
 	if ents, _ := os.ReadDir(target); len(ents) != 0 {
 		t.Errorf("--target %s keeps %v", target, ents)

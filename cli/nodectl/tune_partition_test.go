@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 	wl "github.com/nodectl/nodectl/stress/workload"
 	"github.com/nodectl/nodectl/tuner"
 	"github.com/nodectl/nodectl/tuner/cpuset"
@@ -88,12 +88,12 @@ func TestReservedCPUsKeepTheHeartbeatOnTime(t *testing.T) {
 	if !strings.Contains(out, "heartbeat late max") || !strings.Contains(out, "e2e-reserved-cpus") {
 		t.Errorf("tune validate printed no diff of the heartbeat:\n%s", out)
 	}
-	var before, after *record.Run
+	var before, after *rundir.Run
 	for _, r := range []struct {
-		run **record.Run
+		run **rundir.Run
 		dir string
 	}{{&before, "before"}, {&after, "after"}} {
-		if *r.run, err = record.Open(filepath.Join(runs, r.dir)); err != nil {
+		if *r.run, err = rundir.Open(filepath.Join(runs, r.dir)); err != nil {
 			t.Fatal(err)
 		}
 		assertClean(t, (*r.run).Meta.ID)
@@ -116,13 +116,13 @@ func TestReservedCPUsKeepTheHeartbeatOnTime(t *testing.T) {
 		}
 	}
 
-	lateness := func(run *record.Run) (p99, worst float64, n int) {
+	lateness := func(run *rundir.Run) (p99, worst float64, n int) {
 		t.Helper()
-		s, ok := run.Phase(record.PhaseStress)
+		s, ok := run.Phase(rundir.PhaseStress)
 		if !ok {
 			t.Fatal("run has no stress phase")
 		}
-		vs := run.Series(record.MetricHeartbeatLateness).Cgroup(workloadCgroup(run, "heartbeat")).Values(s)
+		vs := run.Series(rundir.MetricHeartbeatLateness).Cgroup(workloadCgroup(run, "heartbeat")).Values(s)
 		if len(vs) == 0 {
 			t.Fatal("no heartbeat lateness in the stress phase")
 		}
@@ -171,7 +171,7 @@ func (b *beats) read(r io.Reader) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		var m wl.Measurement
-		if json.Unmarshal(sc.Bytes(), &m) != nil || m.Metric != record.MetricHeartbeatLateness {
+		if json.Unmarshal(sc.Bytes(), &m) != nil || m.Metric != rundir.MetricHeartbeatLateness {
 			continue
 		}
 		b.mu.Lock()

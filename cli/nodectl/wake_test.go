@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // wakeReport is what `stress wake -o json` prints.
@@ -33,7 +33,7 @@ func TestWakeAt50mIsThrottled(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stress wake: %v", err)
 	}
-	run, err := record.Open(dir)
+	run, err := rundir.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,8 +95,8 @@ func TestWakeAt50mIsThrottled(t *testing.T) {
 
 	// Each start's untraced run-queue wait is recorded too, read from schedstat at its answer.
 	for _, w := range run.Meta.Workloads {
-		if b, ok := run.Phase(w.Name); !ok || len(run.Series(record.MetricSchedRunDelay).Cgroup(w.Cgroup).Samples(b)) != 1 {
-			t.Errorf("start %s has no boot phase with one %s sample", w.Name, record.MetricSchedRunDelay)
+		if b, ok := run.Phase(w.Name); !ok || len(run.Series(rundir.MetricSchedRunDelay).Cgroup(w.Cgroup).Samples(b)) != 1 {
+			t.Errorf("start %s has no boot phase with one %s sample", w.Name, rundir.MetricSchedRunDelay)
 		}
 	}
 
@@ -118,8 +118,8 @@ func TestWakeInterruptedLeavesNothing(t *testing.T) {
 	requireRoot(t)
 	dir := filepath.Join(t.TempDir(), "run")
 	// At 10m the boot takes about 15 s: the signal comes while the sandbox boots.
-	interruptAt(t, dir, "the sandbox's start", func(r record.Record) bool {
-		return r.Type == record.TypePhase && r.Event == record.EventStart
+	interruptAt(t, dir, "the sandbox's start", func(r rundir.Record) bool {
+		return r.Type == rundir.TypePhase && r.Event == rundir.EventStart
 	}, "stress", "wake", "--cpu-limits", "10m", "--count", "1")
 	if _, err := nodectl(t, "analyze", dir); err != nil {
 		t.Errorf("analyze of the interrupted run: %v", err)

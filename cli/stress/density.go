@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/rundir"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/workload"
 )
@@ -71,7 +71,7 @@ signals, the collapse, and the ceiling: which resource bounded the density.`,
 			if err != nil {
 				return err
 			}
-			run, err := record.Open(dir)
+			run, err := rundir.Open(dir)
 			if err != nil {
 				return err
 			}

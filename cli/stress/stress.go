@@ -11,9 +11,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/agent/daemons"
-	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/rundir"
 	st "github.com/nodectl/nodectl/stress"
 )
 
@@ -158,7 +158,7 @@ func finish(cmd *cobra.Command, dir string, runErr error) (*analyzer.Report, err
 
 // analyzeRun analyzes a finished run and stores findings.json in it.
 func analyzeRun(dir string) (*analyzer.Report, error) {
-	run, err := record.Open(dir)
+	run, err := rundir.Open(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +166,7 @@ func analyzeRun(dir string) (*analyzer.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := record.WriteFindings(dir, rep); err != nil {
+	if err := rundir.WriteFindings(dir, rep); err != nil {
 		return nil, err
 	}
 	return rep, nil

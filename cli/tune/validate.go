@@ -14,9 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/agent/record"
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/tuner"
 )
@@ -146,9 +146,9 @@ func (v *validation) run(ctx context.Context, output string) (err error) {
 	if err := v.stress(ctx, after); err != nil {
 		return fmt.Errorf("tuned run: %w", err)
 	}
-	var runs [2]*record.Run
+	var runs [2]*rundir.Run
 	for i, dir := range []string{before, after} {
-		if runs[i], err = record.Open(dir); err != nil {
+		if runs[i], err = rundir.Open(dir); err != nil {
 			return fmt.Errorf("reading run %s: %w", dir, err)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/procfs"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // Roles of the host processes that run a workload.
@@ -20,7 +20,7 @@ const (
 
 // classify names the role of each pid from its command line: runsc re-executes itself as
 // `runsc-sandbox` and `runsc-gofer` (comm "exe"), and the sandbox forks the stubs.
-func classify(procRoot string, pids []int) []record.HostProcess {
+func classify(procRoot string, pids []int) []rundir.HostProcess {
 	fs, err := procfs.NewFS(procRoot)
 	if err != nil {
 		return nil
@@ -65,9 +65,9 @@ func classify(procRoot string, pids []int) []record.HostProcess {
 		}
 		return RoleProcess
 	}
-	var out []record.HostProcess
+	var out []rundir.HostProcess
 	for _, pid := range slices.Sorted(maps.Keys(infos)) {
-		out = append(out, record.HostProcess{PID: pid, Comm: infos[pid].comm, Role: role(pid)})
+		out = append(out, rundir.HostProcess{PID: pid, Comm: infos[pid].comm, Role: role(pid)})
 	}
 	return out
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/workload"
 )
 
@@ -136,7 +136,7 @@ func (l *Launcher) Start(spec Spec, onMeasure func(string, workload.Measurement)
 // HostProcesses lists the host processes in a workload's cgroup, with their roles: for runsc
 // the sandbox (Sentry), the gofer and the ptrace/systrap stubs that run the application's
 // threads; for runc and the process runtime the workload's own processes.
-func (l *Launcher) HostProcesses(cgroupPath string) ([]record.HostProcess, error) {
+func (l *Launcher) HostProcesses(cgroupPath string) ([]rundir.HostProcess, error) {
 	pids, err := l.cfg.Cgroups.Procs(cgroupPath)
 	if err != nil {
 		return nil, err

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // Churn starts short-lived processes continuously, parallel at a time, until ctx is done: the
@@ -51,7 +51,7 @@ func Churn(ctx context.Context, argv []string, parallel int, e *Emitter) error {
 			n := started
 			started = 0
 			mu.Unlock()
-			if err := e.Emit(now, record.MetricChurnStarts, float64(n)); err != nil {
+			if err := e.Emit(now, rundir.MetricChurnStarts, float64(n)); err != nil {
 				return err
 			}
 		}

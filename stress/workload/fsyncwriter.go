@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // MetricStormReady is what an fsync writer emits when it waits for a go: the driver counts these
@@ -94,7 +94,7 @@ func FsyncWriter(ctx context.Context, cfg FsyncWriterConfig, in io.Reader, e *Em
 		for _, m := range []struct {
 			metric string
 			d      time.Duration
-		}{{record.MetricStormWrite, wrote}, {record.MetricStormFsync, synced}, {record.MetricStormDurable, wrote + synced}} {
+		}{{rundir.MetricStormWrite, wrote}, {rundir.MetricStormFsync, synced}, {rundir.MetricStormDurable, wrote + synced}} {
 			if err := e.Emit(end, m.metric, m.d.Seconds()); err != nil {
 				return err
 			}

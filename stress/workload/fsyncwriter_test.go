@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // Each go is one storm: ready, then the three times, and no file left between storms or after.
@@ -28,11 +28,11 @@ func TestFsyncWriterOneMeasurePerGo(t *testing.T) {
 			t.Fatalf("bad line %q: %v", sc.Text(), err)
 		}
 		metrics = append(metrics, m.Metric)
-		if m.Metric == record.MetricStormDurable && m.Value <= 0 {
+		if m.Metric == rundir.MetricStormDurable && m.Value <= 0 {
 			t.Errorf("durable time %v", m.Value)
 		}
 	}
-	storm := []string{record.MetricStormWrite, record.MetricStormFsync, record.MetricStormDurable}
+	storm := []string{rundir.MetricStormWrite, rundir.MetricStormFsync, rundir.MetricStormDurable}
 	want := append(append(append(append([]string{MetricStormReady}, storm...), MetricStormReady), storm...), MetricStormReady)
 	if strings.Join(metrics, " ") != strings.Join(want, " ") {
 		t.Errorf("emitted %v, want %v", metrics, want)

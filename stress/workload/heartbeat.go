@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // Heartbeat stands in for a node daemon's periodic work (the kubelet renews its node lease every
@@ -21,7 +21,7 @@ func Heartbeat(ctx context.Context, period time.Duration, e *Emitter) error {
 			return nil
 		}
 		now := time.Now()
-		if err := e.Emit(now, record.MetricHeartbeatLateness, now.Sub(next).Seconds()); err != nil {
+		if err := e.Emit(now, rundir.MetricHeartbeatLateness, now.Sub(next).Seconds()); err != nil {
 			return err
 		}
 		// Keep the schedule: a late beat does not move the next one; beats it overran are skipped.

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // SandboxConfig configures a sandbox stand-in: a headless browser as a node sees it.
@@ -75,7 +75,7 @@ func Sandbox(ctx context.Context, cfg SandboxConfig, e *Emitter) error {
 		return nil
 	}
 	now := time.Now()
-	if err := e.Emit(now, record.MetricSandboxReady, now.Sub(start).Seconds()); err != nil {
+	if err := e.Emit(now, rundir.MetricSandboxReady, now.Sub(start).Seconds()); err != nil {
 		return err
 	}
 
@@ -93,7 +93,7 @@ func Sandbox(ctx context.Context, cfg SandboxConfig, e *Emitter) error {
 		}
 		now := time.Now()
 		if !now.Before(nextTick) {
-			if err := e.Emit(now, record.MetricSandboxTickLateness, now.Sub(nextTick).Seconds()); err != nil {
+			if err := e.Emit(now, rundir.MetricSandboxTickLateness, now.Sub(nextTick).Seconds()); err != nil {
 				return err
 			}
 			nextTick = skipPast(nextTick, cfg.Tick, now)
@@ -111,7 +111,7 @@ func Sandbox(ctx context.Context, cfg SandboxConfig, e *Emitter) error {
 			}
 			cpuWork(cfg.BurstRounds)
 			end := time.Now()
-			if err := e.Emit(end, record.MetricSandboxActivity, end.Sub(b).Seconds()); err != nil {
+			if err := e.Emit(end, rundir.MetricSandboxActivity, end.Sub(b).Seconds()); err != nil {
 				return err
 			}
 			nextBurst = skipPast(nextBurst, cfg.Activity, end)

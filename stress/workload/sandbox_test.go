@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // The sandbox is ready once its heap and binary are in memory, then its event loop records
@@ -42,10 +42,10 @@ func TestSandboxReadyThenTicksAndBursts(t *testing.T) {
 		}
 		count[m.Metric]++
 	}
-	if first != record.MetricSandboxReady || count[record.MetricSandboxReady] != 1 {
-		t.Errorf("first line %s, %d ready lines; want one ready line first", first, count[record.MetricSandboxReady])
+	if first != rundir.MetricSandboxReady || count[rundir.MetricSandboxReady] != 1 {
+		t.Errorf("first line %s, %d ready lines; want one ready line first", first, count[rundir.MetricSandboxReady])
 	}
-	if count[record.MetricSandboxTickLateness] < 3 || count[record.MetricSandboxActivity] < 3 {
+	if count[rundir.MetricSandboxTickLateness] < 3 || count[rundir.MetricSandboxActivity] < 3 {
 		t.Errorf("in 0.5 s at 50 ms ticks and 60 ms bursts: %v", count)
 	}
 }

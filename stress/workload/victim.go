@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // VictimConfig configures the victim probe.
@@ -53,14 +53,14 @@ func Victim(ctx context.Context, cfg VictimConfig, e *Emitter) error {
 		if err != nil {
 			return fmt.Errorf("victim: %w", err)
 		}
-		if err := e.Emit(worked, record.MetricProbeCPUWork, worked.Sub(start).Seconds()); err != nil {
+		if err := e.Emit(worked, rundir.MetricProbeCPUWork, worked.Sub(start).Seconds()); err != nil {
 			return err
 		}
 		end := worked.Add(wrote + synced)
-		if err := e.Emit(end, record.MetricProbeWrite, wrote.Seconds()); err != nil {
+		if err := e.Emit(end, rundir.MetricProbeWrite, wrote.Seconds()); err != nil {
 			return err
 		}
-		if err := e.Emit(end, record.MetricProbeFsync, synced.Seconds()); err != nil {
+		if err := e.Emit(end, rundir.MetricProbeFsync, synced.Seconds()); err != nil {
 			return err
 		}
 		next = next.Add(cfg.Interval)

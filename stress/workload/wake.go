@@ -8,7 +8,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // DefaultBootRounds sizes the wake sandbox's boot: rounds of the victim's CPU work, about
@@ -56,7 +56,7 @@ func Wake(ctx context.Context, bootRounds int, in io.Reader, e *Emitter) error {
 		}
 	}
 	now := time.Now()
-	if err := e.Emit(now, record.MetricWakeBoot, now.Sub(start).Seconds()); err != nil {
+	if err := e.Emit(now, rundir.MetricWakeBoot, now.Sub(start).Seconds()); err != nil {
 		return err
 	}
 	<-ctx.Done()

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // wakeAnswers runs Wake on stdin and returns the channel of its answers and of its result.
@@ -49,8 +49,8 @@ func TestWakeAnswersThePendingRequestAfterBooting(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no answer within 10s")
 	}
-	if m.Metric != record.MetricWakeBoot || m.Value <= 0 || m.T.IsZero() {
-		t.Errorf("answer %+v, want a positive %s", m, record.MetricWakeBoot)
+	if m.Metric != rundir.MetricWakeBoot || m.Value <= 0 || m.T.IsZero() {
+		t.Errorf("answer %+v, want a positive %s", m, rundir.MetricWakeBoot)
 	}
 	select {
 	case err := <-done:

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/record"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 func TestVictimEmitsItsMeasurements(t *testing.T) {
@@ -33,7 +33,7 @@ func TestVictimEmitsItsMeasurements(t *testing.T) {
 		}
 		counts[m.Metric]++
 	}
-	for _, m := range []string{record.MetricProbeCPUWork, record.MetricProbeWrite, record.MetricProbeFsync} {
+	for _, m := range []string{rundir.MetricProbeCPUWork, rundir.MetricProbeWrite, rundir.MetricProbeFsync} {
 		if counts[m] < 2 {
 			t.Errorf("%s: %d measurements, want at least 2 (one per 500ms iteration)", m, counts[m])
 		}
@@ -58,7 +58,7 @@ func TestChurnStartsProcessesContinuously(t *testing.T) {
 	sc := bufio.NewScanner(&out)
 	for sc.Scan() {
 		var m Measurement
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil || m.Metric != record.MetricChurnStarts {
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil || m.Metric != rundir.MetricChurnStarts {
 			t.Fatalf("bad line %q", sc.Text())
 		}
 		total += m.Value

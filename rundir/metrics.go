@@ -1,4 +1,4 @@
-package record
+package rundir
 
 // Metric names shared by the tracer, the samplers, the stress workloads and the analyzer.
 // Counters ending in _total and histograms are cumulative since the producer started: a window

@@ -1,6 +1,6 @@
 // Package record defines the run directory's records and reads and writes them. The format is
 // documented in docs/run-format.md; this file is its reference.
-package record
+package rundir
 
 import (
 	"os"
