@@ -106,9 +106,9 @@ func Analyze(run *rundir.Run) (*Report, error) {
 		Notes:    notes(run),
 	}
 	rules := map[string][]func(rundir.Workload) *Finding{
-		kindVictim:    {a.cpuThrottling, a.cpuContention, a.diskContention},
-		kindHeartbeat: {a.systemDaemonStarvation},
-		kindDaemon:    {a.daemonStarvation},
+		rundir.KindVictim:    {a.cpuThrottling, a.cpuContention, a.diskContention},
+		rundir.KindHeartbeat: {a.systemDaemonStarvation},
+		rundir.KindDaemon:    {a.daemonStarvation},
 	}
 	for _, w := range run.Meta.Workloads {
 		for _, rule := range rules[w.Kind] {
@@ -119,7 +119,7 @@ func Analyze(run *rundir.Run) (*Report, error) {
 	}
 	rep.Findings = append(rep.Findings, a.memory()...)
 	rep.Findings = append(rep.Findings, a.swapThrashing()...)
-	if run.Meta.Scenario == scenarioWake {
+	if run.Meta.Scenario == rundir.ScenarioWake {
 		var found []Finding
 		var missing []string
 		rep.Limits, found, missing = a.wake()
@@ -127,15 +127,12 @@ func Analyze(run *rundir.Run) (*Report, error) {
 		rep.Notes = append(rep.Notes, missing...)
 	}
 	a.storm(rep)
-	if run.Meta.Scenario == scenarioDensity {
+	if run.Meta.Scenario == rundir.ScenarioDensity {
 		rep.Findings = append(rep.Findings, a.density()...)
 	}
 	rep.Notes = append(rep.Notes, a.unexplained(rep.Findings)...)
 	return rep, nil
 }
-
-// kindVictim is the Workload.Kind of a victim probe.
-const kindVictim = "victim"
 
 // analysis holds what every rule needs: the windows to compare and the cgroup names.
 type analysis struct {

@@ -40,7 +40,7 @@ type probeMeasure struct {
 var (
 	measureCPUWork    = probeMeasure{"cpu_work", "CPU work"}
 	measureWriteFsync = probeMeasure{"write_fsync", "write+fsync"}
-	measureFsync      = probeMeasure{"fsync", "fsync"}
+	measureFsync      = probeMeasure{"fsync", "fsync"} //rundir:other: a findings value
 )
 
 // probeChange compares one measure's iterations in the stress phase with the baseline's.

@@ -12,7 +12,7 @@ import (
 const containerdCg = "/system.slice/containerd.service"
 
 func daemonWorkload() rundir.Workload {
-	return rundir.Workload{Name: "containerd", Kind: kindDaemon, Cgroup: containerdCg}
+	return rundir.Workload{Name: "containerd", Kind: rundir.KindDaemon, Cgroup: containerdCg}
 }
 
 // daemonRun has the followed containerd wait base and stress on the run queue (the baseline is

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,13 +19,7 @@ const IDMemoryCollapse = "memory-collapse"
 // step-<density>. Its first event (density-config) holds the sweep's configuration; a collapse
 // event names the step and the criterion the driver saw crossed first.
 const (
-	scenarioDensity    = "density"
-	densityStepPrefix  = "step-"
-	eventCollapse      = "collapse"
-	eventDensityConfig = "density-config"
-	eventHold          = "hold"
-	workloadNode       = "node"
-	pageBytes          = 4096
+	pageBytes = 4096
 	// unlimitedBytes: a memory limit this large is none (v1 reads "no limit" as about 2^63).
 	unlimitedBytes = 1 << 60
 )
@@ -36,10 +29,10 @@ const (
 	CeilingMemory  = "memory-working-set"
 	CeilingSwap    = "swap-exhausted"
 	CeilingSwapIO  = "swap-device-io"
-	CeilingCPU     = "cpu"
-	ceilingSwapUse = 0.90 // swap used over its size: exhausted
-	ceilingIOBusy  = 0.80 // the swap device's busy share: saturated
-	ceilingCPUBusy = 0.90 // CPU used over the CPUs: saturated
+	CeilingCPU     = "cpu" //rundir:other: a findings value
+	ceilingSwapUse = 0.90  // swap used over its size: exhausted
+	ceilingIOBusy  = 0.80  // the swap device's busy share: saturated
+	ceilingCPUBusy = 0.90  // CPU used over the CPUs: saturated
 	// ceilingMemoryFull: a working set this share of the node's memory is full; CPU use then
 	// comes from reclaim and refaults and is not the ceiling.
 	ceilingMemoryFull = 0.90
@@ -121,14 +114,6 @@ type DensityReport struct {
 	Findings  []Finding        `json:"findings"`
 }
 
-// densityConfig is the sweep's configuration, from its density-config event.
-type densityConfig map[string]string
-
-func (c densityConfig) num(key string) float64 {
-	v, _ := strconv.ParseFloat(c[key], 64)
-	return v
-}
-
 // Density tabulates a density run by step, with its collapse and ceiling; findings come from
 // the report Analyze made.
 func Density(run *rundir.Run, rep *Report) *DensityReport {
@@ -152,8 +137,8 @@ func (a *analysis) density() []Finding {
 
 // densityEvents reads the sweep's configuration, its collapse (nil when none) and each step's
 // hold start.
-func (a *analysis) densityEvents() (densityConfig, *rundir.Record, map[string]time.Time) {
-	cfg := densityConfig{}
+func (a *analysis) densityEvents() (rundir.DensityConfig, *rundir.Record, map[string]time.Time) {
+	var cfg rundir.DensityConfig
 	holds := map[string]time.Time{}
 	var collapse *rundir.Record
 	for i, rec := range a.run.Records {
@@ -161,14 +146,14 @@ func (a *analysis) densityEvents() (densityConfig, *rundir.Record, map[string]ti
 			continue
 		}
 		switch rec.Name {
-		case eventDensityConfig:
-			cfg = rec.Labels
-		case eventCollapse:
+		case rundir.EventDensityConfig:
+			cfg = rundir.ParseDensityConfig(rec.Labels)
+		case rundir.EventCollapse:
 			if collapse == nil {
 				collapse = &a.run.Records[i]
 			}
-		case eventHold:
-			holds[rec.Labels["phase"]] = rec.Time
+		case rundir.EventHold:
+			holds[rundir.HoldPhase(rec)] = rec.Time
 		}
 	}
 	return cfg, collapse, holds
@@ -178,21 +163,15 @@ func (a *analysis) densityTable() *DensityReport {
 	cfg, ev, holds := a.densityEvents()
 	dr := &DensityReport{Steps: []DensityStep{}}
 	for _, w := range a.windows {
-		d, ok := strings.CutPrefix(w.Name, densityStepPrefix)
+		n, ok := rundir.StepDensity(w.Name)
 		if !ok {
-			continue
-		}
-		n, err := strconv.Atoi(d)
-		if err != nil {
 			continue
 		}
 		dr.Steps = append(dr.Steps, a.densityStep(n, w, cfg, holds))
 	}
 	if ev != nil {
-		n, _ := strconv.Atoi(ev.Labels["density"])
-		v, _ := strconv.ParseFloat(ev.Labels["value"], 64)
-		b, _ := strconv.ParseFloat(ev.Labels["bound"], 64)
-		dr.Collapse = &DensityCollapse{Density: n, Signal: ev.Labels["signal"], Value: v, Bound: b}
+		c := rundir.ParseCollapse(*ev)
+		dr.Collapse = &DensityCollapse{Density: c.Density, Signal: c.Signal, Value: c.Value, Bound: c.Bound}
 	}
 	for _, s := range dr.Steps {
 		if dr.Collapse != nil && s.Density >= dr.Collapse.Density {
@@ -210,7 +189,7 @@ func (a *analysis) densityTable() *DensityReport {
 	return dr
 }
 
-func (a *analysis) densityStep(n int, w rundir.Window, cfg densityConfig, holds map[string]time.Time) DensityStep {
+func (a *analysis) densityStep(n int, w rundir.Window, cfg rundir.DensityConfig, holds map[string]time.Time) DensityStep {
 	run := a.run
 	cg := a.nodeCgroup()
 	s := DensityStep{Density: n, Phase: w.Name, Seconds: w.Seconds()}
@@ -236,10 +215,10 @@ func (a *analysis) densityStep(n int, w rundir.Window, cfg densityConfig, holds 
 		hold.Start = t
 	}
 	hsec := max(hold.Seconds(), 1e-9)
-	psi := run.Series(rundir.MetricCgroupPressure).Cgroup(cg).Label(rundir.LabelResource, "memory")
-	s.PSIMemorySome = psi.Label(rundir.LabelKind, "some").Delta(hold) / hsec
-	s.PSIMemoryFull = psi.Label(rundir.LabelKind, "full").Delta(hold) / hsec
-	s.HostPSIMemFull = run.Series(rundir.MetricSystemPressure).Label(rundir.LabelResource, "memory").Label(rundir.LabelKind, "full").Delta(hold) / hsec
+	psi := run.Series(rundir.MetricCgroupPressure).Cgroup(cg).Label(rundir.LabelResource, rundir.ResourceMemory)
+	s.PSIMemorySome = psi.Label(rundir.LabelKind, rundir.PressureSome).Delta(hold) / hsec
+	s.PSIMemoryFull = psi.Label(rundir.LabelKind, rundir.PressureFull).Delta(hold) / hsec
+	s.HostPSIMemFull = run.Series(rundir.MetricSystemPressure).Label(rundir.LabelResource, rundir.ResourceMemory).Label(rundir.LabelKind, rundir.PressureFull).Delta(hold) / hsec
 	mem := run.Series(rundir.MetricDensityMemory).Cgroup(cg)
 	maxOf := func(ss rundir.SeriesSet) float64 {
 		if vs := ss.Values(w); len(vs) > 0 {
@@ -247,31 +226,31 @@ func (a *analysis) densityStep(n int, w rundir.Window, cfg densityConfig, holds 
 		}
 		return 0
 	}
-	s.WorkingSet = maxOf(mem.Label(rundir.LabelName, "working_set"))
-	s.MemoryUsage = maxOf(mem.Label(rundir.LabelName, "usage"))
-	s.MemoryLimit = maxOf(mem.Label(rundir.LabelName, "limit"))
+	s.WorkingSet = maxOf(mem.Label(rundir.LabelName, rundir.NodeMemoryWorkingSet))
+	s.MemoryUsage = maxOf(mem.Label(rundir.LabelName, rundir.NodeMemoryUsage))
+	s.MemoryLimit = maxOf(mem.Label(rundir.LabelName, rundir.NodeMemoryLimit))
 	if s.MemoryLimit <= 0 || s.MemoryLimit >= unlimitedBytes {
 		// No node limit: the node is the host.
 		s.MemoryLimit = maxOf(run.Series(rundir.MetricMeminfo).Label(rundir.LabelName, "MemTotal"))
 	}
-	s.Anon = maxOf(mem.Label(rundir.LabelName, "anon"))
-	s.File = maxOf(mem.Label(rundir.LabelName, "file"))
-	s.SwapUsed = maxOf(mem.Label(rundir.LabelName, "swap"))
-	s.SwapFileUsed = maxOf(run.Series(rundir.MetricDensitySwap).Label(rundir.LabelName, "used"))
+	s.Anon = maxOf(mem.Label(rundir.LabelName, rundir.NodeMemoryAnon))
+	s.File = maxOf(mem.Label(rundir.LabelName, rundir.NodeMemoryFile))
+	s.SwapUsed = maxOf(mem.Label(rundir.LabelName, rundir.NodeMemorySwap))
+	s.SwapFileUsed = maxOf(run.Series(rundir.MetricDensitySwap).Label(rundir.LabelName, rundir.SwapFileUsed))
 	vm := run.Series(rundir.MetricVmstat)
 	rate := func(name string) float64 { return vm.Label(rundir.LabelName, name).Delta(w) / sec }
 	// Swap traffic of the node's cgroup where the kernel counts it (v2, 6.12+), else the host's.
 	if sp := run.Series(rundir.MetricMemorySwapPages).Cgroup(cg); len(sp) > 0 {
-		s.SwapIn = sp.Label(rundir.LabelOp, "in").Delta(w) / sec * pageBytes
-		s.SwapOut = sp.Label(rundir.LabelOp, "out").Delta(w) / sec * pageBytes
+		s.SwapIn = sp.Label(rundir.LabelOp, rundir.SwapIn).Delta(w) / sec * pageBytes
+		s.SwapOut = sp.Label(rundir.LabelOp, rundir.SwapOut).Delta(w) / sec * pageBytes
 	} else {
 		s.SwapIn, s.SwapOut = rate("pswpin")*pageBytes, rate("pswpout")*pageBytes
 	}
 	// Refaults and major faults of the node's cgroup where the sampler read them (its
 	// memory.stat counts its sandboxes too), else the host's.
 	if ref := run.Series(rundir.MetricMemoryRefaults).Cgroup(cg); len(ref) > 0 {
-		s.RefaultsFile = ref.Label(rundir.LabelKind, "file").Delta(w) / sec
-		s.RefaultsAnon = ref.Label(rundir.LabelKind, "anon").Delta(w) / sec
+		s.RefaultsFile = ref.Label(rundir.LabelKind, rundir.RefaultFile).Delta(w) / sec
+		s.RefaultsAnon = ref.Label(rundir.LabelKind, rundir.RefaultAnon).Delta(w) / sec
 	} else {
 		s.RefaultsFile, s.RefaultsAnon = rate("workingset_refault_file"), rate("workingset_refault_anon")
 	}
@@ -298,7 +277,7 @@ func (a *analysis) densityStep(n int, w rundir.Window, cfg densityConfig, holds 
 	s.CompactionStall = secs(compaction.HistDelta(w).SumNs)
 	s.OOMKills = run.Series(rundir.MetricDensityOOMKills).Cgroup(cg).Delta(w)
 	s.CPUCores = run.Series(rundir.MetricCPUUsage).Cgroup(cg).Delta(w) / sec
-	if dev := a.swapDevice(); dev != "" && cfg.num("swap_bytes") > 0 {
+	if dev := a.swapDevice(); dev != "" && cfg.SwapBytes > 0 {
 		s.SwapDeviceBusy = run.Series(rundir.MetricDiskIOTime).Label(rundir.LabelDevice, dev).Delta(w) / sec
 		// A request's latency is its queue time plus its service time; the two p99s added
 		// stand for the requests' p99 (the tracer keeps the two apart).
@@ -311,19 +290,19 @@ func (a *analysis) densityStep(n int, w rundir.Window, cfg densityConfig, holds 
 }
 
 // crossed lists the collapse criteria a step's numbers cross, by the bounds the run used.
-func crossed(s DensityStep, cfg densityConfig) []string {
+func crossed(s DensityStep, cfg rundir.DensityConfig) []string {
 	var out []string
-	if b := cfg.num("criterion_readiness_p99_seconds"); b > 0 && (s.ReadinessP99 > b || s.Ready < s.Started) {
-		out = append(out, "readiness")
+	if b := cfg.CriterionReadinessP99; b > 0 && (s.ReadinessP99 > b || s.Ready < s.Started) {
+		out = append(out, rundir.SignalReadiness)
 	}
-	if b := cfg.num("criterion_psi_full_share"); b > 0 && s.PSIMemoryFull > b {
-		out = append(out, "psi-memory-full")
+	if b := cfg.CriterionPSIFullShare; b > 0 && s.PSIMemoryFull > b {
+		out = append(out, rundir.SignalPSIFull)
 	}
-	if cfg.num("criterion_oom_kill") > 0 && s.OOMKills > 0 {
-		out = append(out, "oom-kill")
+	if cfg.CriterionOOMKill && s.OOMKills > 0 {
+		out = append(out, rundir.SignalOOMKill)
 	}
-	if b := cfg.num("criterion_tick_gap_seconds"); b > 0 && s.TickLatenessMax > b {
-		out = append(out, "tick-gap")
+	if b := cfg.CriterionTickGap; b > 0 && s.TickLatenessMax > b {
+		out = append(out, rundir.SignalTickGap)
 	}
 	return out
 }
@@ -331,7 +310,7 @@ func crossed(s DensityStep, cfg densityConfig) []string {
 // nodeCgroup is the run's cgroup: the emulated node all sandboxes live in.
 func (a *analysis) nodeCgroup() string {
 	for _, w := range a.run.Meta.Workloads {
-		if w.Name == workloadNode {
+		if w.Name == rundir.WorkloadNode {
 			return w.Cgroup
 		}
 	}
@@ -340,7 +319,7 @@ func (a *analysis) nodeCgroup() string {
 
 func (a *analysis) swapDevice() string {
 	for _, w := range a.run.Meta.Workloads {
-		if w.Name == workloadNode {
+		if w.Name == rundir.WorkloadNode {
 			return w.Device
 		}
 	}
@@ -349,16 +328,16 @@ func (a *analysis) swapDevice() string {
 
 // ceiling says which resource bounded the density at the collapse step s: the swap file full,
 // the swap device saturated, the CPUs saturated, else the memory working set.
-func ceiling(s DensityStep, cfg densityConfig) *DensityCeiling {
-	c := &DensityCeiling{WorkingSet: s.WorkingSet, NodeMemory: cfg.num("node_memory_bytes"), SwapUsed: max(s.SwapUsed, s.SwapFileUsed),
-		SwapSize: cfg.num("swap_bytes"), SwapBusy: s.SwapDeviceBusy, CPUCores: s.CPUCores, CPUs: cfg.num("cpus")}
+func ceiling(s DensityStep, cfg rundir.DensityConfig) *DensityCeiling {
+	c := &DensityCeiling{WorkingSet: s.WorkingSet, NodeMemory: float64(cfg.NodeMemoryBytes), SwapUsed: max(s.SwapUsed, s.SwapFileUsed),
+		SwapSize: float64(cfg.SwapBytes), SwapBusy: s.SwapDeviceBusy, CPUCores: s.CPUCores, CPUs: float64(cfg.CPUs)}
 	if c.NodeMemory <= 0 {
 		c.NodeMemory = s.MemoryLimit // no --node-memory: the host's memory, as the kernel reports the cgroup's
 	}
 	if s.Density > 0 {
 		c.PerSandbox = s.WorkingSet / float64(s.Density)
 	}
-	if req := cfg.num("request_bytes"); req > 0 && c.NodeMemory > 0 {
+	if req := float64(cfg.RequestBytes); req > 0 && c.NodeMemory > 0 {
 		c.ByRequest = int(c.NodeMemory / req)
 	}
 	switch {
@@ -407,16 +386,16 @@ func (a *analysis) memoryCollapse(dr *DensityReport) *Finding {
 	}
 	c, col := dr.Ceiling, dr.Collapse
 	ev := func(metric string, b, v float64, unit string) Evidence {
-		return Evidence{Metric: metric, Workload: workloadNode, Phase: at.Phase, Baseline: b, Value: v, Unit: unit}
+		return Evidence{Metric: metric, Workload: rundir.WorkloadNode, Phase: at.Phase, Baseline: b, Value: v, Unit: unit}
 	}
-	f := &Finding{ID: IDMemoryCollapse, Severity: SeverityCritical, Victim: workloadNode, Culprits: []string{},
+	f := &Finding{ID: IDMemoryCollapse, Severity: SeverityCritical, Victim: rundir.WorkloadNode, Culprits: []string{},
 		Evidence: []Evidence{
-			ev("density", float64(dr.MaxStable), float64(col.Density), UnitCount),
+			ev("density", float64(dr.MaxStable), float64(col.Density), UnitCount), //rundir:other: evidence names
 			ev("readiness_p99", before.ReadinessP99, at.ReadinessP99, UnitSeconds),
 			ev("tick_lateness_max", before.TickLatenessMax, at.TickLatenessMax, UnitSeconds),
 			ev("psi_memory_full_share", before.PSIMemoryFull, at.PSIMemoryFull, UnitRatio),
 			ev("oom_kills", before.OOMKills, at.OOMKills, UnitCount),
-			ev("working_set", before.WorkingSet, at.WorkingSet, UnitBytes),
+			ev("working_set", before.WorkingSet, at.WorkingSet, UnitBytes), //rundir:other
 			ev("node_memory", c.NodeMemory, c.NodeMemory, UnitBytes),
 			ev("swap_used", before.SwapUsed, at.SwapUsed, UnitBytes),
 			ev("swap_size", c.SwapSize, c.SwapSize, UnitBytes),
@@ -453,9 +432,9 @@ func (a *analysis) memoryCollapse(dr *DensityReport) *Finding {
 // fmtCrossing says how far a collapse signal crossed its bound.
 func fmtCrossing(c *DensityCollapse) string {
 	switch c.Signal {
-	case "psi-memory-full":
+	case rundir.SignalPSIFull:
 		return fmt.Sprintf("%s of the time, over its bound %s", fmtPercent(c.Value), fmtPercent(c.Bound))
-	case "oom-kill":
+	case rundir.SignalOOMKill:
 		return fmt.Sprintf("%.0f kill(s)", c.Value)
 	}
 	return fmt.Sprintf("%s, over its bound %s", fmtSeconds(c.Value), fmtSeconds(c.Bound))

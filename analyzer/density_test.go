@@ -27,7 +27,7 @@ type densityStepSpec struct {
 func densityRun(nodeMem, swapBytes int64, collapse map[string]string, steps ...densityStepSpec) *builder {
 	node := rundir.Workload{Name: "node", Kind: "node", Cgroup: densityNode, Device: "254:0"}
 	b := &builder{meta: rundir.Meta{ID: "density-r1", Scenario: "density", Node: "node-a", Kernel: "6.18.0", Start: at(-1), Workloads: []rundir.Workload{node}}}
-	b.recs = append(b.recs, rundir.Record{Type: rundir.TypeEvent, Time: at(-1), Name: eventDensityConfig, Labels: map[string]string{
+	b.recs = append(b.recs, rundir.Record{Type: rundir.TypeEvent, Time: at(-1), Name: rundir.EventDensityConfig, Labels: map[string]string{
 		"node_memory_bytes": strconv.FormatInt(nodeMem, 10), "swap_bytes": strconv.FormatInt(swapBytes, 10), "request_bytes": strconv.Itoa(150 << 20),
 		"cpus": "2", "criterion_readiness_p99_seconds": "10", "criterion_psi_full_share": "0.1", "criterion_oom_kill": "1", "criterion_tick_gap_seconds": "5",
 	}})
@@ -40,7 +40,7 @@ func densityRun(nodeMem, swapBytes int64, collapse map[string]string, steps ...d
 		name := "step-" + strconv.Itoa(s.density)
 		b.recs = append(b.recs,
 			rundir.Record{Type: rundir.TypePhase, Time: at(start), Name: name, Event: rundir.EventStart},
-			rundir.Record{Type: rundir.TypeEvent, Time: at(hold), Name: eventHold, Labels: map[string]string{"phase": name}},
+			rundir.Record{Type: rundir.TypeEvent, Time: at(hold), Name: rundir.EventHold, Labels: map[string]string{"phase": name}},
 			rundir.Record{Type: rundir.TypePhase, Time: at(end), Name: name, Event: rundir.EventEnd})
 		for j, r := range s.readiness {
 			launched++
@@ -65,7 +65,7 @@ func densityRun(nodeMem, swapBytes int64, collapse map[string]string, steps ...d
 		sample(end-1, rundir.MetricDensitySwap, "", s.swapFileUsed, rundir.LabelName, "used")
 	}
 	if collapse != nil {
-		b.recs = append(b.recs, rundir.Record{Type: rundir.TypeEvent, Time: at(float64(10 * len(steps))), Name: eventCollapse, Labels: collapse})
+		b.recs = append(b.recs, rundir.Record{Type: rundir.TypeEvent, Time: at(float64(10 * len(steps))), Name: rundir.EventCollapse, Labels: collapse})
 	}
 	return b
 }

@@ -143,7 +143,7 @@ func Diff(a, b *rundir.Run) (*DiffReport, error) {
 		FindingsChanged: findingsChanged(sa.Findings, sb.Findings),
 		Notes:           windowNotes(sa.Window, sb.Window),
 	}
-	if a.Meta.Scenario == scenarioDensity && b.Meta.Scenario == scenarioDensity {
+	if a.Meta.Scenario == rundir.ScenarioDensity && b.Meta.Scenario == rundir.ScenarioDensity {
 		d.Density = densityDiff(Density(a, nil), Density(b, nil))
 	}
 	keys := slices.Clone(sa.keys)

@@ -12,13 +12,6 @@ import (
 // real kubelet, containerd, journald the run followed) waited for the CPU because neighbours held it.
 const IDSystemDaemonStarvation = "system-daemon-starvation"
 
-// Workload kinds of node daemons: the heartbeat probe, and a host daemon the run followed
-// (`--daemons`), which it traces but does not run.
-const (
-	kindHeartbeat = "heartbeat"
-	kindDaemon    = "daemon"
-)
-
 const (
 	// heartbeatRiseFactor: the worst lateness in the stress phase over the baseline's.
 	heartbeatRiseFactor = 3.0

@@ -14,7 +14,7 @@ import (
 const heartbeatCg = runCg + "/system"
 
 func heartbeatWorkload() rundir.Workload {
-	return rundir.Workload{Name: "heartbeat", Kind: kindHeartbeat, Cgroup: heartbeatCg, Period: rundir.Duration(time.Second)}
+	return rundir.Workload{Name: "heartbeat", Kind: rundir.KindHeartbeat, Cgroup: heartbeatCg, Period: rundir.Duration(time.Second)}
 }
 
 // heartbeatRun has the heartbeat wake up at most baseLate and stressLate seconds late, and its

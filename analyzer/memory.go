@@ -14,7 +14,7 @@ import (
 // Finding ids of the memory rules.
 const (
 	IDMemoryReclaim = "memory-reclaim"
-	IDOOMKill       = "oom-kill"
+	IDOOMKill       = "oom-kill" //rundir:other: a finding id
 )
 
 // Thresholds of memory-reclaim; docs/findings.md explains them.
@@ -168,14 +168,14 @@ func (a *analysis) memoryReclaim(v rundir.Workload) *Finding {
 	// got slower with them, when its device does not explain that and the stall time added
 	// accounts for what they lost.
 	var symptoms string
-	if a.compare && rose && v.Kind == kindVictim {
+	if a.compare && rose && v.Kind == rundir.KindVictim {
 		if vv := a.victim(v); !vv.disk.explains() {
 			if io := vv.slowedIO(); len(io) > 0 && accountsFor(a.added(ref.total, shown.total), lost(io)) {
 				_, symptoms = a.affects(f, v.Name, io)
 			}
 		}
 	}
-	if v.Kind == kindVictim && len(f.Affects) == 0 {
+	if v.Kind == rundir.KindVictim && len(f.Affects) == 0 {
 		if base, stress := a.probeReadings(v.Cgroup, measureWriteFsync, ref.w), a.probeReadings(v.Cgroup, measureWriteFsync, shown.w); len(stress) > 0 {
 			f.Evidence = append(f.Evidence, ev("probe_write_fsync_p95", quantile(base, 0.95), quantile(stress, 0.95), UnitSeconds))
 			symptoms = fmt.Sprintf("its write+fsync p95 was %s in %s", fmtSeconds(quantile(stress, 0.95)), shown.w.Name)
@@ -360,7 +360,7 @@ func (a *analysis) oomKill(owner string, kills []killEvent) Finding {
 	if len(f.Culprits) > 0 {
 		cause += "; the largest users of that memory were " + joinNames(f.Culprits)
 	}
-	what := "process"
+	what := "process" //rundir:other
 	if len(procs) > 1 {
 		what = "processes"
 	}

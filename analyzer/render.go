@@ -27,9 +27,9 @@ func RenderJSON(w io.Writer, r *Report) error {
 // sweep's step table, a storm's tables by writer and round, else RenderText's.
 func RenderRunText(w io.Writer, run *rundir.Run, r *Report) error {
 	switch run.Meta.Scenario {
-	case scenarioDensity:
+	case rundir.ScenarioDensity:
 		return RenderDensityText(w, Density(run, r), r)
-	case scenarioStorm:
+	case rundir.ScenarioFsyncStorm:
 		return RenderStormText(w, r)
 	}
 	return RenderText(w, r)
@@ -145,7 +145,7 @@ func phaseOf(f Finding) string {
 	if len(f.Evidence) > 0 && f.Evidence[0].Phase != "" {
 		return f.Evidence[0].Phase
 	}
-	return "value"
+	return "value" //rundir:other
 }
 
 // baselineOf names what a finding's evidence is compared with: the baseline phase, or in a wake
@@ -154,7 +154,7 @@ func baselineOf(f Finding) string {
 	if phaseOf(f) == phaseWake {
 		return "fastest limit"
 	}
-	return "baseline"
+	return "baseline" //rundir:other: a word of the report
 }
 
 // change is how Value compares with Baseline: a factor, or blank when it says nothing.

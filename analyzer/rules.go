@@ -106,7 +106,7 @@ func (a *analysis) cpuContention(v rundir.Workload) *Finding {
 		f.Summary += fmt.Sprintf(" Its %s slowed though its device does not explain it (%s): the I/O path waited for a CPU, not for the disk.",
 			joinNames(measureLabels(viaIO)), vv.disk.whyNot())
 	}
-	if v.Runtime == runtimeRunsc {
+	if v.Runtime == rundir.RuntimeRunsc {
 		f.Summary += fmt.Sprintf(" In its gVisor sandbox the run-queue wait is summed over the Sentry's, gofer's and stubs' threads: "+
 			"of its %s, the probe's own operations took %s longer than their baseline medians; the other %s or so were "+
 			"sandbox threads waiting off the workload's timed path, a cost in CPU more than in its latency.",
@@ -159,9 +159,6 @@ func (c cpuWaits) whyNot(lost float64) string {
 	return fmt.Sprintf("the wait neighbours added (%s) or its run-queue wait's rise (%s) is not half the %s it lost",
 		fmtSeconds(c.pw.added), fmtSeconds(c.added), fmtSeconds(lost))
 }
-
-// runtimeRunsc is the Workload.Runtime of a gVisor sandbox.
-const runtimeRunsc = "runsc"
 
 // affects records in f the victim's measures a cause slowed: their keys in Affects and their
 // evidence. It returns the largest slowdown among them and a sentence part describing each.
@@ -350,7 +347,7 @@ func (a *analysis) cpuThrottling(v rundir.Workload) *Finding {
 	}
 	// Throttled more in the stress phase, the victim's CPU work lost time to its own quota
 	// when the throttled time added accounts for that loss.
-	if a.compare && v.Kind == kindVictim {
+	if a.compare && v.Kind == rundir.KindVictim {
 		if work := a.victim(v).slowed(measureCPUWork); len(work) > 0 && accountsFor(a.added(ref.seconds, shown.seconds), lost(work)) {
 			_, symptoms := a.affects(f, v.Name, work)
 			f.Summary += fmt.Sprintf(" Throttled more in %s, its %s.", shown.w.Name, symptoms)

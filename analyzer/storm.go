@@ -18,11 +18,7 @@ import (
 // its own cgroup; each storm is a phase round-<n>, from just before the go to the snapshot after
 // the last fsync returned, so the tracer's counters over the phase are the storm's.
 const (
-	scenarioStorm   = "fsync-storm"
-	kindStormWriter = "fsync-writer"
 	stormTopWriters = 3 // writers a round's explanation names as holding the device
-	// tracerBlkio is the block tracer's name in Meta.Tracer.
-	tracerBlkio = "blkio"
 )
 
 // Storm tabulates an fsync-storm run: each writer's times to durable, and each storm's tail
@@ -162,18 +158,18 @@ func RenderStormText(w io.Writer, r *Report) error {
 // storm fills in an fsync-storm run's tables, its finding and its notes; other runs are left
 // alone.
 func (a *analysis) storm(rep *Report) {
-	if a.run.Meta.Scenario != scenarioStorm {
+	if a.run.Meta.Scenario != rundir.ScenarioFsyncStorm {
 		return
 	}
 	var writers []rundir.Workload
 	for _, w := range a.run.Meta.Workloads {
-		if w.Kind == kindStormWriter {
+		if w.Kind == rundir.KindStormWriter {
 			writers = append(writers, w)
 		}
 	}
 	var rounds []rundir.Window
 	for _, w := range a.windows {
-		if strings.HasPrefix(w.Name, "round-") {
+		if rundir.IsRoundPhase(w.Name) {
 			rounds = append(rounds, w)
 		}
 	}
@@ -196,7 +192,7 @@ func (a *analysis) storm(rep *Report) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d of %d writer fsyncs never returned (the run was interrupted or a writer failed): "+
 			"the storms count only those that did", want-done, want))
 	}
-	if len(rounds) > 0 && a.run.Meta.Tracer[tracerBlkio] != rundir.TracerAttached {
+	if len(rounds) > 0 && a.run.Meta.Tracer[rundir.ProgramBlkio] != rundir.TracerAttached {
 		rep.Notes = append(rep.Notes, "no block tracer (run with --trace): the storms' queue and service times and the bytes per writer are unknown")
 	}
 }

@@ -25,7 +25,7 @@ type stormWriter struct {
 // stormRun builds an fsync-storm run of one storm, round-1 over (0 s, 2 s], with the writers
 // and, when other > 0, bytes by the root cgroup (the flusher, the journal).
 func stormRun(other float64, dirtyPeak float64, ws ...stormWriter) *builder {
-	b := &builder{meta: rundir.Meta{ID: "s1", Scenario: scenarioStorm, Node: "node-a", Kernel: "6.18.0", Start: at(-1),
+	b := &builder{meta: rundir.Meta{ID: "s1", Scenario: rundir.ScenarioFsyncStorm, Node: "node-a", Kernel: "6.18.0", Start: at(-1),
 		Tracer: map[string]string{"blkio": rundir.TracerAttached, "fsync": rundir.TracerAttached}}}
 	b.recs = append(b.recs,
 		rundir.Record{Type: rundir.TypePhase, Time: at(0), Name: "round-1", Event: rundir.EventStart},
@@ -48,7 +48,7 @@ func stormRun(other float64, dirtyPeak float64, ws ...stormWriter) *builder {
 	for i, w := range ws {
 		name := fmt.Sprintf("fsync-writer-%d", i)
 		cg := runCg + "/" + name
-		b.meta.Workloads = append(b.meta.Workloads, rundir.Workload{Name: name, Kind: kindStormWriter, Cgroup: cg, Device: disk})
+		b.meta.Workloads = append(b.meta.Workloads, rundir.Workload{Name: name, Kind: rundir.KindStormWriter, Cgroup: cg, Device: disk})
 		if w.finished {
 			end := at(0.01 + w.durable)
 			b.recs = append(b.recs,

@@ -69,7 +69,7 @@ func (a *analysis) summary() Summary {
 	s := Summary{Phases: a.windows, Workloads: []WorkloadPhase{}}
 	for _, wl := range a.run.Meta.Workloads {
 		for _, w := range a.windows {
-			if wl.Kind == kindWake && w.Name != wl.Name {
+			if wl.Kind == rundir.KindWake && w.Name != wl.Name {
 				continue // a wake start is summarised over its own boot only
 			}
 			s.Workloads = append(s.Workloads, a.workloadPhase(wl, w))
@@ -181,7 +181,7 @@ func (a *analysis) top(list []Ranked) []Ranked {
 
 // dataOps are the block operations that move data. Discards (a truncated file's blocks given
 // back) and flushes carry a size but transfer nothing, so they are not I/O bytes.
-var dataOps = []string{"read", "write"}
+var dataOps = []string{rundir.OpRead, rundir.OpWrite}
 
 // dataBytes is every block-bytes series of data operations.
 func dataBytes(run *rundir.Run) rundir.SeriesSet {

@@ -85,11 +85,11 @@ func (a *analysis) swapUse(cg string, swap rundir.SeriesSet, w rundir.Window) sw
 		}
 		return ss
 	}
-	majors, refaults := series(rundir.MetricMemoryMajorFaults), series(rundir.MetricMemoryRefaults, rundir.LabelKind, "anon")
-	swapIns := series(rundir.MetricMemorySwapPages, rundir.LabelOp, "in")
+	majors, refaults := series(rundir.MetricMemoryMajorFaults), series(rundir.MetricMemoryRefaults, rundir.LabelKind, rundir.RefaultAnon)
+	swapIns := series(rundir.MetricMemorySwapPages, rundir.LabelOp, rundir.SwapIn)
 	w = observed(w, majors, refaults, swapIns)
 	u := swapUse{w: w, majors: majors.Delta(w), refaults: refaults.Delta(w), swapIns: swapIns.Delta(w),
-		limitHits: series(rundir.MetricMemoryLimitEvents, rundir.LabelKind, "max").Delta(w)}
+		limitHits: series(rundir.MetricMemoryLimitEvents, rundir.LabelKind, rundir.LimitMax).Delta(w)}
 	for _, v := range swap.Values(w) {
 		u.swapMax = max(u.swapMax, v)
 	}
@@ -209,7 +209,7 @@ func (a *analysis) nodeSwapThrashing() *Finding {
 		refIn, refOut = in.Delta(a.baseline), out.Delta(a.baseline)
 	}
 	f := &Finding{
-		ID: IDSwapThrashing, Severity: SeverityWarning, Victim: "node", Culprits: []string{},
+		ID: IDSwapThrashing, Severity: SeverityWarning, Victim: rundir.WorkloadNode, Culprits: []string{},
 		Evidence: []Evidence{
 			{Metric: "pswpin", Phase: w.Name, Baseline: refIn, Value: in.Delta(w), Unit: UnitCount},
 			{Metric: "pswpout", Phase: w.Name, Baseline: refOut, Value: out.Delta(w), Unit: UnitCount},

@@ -258,7 +258,7 @@ func (a *analysis) unexplained(findings []Finding) []string {
 	}
 	var out []string
 	for _, w := range a.run.Meta.Workloads {
-		if w.Kind != kindVictim {
+		if w.Kind != rundir.KindVictim {
 			continue
 		}
 		explained := map[string]bool{}

@@ -13,12 +13,8 @@ import (
 // phase named after it: from just before the launch to the driver's snapshot right after the
 // sandbox answered. Starts at one limit form the limit's group, wake-<cpu>.
 const (
-	scenarioWake = "wake"
-	kindWake     = "wake"
 	// phaseWake is the Phase of wake evidence; its Baseline is the fastest limit's value.
-	phaseWake = "wake"
-	// tracerRunq is the run-queue tracer's name in Meta.Tracer.
-	tracerRunq = "runq"
+	phaseWake = "wake" //rundir:other: a findings value
 )
 
 // wakeThrottledMinShare: a limit's starts spent at least this share of their wake throttled
@@ -27,7 +23,7 @@ const wakeThrottledMinShare = 0.25
 
 // Where the run-queue wait of a wake comes from.
 const (
-	runqSourceTracer    = "runq"
+	runqSourceTracer    = rundir.ProgramRunq
 	runqSourceSchedstat = "schedstat"
 )
 
@@ -86,14 +82,14 @@ func (a *analysis) wake() ([]WakeLimit, []Finding, []string) {
 		boots[w.Name] = w
 	}
 	source := runqSourceSchedstat
-	if a.run.Meta.Tracer[tracerRunq] == rundir.TracerAttached {
+	if a.run.Meta.Tracer[rundir.ProgramRunq] == rundir.TracerAttached {
 		source = runqSourceTracer
 	}
 	var order []string
 	byLimit := map[string][]wakeStart{}
 	planned, answered := 0, 0
 	for _, w := range a.run.Meta.Workloads {
-		if w.Kind != kindWake {
+		if w.Kind != rundir.KindWake {
 			continue
 		}
 		planned++
@@ -173,7 +169,7 @@ func wakeLimit(cpu string, starts []wakeStart, source string) WakeLimit {
 		throttledSum += s.throttled
 	}
 	return WakeLimit{
-		CPU: cpu, Workload: kindWake + "-" + cpu, Starts: len(starts),
+		CPU: cpu, Workload: rundir.WakeGroup(cpu), Starts: len(starts),
 		WakeP50: quantile(wakes, 0.5), WakeP95: quantile(wakes, 0.95),
 		ThrottledShare:      min(1, ratio(throttledSum, wakeSum)),
 		BootP50:             p50(func(s wakeStart) float64 { return s.boot }),

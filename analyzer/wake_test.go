@@ -24,9 +24,9 @@ type boot struct {
 // phase, with counters that keep growing after the phase ends (the sandbox's exit) as a real
 // sandbox's do.
 func wakeRun(traced bool, boots ...boot) *builder {
-	b := &builder{meta: rundir.Meta{ID: "w1", Scenario: scenarioWake, Node: "node-a", Kernel: "6.18.0", Start: at(-1)}}
+	b := &builder{meta: rundir.Meta{ID: "w1", Scenario: rundir.ScenarioWake, Node: "node-a", Kernel: "6.18.0", Start: at(-1)}}
 	if traced {
-		b.meta.Tracer = map[string]string{tracerRunq: rundir.TracerAttached}
+		b.meta.Tracer = map[string]string{rundir.ProgramRunq: rundir.TracerAttached}
 	}
 	start := 0.0
 	seen := map[string]int{}
@@ -34,7 +34,7 @@ func wakeRun(traced bool, boots ...boot) *builder {
 		name := fmt.Sprintf("wake-%s-%d", bt.cpu, seen[bt.cpu])
 		seen[bt.cpu]++
 		cg := runCg + "/" + name
-		b.meta.Workloads = append(b.meta.Workloads, rundir.Workload{Name: name, Kind: kindWake, Cgroup: cg, CPU: bt.cpu})
+		b.meta.Workloads = append(b.meta.Workloads, rundir.Workload{Name: name, Kind: rundir.KindWake, Cgroup: cg, CPU: bt.cpu})
 		answer, end := start+bt.wake, start+bt.wake+0.01
 		b.recs = append(b.recs, rundir.Record{Type: rundir.TypePhase, Time: at(start), Name: name, Event: rundir.EventStart})
 		if bt.answered {

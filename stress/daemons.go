@@ -8,12 +8,11 @@ import (
 	"github.com/nodectl/nodectl/rundir"
 )
 
-// kindDaemon is the Workload.Kind of a system daemon the run follows: the host's process in the
+// rundir.KindDaemon is the Workload.Kind of a system daemon the run follows: the host's process in the
 // host's cgroup, sampled and traced but never created, started, limited or removed by the run.
-const kindDaemon = "daemon"
 
 // owned says whether the run makes w: its cgroup and its processes, removed at cleanup.
-func owned(w rundir.Workload) bool { return w.Kind != kindDaemon }
+func owned(w rundir.Workload) bool { return w.Kind != rundir.KindDaemon }
 
 // daemonWorkloads finds the daemons of --daemons on the host, one workload per cgroup.
 func (r *noisyRun) daemonWorkloads() ([]rundir.Workload, error) {
@@ -36,7 +35,7 @@ func (r *noisyRun) daemonWorkloads() ([]rundir.Workload, error) {
 			}
 		}
 		r.cfg.Log.Info("following a system daemon", "daemon", d.Name, "cgroup", d.Cgroup, "pids", d.PIDs)
-		out = append(out, rundir.Workload{Name: d.Name, Kind: kindDaemon, Cgroup: d.Cgroup})
+		out = append(out, rundir.Workload{Name: d.Name, Kind: rundir.KindDaemon, Cgroup: d.Cgroup})
 	}
 	if len(out) == 0 {
 		r.cfg.Log.Info("no system daemon to follow", "daemons", strings.Join(r.cfg.Daemons, ","))

@@ -66,14 +66,6 @@ type DensityCriteria struct {
 	TickGap      time.Duration // a sandbox's tick late by more than this
 }
 
-// Collapse signals, as recorded in the collapse event and reported.
-const (
-	SignalReadiness = "readiness"
-	SignalPSIFull   = "psi-memory-full"
-	SignalOOMKill   = "oom-kill"
-	SignalTickGap   = "tick-gap"
-)
-
 // Defaults of `stress density`.
 var DefaultDensityCriteria = DensityCriteria{ReadinessP99: 10 * time.Second, PSIFull: 0.10, OOMKill: true, TickGap: 5 * time.Second}
 
@@ -82,26 +74,6 @@ const (
 	DefaultBinaryBytes  = 64 << 20
 	// hostReserve is what a sweep without --node-memory must leave of the machine's memory.
 	hostReserve = 4 << 30
-)
-
-// Names of a density run.
-const (
-	scenarioDensity = "density"
-	kindSandbox     = "sandbox"
-	// eventCollapse is the Name of the event record a density run writes when a step collapsed;
-	// eventDensityConfig that of the event with the sweep's configuration, written first.
-	eventCollapse      = "collapse"
-	eventDensityConfig = "density-config"
-	// eventHold marks when a step's sandboxes were up and had settled for half its hold: its
-	// memory pressure is measured from there to its end. Label phase names the step.
-	eventHold  = "hold"
-	labelPhase = "phase"
-	// Labels of the collapse event.
-	labelDensity = "density"
-	labelSignal  = "signal"
-	labelBound   = "bound"
-	// stepPrefix begins the phase name of each step: step-<density>.
-	stepPrefix = "step-"
 )
 
 // Density adds sandboxes in steps until a step collapses (DensityCriteria) or Max is reached,
@@ -125,7 +97,7 @@ func Density(ctx context.Context, cfg DensityConfig) (dir string, err error) {
 	if err := checkFits(cfg); err != nil {
 		return "", err
 	}
-	host, err := newRunHost(cfg.RunOptions, scenarioDensity)
+	host, err := newRunHost(cfg.RunOptions, rundir.ScenarioDensity)
 	if err != nil {
 		return "", err
 	}
@@ -206,7 +178,7 @@ func (r *densityRun) setup() error {
 	if err := os.MkdirAll(r.scratch, 0o755); err != nil {
 		return fmt.Errorf("making scratch directory: %w", err)
 	}
-	meta := rundir.NewMeta(r.id, scenarioDensity, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
+	meta := rundir.NewMeta(r.id, rundir.ScenarioDensity, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
 	if r.writer, err = rundir.Create(r.dir, meta); err != nil {
 		return err
 	}
@@ -237,7 +209,7 @@ func (r *densityRun) setup() error {
 	// On v1 a memcg has its own swappiness, copied from its parent when it is made: set the
 	// run's so the sandboxes' cgroups inherit it.
 	if r.layout.V1 && cfg.Swappiness >= 0 {
-		if err := os.WriteFile(filepath.Join(r.layout.Dir("memory", RunCgroup(r.id)), "memory.swappiness"), []byte(strconv.Itoa(cfg.Swappiness)), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(r.layout.Dir(cgroup.Memory, RunCgroup(r.id)), "memory.swappiness"), []byte(strconv.Itoa(cfg.Swappiness)), 0o644); err != nil {
 			return fmt.Errorf("--swappiness: setting the run cgroup's memory.swappiness: %w", err)
 		}
 	}
@@ -274,7 +246,7 @@ func (r *densityRun) setup() error {
 	if cfg.SwapFile != "" {
 		swapDev, _ = blockdev.ForPath(cfg.Paths.Sysfs, swapAt)
 	}
-	r.workloads = []rundir.Workload{{Name: "node", Kind: "node", Cgroup: RunCgroup(r.id), Memory: FormatSize(cfg.NodeMemory),
+	r.workloads = []rundir.Workload{{Name: rundir.WorkloadNode, Kind: rundir.KindNode, Cgroup: RunCgroup(r.id), Memory: FormatSize(cfg.NodeMemory),
 		Target: cfg.SwapFile, Device: swapDev}}
 	sources := map[string]collect.Source{
 		// The node's memory and pressure are rated per step: read in full at every sample.
@@ -294,7 +266,7 @@ func (r *densityRun) noSwap() error {
 	cg := RunCgroup(r.id)
 	var file, v string
 	if r.layout.V1 {
-		file, v = filepath.Join(r.layout.Dir("memory", cg), "memory.memsw.limit_in_bytes"), strconv.FormatInt(r.cfg.NodeMemory, 10)
+		file, v = filepath.Join(r.layout.Dir(cgroup.Memory, cg), "memory.memsw.limit_in_bytes"), strconv.FormatInt(r.cfg.NodeMemory, 10)
 	} else {
 		file, v = filepath.Join(r.layout.Dir(cgroup.Unified, cg), "memory.swap.max"), "0"
 	}
@@ -308,20 +280,13 @@ func (r *densityRun) noSwap() error {
 // seconds or shares, as event labels (meta.json has no place for them).
 func (r *densityRun) configEvent() rundir.Record {
 	cfg := r.cfg
-	i := func(v int64) string { return strconv.FormatInt(v, 10) }
-	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
-	oom := "0"
-	if cfg.Criteria.OOMKill {
-		oom = "1"
-	}
-	return rundir.Record{Type: rundir.TypeEvent, Time: time.Now(), Name: eventDensityConfig, Labels: map[string]string{
-		"step": strconv.Itoa(cfg.Step), "cpus": strconv.Itoa(runtime.NumCPU()), "max": strconv.Itoa(cfg.Max), "sandbox_memory_bytes": i(cfg.SandboxMemory),
-		"request_bytes": i(cfg.RequestBytes), "limit_bytes": i(cfg.LimitBytes), "node_memory_bytes": i(cfg.NodeMemory),
-		"swap_bytes": i(r.swapBytes()), "binary_bytes": i(cfg.BinaryBytes),
-		"swappiness": strconv.Itoa(cfg.Swappiness), "watermark_scale_factor": strconv.Itoa(cfg.WatermarkScaleFactor),
-		"criterion_readiness_p99_seconds": f(cfg.Criteria.ReadinessP99.Seconds()), "criterion_psi_full_share": f(cfg.Criteria.PSIFull),
-		"criterion_oom_kill": oom, "criterion_tick_gap_seconds": f(cfg.Criteria.TickGap.Seconds()),
-	}, Message: "density sweep configuration"}
+	return rundir.DensityConfig{Step: cfg.Step, Max: cfg.Max, CPUs: runtime.NumCPU(),
+		SandboxMemoryBytes: cfg.SandboxMemory, BinaryBytes: cfg.BinaryBytes, RequestBytes: cfg.RequestBytes,
+		LimitBytes: cfg.LimitBytes, NodeMemoryBytes: cfg.NodeMemory, SwapBytes: r.swapBytes(),
+		Swappiness: cfg.Swappiness, WatermarkScaleFactor: cfg.WatermarkScaleFactor,
+		CriterionReadinessP99: cfg.Criteria.ReadinessP99.Seconds(), CriterionPSIFullShare: cfg.Criteria.PSIFull,
+		CriterionOOMKill: cfg.Criteria.OOMKill, CriterionTickGap: cfg.Criteria.TickGap.Seconds(),
+	}.Record(time.Now())
 }
 
 // swapBytes is the size of the run's swap file, 0 without one.
@@ -377,19 +342,19 @@ func (r *densityRun) sampleNode(now time.Time) ([]rundir.Record, error) {
 	var out []rundir.Record
 	for _, name := range slices.Sorted(maps.Keys(mem)) {
 		v := float64(mem[name])
-		out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricDensityMemory, Cgroup: cg, Workload: "node",
+		out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricDensityMemory, Cgroup: cg, Workload: rundir.WorkloadNode,
 			Labels: map[string]string{rundir.LabelName: name}, Value: &v})
 	}
 	if oom >= 0 {
 		v := float64(oom)
-		out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricDensityOOMKills, Cgroup: cg, Workload: "node", Value: &v})
+		out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricDensityOOMKills, Cgroup: cg, Workload: rundir.WorkloadNode, Value: &v})
 	}
 	if r.cfg.SwapFile != "" {
 		used, serr := swapUsed(r.cfg.Paths.Procfs, r.cfg.SwapFile)
 		if serr != nil {
 			err = errors.Join(err, serr)
 		} else if used >= 0 {
-			for name, b := range map[string]int64{"used": used, "size": r.swapBytes()} {
+			for name, b := range map[string]int64{rundir.SwapFileUsed: used, rundir.SwapFileSize: r.swapBytes()} {
 				v := float64(b)
 				out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricDensitySwap,
 					Labels: map[string]string{rundir.LabelName: name}, Value: &v})
@@ -404,17 +369,17 @@ func (r *densityRun) sampleNode(now time.Time) ([]rundir.Record, error) {
 func nodeMemory(l *cgroup.Layout, cg string) (map[string]int64, error) {
 	mem := map[string]int64{}
 	if l.V1 {
-		dir := l.Dir("memory", cg)
+		dir := l.Dir(cgroup.Memory, cg)
 		st, err := readKV(filepath.Join(dir, "memory.stat"))
 		if err != nil {
 			return nil, err
 		}
-		for name, key := range map[string]string{"anon": "total_rss", "file": "total_cache", "inactive_file": "total_inactive_file", "swap": "total_swap"} {
+		for name, key := range map[string]string{rundir.NodeMemoryAnon: "total_rss", rundir.NodeMemoryFile: "total_cache", rundir.NodeMemoryInactiveFile: "total_inactive_file", rundir.NodeMemorySwap: "total_swap"} {
 			if v, ok := st[key]; ok {
 				mem[name] = v
 			}
 		}
-		for name, file := range map[string]string{"usage": "memory.usage_in_bytes", "limit": "memory.limit_in_bytes"} {
+		for name, file := range map[string]string{rundir.NodeMemoryUsage: "memory.usage_in_bytes", rundir.NodeMemoryLimit: "memory.limit_in_bytes"} {
 			if v, err := readInt(filepath.Join(dir, file)); err == nil {
 				mem[name] = v
 			}
@@ -425,19 +390,19 @@ func nodeMemory(l *cgroup.Layout, cg string) (map[string]int64, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, k := range []string{"anon", "file", "inactive_file"} {
+		for _, k := range []string{rundir.NodeMemoryAnon, rundir.NodeMemoryFile, rundir.NodeMemoryInactiveFile} { // v2's keys are the names
 			if v, ok := st[k]; ok {
 				mem[k] = v
 			}
 		}
-		for name, file := range map[string]string{"usage": "memory.current", "limit": "memory.max", "swap": "memory.swap.current"} {
+		for name, file := range map[string]string{rundir.NodeMemoryUsage: "memory.current", rundir.NodeMemoryLimit: "memory.max", rundir.NodeMemorySwap: "memory.swap.current"} {
 			if v, err := readInt(filepath.Join(dir, file)); err == nil {
 				mem[name] = v
 			}
 		}
 	}
-	if u, ok := mem["usage"]; ok {
-		mem["working_set"] = max(0, u-mem["inactive_file"])
+	if u, ok := mem[rundir.NodeMemoryUsage]; ok {
+		mem[rundir.NodeMemoryWorkingSet] = max(0, u-mem[rundir.NodeMemoryInactiveFile])
 	}
 	return mem, nil
 }
@@ -469,7 +434,7 @@ func readInt(path string) (int64, error) {
 		return 0, err
 	}
 	s := strings.TrimSpace(string(b))
-	if s == "max" {
+	if s == "max" { //rundir:other: the kernel's "no limit"
 		return -1, nil
 	}
 	return strconv.ParseInt(s, 10, 64)
@@ -502,10 +467,10 @@ func (r *densityRun) memoryFullTotal() (float64, bool) {
 // v2 memory.events counts a cgroup's descendants; v1 memory.oom_control counts only the
 // cgroup's own tasks, so there every sandbox's is added.
 func (r *densityRun) oomKills() int64 {
-	file, key, paths := "memory.events", "oom_kill", []string{RunCgroup(r.id)}
+	file, key, paths := "memory.events", "oom_kill", []string{RunCgroup(r.id)} //rundir:other: the kernel's key
 	ctrl := cgroup.Unified
 	if r.layout.V1 {
-		file, ctrl, paths = "memory.oom_control", "memory", r.cgroupPaths()
+		file, ctrl, paths = "memory.oom_control", cgroup.Memory, r.cgroupPaths()
 	}
 	n := int64(-1)
 	for _, p := range paths {
@@ -535,10 +500,8 @@ func (r *densityRun) sweep(ctx context.Context) error {
 		}
 		n = d
 		if c != nil {
-			return r.writer.Append(rundir.Record{Type: rundir.TypeEvent, Time: c.at, Name: eventCollapse,
-				Labels: map[string]string{labelDensity: strconv.Itoa(d), labelSignal: c.signal,
-					"value": strconv.FormatFloat(c.value, 'g', 6, 64), labelBound: strconv.FormatFloat(c.bound, 'g', 6, 64)},
-				Message: fmt.Sprintf("density %d collapsed: %s %.3g over its bound %.3g", d, c.signal, c.value, c.bound)})
+			return r.writer.Append(rundir.Collapse{Density: d, Signal: c.signal, Value: c.value, Bound: c.bound}.Record(c.at,
+				fmt.Sprintf("density %d collapsed: %s %.3g over its bound %.3g", d, c.signal, c.value, c.bound)))
 		}
 	}
 	return nil
@@ -548,7 +511,7 @@ func (r *densityRun) sweep(ctx context.Context) error {
 // density for StepDuration, and says which collapse criterion it crossed first, if any. A step
 // ends early once one is crossed.
 func (r *densityRun) step(ctx context.Context, n, d int) (*crossing, error) {
-	name := fmt.Sprintf("%s%d", stepPrefix, d)
+	name := rundir.StepPhase(d)
 	start := time.Now()
 	if err := r.collector.Snapshot(start); err != nil {
 		return nil, err
@@ -565,18 +528,18 @@ func (r *densityRun) step(ctx context.Context, n, d int) (*crossing, error) {
 	var found []crossing
 	check := func(now time.Time) {
 		if crit.OOMKill && oom0 >= 0 {
-			if k := r.oomKills(); k > oom0 && !hasSignal(found, SignalOOMKill) {
-				found = append(found, crossing{SignalOOMKill, float64(k - oom0), 0, now})
+			if k := r.oomKills(); k > oom0 && !hasSignal(found, rundir.SignalOOMKill) {
+				found = append(found, crossing{rundir.SignalOOMKill, float64(k - oom0), 0, now})
 			}
 		}
-		if crit.OOMKill && !hasSignal(found, SignalOOMKill) && r.killedSandbox() {
-			found = append(found, crossing{SignalOOMKill, 1, 0, now})
+		if crit.OOMKill && !hasSignal(found, rundir.SignalOOMKill) && r.killedSandbox() {
+			found = append(found, crossing{rundir.SignalOOMKill, 1, 0, now})
 		}
 		r.mu.Lock()
 		worst, at := r.worstTick, r.tickAt
 		r.mu.Unlock()
-		if crit.TickGap > 0 && worst > crit.TickGap.Seconds() && !hasSignal(found, SignalTickGap) {
-			found = append(found, crossing{SignalTickGap, worst, crit.TickGap.Seconds(), at})
+		if crit.TickGap > 0 && worst > crit.TickGap.Seconds() && !hasSignal(found, rundir.SignalTickGap) {
+			found = append(found, crossing{rundir.SignalTickGap, worst, crit.TickGap.Seconds(), at})
 		}
 	}
 	// Launch this step's sandboxes, paced.
@@ -614,8 +577,7 @@ func (r *densityRun) step(ctx context.Context, n, d int) (*crossing, error) {
 	if err := r.collector.Snapshot(settled); err != nil {
 		return nil, err
 	}
-	if err := r.writer.Append(rundir.Record{Type: rundir.TypeEvent, Time: settled, Name: eventHold,
-		Labels: map[string]string{labelPhase: name}, Message: "the step's sandboxes are up and settled; its pressure window begins"}); err != nil {
+	if err := r.writer.Append(rundir.HoldRecord(settled, name)); err != nil {
 		return nil, err
 	}
 	full0, psiOK := r.memoryFullTotal()
@@ -638,12 +600,12 @@ func (r *densityRun) step(ctx context.Context, n, d int) (*crossing, error) {
 		}
 		r.mu.Unlock()
 		if p99 := p99Of(ready); p99 > crit.ReadinessP99.Seconds() {
-			found = append(found, crossing{SignalReadiness, p99, crit.ReadinessP99.Seconds(), end})
+			found = append(found, crossing{rundir.SignalReadiness, p99, crit.ReadinessP99.Seconds(), end})
 		}
 	}
 	if full1, ok := r.memoryFullTotal(); crit.PSIFull > 0 && psiOK && ok {
 		if share := (full1 - full0) / max(end.Sub(settled).Seconds(), 1e-9); share > crit.PSIFull {
-			found = append(found, crossing{SignalPSIFull, share, crit.PSIFull, end})
+			found = append(found, crossing{rundir.SignalPSIFull, share, crit.PSIFull, end})
 		}
 	}
 	if err := r.collector.Snapshot(end); err != nil {
@@ -759,8 +721,8 @@ func (r *densityRun) logPath(name string) string {
 // launch starts sandbox-<i> in its cgroup below the run's.
 func (r *densityRun) launch(i int) (string, error) {
 	cfg := r.cfg
-	name := fmt.Sprintf("%s-%d", kindSandbox, i)
-	w := rundir.Workload{Name: name, Kind: kindSandbox, Cgroup: RunCgroup(r.id) + "/" + name, Memory: FormatSize(cfg.LimitBytes),
+	name := rundir.SandboxName(i)
+	w := rundir.Workload{Name: name, Kind: rundir.KindSandbox, Cgroup: RunCgroup(r.id) + "/" + name, Memory: FormatSize(cfg.LimitBytes),
 		Target: r.binary}
 	lim := r.place(&w, cgroup.Limits{MemoryBytes: cfg.LimitBytes})
 	if err := r.layout.Create(w.Cgroup, lim); err != nil {

@@ -51,13 +51,7 @@ type NoisyConfig struct {
 	RunOptions
 }
 
-// Workload kinds besides the hog kinds: the probes, which run in both phases.
-const (
-	kindVictim    = "victim"
-	kindHeartbeat = "heartbeat"
-)
-
-func isProbe(kind string) bool { return kind == kindVictim || kind == kindHeartbeat }
+func isProbe(kind string) bool { return kind == rundir.KindVictim || kind == rundir.KindHeartbeat }
 
 // ErrInterrupted is returned when a run was stopped by a signal; it was cleaned up all the same.
 var ErrInterrupted = errors.New("interrupted")
@@ -82,7 +76,7 @@ func Noisy(ctx context.Context, cfg NoisyConfig) (dir string, err error) {
 	if cfg.VictimWriteBytes == 0 {
 		cfg.VictimWriteBytes = workload.DefaultWriteBytes
 	}
-	host, err := newRunHost(cfg.RunOptions, "noisy")
+	host, err := newRunHost(cfg.RunOptions, rundir.ScenarioNoisy)
 	if err != nil {
 		return "", err
 	}
@@ -131,7 +125,7 @@ func (r *noisyRun) setup() error {
 	if err := os.MkdirAll(r.scratch, 0o755); err != nil {
 		return fmt.Errorf("making scratch directory: %w", err)
 	}
-	meta := rundir.NewMeta(r.id, "noisy", cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
+	meta := rundir.NewMeta(r.id, rundir.ScenarioNoisy, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
 	if r.writer, err = rundir.Create(r.dir, meta); err != nil {
 		return err
 	}
@@ -170,9 +164,9 @@ func (r *noisyRun) setup() error {
 func (r *noisyRun) planWorkloads() error {
 	cfg := r.cfg
 	base := RunCgroup(r.id)
-	victim := rundir.Workload{Name: "victim", Kind: kindVictim, Cgroup: base + "/victim",
+	victim := rundir.Workload{Name: rundir.WorkloadVictim, Kind: rundir.KindVictim, Cgroup: base + "/" + rundir.WorkloadVictim,
 		CPU: FormatCPU(cfg.VictimCPUMilli), CPURequest: FormatCPU(cfg.VictimCPURequestMilli), Memory: FormatSize(cfg.VictimMemBytes),
-		Target: filepath.Join(r.scratch, "victim")}
+		Target: filepath.Join(r.scratch, rundir.WorkloadVictim)}
 	// The victim and the hogs without a target= write below the scratch directory.
 	scratchDev, err := blockdev.ForPath(cfg.Paths.Sysfs, cfg.Paths.Scratch)
 	if err != nil {
@@ -184,7 +178,7 @@ func (r *noisyRun) planWorkloads() error {
 	if cfg.Heartbeat > 0 {
 		// The heartbeat stands in for a node daemon, so it lives where those do: a system cgroup
 		// beside the workloads, as the kubelet's system slice is beside the pods.
-		hb := rundir.Workload{Name: "heartbeat", Kind: kindHeartbeat, Cgroup: base + "/system", Period: rundir.Duration(cfg.Heartbeat)}
+		hb := rundir.Workload{Name: rundir.WorkloadHeartbeat, Kind: rundir.KindHeartbeat, Cgroup: base + "/" + rundir.CgroupHeartbeat, Period: rundir.Duration(cfg.Heartbeat)}
 		r.workloads = append(r.workloads, hb)
 	}
 	seen := map[string]int{}
@@ -193,10 +187,10 @@ func (r *noisyRun) planWorkloads() error {
 		for range h.Count {
 			i := seen[h.Kind]
 			seen[h.Kind]++
-			name := fmt.Sprintf("%s-hog-%d", h.Kind, i)
+			name := rundir.HogName(h.Kind, i)
 			w := rundir.Workload{Name: name, Kind: h.Kind, Cgroup: base + "/" + name,
 				CPU: FormatCPU(h.CPUMilli), CPURequest: FormatCPU(h.CPURequestMilli), Memory: FormatSize(h.MemBytes)}
-			if h.Kind == "disk" || h.Kind == "fsync" {
+			if h.Kind == rundir.KindDisk || h.Kind == rundir.KindFsync {
 				w.Target, w.Device = filepath.Join(r.scratch, name), scratchDev
 				if h.Target != "" {
 					dir, err := TargetDir(cfg.Paths, r.id, h.Target)
@@ -209,7 +203,7 @@ func (r *noisyRun) planWorkloads() error {
 					}
 				}
 			}
-			if h.Kind == "memory" && memoryHogBytes(h.MemBytes, cfg.Runtime) < h.MemBytes/4 {
+			if h.Kind == rundir.KindMemory && memoryHogBytes(h.MemBytes, cfg.Runtime) < h.MemBytes/4 {
 				return fmt.Errorf("--hog %s: memory=%s leaves too little for the hog in a gVisor sandbox, whose limit also holds the Sentry (~%s): give at least %s",
 					h.raw, FormatSize(h.MemBytes), FormatSize(sentryReserve), FormatSize(2*sentryReserve))
 			}
@@ -316,7 +310,7 @@ func (r *noisyRun) noteHostProcesses() {
 			continue
 		}
 		l := r.launcher
-		if w.Kind == kindHeartbeat {
+		if w.Kind == rundir.KindHeartbeat {
 			l = r.local
 		}
 		procs, err := l.HostProcesses(w.Cgroup)
@@ -434,14 +428,14 @@ func (r *noisyRun) start(w rundir.Workload, args []string) error {
 	}
 	args = append(args, "--run", r.id)
 	l := r.launcher
-	if w.Kind == kindHeartbeat {
+	if w.Kind == rundir.KindHeartbeat {
 		l = r.local
 	}
 	var mounts []string
 	if w.Target != "" {
 		mounts = []string{w.Target}
 	}
-	if w.Kind == "churn" && l.Runtime() != launch.RuntimeProcess {
+	if w.Kind == rundir.KindChurn && l.Runtime() != launch.RuntimeProcess {
 		// Under a container runtime, churn is of sandboxes: their start-up is the load.
 		c := &sandboxChurn{name: w.Name, cgroup: w.Cgroup, parallel: threadsFor(r.specs[w.Name], runtime.NumCPU()),
 			launcher: l, layout: r.layout, log: logf, onMeasure: onMeasure, resolver: r.resolver}
@@ -459,24 +453,24 @@ func (r *noisyRun) start(w rundir.Workload, args []string) error {
 // args are the `nodectl workload` arguments that run w.
 func (r *noisyRun) args(w rundir.Workload) []string {
 	switch w.Kind {
-	case kindVictim:
+	case rundir.KindVictim:
 		return []string{"workload", "victim", "--dir", w.Target,
 			"--interval", r.cfg.Interval.String(),
 			"--work-rounds", strconv.Itoa(r.cfg.VictimWorkRounds),
 			"--write-bytes", strconv.FormatInt(r.cfg.VictimWriteBytes, 10)}
-	case kindHeartbeat:
+	case rundir.KindHeartbeat:
 		return []string{"workload", "heartbeat", "--period", r.cfg.Heartbeat.String()}
-	case "cpu":
+	case rundir.KindCPU:
 		threads := threadsFor(r.specs[w.Name], runtime.NumCPU())
 		return []string{"workload", "cpu-hog", "--threads", strconv.Itoa(threads)}
-	case "disk":
+	case rundir.KindDisk:
 		return []string{"workload", "disk-hog", "--dir", w.Target, "--file-bytes", strconv.Itoa(workload.DefaultDiskHogFileBytes)}
-	case "fsync":
+	case rundir.KindFsync:
 		return []string{"workload", "fsync-hog", "--dir", w.Target}
-	case "churn":
+	case rundir.KindChurn:
 		parallel := threadsFor(r.specs[w.Name], runtime.NumCPU())
 		return []string{"workload", "churn", "--parallel", strconv.Itoa(parallel)}
-	case "memory":
+	case rundir.KindMemory:
 		// Stay under the limit: the hog is to hold memory, not to be OOM-killed.
 		return []string{"workload", "memory-hog", "--bytes", strconv.FormatInt(memoryHogBytes(r.specs[w.Name].MemBytes, r.cfg.Runtime), 10)}
 	}

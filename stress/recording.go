@@ -57,7 +57,7 @@ func (h *runHost) place(w *rundir.Workload, lim cgroup.Limits) cgroup.Limits {
 		return lim
 	}
 	lim.CPUs = h.cpus.Workloads
-	if w.Kind == kindHeartbeat {
+	if w.Kind == rundir.KindHeartbeat {
 		lim.CPUs = h.cpus.System
 	}
 	w.CPUs = lim.CPUs

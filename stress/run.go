@@ -113,7 +113,7 @@ func claim(p Paths, id string) (func(), error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("making run state %s: %w", dir, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("writing run state: %w", err)
 	}
@@ -198,9 +198,12 @@ func anyRunAlive(p Paths) bool {
 	return false
 }
 
+// ownerFile in a run's state directory holds the pid of the process that claimed the run.
+const ownerFile = "pid" //rundir:other: a file's name
+
 // ownerAlive reports whether the process that claimed run id still runs.
 func ownerAlive(p Paths, id string) bool {
-	b, err := os.ReadFile(filepath.Join(p.State, id, "pid"))
+	b, err := os.ReadFile(filepath.Join(p.State, id, ownerFile))
 	if err != nil {
 		return false
 	}

@@ -5,6 +5,7 @@ package stress
 
 import (
 	"fmt"
+	"github.com/nodectl/nodectl/rundir"
 	"math"
 	"slices"
 	"strconv"
@@ -14,7 +15,7 @@ import (
 )
 
 // HogKinds are the neighbour kinds `--hog` accepts.
-var HogKinds = []string{"cpu", "disk", "memory", "fsync", "churn"}
+var HogKinds = rundir.HogKinds
 
 // HogSpec is one
 // `--hog KIND[,count=N][,cpu=LIMIT][,request=CPU][,memory=SIZE][,target=PATH][,threads=N]`.
@@ -58,11 +59,11 @@ func ParseHog(s string) (HogSpec, error) {
 			h.Count, err = positiveInt(v, 1000)
 		case "threads":
 			h.Threads, err = positiveInt(v, 1024)
-		case "cpu":
+		case "cpu": //rundir:other: --hog keys
 			h.CPUMilli, err = ParseCPU(v)
 		case "request":
 			h.CPURequestMilli, err = ParseCPU(v)
-		case "memory":
+		case "memory": //rundir:other
 			h.MemBytes, err = ParseSize(v)
 		case "target":
 			if !strings.HasPrefix(v, "/") {
@@ -80,7 +81,7 @@ func ParseHog(s string) (HogSpec, error) {
 	if h.CPURequestMilli, err = CPURequest(h.CPURequestMilli, h.CPUMilli); err != nil {
 		return h, fmt.Errorf("--hog %q: %w", s, err)
 	}
-	if h.Kind == "memory" && h.MemBytes == 0 {
+	if h.Kind == rundir.KindMemory && h.MemBytes == 0 {
 		h.MemBytes = DefaultMemoryHog
 	}
 	return h, nil

@@ -51,18 +51,9 @@ const (
 	MaxStormTotalBytes = 16 << 30
 )
 
-// kindStormWriter is the Workload.Kind of a storm writer; scenarioStorm the run's scenario.
-const (
-	kindStormWriter = "fsync-writer"
-	scenarioStorm   = "fsync-storm"
-)
-
 // stormDirtyInterval is how often the driver reads the node's dirty and writeback memory during
 // a storm: a storm lasts seconds, the collector's interval is about one.
 const stormDirtyInterval = 50 * time.Millisecond
-
-// StormRoundPhase names the phase of storm n (1-based).
-func StormRoundPhase(n int) string { return "round-" + strconv.Itoa(n) }
 
 // Storm runs the fsync-storm scenario: Writers writers, each in its own cgroup, each write Bytes
 // and fsync it, all released at once, Rounds times with a pause between. Each storm is a phase
@@ -82,7 +73,7 @@ func Storm(ctx context.Context, cfg StormConfig) (dir string, err error) {
 	if cfg.Writers < 1 || cfg.Rounds < 1 || cfg.Bytes < MinStormBytes {
 		return "", errors.New("an fsync storm needs at least one writer, one round and 1 MiB per writer")
 	}
-	host, err := newRunHost(cfg.RunOptions, scenarioStorm)
+	host, err := newRunHost(cfg.RunOptions, rundir.ScenarioFsyncStorm)
 	if err != nil {
 		return "", err
 	}
@@ -150,7 +141,7 @@ func (r *stormRun) setup() error {
 	if err := checkSpace(filepath.Dir(r.target), int64(cfg.Writers)*cfg.Bytes); err != nil {
 		return err
 	}
-	meta := rundir.NewMeta(r.id, scenarioStorm, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
+	meta := rundir.NewMeta(r.id, rundir.ScenarioFsyncStorm, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
 	if r.writer, err = rundir.Create(r.dir, meta); err != nil {
 		return err
 	}
@@ -200,8 +191,8 @@ func checkSpace(dir string, need int64) error {
 func (r *stormRun) plan() {
 	mem := FormatSize(r.limits().MemoryBytes)
 	for i := range r.cfg.Writers {
-		name := fmt.Sprintf("%s-%d", kindStormWriter, i)
-		r.workloads = append(r.workloads, rundir.Workload{Name: name, Kind: kindStormWriter, Cgroup: RunCgroup(r.id) + "/" + name,
+		name := rundir.StormWriterName(i)
+		r.workloads = append(r.workloads, rundir.Workload{Name: name, Kind: rundir.KindStormWriter, Cgroup: RunCgroup(r.id) + "/" + name,
 			Memory: mem, Target: filepath.Join(r.target, name), Device: r.device})
 	}
 }
@@ -300,7 +291,7 @@ func (r *stormRun) noteHostProcesses() {
 // over the pipes (microseconds apart), and the phase closes with a snapshot once the last
 // fsync returned, so the tracer's counters over the phase are the storm's.
 func (r *stormRun) round(ctx context.Context, n int) error {
-	phase := StormRoundPhase(n)
+	phase := rundir.RoundPhase(n)
 	if err := r.mark(phase, rundir.EventStart); err != nil {
 		return err
 	}
@@ -357,10 +348,10 @@ func (r *stormRun) await(ctx context.Context, n int, metric string) error {
 			}
 		case <-ctx.Done():
 			r.progress.done()
-			return fmt.Errorf("%w during %s: %v", ErrInterrupted, StormRoundPhase(n), context.Cause(ctx))
+			return fmt.Errorf("%w during %s: %v", ErrInterrupted, rundir.RoundPhase(n), context.Cause(ctx))
 		case <-timeout.C:
 			r.progress.done()
-			return fmt.Errorf("%s: %d of %d writers did not finish within %s (--timeout; see %s)", StormRoundPhase(n),
+			return fmt.Errorf("%s: %d of %d writers did not finish within %s (--timeout; see %s)", rundir.RoundPhase(n),
 				len(r.workloads)-done(), len(r.workloads), r.cfg.Timeout, filepath.Join(r.dir, "workloads"))
 		case <-tick.C:
 			if err := r.exited(); err != nil {
@@ -393,7 +384,7 @@ func (r *stormRun) pause(ctx context.Context, n int) error {
 	select {
 	case <-ctx.Done():
 		r.progress.done()
-		return fmt.Errorf("%w after %s: %v", ErrInterrupted, StormRoundPhase(n), context.Cause(ctx))
+		return fmt.Errorf("%w after %s: %v", ErrInterrupted, rundir.RoundPhase(n), context.Cause(ctx))
 	case <-t.C:
 		return nil
 	}

@@ -54,7 +54,7 @@ func TestStormPlan(t *testing.T) {
 	}
 	for i, w := range r.workloads {
 		name := "fsync-writer-" + string(rune('0'+i))
-		if w.Name != name || w.Kind != kindStormWriter || w.Cgroup != RunCgroup(r.id)+"/"+name ||
+		if w.Name != name || w.Kind != rundir.KindStormWriter || w.Cgroup != RunCgroup(r.id)+"/"+name ||
 			w.Target != r.target+"/"+name || w.Device != "254:0" || w.Memory != "192Mi" {
 			t.Errorf("writer %d: %+v", i, w)
 		}

@@ -44,12 +44,6 @@ var DefaultWakeLimits = []string{"50m", "250m", "1"}
 // a 100 ms period would be under the kernel's 1 ms minimum.
 const minWakeCPUMilli = 10
 
-// kindWake is the Workload.Kind of a wake start; scenarioWake the run's scenario.
-const (
-	kindWake     = "wake"
-	scenarioWake = "wake"
-)
-
 // wakeRequest is the request pending on the sandbox's standard input from its launch, as a
 // request waits for a sleeping sandbox to wake.
 const wakeRequest = "wake\n"
@@ -101,7 +95,7 @@ func Wake(ctx context.Context, cfg WakeConfig) (dir string, err error) {
 	if len(cfg.CPULimits) == 0 || cfg.Count < 1 {
 		return "", errors.New("a wake run needs at least one CPU limit and one start per limit")
 	}
-	host, err := newRunHost(cfg.RunOptions, scenarioWake)
+	host, err := newRunHost(cfg.RunOptions, rundir.ScenarioWake)
 	if err != nil {
 		return "", err
 	}
@@ -144,7 +138,7 @@ func (r *wakeRun) setup() error {
 		return err
 	}
 	r.unclaim = unclaim
-	meta := rundir.NewMeta(r.id, scenarioWake, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
+	meta := rundir.NewMeta(r.id, rundir.ScenarioWake, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
 	if r.writer, err = rundir.Create(r.dir, meta); err != nil {
 		return err
 	}
@@ -175,8 +169,8 @@ func (r *wakeRun) plan() {
 	for i := range r.cfg.Count {
 		for _, m := range r.cfg.CPULimits {
 			cpu := FormatCPU(m)
-			name := fmt.Sprintf("%s-%s-%d", kindWake, cpu, i)
-			r.workloads = append(r.workloads, rundir.Workload{Name: name, Kind: kindWake, Cgroup: RunCgroup(r.id) + "/" + name, CPU: cpu, CPURequest: cpu})
+			name := rundir.WakeName(cpu, i)
+			r.workloads = append(r.workloads, rundir.Workload{Name: name, Kind: rundir.KindWake, Cgroup: RunCgroup(r.id) + "/" + name, CPU: cpu, CPURequest: cpu})
 			r.limits[name] = m
 		}
 	}

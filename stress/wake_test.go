@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/nodectl/nodectl/rundir"
 )
 
 func TestParseCPULimits(t *testing.T) {
@@ -47,7 +49,7 @@ func TestWakePlanTakesTurns(t *testing.T) {
 	var names []string
 	for _, w := range r.workloads {
 		names = append(names, w.Name)
-		if w.Kind != kindWake || w.Cgroup != RunCgroup(r.id)+"/"+w.Name {
+		if w.Kind != rundir.KindWake || w.Cgroup != RunCgroup(r.id)+"/"+w.Name {
 			t.Errorf("start %+v: want kind wake in cgroup %s/%s", w, RunCgroup(r.id), w.Name)
 		}
 	}

@@ -49,7 +49,7 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 		return "", err
 	}
 	id := fmt.Sprintf("record-%s", time.Now().UTC().Format("20060102-150405"))
-	meta := rundir.NewMeta(id, "record", cfg.Procfs, layout.V1, cfg.Interval, cfg.Args)
+	meta := rundir.NewMeta(id, rundir.ScenarioRecord, cfg.Procfs, layout.V1, cfg.Interval, cfg.Args)
 	w, err := rundir.Create(cfg.Out, meta)
 	if err != nil {
 		return "", err
@@ -96,7 +96,7 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 		"system":  sample.NewSystem(cfg.Procfs, cfg.Sysfs, nil),
 	}
 	c := collect.New(sources, w, cfg.Interval, observe, cfg.Log.With("component", "collect"))
-	if err := w.Append(rundir.Record{Type: rundir.TypePhase, Time: start, Name: "record", Event: rundir.EventStart}); err != nil {
+	if err := w.Append(rundir.Record{Type: rundir.TypePhase, Time: start, Name: rundir.PhaseRecord, Event: rundir.EventStart}); err != nil {
 		return cfg.Out, err
 	}
 	if err := c.Snapshot(start); err != nil {
@@ -111,7 +111,7 @@ func Run(ctx context.Context, cfg Config) (string, error) {
 	if err := c.Snapshot(end); err != nil {
 		return cfg.Out, err
 	}
-	if err := w.Append(rundir.Record{Type: rundir.TypePhase, Time: end, Name: "record", Event: rundir.EventEnd}); err != nil {
+	if err := w.Append(rundir.Record{Type: rundir.TypePhase, Time: end, Name: rundir.PhaseRecord, Event: rundir.EventEnd}); err != nil {
 		return cfg.Out, err
 	}
 	return cfg.Out, w.Close()

@@ -12,19 +12,19 @@ import (
 // Label sets of the cgroup sampler's records. Each is shared by every record that carries it,
 // which saves an allocation per record at a thousand cgroups: never modify one.
 var (
-	labelsAnon     = map[string]string{rundir.LabelKind: "anon"}
-	labelsFile     = map[string]string{rundir.LabelKind: "file"}
-	labelsMax      = map[string]string{rundir.LabelKind: "max"}
-	labelsHigh     = map[string]string{rundir.LabelKind: "high"}
-	labelsSwapIn   = map[string]string{rundir.LabelOp: "in"}
-	labelsSwapOut  = map[string]string{rundir.LabelOp: "out"}
+	labelsAnon     = map[string]string{rundir.LabelKind: rundir.RefaultAnon}
+	labelsFile     = map[string]string{rundir.LabelKind: rundir.RefaultFile}
+	labelsMax      = map[string]string{rundir.LabelKind: rundir.LimitMax}
+	labelsHigh     = map[string]string{rundir.LabelKind: rundir.LimitHigh}
+	labelsSwapIn   = map[string]string{rundir.LabelOp: rundir.SwapIn}
+	labelsSwapOut  = map[string]string{rundir.LabelOp: rundir.SwapOut}
 	labelsPressure = map[string]map[string]map[string]string{} // resource -> kind -> labels
 )
 
 func init() {
 	for _, res := range pressureResources {
 		labelsPressure[res] = map[string]map[string]string{}
-		for _, kind := range []string{"some", "full"} {
+		for _, kind := range []string{rundir.PressureSome, rundir.PressureFull} {
 			labelsPressure[res][kind] = map[string]string{rundir.LabelResource: res, rundir.LabelKind: kind}
 		}
 	}
@@ -61,7 +61,7 @@ var (
 		{"total_workingset_refault_file", rundir.MetricMemoryRefaults, 1, labelsFile},
 	}
 	v1OOMControl = []statKey{
-		{"oom_kill", rundir.MetricMemoryOOMKills, 1, nil},
+		{"oom_kill", rundir.MetricMemoryOOMKills, 1, nil}, //rundir:other: the kernel's key
 	}
 	v2MemoryStat = []statKey{
 		{"pgmajfault", rundir.MetricMemoryMajorFaults, 1, nil},
@@ -71,9 +71,9 @@ var (
 		{"pswpout", rundir.MetricMemorySwapPages, 1, labelsSwapOut},
 	}
 	v2MemoryEvents = []statKey{
-		{"high", rundir.MetricMemoryLimitEvents, 1, labelsHigh},
-		{"max", rundir.MetricMemoryLimitEvents, 1, labelsMax},
-		{"oom_kill", rundir.MetricMemoryOOMKills, 1, nil},
+		{"high", rundir.MetricMemoryLimitEvents, 1, labelsHigh}, //rundir:other: the kernel's keys
+		{"max", rundir.MetricMemoryLimitEvents, 1, labelsMax},   //rundir:other
+		{"oom_kill", rundir.MetricMemoryOOMKills, 1, nil},       //rundir:other
 	}
 )
 

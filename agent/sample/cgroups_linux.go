@@ -104,18 +104,18 @@ func (s *Cgroups) Priority(f func(path string) bool) *Cgroups {
 func v1Files(l *cgroup.Layout) []cgFile {
 	var out []cgFile
 	mounted := func(c string) bool { _, ok := l.Mounts[c]; return ok }
-	if mounted("cpuacct") {
-		out = append(out, cgFile{"cpuacct", "cpuacct.usage", readValue(rundir.MetricCPUUsage, 1e-9, nil), false})
+	if mounted(cgroup.CPUAcct) {
+		out = append(out, cgFile{cgroup.CPUAcct, "cpuacct.usage", readValue(rundir.MetricCPUUsage, 1e-9, nil), false})
 	}
-	if mounted("cpu") {
-		out = append(out, cgFile{"cpu", "cpu.stat", readFlat(v1CPUStat), false})
+	if mounted(cgroup.CPU) {
+		out = append(out, cgFile{cgroup.CPU, "cpu.stat", readFlat(v1CPUStat), false})
 	}
-	if mounted("memory") {
+	if mounted(cgroup.Memory) {
 		out = append(out,
-			cgFile{"memory", "memory.usage_in_bytes", readValue(rundir.MetricMemoryUsage, 1, nil), false},
-			cgFile{"memory", "memory.stat", readFlat(v1MemoryStat), true},
-			cgFile{"memory", "memory.oom_control", readFlat(v1OOMControl), true},
-			cgFile{"memory", "memory.failcnt", readValue(rundir.MetricMemoryLimitEvents, 1, labelsMax), true},
+			cgFile{cgroup.Memory, "memory.usage_in_bytes", readValue(rundir.MetricMemoryUsage, 1, nil), false},
+			cgFile{cgroup.Memory, "memory.stat", readFlat(v1MemoryStat), true},
+			cgFile{cgroup.Memory, "memory.oom_control", readFlat(v1OOMControl), true},
+			cgFile{cgroup.Memory, "memory.failcnt", readValue(rundir.MetricMemoryLimitEvents, 1, labelsMax), true},
 		)
 	}
 	return out

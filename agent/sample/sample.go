@@ -13,7 +13,7 @@ import (
 )
 
 // pressureResources are the PSI files of a v2 cgroup (and of /proc/pressure).
-var pressureResources = []string{"cpu", "memory", "io"}
+var pressureResources = []string{rundir.ResourceCPU, rundir.ResourceMemory, rundir.ResourceIO}
 
 func sample(now time.Time, cg, metric string, v float64, labels map[string]string) rundir.Record {
 	return rundir.Record{Type: rundir.TypeSample, Time: now, Metric: metric, Cgroup: cg, Labels: labels, Value: &v}

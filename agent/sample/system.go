@@ -24,7 +24,7 @@ import (
 // compaction stalls and OOM kills.
 var (
 	vmstatPrefixes = []string{"pgscan_", "pgsteal_", "allocstall_", "workingset_refault_", "workingset_activate_", "workingset_restore_"}
-	vmstatNames    = []string{"pswpin", "pswpout", "pgmajfault", "pgpgin", "pgpgout", "oom_kill", "compact_stall", "compact_fail", "compact_success"}
+	vmstatNames    = []string{"pswpin", "pswpout", "pgmajfault", "pgpgin", "pgpgout", "oom_kill", "compact_stall", "compact_fail", "compact_success"} //rundir:other: the kernel's names
 )
 
 // System samples node-wide counters.
@@ -67,7 +67,7 @@ func (s *System) Sample(now time.Time) ([]rundir.Record, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading %s pressure: %w", res, err)
 		}
-		for kind, line := range map[string]*procfs.PSILine{"some": st.Some, "full": st.Full} {
+		for kind, line := range map[string]*procfs.PSILine{rundir.PressureSome: st.Some, rundir.PressureFull: st.Full} {
 			if line != nil {
 				out = append(out, sample(now, "", rundir.MetricSystemPressure, float64(line.Total)/1e6, map[string]string{
 					rundir.LabelResource: res, rundir.LabelKind: kind,
@@ -109,7 +109,7 @@ func (s *System) meminfo(out []rundir.Record, now time.Time) ([]rundir.Record, e
 }
 
 func (s *System) vmstat(out []rundir.Record, now time.Time) ([]rundir.Record, error) {
-	b, err := os.ReadFile(filepath.Join(s.procfs, "vmstat"))
+	b, err := os.ReadFile(filepath.Join(s.procfs, "vmstat")) //rundir:other: the file
 	if err != nil {
 		return nil, fmt.Errorf("reading vmstat: %w", err)
 	}
@@ -159,10 +159,10 @@ func (s *System) diskstats(out []rundir.Record, now time.Time) ([]rundir.Record,
 			return map[string]string{rundir.LabelDevice: dev, rundir.LabelOp: op}
 		}
 		out = append(out,
-			sample(now, "", rundir.MetricDiskIOs, float64(d.ReadIOs), op("read")),
-			sample(now, "", rundir.MetricDiskIOs, float64(d.WriteIOs), op("write")),
-			sample(now, "", rundir.MetricDiskBytes, float64(d.ReadSectors*procfs.SectorSize), op("read")),
-			sample(now, "", rundir.MetricDiskBytes, float64(d.WriteSectors*procfs.SectorSize), op("write")),
+			sample(now, "", rundir.MetricDiskIOs, float64(d.ReadIOs), op(rundir.OpRead)),
+			sample(now, "", rundir.MetricDiskIOs, float64(d.WriteIOs), op(rundir.OpWrite)),
+			sample(now, "", rundir.MetricDiskBytes, float64(d.ReadSectors*procfs.SectorSize), op(rundir.OpRead)),
+			sample(now, "", rundir.MetricDiskBytes, float64(d.WriteSectors*procfs.SectorSize), op(rundir.OpWrite)),
 			sample(now, "", rundir.MetricDiskIOTime, float64(d.IOsTotalTicks)/1e3, dl),
 			sample(now, "", rundir.MetricDiskWeightedIOTime, float64(d.WeightedIOTicks)/1e3, dl),
 		)

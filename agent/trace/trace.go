@@ -5,6 +5,7 @@ package trace
 import (
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/cgroup"
 	"log/slog"
 	"maps"
 	"slices"
@@ -24,11 +25,11 @@ import (
 
 // Program names, as in Config.Programs, Status and the program label of bpf_drops_total.
 const (
-	ProgramRunq  = "runq"
-	ProgramFsync = "fsync"
-	ProgramBlkio = "blkio"
+	ProgramRunq  = rundir.ProgramRunq
+	ProgramFsync = rundir.ProgramFsync
+	ProgramBlkio = rundir.ProgramBlkio
 	// ProgramReclaim traces reclaim and compaction stalls, kswapd and OOM kills.
-	ProgramReclaim = "reclaim"
+	ProgramReclaim = rundir.ProgramReclaim
 )
 
 // Programs lists every program in load order.
@@ -212,25 +213,25 @@ func load(program string, cfg Config, log *slog.Logger) (source, error) {
 		if err != nil {
 			return source{}, err
 		}
-		return newSource(program, "cpu", tr, runqSeries, func(st runq.Stats) float64 { return st.Fill }), nil
+		return newSource(program, cgroup.CPU, tr, runqSeries, func(st runq.Stats) float64 { return st.Fill }), nil
 	case ProgramFsync:
 		tr, err := fsync.New(fsync.Config{CgroupV1: cfg.CgroupV1, Sysfs: cfg.Sysfs}, log)
 		if err != nil {
 			return source{}, err
 		}
-		return newSource(program, "blkio", tr, fsyncSeries, func(st fsync.Stats) float64 { return st.Fill }), nil
+		return newSource(program, cgroup.Blkio, tr, fsyncSeries, func(st fsync.Stats) float64 { return st.Fill }), nil
 	case ProgramBlkio:
 		tr, err := blkio.New(blkio.Config{CgroupV1: cfg.CgroupV1, Sysfs: cfg.Sysfs}, log)
 		if err != nil {
 			return source{}, err
 		}
-		return newSource(program, "blkio", tr, blkioSeries, func(st blkio.Stats) float64 { return st.Fill }), nil
+		return newSource(program, cgroup.Blkio, tr, blkioSeries, func(st blkio.Stats) float64 { return st.Fill }), nil
 	case ProgramReclaim:
 		tr, err := reclaim.New(reclaim.Config{CgroupV1: cfg.CgroupV1}, log)
 		if err != nil {
 			return source{}, err
 		}
-		return newSource(program, "memory", tr, reclaimSeries, func(st reclaim.Stats) float64 { return st.Fill }), nil
+		return newSource(program, cgroup.Memory, tr, reclaimSeries, func(st reclaim.Stats) float64 { return st.Fill }), nil
 	}
 	return source{}, fmt.Errorf("unknown program %q", program)
 }

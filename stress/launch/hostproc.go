@@ -12,10 +12,10 @@ import (
 
 // Roles of the host processes that run a workload.
 const (
-	RoleSandbox = "sandbox" // gVisor's Sentry: the application kernel, in the host's eyes one process
-	RoleGofer   = "gofer"   // gVisor's file proxy: the host side of the sandbox's file I/O
-	RoleStub    = "stub"    // a ptrace/systrap stub: where the application's own threads run
-	RoleProcess = "process" // a plain process (the process runtime, or inside a runc container)
+	RoleSandbox = rundir.RoleSandbox
+	RoleGofer   = rundir.RoleGofer
+	RoleStub    = rundir.RoleStub
+	RoleProcess = rundir.RoleProcess
 )
 
 // classify names the role of each pid from its command line: runsc re-executes itself as

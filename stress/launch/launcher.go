@@ -19,9 +19,9 @@ type Runtime string
 
 // The runtimes --runtime accepts.
 const (
-	RuntimeProcess Runtime = "process"
-	RuntimeRunc    Runtime = "runc"
-	RuntimeRunsc   Runtime = "runsc"
+	RuntimeProcess Runtime = rundir.RuntimeProcess
+	RuntimeRunc    Runtime = rundir.RuntimeRunc
+	RuntimeRunsc   Runtime = rundir.RuntimeRunsc
 )
 
 // Runtimes lists the runtimes in the order help text shows them.

@@ -194,7 +194,7 @@ func WaitStart(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("waiting for the launcher: %s=%q is not a file descriptor number", StartFDEnv, fdStr)
 	}
-	f := os.NewFile(uintptr(fd), "start")
+	f := os.NewFile(uintptr(fd), "start") //rundir:other: a file's name
 	defer f.Close()
 	got := make(chan error, 1)
 	go func() {

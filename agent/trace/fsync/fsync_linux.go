@@ -5,6 +5,7 @@ package fsync
 import (
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/rundir"
 	"log/slog"
 
 	"github.com/cilium/ebpf/link"
@@ -15,9 +16,9 @@ import (
 )
 
 var syscallNames = map[fsyncFsyncSyscall]string{
-	fsyncFsyncSyscallSYSCALL_FSYNC:           "fsync",
-	fsyncFsyncSyscallSYSCALL_FDATASYNC:       "fdatasync",
-	fsyncFsyncSyscallSYSCALL_SYNC_FILE_RANGE: "sync_file_range",
+	fsyncFsyncSyscallSYSCALL_FSYNC:           rundir.SyscallFsync,
+	fsyncFsyncSyscallSYSCALL_FDATASYNC:       rundir.SyscallFdatasync,
+	fsyncFsyncSyscallSYSCALL_SYNC_FILE_RANGE: rundir.SyscallSyncFileRange,
 }
 
 // Drop reasons as reported in Stats.Drops.
@@ -48,7 +49,7 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	}
 	t := &Tracer{sysfs: cfg.Sysfs}
 	opts := loader.Options{CgroupV1: cfg.CgroupV1, PerCgroup: map[string]uint32{fsyncMapLatency: cfg.MaxEntries}}
-	if err := loader.Load("fsync", spec, opts, &t.objs, log); err != nil {
+	if err := loader.Load(rundir.ProgramFsync, spec, opts, &t.objs, log); err != nil {
 		return nil, err
 	}
 	// Exits first: a call that enters before its exit is attached would leave an entry behind.
@@ -124,7 +125,7 @@ func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
 
 // Close detaches and unloads everything. It is safe to call more than once.
 func (t *Tracer) Close() error {
-	err := loader.Close("fsync", t.links, &t.objs)
+	err := loader.Close(rundir.ProgramFsync, t.links, &t.objs)
 	t.links, t.objs = nil, fsyncObjects{}
 	return err
 }

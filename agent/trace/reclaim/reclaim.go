@@ -5,6 +5,7 @@
 package reclaim
 
 import (
+	"github.com/nodectl/nodectl/rundir"
 	"time"
 
 	"github.com/nodectl/nodectl/agent/hist"
@@ -12,9 +13,9 @@ import (
 
 // Stall kinds, as in Key.Kind.
 const (
-	KindDirect     = "direct"     // direct reclaim: the page allocator found too little free memory
-	KindMemcg      = "memcg"      // memcg reclaim: a charge hit the limit of the task's memcg or an ancestor
-	KindCompaction = "compaction" // direct compaction: no free block of the order asked for
+	KindDirect     = rundir.ReclaimDirect // direct reclaim: the page allocator found too little free memory
+	KindMemcg      = rundir.ReclaimMemcg  // memcg reclaim: a charge hit the limit of the task's memcg or an ancestor
+	KindCompaction = "compaction"         // direct compaction: no free block of the order asked for
 )
 
 // Defaults for Config's zero values.

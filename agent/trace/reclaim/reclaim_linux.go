@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/rundir"
 	"log/slog"
 	"os"
 	"time"
@@ -59,7 +60,7 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 		reclaimMapStalls: cfg.MaxStalls,
 		reclaimMapKills:  cfg.MaxCgroups,
 	}}
-	if err := loader.Load("reclaim", spec, opts, &t.objs, log); err != nil {
+	if err := loader.Load(rundir.ProgramReclaim, spec, opts, &t.objs, log); err != nil {
 		return nil, err
 	}
 	t.links, err = loader.Attach(
@@ -201,7 +202,7 @@ func (t *Tracer) Close() error {
 			errs = append(errs, fmt.Errorf("closing the OOM kill ring: %w", err))
 		}
 	}
-	errs = append(errs, loader.Close("reclaim", t.links, &t.objs))
+	errs = append(errs, loader.Close(rundir.ProgramReclaim, t.links, &t.objs))
 	t.ring, t.links, t.objs = nil, nil, reclaimObjects{}
 	return errors.Join(errs...)
 }

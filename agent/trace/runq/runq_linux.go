@@ -5,6 +5,7 @@ package runq
 import (
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/rundir"
 	"log/slog"
 
 	"github.com/cilium/ebpf/link"
@@ -44,7 +45,7 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 		runqMapLatency: cfg.MaxCgroups,
 		runqMapPairs:   cfg.MaxPairs,
 	}}
-	if err := loader.Load("runq", spec, opts, &t.objs, log); err != nil {
+	if err := loader.Load(rundir.ProgramRunq, spec, opts, &t.objs, log); err != nil {
 		return nil, err
 	}
 	t.links, err = loader.Attach(
@@ -125,7 +126,7 @@ func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
 
 // Close detaches and unloads everything. It is safe to call more than once.
 func (t *Tracer) Close() error {
-	err := loader.Close("runq", t.links, &t.objs)
+	err := loader.Close(rundir.ProgramRunq, t.links, &t.objs)
 	t.links, t.objs = nil, runqObjects{}
 	return err
 }
