@@ -5,7 +5,6 @@ package analyzer
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -51,6 +50,9 @@ type Report struct {
 	Limits []WakeLimit `json:"limits,omitempty"`
 	// Storm tabulates an fsync-storm run by writer and storm (absent for other scenarios).
 	Storm *Storm `json:"storm,omitempty"`
+	// Density tabulates a density sweep by step, with its collapse and ceiling (absent for
+	// other scenarios).
+	Density *DensityReport `json:"density,omitempty"`
 }
 
 // RunInfo identifies the analyzed run.
@@ -90,48 +92,6 @@ type Evidence struct {
 	// Histogram is the distribution behind a measure of many events (the reclaim stalls of
 	// memory-reclaim), in Phase; absent for other measures.
 	Histogram *hist.Log2 `json:"histogram,omitempty"`
-}
-
-// Analyze applies every rule to the run and summarises it.
-func Analyze(run *rundir.Run) (*Report, error) {
-	if run == nil {
-		return nil, errors.New("analyzing run: no run")
-	}
-	a := newAnalysis(run)
-	rep := &Report{
-		Run: RunInfo{ID: run.Meta.ID, Scenario: run.Meta.Scenario, Node: run.Meta.Node, Kernel: run.Meta.Kernel},
-		// Never null in JSON: an empty list says "nothing found".
-		Findings: []Finding{},
-		Summary:  a.summary(),
-		Notes:    notes(run),
-	}
-	rules := map[string][]func(rundir.Workload) *Finding{
-		rundir.KindVictim:    {a.cpuThrottling, a.cpuContention, a.diskContention},
-		rundir.KindHeartbeat: {a.systemDaemonStarvation},
-		rundir.KindDaemon:    {a.daemonStarvation},
-	}
-	for _, w := range run.Meta.Workloads {
-		for _, rule := range rules[w.Kind] {
-			if f := rule(w); f != nil {
-				rep.Findings = append(rep.Findings, *f)
-			}
-		}
-	}
-	rep.Findings = append(rep.Findings, a.memory()...)
-	rep.Findings = append(rep.Findings, a.swapThrashing()...)
-	if run.Meta.Scenario == rundir.ScenarioWake {
-		var found []Finding
-		var missing []string
-		rep.Limits, found, missing = a.wake()
-		rep.Findings = append(rep.Findings, found...)
-		rep.Notes = append(rep.Notes, missing...)
-	}
-	a.storm(rep)
-	if run.Meta.Scenario == rundir.ScenarioDensity {
-		rep.Findings = append(rep.Findings, a.density()...)
-	}
-	rep.Notes = append(rep.Notes, a.unexplained(rep.Findings)...)
-	return rep, nil
 }
 
 // analysis holds what every rule needs: the windows to compare and the cgroup names.

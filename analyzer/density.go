@@ -105,34 +105,13 @@ type DensityCeiling struct {
 	Explanation string  `json:"explanation"`
 }
 
-// DensityReport is what `nodectl stress density -o json` prints.
+// DensityReport tabulates a density sweep: its steps, the highest stable density, the
+// collapse and the ceiling.
 type DensityReport struct {
 	Steps     []DensityStep    `json:"steps"`
 	MaxStable int              `json:"max_stable"`
 	Collapse  *DensityCollapse `json:"collapse"`
 	Ceiling   *DensityCeiling  `json:"ceiling,omitempty"`
-	Findings  []Finding        `json:"findings"`
-}
-
-// Density tabulates a density run by step, with its collapse and ceiling; findings come from
-// the report Analyze made.
-func Density(run *rundir.Run, rep *Report) *DensityReport {
-	a := newAnalysis(run)
-	dr := a.densityTable()
-	dr.Findings = []Finding{}
-	if rep != nil {
-		dr.Findings = rep.Findings
-	}
-	return dr
-}
-
-// density is Analyze's hook: the memory-collapse finding of a density run.
-func (a *analysis) density() []Finding {
-	dr := a.densityTable()
-	if f := a.memoryCollapse(dr); f != nil {
-		return []Finding{*f}
-	}
-	return nil
 }
 
 // densityEvents reads the sweep's configuration, its collapse (nil when none) and each step's
@@ -440,20 +419,29 @@ func fmtCrossing(c *DensityCollapse) string {
 	return fmt.Sprintf("%s, over its bound %s", fmtSeconds(c.Value), fmtSeconds(c.Bound))
 }
 
-// RenderDensityJSON writes a density run's steps, collapse, ceiling and findings.
-func RenderDensityJSON(w io.Writer, dr *DensityReport) error {
+// RenderDensityJSON writes a density run's steps, collapse, ceiling and findings: what
+// `nodectl stress density -o json` prints.
+func RenderDensityJSON(w io.Writer, r *Report) error {
+	dr := r.Density
+	if dr == nil {
+		dr = &DensityReport{Steps: []DensityStep{}}
+	}
+	out := struct {
+		*DensityReport
+		Findings []Finding `json:"findings"`
+	}{dr, r.Findings}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(dr); err != nil {
+	if err := enc.Encode(out); err != nil {
 		return fmt.Errorf("rendering report: %w", err)
 	}
 	return nil
 }
 
-// RenderDensityText writes the sweep's table (density × readiness × memory signals), its
-// collapse and ceiling, then the findings and notes of the report.
-func RenderDensityText(w io.Writer, dr *DensityReport, rep *Report) error {
+// densityText writes the sweep's table (density × readiness × memory signals), its collapse
+// and ceiling, then the findings and notes of the report.
+func densityText(w io.Writer, dr *DensityReport, rep *Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "density\tready\treadiness p50\tp99\ttick late max\tPSI mem some\tfull\tworking set\tswap used\tswap in/s\tout/s\trefaults/s\treclaim stall\tOOM kills\tcpu\tsignals\t\n")
 	for _, s := range dr.Steps {
@@ -477,5 +465,5 @@ func RenderDensityText(w io.Writer, dr *DensityReport, rep *Report) error {
 	// The per-workload summary of every sandbox in every step would bury the table.
 	short := *rep
 	short.Summary = Summary{}
-	return RenderText(w, &short)
+	return reportText(w, &short)
 }

@@ -83,7 +83,7 @@ func TestDensityMemoryCollapseWithoutSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := finding(t, rep, IDMemoryCollapse)
-	dr := Density(run, rep)
+	dr := rep.Density
 	if dr.MaxStable != 4 || dr.Collapse == nil || dr.Collapse.Density != 6 || dr.Collapse.Signal != "psi-memory-full" {
 		t.Fatalf("max stable %d, collapse %+v; want 4 and psi-memory-full at 6", dr.MaxStable, dr.Collapse)
 	}
@@ -110,7 +110,7 @@ func TestDensityMemoryCollapseWithoutSwap(t *testing.T) {
 		t.Errorf("summary %q", f.Summary)
 	}
 	var buf bytes.Buffer
-	if err := RenderDensityJSON(&buf, dr); err != nil {
+	if err := RenderDensityJSON(&buf, rep); err != nil {
 		t.Fatal(err)
 	}
 	var doc map[string]json.RawMessage
@@ -123,7 +123,7 @@ func TestDensityMemoryCollapseWithoutSwap(t *testing.T) {
 		}
 	}
 	buf.Reset()
-	if err := RenderDensityText(&buf, dr, rep); err != nil || !strings.Contains(buf.String(), "collapse at 6 sandboxes") {
+	if err := RenderText(&buf, rep); err != nil || !strings.Contains(buf.String(), "collapse at 6 sandboxes") {
 		t.Errorf("text report (%v):\n%s", err, buf.String())
 	}
 }
@@ -148,8 +148,7 @@ func TestDensityCeiling(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			b := densityRun(gi, tc.swap, map[string]string{"density": "4", "signal": "oom-kill", "value": "1", "bound": "0"},
 				densityStepSpec{density: 2, readiness: []float64{0.1, 0.1}, workingSet: 0.5 * gi}, tc.step)
-			run := b.open(t)
-			dr := Density(run, nil)
+			dr := newAnalysis(b.open(t)).densityTable()
 			if dr.Ceiling == nil || dr.Ceiling.Resource != tc.want {
 				t.Fatalf("ceiling %+v, want %s", dr.Ceiling, tc.want)
 			}
@@ -174,12 +173,12 @@ func TestDensityNoCollapse(t *testing.T) {
 	if got := ids(rep); len(got) != 0 {
 		t.Errorf("findings %v, want none", got)
 	}
-	dr := Density(run, rep)
+	dr := rep.Density
 	if dr.Collapse != nil || dr.Ceiling != nil || dr.MaxStable != 4 {
 		t.Errorf("collapse %+v, ceiling %+v, max stable %d; want none, none, 4", dr.Collapse, dr.Ceiling, dr.MaxStable)
 	}
 	var buf bytes.Buffer
-	if err := RenderDensityJSON(&buf, dr); err != nil || !strings.Contains(buf.String(), `"collapse": null`) {
+	if err := RenderDensityJSON(&buf, rep); err != nil || !strings.Contains(buf.String(), `"collapse": null`) {
 		t.Errorf("JSON (%v) without a collapse must say \"collapse\": null:\n%s", err, buf.String())
 	}
 }

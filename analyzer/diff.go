@@ -144,7 +144,7 @@ func Diff(a, b *rundir.Run) (*DiffReport, error) {
 		Notes:           windowNotes(sa.Window, sb.Window),
 	}
 	if a.Meta.Scenario == rundir.ScenarioDensity && b.Meta.Scenario == rundir.ScenarioDensity {
-		d.Density = densityDiff(Density(a, nil), Density(b, nil))
+		d.Density = densityDiff(newAnalysis(a).densityTable(), newAnalysis(b).densityTable())
 	}
 	keys := slices.Clone(sa.keys)
 	for _, k := range sb.keys {

@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/nodectl/nodectl/agent/hist"
-	"github.com/nodectl/nodectl/rundir"
 )
 
 // RenderJSON writes the report as the findings JSON contract (ARCHITECTURE.md).
@@ -23,21 +22,21 @@ func RenderJSON(w io.Writer, r *Report) error {
 	return nil
 }
 
-// RenderRunText writes the report of run for a person in its scenario's own form: a density
-// sweep's step table, a storm's tables by writer and round, else RenderText's.
-func RenderRunText(w io.Writer, run *rundir.Run, r *Report) error {
-	switch run.Meta.Scenario {
-	case rundir.ScenarioDensity:
-		return RenderDensityText(w, Density(run, r), r)
-	case rundir.ScenarioFsyncStorm:
-		return RenderStormText(w, r)
+// RenderText writes the report for a person in its scenario's form: a density sweep's step
+// table or a storm's tables by writer and round, else the summary tables; then each finding
+// with its culprits and evidence, and the notes.
+func RenderText(w io.Writer, r *Report) error {
+	switch {
+	case r.Density != nil:
+		return densityText(w, r.Density, r)
+	case r.Storm != nil:
+		return stormText(w, r)
 	}
-	return RenderText(w, r)
+	return reportText(w, r)
 }
 
-// RenderText writes the report for a person: the run, its summary tables, then each finding
-// with its culprits and evidence.
-func RenderText(w io.Writer, r *Report) error {
+// reportText writes the run, its summary tables, the findings and the notes.
+func reportText(w io.Writer, r *Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
 

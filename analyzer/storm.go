@@ -113,9 +113,9 @@ func RenderStormJSON(w io.Writer, r *Report) error {
 	return nil
 }
 
-// RenderStormText writes the storm's tables and each round's explanation, then the findings and
-// notes as RenderText does.
-func RenderStormText(w io.Writer, r *Report) error {
+// stormText writes the storm's tables and each round's explanation, then the findings and
+// notes.
+func stormText(w io.Writer, r *Report) error {
 	if r.Storm != nil {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
@@ -152,15 +152,11 @@ func RenderStormText(w io.Writer, r *Report) error {
 	}
 	rest := *r
 	rest.Summary = Summary{} // the storm's tables say what the summary's would, per storm
-	return RenderText(w, &rest)
+	return reportText(w, &rest)
 }
 
-// storm fills in an fsync-storm run's tables, its finding and its notes; other runs are left
-// alone.
+// storm fills in an fsync-storm run's tables, its finding and its notes.
 func (a *analysis) storm(rep *Report) {
-	if a.run.Meta.Scenario != rundir.ScenarioFsyncStorm {
-		return
-	}
 	var writers []rundir.Workload
 	for _, w := range a.run.Meta.Workloads {
 		if w.Kind == rundir.KindStormWriter {

@@ -167,7 +167,7 @@ func TestRenderStorm(t *testing.T) {
 		t.Errorf("storm JSON keys %v (%v), want writers, rounds and findings", doc, err)
 	}
 	var txt bytes.Buffer
-	if err := RenderStormText(&txt, rep); err != nil {
+	if err := RenderText(&txt, rep); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"fsync-writer-1", "round-1:", "durable per storm", "scenario fsync-storm"} {

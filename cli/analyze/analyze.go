@@ -37,7 +37,7 @@ findings.json in the run directory. Runs need no privileges to analyze.`,
 			if output == "json" {
 				return analyzer.RenderJSON(cmd.OutOrStdout(), rep)
 			}
-			return analyzer.RenderRunText(cmd.OutOrStdout(), run, rep)
+			return analyzer.RenderText(cmd.OutOrStdout(), rep)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "report format: text or json")

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/analyzer"
-	"github.com/nodectl/nodectl/rundir"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/workload"
 )
@@ -71,15 +70,10 @@ signals, the collapse, and the ceiling: which resource bounded the density.`,
 			if err != nil {
 				return err
 			}
-			run, err := rundir.Open(dir)
-			if err != nil {
-				return err
-			}
-			dr := analyzer.Density(run, rep)
 			if rf.output == "json" {
-				return analyzer.RenderDensityJSON(cmd.OutOrStdout(), dr)
+				return analyzer.RenderDensityJSON(cmd.OutOrStdout(), rep)
 			}
-			return analyzer.RenderDensityText(cmd.OutOrStdout(), dr, rep)
+			return analyzer.RenderText(cmd.OutOrStdout(), rep)
 		},
 	}
 	f := cmd.Flags()

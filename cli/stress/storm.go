@@ -81,7 +81,7 @@ writers that held the device its culprits. SIZE uses Kubernetes notation (64Mi, 
 			if rf.output == "json" {
 				return analyzer.RenderStormJSON(cmd.OutOrStdout(), rep)
 			}
-			return analyzer.RenderStormText(cmd.OutOrStdout(), rep)
+			return analyzer.RenderText(cmd.OutOrStdout(), rep)
 		},
 	}
 	f := cmd.Flags()
