@@ -11,8 +11,14 @@ import (
 	"github.com/nodectl/nodectl/agent/hist"
 )
 
-// FormatVersion names the run directory format; readers refuse a major version they do not know.
-const FormatVersion = "nodectl-run/1"
+// FormatVersion names the run directory format; readers refuse a major version they do not
+// know. FormatVersionSegmented is a run whose records may continue past records.jsonl in
+// segments (CreateSegmented): a reader that knew only version 1 would miss them, so it must
+// refuse such a run.
+const (
+	FormatVersion          = "nodectl-run/1"
+	FormatVersionSegmented = "nodectl-run/2"
+)
 
 // Record types (the "type" field of each line of records.jsonl).
 const (

@@ -2,6 +2,7 @@ package rundir
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -171,7 +172,8 @@ func TestOpenChecksFormat(t *testing.T) {
 	}{
 		"current":       {format: FormatVersion},
 		"newer_minor":   {format: "nodectl-run/1.7"},
-		"newer_major":   {format: "nodectl-run/2", want: "major version 2"},
+		"segmented":     {format: FormatVersionSegmented},
+		"newer_major":   {format: "nodectl-run/3", want: "major version 3"},
 		"missing":       {format: "", want: "unknown run format"},
 		"other_format":  {format: "something/1", want: "unknown run format"},
 		"garbled_major": {format: "nodectl-run/x", want: "unknown run format"},
@@ -240,5 +242,81 @@ func TestUpdateMetaKeepsOldCopyOnFailure(t *testing.T) {
 	want := map[string]string{"runq": "attached", "fsync": "attached"}
 	if run.Meta.ID != "r" || !reflect.DeepEqual(run.Meta.Tracer, want) {
 		t.Errorf("meta = %+v, want id r and tracer %v", run.Meta, want)
+	}
+}
+
+// A segmented writer starts a new file once a segment is full; the reader streams them in
+// order, and Open sees one run.
+func TestSegmentedRunReadsBackInOrder(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	w, err := CreateSegmented(dir, Meta{ID: "r1", Scenario: ScenarioRecord, Start: t0}, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	for i := range n {
+		if err := w.Append(Record{Type: TypeSample, Time: at(float64(i)), Metric: MetricCPUUsage, Cgroup: "/a", Value: f64(float64(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segments, _ := filepath.Glob(filepath.Join(dir, "records*.jsonl"))
+	if len(segments) < 5 {
+		t.Fatalf("%d segment files for %d records of ~110 bytes at 300 bytes a segment: %v", len(segments), n, segments)
+	}
+	for _, seg := range segments {
+		if fi, err := os.Stat(seg); err != nil || fi.Size() > 300+200 {
+			t.Errorf("segment %s: %v bytes (%v), want about 300 at most", seg, fi.Size(), err)
+		}
+	}
+	rd, err := NewReader(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	if rd.Meta.Format != FormatVersionSegmented {
+		t.Errorf("format %q, want %q", rd.Meta.Format, FormatVersionSegmented)
+	}
+	for i := 0; ; i++ {
+		rec, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			if i != n {
+				t.Errorf("streamed %d records, want %d", i, n)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *rec.Value != float64(i) {
+			t.Fatalf("record %d has value %v: out of order", i, *rec.Value)
+		}
+	}
+	run, err := Open(dir)
+	if err != nil || len(run.Records) != n || run.Torn {
+		t.Fatalf("Open: %d records, torn %v, err %v; want %d", len(run.Records), run.Torn, err, n)
+	}
+}
+
+// Only the last line of the last segment can be torn: the writer syncs a segment before it
+// starts the next.
+func TestSegmentedTornOnlyAtTheVeryEnd(t *testing.T) {
+	segMeta := `{"format":"` + FormatVersionSegmented + `","id":"r"}`
+	withSegment := func(t *testing.T, first, second string) string {
+		dir := writeRun(t, segMeta, first)
+		if err := os.WriteFile(filepath.Join(dir, "records-000001.jsonl"), []byte(second), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	run, err := Open(withSegment(t, line1, line2+`{"type":"sam`))
+	if err != nil || !run.Torn || len(run.Records) != 2 {
+		t.Errorf("torn last segment: %d records, torn %v, err %v; want 2, torn", len(run.Records), run.Torn, err)
+	}
+	_, err = Open(withSegment(t, line1+`{"type":"sam`, line2))
+	if err == nil || !strings.Contains(err.Error(), "records.jsonl: line 2") {
+		t.Errorf("a torn earlier segment: got %v, want an error naming records.jsonl line 2", err)
 	}
 }
