@@ -1,0 +1,141 @@
+package layering
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/nodectl/nodectl/"
+
+// rules says, by package (the longest matching prefix of its path in the module), which of the
+// module's packages it may import; a prefix ending in "/" covers the packages below it.
+// docs/ARCHITECTURE.md explains each line.
+var rules = map[string][]string{
+	// The run format is the contract: it depends on nothing but the histogram it stores.
+	"rundir": {"agent/hist"},
+
+	// The node side, bottom up: shared plumbing, then the kernel's readers (tracers and
+	// samplers), then the session that assembles them and the collector it feeds.
+	"agent/hist":      {},
+	"agent/host":      {},
+	"agent/blockdev":  {},
+	"agent/swapfile":  {},
+	"agent/cgroup":    {"agent/host"},
+	"agent/daemons":   {"agent/cgroup", "agent/host"},
+	"agent/trace":     {"agent/trace", "agent/hist", "agent/blockdev", "agent/cgroup", "rundir"},
+	"agent/sample":    {"agent/cgroup", "agent/blockdev", "agent/host", "rundir"},
+	"agent/collect":   {"rundir"},
+	"agent/session":   {"agent/trace", "agent/sample", "agent/collect", "agent/cgroup", "agent/host", "rundir"},
+	"agent/recording": {"agent/session", "agent/cgroup", "agent/host", "rundir"},
+
+	// The analyzer reads runs offline: never the node.
+	"analyzer": {"agent/hist", "rundir"},
+
+	// The tuner changes the node through the agent's plumbing; it neither runs workloads nor
+	// analyzes.
+	"tuner": {"tuner", "agent/cgroup", "agent/daemons", "agent/host", "agent/swapfile"},
+	// Validation runs a stress scenario before and after a profile and compares the runs.
+	"tuner/validate": {"tuner", "stress", "analyzer", "agent/", "rundir"},
+
+	// Scenarios drive workloads and record them; they honour the tuner's state and change
+	// host settings through its backends, but leave explaining to the analyzer.
+	"stress": {"stress", "agent/", "rundir", "tuner"},
+
+	// Commands may use everything below them, but not each other, except through clix and
+	// the main package that assembles them.
+	"cli/":        {"agent/", "analyzer", "rundir", "stress", "tuner", "cli/internal/"},
+	"cli/nodectl": {"cli/", "agent/", "analyzer", "rundir", "stress", "tuner"},
+	"bench/":      {"agent/"},
+}
+
+// ruleFor is the rule of the longest prefix matching pkg.
+func ruleFor(pkg string) (string, []string, bool) {
+	best := ""
+	for prefix := range rules {
+		if covers(prefix, pkg) && len(prefix) > len(best) {
+			best = prefix
+		}
+	}
+	allowed, ok := rules[best]
+	return best, allowed, ok
+}
+
+// covers says whether prefix names pkg: the package itself or, with a trailing "/" or as a
+// path element, the packages below it.
+func covers(prefix, pkg string) bool {
+	if strings.HasSuffix(prefix, "/") {
+		return strings.HasPrefix(pkg, prefix)
+	}
+	return pkg == prefix || strings.HasPrefix(pkg, prefix+"/")
+}
+
+func TestImportsFollowTheHouseMap(t *testing.T) {
+	root := filepath.Join("..", "..")
+	fset := token.NewFileSet()
+	seen := map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() != ".." && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir // .git, .scratch
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		pkg := filepath.ToSlash(rel)
+		if strings.HasPrefix(pkg, "internal/layering") {
+			return nil
+		}
+		prefix, allowed, ok := ruleFor(pkg)
+		if !ok {
+			if !seen[pkg] {
+				t.Errorf("package %s has no import rule: add it here and to docs/ARCHITECTURE.md", pkg)
+				seen[pkg] = true
+			}
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			dep, ok := strings.CutPrefix(p, module)
+			if !ok || dep == pkg || covers(pkg, dep) {
+				continue // outside the module, or the package's own internals
+			}
+			if !slices.ContainsFunc(allowed, func(a string) bool { return covers(a, dep) }) {
+				t.Errorf("%s imports %s, which the rule for %s does not allow (allowed: %s)", path, dep, prefix, strings.Join(allowed, ", "))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The rules themselves: the prefixes match what they should.
+func TestRuleFor(t *testing.T) {
+	for pkg, want := range map[string]string{
+		"agent/trace/runq": "agent/trace",
+		"cli/stress":       "cli/",
+		"cli/nodectl":      "cli/nodectl",
+		"tuner/cpuset":     "tuner",
+		"tuner/validate":   "tuner/validate",
+		"stress/launch":    "stress",
+		"rundir":           "rundir",
+	} {
+		if got, _, _ := ruleFor(pkg); got != want {
+			t.Errorf("rule for %s is %q, want %q", pkg, got, want)
+		}
+	}
+}
