@@ -1,24 +1,18 @@
 package tune
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
-	"github.com/nodectl/nodectl/rundir"
-	"github.com/nodectl/nodectl/stress"
-	"github.com/nodectl/nodectl/tuner"
+	"github.com/nodectl/nodectl/tuner/validate"
 )
 
 // validateReserved are the stress flags validate sets itself.
@@ -60,19 +54,29 @@ kept in --out (before/ and after/). An interrupted validate rolls the profile ba
 			if err := needRoot("validate"); err != nil {
 				return err
 			}
-			if state, err := tuner.LoadState(l.engine.State); err != nil {
-				return err
-			} else if state != nil {
-				return fmt.Errorf("profile %q is applied on this node: validate needs the untuned node for its first run; roll it back first (nodectl tune rollback)", state.Profile)
-			}
 			if out == "" {
 				out = filepath.Join("/var/lib/nodectl/validate", time.Now().UTC().Format("20060102-150405"))
 			}
-			if err := os.MkdirAll(out, 0o755); err != nil {
-				return fmt.Errorf("--out %s: %w", out, err)
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("finding nodectl: %w", err)
 			}
-			v := &validation{cmd: cmd, l: l, args: stressArgs, out: out, keep: keep}
-			return v.run(cmd.Context(), o.output)
+			ctx, stop := clix.SignalContextHint(cmd.Context(), cmd.ErrOrStderr(), "run 'nodectl tune rollback' and 'nodectl stress clean' to remove what is left")
+			defer stop()
+			stderr := cmd.ErrOrStderr()
+			fmt.Fprintf(stderr, "validate: each run is: nodectl %s\n", strings.Join(stressArgs, " "))
+			res, err := validate.Run(ctx, validate.Config{Engine: l.engine, Profile: l.profile.Name,
+				Stress: validate.Command(exe, stressArgs, stderr), Out: out, Keep: keep,
+				Progress: func(format string, a ...any) { fmt.Fprintf(stderr, "validate: "+format+"\n", a...) }})
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if o.output == "json" {
+				return analyzer.RenderDiffJSON(w, res.Diff)
+			}
+			fmt.Fprintf(w, "Profile %s: run A is the untuned node (%s), run B the tuned one (%s).\n\n", l.profile.Name, res.Before, res.After)
+			return analyzer.RenderDiffText(w, res.Diff)
 		},
 	}
 	o.hostFlags(cmd.Flags())
@@ -99,98 +103,4 @@ func checkStressArgs(args []string) ([]string, error) {
 		}
 	}
 	return args, nil
-}
-
-type validation struct {
-	cmd  *cobra.Command
-	l    *loaded
-	args []string
-	out  string
-	keep bool
-}
-
-func (v *validation) progress(format string, a ...any) {
-	fmt.Fprintf(v.cmd.ErrOrStderr(), "validate: "+format+"\n", a...)
-}
-
-func (v *validation) run(ctx context.Context, output string) (err error) {
-	ctx, stop := clix.SignalContextHint(ctx, v.cmd.ErrOrStderr(), "run 'nodectl tune rollback' and 'nodectl stress clean' to remove what is left")
-	defer stop()
-	before, after := filepath.Join(v.out, "before"), filepath.Join(v.out, "after")
-
-	v.progress("1/4 untuned run: nodectl %s", strings.Join(v.args, " "))
-	if err := v.stress(ctx, before); err != nil {
-		return fmt.Errorf("untuned run: %w (the profile was not applied)", err)
-	}
-	v.progress("2/4 applying profile %s", v.l.profile.Name)
-	v.l.engine.Fresh = true // another tuner may have applied meanwhile: not ours to roll back
-	res, err := v.l.engine.Apply(context.WithoutCancel(ctx))
-	if err != nil {
-		return fmt.Errorf("applying profile %s: %w", v.l.profile.Name, err)
-	}
-	v.progress("    changed %d settings: %s", len(res.Changed), strings.Join(res.Changed, ", "))
-	defer func() {
-		if v.keep {
-			v.progress("4/4 keeping profile %s applied (--keep); nodectl tune rollback restores the node", v.l.profile.Name)
-			return
-		}
-		v.progress("4/4 rolling back profile %s", v.l.profile.Name)
-		if _, rerr := v.l.engine.Rollback(context.WithoutCancel(ctx)); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("rolling back: %w", rerr))
-		}
-	}()
-	if ctx.Err() != nil {
-		return fmt.Errorf("%w: %v", stress.ErrInterrupted, context.Cause(ctx))
-	}
-	v.progress("3/4 tuned run: nodectl %s", strings.Join(v.args, " "))
-	if err := v.stress(ctx, after); err != nil {
-		return fmt.Errorf("tuned run: %w", err)
-	}
-	var runs [2]*rundir.Run
-	for i, dir := range []string{before, after} {
-		if runs[i], err = rundir.Open(dir); err != nil {
-			return fmt.Errorf("reading run %s: %w", dir, err)
-		}
-	}
-	d, err := analyzer.Diff(runs[0], runs[1])
-	if err != nil {
-		return err
-	}
-	w := v.cmd.OutOrStdout()
-	if output == "json" {
-		return analyzer.RenderDiffJSON(w, d)
-	}
-	fmt.Fprintf(w, "Profile %s: run A is the untuned node (%s), run B the tuned one (%s).\n\n", v.l.profile.Name, before, after)
-	return analyzer.RenderDiffText(w, d)
-}
-
-// stress runs this nodectl's stress command writing its run to dir; its output goes to
-// stderr so that stdout carries only the diff.
-func (v *validation) stress(ctx context.Context, dir string) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("finding nodectl: %w", err)
-	}
-	args := append(slices.Clone(v.args), "--out", dir, "--tune-state", v.l.engine.State)
-	c := exec.Command(exe, args...)
-	c.Stdout, c.Stderr = v.cmd.ErrOrStderr(), v.cmd.ErrOrStderr()
-	// Its own process group: a Ctrl-C reaches it through us, once, as SIGINT, so it cleans
-	// up as an interrupted run does.
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := c.Start(); err != nil {
-		return fmt.Errorf("starting nodectl stress: %w", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- c.Wait() }()
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		_ = c.Process.Signal(syscall.SIGINT)
-		<-done
-		return fmt.Errorf("%w during the stress run: %v", stress.ErrInterrupted, context.Cause(ctx))
-	}
-	if err != nil {
-		return fmt.Errorf("nodectl %s: %w", strings.Join(v.args, " "), err)
-	}
-	return nil
 }
