@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
+	"github.com/nodectl/nodectl/agent/metricserver"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/cli/internal/clix"
@@ -57,18 +55,15 @@ applied.`,
 			m := watch.NewMetrics(reg)
 			ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
 			defer stop()
-			srvErr := make(chan error, 1)
+			var srvErr <-chan error // nil without a server: never ready
 			if listen != "" {
-				ln, err := net.Listen("tcp", listen)
+				srv, err := metricserver.Listen(listen, reg)
 				if err != nil {
-					return fmt.Errorf("--listen %s: %w", listen, err)
+					return fmt.Errorf("--listen: %w", err)
 				}
-				mux := http.NewServeMux()
-				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-				go func() { srvErr <- srv.Serve(ln) }()
 				defer srv.Close()
-				fmt.Fprintf(cmd.ErrOrStderr(), "tune watch: metrics on http://%s/metrics\n", ln.Addr())
+				srvErr = srv.Err()
+				fmt.Fprintf(cmd.ErrOrStderr(), "tune watch: metrics on %s\n", srv.URL())
 			}
 			werr := make(chan error, 1)
 			go func() {
@@ -81,7 +76,7 @@ applied.`,
 				}
 				return err
 			case err := <-srvErr:
-				return fmt.Errorf("serving metrics: %w", err)
+				return err
 			}
 		},
 	}
