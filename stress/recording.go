@@ -89,7 +89,7 @@ func (h *runHost) release() []error {
 		if err := h.layout.Remove(RunCgroup(h.id)); err != nil {
 			errs = append(errs, err)
 		}
-		if err := h.layout.Prune(CgroupParent); err != nil {
+		if err := h.layout.Prune(cgroup.Parent); err != nil {
 			errs = append(errs, err)
 		}
 	}

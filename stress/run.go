@@ -89,9 +89,6 @@ func DefaultPaths() Paths {
 	}
 }
 
-// CgroupParent is the cgroup every run lives under, in every hierarchy.
-const CgroupParent = "/nodectl"
-
 // NewRunID returns a sortable, unique run id for a scenario; runIDPattern must match it.
 func NewRunID(scenario string) string {
 	b := make([]byte, 3)
@@ -104,7 +101,7 @@ func NewRunID(scenario string) string {
 var runIDPattern = regexp.MustCompile(`^[a-z0-9-]+-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)
 
 // RunCgroup is the cgroup path of a run.
-func RunCgroup(id string) string { return CgroupParent + "/" + id }
+func RunCgroup(id string) string { return cgroup.Parent + "/" + id }
 
 // claim marks a run as live: its state directory holds the owner's pid, so `stress clean`
 // leaves it alone while the owner runs.
@@ -237,9 +234,9 @@ func Clean(ctx context.Context, p Paths, ids []string, all bool, log *slog.Logge
 		return rep, err
 	}
 	hasCgroup := map[string]bool{} // run id -> it has a cgroup, else only files
-	runs, err := layout.Children(CgroupParent)
+	runs, err := layout.Children(cgroup.Parent)
 	if err != nil {
-		return rep, fmt.Errorf("listing runs under %s: %w", CgroupParent, err)
+		return rep, fmt.Errorf("listing runs under %s: %w", cgroup.Parent, err)
 	}
 	for _, r := range runs {
 		if id := filepath.Base(r); runIDPattern.MatchString(id) {
@@ -312,7 +309,7 @@ func Clean(ctx context.Context, p Paths, ids []string, all bool, log *slog.Logge
 		log.Debug("cleaned run", "id", id)
 	}
 	// The parents themselves go when they are empty; a live run keeps them.
-	if err := layout.Prune(CgroupParent); err != nil {
+	if err := layout.Prune(cgroup.Parent); err != nil {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
 	pruneDirs(p)

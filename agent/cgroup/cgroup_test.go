@@ -110,12 +110,12 @@ func testLayout(t *testing.T) (*Layout, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parent := fmt.Sprintf("/nodectl/test-%d-%08x", os.Getpid(), rand.Uint32())
+	parent := fmt.Sprintf("%s/test-%d-%08x", Parent, os.Getpid(), rand.Uint32())
 	t.Cleanup(func() {
 		if err := l.Remove(parent); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
-		if err := l.Prune("/nodectl"); err != nil {
+		if err := l.Prune(Parent); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})

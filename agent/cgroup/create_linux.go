@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
@@ -78,11 +77,10 @@ func (l *Layout) createV1(path string, quota *int64, period, shares uint64, memo
 }
 
 func (l *Layout) createV2(path string, quota *int64, period, weight uint64, requested bool, memory int64, cpus string) error {
-	b, err := os.ReadFile(filepath.Join(l.Unified, "cgroup.controllers"))
+	avail, err := l.controllers()
 	if err != nil {
 		return err
 	}
-	avail := strings.Fields(string(b))
 	has := func(c string) bool { return slices.Contains(avail, c) }
 	res := &cgroup2.Resources{}
 	switch {

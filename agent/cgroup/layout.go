@@ -1,5 +1,6 @@
 // Package cgroup finds the host's cgroup hierarchies, creates, fills and removes the cgroups of
-// workloads, and maps kernfs ids (what BPF programs record) to cgroup paths.
+// workloads, and maps kernfs ids (what BPF programs record) to cgroup paths. Hierarchy works on
+// one controller's hierarchy alone: the tuner's CPU partition, the tracers' tests.
 //
 // A path is the cgroup's place below a hierarchy's root, e.g. /nodectl/<run>/victim; the same
 // path names the cgroup in every hierarchy. On cgroup v1 each controller has its own hierarchy
@@ -17,6 +18,10 @@ import (
 
 	"github.com/prometheus/procfs"
 )
+
+// Parent is the cgroup nodectl makes all of its own below, in every hierarchy: stress runs, the
+// tuner's system cgroup, the tests' cgroups.
+const Parent = "/nodectl"
 
 // Unified names the cgroup v2 hierarchy in Dir, ID and Resolver.Path. Any controller that is
 // not on a v1 hierarchy maps to it too.
@@ -111,8 +116,13 @@ func (l *Layout) ID(controller, path string) (uint64, error) {
 
 // Children lists the immediate child cgroups of path found in any hierarchy, sorted.
 func (l *Layout) Children(path string) ([]string, error) {
+	return children(l.roots(), path)
+}
+
+// children lists the immediate child cgroups of path below any of roots, sorted.
+func children(roots []string, path string) ([]string, error) {
 	seen := map[string]bool{}
-	for _, root := range l.roots() {
+	for _, root := range roots {
 		ents, err := os.ReadDir(filepath.Join(root, path))
 		if errors.Is(err, os.ErrNotExist) {
 			continue

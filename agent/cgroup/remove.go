@@ -202,13 +202,19 @@ func (l *Layout) Prune(path string) error {
 	}
 	var errs []error
 	for _, root := range l.roots() {
-		err := os.Remove(filepath.Join(root, path))
-		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.ENOTEMPTY) {
-			errs = append(errs, err)
-		}
+		errs = append(errs, prune(filepath.Join(root, path)))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("pruning cgroup %s: %w", path, err)
+	}
+	return nil
+}
+
+// prune removes dir unless it is missing, or busy with processes or cgroups below it.
+func prune(dir string) error {
+	err := os.Remove(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.ENOTEMPTY) {
+		return err
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
-// Package daemons finds a node's system daemons (kubelet, the container runtime, journald) in
-// procfs by their command name and maps each to the cgroup the tracer attributes its run-queue
-// waits to, so a run can follow them as workloads.
+// Package daemons finds a node's system daemons (kubelet, the container runtime, journald): the
+// host's processes running a named program. A stress run follows them as workloads by their
+// cgroups (Find); the tuner moves them onto reserved CPUs and tells whether one has started
+// since a change it reads only at start-up (Procs, Pending).
 package daemons
 
 import (
@@ -8,12 +9,17 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/nodectl/nodectl/agent/cgroup"
 )
 
 // Default are the daemons followed unless configured otherwise: the kubelet, the two CRI
@@ -21,9 +27,146 @@ import (
 // through. dockerd is left out: since dockershim's removal it is no longer in the kubelet's path.
 var Default = []string{"kubelet", "containerd", "crio", "systemd-journald"}
 
-// commLen is how much of a command name the kernel keeps (TASK_COMM_LEN less the NUL), so
-// systemd-journald's comm is "systemd-journal".
+// commLen is how much of a program's name the kernel keeps as its comm (TASK_COMM_LEN less the
+// NUL), so systemd-journald's comm is "systemd-journal".
 const commLen = 15
+
+// userHZ is the unit of a process's start time in /proc/<pid>/stat; Linux fixes it at 100.
+const userHZ = 100
+
+// Proc is a running daemon process.
+type Proc struct {
+	procfs.Proc
+	Name    string // the name it was found by
+	Started time.Time
+}
+
+// Procs returns the processes of the procfs at procfsDir that run one of names, by pid. A
+// process runs name when all of these hold:
+//   - its comm is name cut to 15 bytes, as the kernel keeps it;
+//   - its executable's or argv[0]'s base name is name itself, so systemd-journal-upload (comm
+//     systemd-journal too) is not systemd-journald, and a kubelet run through a symlink
+//     (/usr/bin/kubelet -> kubelet-v1.34) is the kubelet;
+//   - it runs in the PID namespace of that procfs's PID 1, so a nested node's kubelet or a
+//     container's journald is not the host's. PID 1's rather than the reader's own, so an agent
+//     in a pod of its own PID namespace that reads the host's procfs (--procfs /host/proc)
+//     still finds the host's.
+//
+// Processes that exit while being read are left out.
+func Procs(procfsDir string, names ...string) ([]Proc, error) {
+	pfs, err := procfs.NewFS(procfsDir)
+	if err != nil {
+		return nil, fmt.Errorf("finding daemons: opening procfs %s: %w", procfsDir, err)
+	}
+	procs, err := pfs.AllProcs()
+	if err != nil {
+		return nil, fmt.Errorf("finding daemons: listing processes: %w", err)
+	}
+	byComm := map[string][]string{}
+	for _, n := range names {
+		c := n[:min(len(n), commLen)]
+		if !slices.Contains(byComm[c], n) {
+			byComm[c] = append(byComm[c], n)
+		}
+	}
+	hostNS := pidNS(procfsDir, 1)
+	var boot time.Time
+	var out []Proc
+	for _, p := range procs {
+		comm, err := p.Comm()
+		if gone(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("finding daemons: reading comm of %d: %w", p.PID, err)
+		}
+		if len(byComm[comm]) == 0 {
+			continue
+		}
+		name, ok := program(p, byComm[comm])
+		if !ok {
+			continue
+		}
+		if ns := pidNS(procfsDir, p.PID); hostNS != "" && ns != "" && ns != hostNS {
+			continue
+		}
+		st, err := p.Stat()
+		if gone(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("finding daemons: %s (pid %d): %w", name, p.PID, err)
+		}
+		if boot.IsZero() {
+			if boot, err = bootTime(procfsDir); err != nil {
+				return nil, fmt.Errorf("finding daemons: %w", err)
+			}
+		}
+		started := boot.Add(time.Duration(st.Starttime) * (time.Second / userHZ))
+		out = append(out, Proc{Proc: p, Name: name, Started: started})
+	}
+	slices.SortFunc(out, func(a, b Proc) int { return a.PID - b.PID })
+	return out, nil
+}
+
+// program is which of names p's program is called: its executable's base name, or that of the
+// name it was run by (argv[0]).
+func program(p procfs.Proc, names []string) (string, bool) {
+	// A binary replaced since it started (a package upgrade) reads "<path> (deleted)".
+	if exe, err := p.Executable(); err == nil {
+		if n := filepath.Base(strings.TrimSuffix(exe, " (deleted)")); slices.Contains(names, n) {
+			return n, true
+		}
+	}
+	if args, err := p.CmdLine(); err == nil && len(args) > 0 {
+		if n := filepath.Base(args[0]); slices.Contains(names, n) {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+// pidNS is the PID namespace of the process pid, "" when it cannot be read (not root).
+func pidNS(procfsDir string, pid int) string {
+	ns, err := os.Readlink(filepath.Join(procfsDir, strconv.Itoa(pid), "ns", "pid"))
+	if err != nil {
+		return ""
+	}
+	return ns
+}
+
+// bootTime is when the procfs's kernel booted: now less its uptime. Both have a resolution of
+// 10ms, where the boot time of /proc/stat, which procfs.ProcStat.StartTime adds to a start
+// time, has a second: too coarse for a restart that follows a change by less than that.
+func bootTime(procfsDir string) (time.Time, error) {
+	t0 := time.Now()
+	b, err := os.ReadFile(filepath.Join(procfsDir, "uptime"))
+	// The middle of the read, wall clock only: it is compared with file times.
+	now := t0.Add(time.Since(t0) / 2).Round(0)
+	if err != nil {
+		return time.Time{}, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return time.Time{}, fmt.Errorf("reading %s/uptime: empty", procfsDir)
+	}
+	up, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reading %s/uptime: %w", procfsDir, err)
+	}
+	return now.Add(-time.Duration(up * float64(time.Second))), nil
+}
+
+// Pending reports whether no daemon among procs started after changed, the time of a change
+// it reads only when it starts: none runs, or those running are older than the change.
+func Pending(procs []Proc, changed time.Time) bool {
+	for _, p := range procs {
+		if p.Started.After(changed) {
+			return false
+		}
+	}
+	return true
+}
 
 // Daemon is a daemon's processes in one cgroup.
 type Daemon struct {
@@ -37,7 +180,7 @@ type Daemon struct {
 	PIDs   []int // ascending
 }
 
-// Parse reads a --daemons list: comma-separated command names; "" or "none" is no daemon.
+// Parse reads a --daemons list: comma-separated program names; "" or "none" is no daemon.
 func Parse(list string) ([]string, error) {
 	list = strings.TrimSpace(list)
 	if list == "" || list == "none" {
@@ -48,9 +191,9 @@ func Parse(list string) ([]string, error) {
 		n = strings.TrimSpace(n)
 		switch {
 		case n == "":
-			return nil, fmt.Errorf("--daemons %q: an empty name; want command names separated by commas, or none", list)
+			return nil, fmt.Errorf("--daemons %q: an empty name; want program names separated by commas, or none", list)
 		case strings.ContainsAny(n, "/+ \t"):
-			return nil, fmt.Errorf("--daemons %q: %q is not a command name (no '/', '+' or spaces)", list, n)
+			return nil, fmt.Errorf("--daemons %q: %q is not a program name (no '/', '+' or spaces)", list, n)
 		case slices.Contains(names, n):
 			return nil, fmt.Errorf("--daemons %q: %s is listed twice", list, n)
 		}
@@ -59,26 +202,14 @@ func Parse(list string) ([]string, error) {
 	return names, nil
 }
 
-// Find lists the processes under procfsDir whose comm is one of names (compared on the first 15
-// characters, as the kernel keeps them), one Daemon per cgroup, ordered as names then by lowest
-// pid. v1 says the cpu controller is on a v1 hierarchy (cgroup.Layout.V1). Processes in the
-// root cgroup are left out and their daemons named in inRoot: there every other task of the
-// root would be charged to them.
+// Find lists the processes under procfsDir that run one of names (as Procs matches them), one
+// Daemon per cgroup, ordered as names then by lowest pid. v1 says the cpu controller is on a
+// v1 hierarchy (cgroup.Layout.V1). Processes in the root cgroup are left out and their daemons
+// named in inRoot: there every other task of the root would be charged to them.
 func Find(procfsDir string, v1 bool, names []string) (found []Daemon, inRoot []string, err error) {
-	pfs, err := procfs.NewFS(procfsDir)
+	procs, err := Procs(procfsDir, names...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("finding daemons: opening procfs %s: %w", procfsDir, err)
-	}
-	procs, err := pfs.AllProcs()
-	if err != nil {
-		return nil, nil, fmt.Errorf("finding daemons: listing processes: %w", err)
-	}
-	byComm := map[string]string{} // comm -> configured name
-	for _, n := range names {
-		c := n[:min(len(n), commLen)]
-		if _, dup := byComm[c]; !dup {
-			byComm[c] = n
-		}
+		return nil, nil, err
 	}
 	type group struct {
 		names []string
@@ -86,31 +217,20 @@ func Find(procfsDir string, v1 bool, names []string) (found []Daemon, inRoot []s
 	}
 	groups := map[string]*group{} // by cgroup
 	for _, p := range procs {
-		comm, err := p.Comm()
-		if err != nil {
-			if gone(err) {
-				continue
-			}
-			return nil, nil, fmt.Errorf("finding daemons: reading comm of %d: %w", p.PID, err)
-		}
-		name, ok := byComm[comm]
-		if !ok {
-			continue
-		}
-		cg, err := cgroupOf(p, v1)
+		cg, err := cgroup.ProcPath(p.Proc, cgroup.CPU, v1)
 		if gone(err) {
 			continue
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("finding daemons: %s (pid %d): %w", name, p.PID, err)
+			return nil, nil, fmt.Errorf("finding daemons: %s: %w", p.Name, err)
 		}
 		g := groups[cg]
 		if g == nil {
 			g = &group{}
 			groups[cg] = g
 		}
-		if !slices.Contains(g.names, name) {
-			g.names = append(g.names, name)
+		if !slices.Contains(g.names, p.Name) {
+			g.names = append(g.names, p.Name)
 		}
 		g.pids = append(g.pids, p.PID)
 	}
@@ -137,24 +257,6 @@ func Find(procfsDir string, v1 bool, names []string) (found []Daemon, inRoot []s
 		seen[n]++
 	}
 	return found, inRoot, nil
-}
-
-// cgroupOf is p's cgroup in the hierarchy the run-queue tracer keys: the one carrying the cpu
-// controller on v1, the unified one (hierarchy 0) on v2.
-func cgroupOf(p procfs.Proc, v1 bool) (string, error) {
-	cgs, err := p.Cgroups()
-	if err != nil {
-		return "", err
-	}
-	for _, c := range cgs {
-		if v1 && slices.Contains(c.Controllers, "cpu") || !v1 && c.HierarchyID == 0 {
-			return c.Path, nil
-		}
-	}
-	if v1 {
-		return "", errors.New("no cpu controller in its /proc/<pid>/cgroup")
-	}
-	return "", errors.New("no unified hierarchy in its /proc/<pid>/cgroup")
 }
 
 // gone says a process exited while it was being read.

@@ -40,12 +40,12 @@ func testParent(tb testing.TB, kind string) (*cgroup.Layout, string) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	parent := fmt.Sprintf("/nodectl/%s-%d-%08x", kind, os.Getpid(), rand.Uint32())
+	parent := fmt.Sprintf("%s/%s-%d-%08x", cgroup.Parent, kind, os.Getpid(), rand.Uint32())
 	tb.Cleanup(func() {
 		if err := l.Remove(parent); err != nil {
 			tb.Errorf("cleanup: %v", err)
 		}
-		if err := l.Prune("/nodectl"); err != nil {
+		if err := l.Prune(cgroup.Parent); err != nil {
 			tb.Errorf("cleanup: %v", err)
 		}
 	})

@@ -96,7 +96,7 @@ func TestNoisyFollowsAContainerd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parent := fmt.Sprintf("/nodectl/test-daemons-%d", os.Getpid())
+	parent := fmt.Sprintf("%s/test-daemons-%d", cgroup.Parent, os.Getpid())
 	cg := parent + "/containerd"
 	// A limit the run must leave as it is: it never creates or limits a daemon's cgroup.
 	if err := layout.Create(cg, cgroup.Limits{CPUMilli: 1500}); err != nil {
@@ -106,7 +106,7 @@ func TestNoisyFollowsAContainerd(t *testing.T) {
 		if err := layout.Remove(parent); err != nil {
 			t.Error(err)
 		}
-		if err := layout.Prune("/nodectl"); err != nil {
+		if err := layout.Prune(cgroup.Parent); err != nil {
 			t.Error(err)
 		}
 	})

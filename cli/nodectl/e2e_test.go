@@ -375,9 +375,10 @@ func assertClean(t *testing.T, id string) {
 
 func leftovers(id string) []string {
 	var left []string
-	mounts, _ := filepath.Glob("/sys/fs/cgroup/*/nodectl/" + id)
+	run := cgroup.Parent + "/" + id
+	mounts, _ := filepath.Glob("/sys/fs/cgroup/*" + run)
 	left = append(left, mounts...)
-	if m, _ := filepath.Glob("/sys/fs/cgroup/nodectl/" + id); len(m) > 0 {
+	if m, _ := filepath.Glob("/sys/fs/cgroup" + run); len(m) > 0 {
 		left = append(left, m...)
 	}
 	for _, d := range []string{"/var/tmp/nodectl/" + id, "/run/nodectl/" + id} {
@@ -389,7 +390,7 @@ func leftovers(id string) []string {
 	for _, p := range procs {
 		cmdline, _ := os.ReadFile(p + "/cmdline")
 		cg, _ := os.ReadFile(p + "/cgroup")
-		if bytes.Contains(cmdline, []byte(id)) || bytes.Contains(cg, []byte("/nodectl/"+id)) {
+		if bytes.Contains(cmdline, []byte(id)) || bytes.Contains(cg, []byte(run)) {
 			left = append(left, p+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
 		}
 	}
@@ -402,7 +403,7 @@ func TestRecordRanksAUserCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg := fmt.Sprintf("/nodectl/test-record-%d", os.Getpid())
+	cg := fmt.Sprintf("%s/test-record-%d", cgroup.Parent, os.Getpid())
 	if err := layout.Create(cg, cgroup.Limits{}); err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +411,7 @@ func TestRecordRanksAUserCgroup(t *testing.T) {
 		if err := layout.Remove(cg); err != nil {
 			t.Error(err)
 		}
-		if err := layout.Prune("/nodectl"); err != nil {
+		if err := layout.Prune(cgroup.Parent); err != nil {
 			t.Error(err)
 		}
 	})

@@ -217,15 +217,15 @@ func TestPartitionConfinesADaemonNextToHogs(t *testing.T) {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	id := "partition-e2e-" + hex.EncodeToString(b)
-	base := cpuset.Parent + "/" + id
+	base := cgroup.Parent + "/" + id
 	pods := base + "/pods"
-	_, parentErr := os.Stat(filepath.Join(mount, cpuset.Parent))
+	_, parentErr := os.Stat(filepath.Join(mount, cgroup.Parent))
 	t.Cleanup(func() {
 		if err := layout.Remove(base); err != nil {
 			t.Error(err)
 		}
 		if parentErr != nil {
-			_ = layout.Prune(cpuset.Parent)
+			_ = layout.Prune(cgroup.Parent)
 		}
 	})
 	// The daemon's cgroup (its systemd unit's stand-in) and the pods' are siblings, as

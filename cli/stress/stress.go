@@ -131,7 +131,7 @@ limit, as a node's memory bounds its pods: neighbours that fill it make the vict
 	f.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long the victim runs next to the hogs")
 	f.DurationVar(&cfg.Heartbeat, "heartbeat", 0, "also run a heartbeat probe in a system cgroup, waking every PERIOD (--heartbeat alone: 1s) and recording how late it wakes, as a starved kubelet would")
 	f.Lookup("heartbeat").NoOptDefVal = "1s"
-	f.StringVar(&daemonList, "daemons", strings.Join(daemons.Default, ","), "system daemons to follow as workloads, by command name, comma-separated: each one's cgroup is sampled and traced in both phases; \"\" or none follows none")
+	f.StringVar(&daemonList, "daemons", strings.Join(daemons.Default, ","), "system daemons to follow as workloads, by program name, comma-separated: each one's cgroup is sampled and traced in both phases; \"\" or none follows none")
 	rf.register(f, "the victim and the hogs", "run queue with the preempting cgroup, fsync and block I/O per cgroup, reclaim and OOM kills", true)
 	return cmd
 }

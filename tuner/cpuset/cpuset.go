@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -21,8 +20,8 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/agent/daemons"
 	"github.com/nodectl/nodectl/tuner"
-	"github.com/nodectl/nodectl/tuner/daemon"
 )
 
 // Backend is the backend's name in state files, and ID the partition's setting id.
@@ -31,13 +30,9 @@ const (
 	ID      = Backend + ":partition"
 )
 
-// Parent is the cgroup below which nodectl makes everything (stress.CgroupParent), and
-// SystemCgroup the cpuset cgroup the partition moves daemons into when no system cgroup holds
-// them.
-const (
-	Parent       = "/nodectl"
-	SystemCgroup = Parent + "/system"
-)
+// SystemCgroup is the cpuset cgroup the partition moves daemons into when no system cgroup
+// holds them.
+const SystemCgroup = cgroup.Parent + "/system"
 
 // Partition is the partition's parameters, as recorded in the state file. Cgroup paths are
 // below the cpuset hierarchy's root, e.g. system.slice or /kubepods.
@@ -45,7 +40,7 @@ type Partition struct {
 	Reserved        string   `json:"reserved"`
 	SystemCgroups   []string `json:"system_cgroups,omitempty"`
 	WorkloadCgroups []string `json:"workload_cgroups,omitempty"`
-	Daemons         []string `json:"daemons,omitempty"` // program names, as tuner/daemon.Find matches them
+	Daemons         []string `json:"daemons,omitempty"` // program names, as daemons.Procs matches them
 }
 
 type partition struct {
@@ -54,7 +49,7 @@ type partition struct {
 	r, w cpuset.CPUSet
 	err  error // a reserved list that cannot be used on this node; Read and Apply return it
 	// detect finds the cpuset hierarchy; tests point it at a tree of plain files.
-	detect func() (hierarchy, error)
+	detect func() (cgroup.Hierarchy, error)
 }
 
 // NewPartition is the partition p on h: its reserved CPUs for the system, the node's other
@@ -142,68 +137,12 @@ func Live(st *tuner.State, sysfs string) (system, workloads string, ok bool, err
 	return "", "", false, nil
 }
 
-// hierarchy is where the cpuset controller is: a v1 cpuset mount or the v2 unified mount.
-type hierarchy struct {
-	root string
-	v2   bool
-}
-
-func (s *partition) detectHierarchy() (hierarchy, error) {
+func (s *partition) detectHierarchy() (cgroup.Hierarchy, error) {
 	l, err := cgroup.DetectProcfs(s.h.Cgroupfs, s.h.Procfs)
 	if err != nil {
-		return hierarchy{}, err
+		return cgroup.Hierarchy{}, err
 	}
-	if m, ok := l.Mounts["cpuset"]; ok {
-		return hierarchy{root: m}, nil
-	}
-	if l.Unified == "" {
-		return hierarchy{}, fmt.Errorf("no cpuset hierarchy below %s", s.h.Cgroupfs)
-	}
-	b, err := os.ReadFile(filepath.Join(l.Unified, "cgroup.controllers"))
-	if err != nil {
-		return hierarchy{}, err
-	}
-	if !slices.Contains(strings.Fields(string(b)), "cpuset") {
-		return hierarchy{}, fmt.Errorf("the cpuset controller is neither on a v1 hierarchy nor available in %s", l.Unified)
-	}
-	return hierarchy{root: l.Unified, v2: true}, nil
-}
-
-func (hy hierarchy) dir(p string) string { return filepath.Join(hy.root, p) }
-
-func (hy hierarchy) exists(p string) bool {
-	fi, err := os.Stat(hy.dir(p))
-	return err == nil && fi.IsDir()
-}
-
-// cpus is p's cpuset.cpus as written; "" when empty or, on v2, when the controller is off.
-func (hy hierarchy) cpus(p string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(hy.dir(p), "cpuset.cpus"))
-	if errors.Is(err, fs.ErrNotExist) && hy.v2 {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
-func (hy hierarchy) write(p, file, v string) error {
-	f := filepath.Join(hy.dir(p), file)
-	if err := os.WriteFile(f, []byte(v), 0o644); err != nil {
-		return fmt.Errorf("writing %q to %s: %w", v, f, err)
-	}
-	return nil
-}
-
-// cpusetEnabled reports whether p hands the cpuset controller to its children (v2). A tree of
-// plain files keeps the last "+cpuset" written, which counts too.
-func (hy hierarchy) cpusetEnabled(p string) (bool, error) {
-	b, err := os.ReadFile(filepath.Join(hy.dir(p), "cgroup.subtree_control"))
-	if err != nil {
-		return false, err
-	}
-	return slices.ContainsFunc(strings.Fields(string(b)), func(c string) bool { return strings.TrimPrefix(c, "+") == "cpuset" }), nil
+	return l.Hierarchy(cgroup.CPUSet)
 }
 
 // ancestors are the cgroups above p, the root first.
@@ -267,27 +206,16 @@ type plan struct {
 // tree plans one system or workload cgroup and its descendants: top gets target; a descendant
 // keeps what it has of target (all of it when nothing). It holds when every one's CPUs are
 // within target and, when exact (system), the top's are target.
-func (pl *plan) tree(hy hierarchy, role, top string, target cpuset.CPUSet, exact bool) error {
-	if !hy.exists(top) {
+func (pl *plan) tree(hy cgroup.Hierarchy, role, top string, target cpuset.CPUSet, exact bool) error {
+	if !hy.Exists(top) {
 		return nil
 	}
 	var failed []string
 	var failedCPUs string
 	effective := map[string]cpuset.CPUSet{}
 	// Pods come and go while the tree is read; one that went is no longer there to change.
-	err := filepath.WalkDir(hy.dir(top), func(d string, e fs.DirEntry, err error) error {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if !e.IsDir() {
-			return nil
-		}
-		rel, _ := filepath.Rel(hy.root, d)
-		p := clean(rel)
-		raw, err := hy.cpus(p)
+	err := hy.Walk(top, func(p string) error {
+		raw, err := hy.CPUs(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			return filepath.SkipDir
 		}
@@ -296,12 +224,12 @@ func (pl *plan) tree(hy hierarchy, role, top string, target cpuset.CPUSet, exact
 		}
 		set, err := cpuset.Parse(raw)
 		if err != nil {
-			return fmt.Errorf("reading %s: %w", filepath.Join(d, "cpuset.cpus"), err)
+			return fmt.Errorf("reading %s: %w", filepath.Join(hy.Dir(p), "cpuset.cpus"), err)
 		}
 		// On v2 an empty cpuset.cpus takes the parent's, and what a cgroup gets is always
 		// within its parent's.
 		eff := set
-		if hy.v2 {
+		if hy.V2 {
 			parent, ok := effective[filepath.Dir(p)]
 			if !ok {
 				if parent, err = inherited(hy, filepath.Dir(p)); err != nil {
@@ -327,7 +255,7 @@ func (pl *plan) tree(hy hierarchy, role, top string, target cpuset.CPUSet, exact
 		}
 		to := target
 		if p != top {
-			if hy.v2 && raw == "" {
+			if hy.V2 && raw == "" {
 				return nil // inherits the top's
 			}
 			if kept := set.Intersection(target); !kept.IsEmpty() {
@@ -336,16 +264,14 @@ func (pl *plan) tree(hy hierarchy, role, top string, target cpuset.CPUSet, exact
 		}
 		if !set.Equals(to) || raw == "" {
 			pl.Cgroups = append(pl.Cgroups, change{Path: p, From: raw, to: to.String()})
-			if hy.v2 {
-				if err := pl.enable(hy, p); err != nil {
-					return err
-				}
+			if err := pl.enable(hy, p); err != nil {
+				return err
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("reading the cpusets below %s: %w", hy.dir(top), err)
+		return fmt.Errorf("reading the cpusets below %s: %w", hy.Dir(top), err)
 	}
 	if len(failed) > 0 {
 		what := failed[0]
@@ -366,19 +292,19 @@ func orNone(cpus string) string {
 
 // inherited is what p gets on v2: its own cpus within its parent's, the root's being all
 // online CPUs (its cpuset.cpus.effective).
-func inherited(hy hierarchy, p string) (cpuset.CPUSet, error) {
+func inherited(hy cgroup.Hierarchy, p string) (cpuset.CPUSet, error) {
 	if p == "/" {
-		b, err := os.ReadFile(filepath.Join(hy.root, "cpuset.cpus.effective"))
+		all, err := hy.EffectiveCPUs(p)
 		if err != nil {
 			return cpuset.New(), err
 		}
-		return cpuset.Parse(strings.TrimSpace(string(b)))
+		return cpuset.Parse(all)
 	}
 	parent, err := inherited(hy, filepath.Dir(p))
 	if err != nil {
 		return parent, err
 	}
-	raw, err := hy.cpus(p)
+	raw, err := hy.CPUs(p)
 	if err != nil || raw == "" {
 		return parent, err
 	}
@@ -390,12 +316,12 @@ func inherited(hy hierarchy, p string) (cpuset.CPUSet, error) {
 }
 
 // enable notes the ancestors of p (v2) that must hand cpuset down for p to have cpuset.cpus.
-func (pl *plan) enable(hy hierarchy, p string) error {
+func (pl *plan) enable(hy cgroup.Hierarchy, p string) error {
 	for _, a := range ancestors(p) {
-		if slices.Contains(pl.Enabled, a) || !hy.exists(a) {
+		if slices.Contains(pl.Enabled, a) || !hy.Exists(a) {
 			continue
 		}
-		on, err := hy.cpusetEnabled(a)
+		on, err := hy.Enabled(a)
 		if err != nil {
 			return err
 		}
@@ -406,14 +332,14 @@ func (pl *plan) enable(hy hierarchy, p string) error {
 	return nil
 }
 
-func (s *partition) systemTrees(hy hierarchy) []string {
+func (s *partition) systemTrees(hy cgroup.Hierarchy) []string {
 	var out []string
 	for _, c := range s.p.SystemCgroups {
 		out = append(out, clean(c))
 	}
 	// Daemons moved earlier stay confined only while nodectl's own system cgroup is on the
 	// reserved CPUs too.
-	if hy.exists(SystemCgroup) && !slices.Contains(out, SystemCgroup) {
+	if hy.Exists(SystemCgroup) && !slices.Contains(out, SystemCgroup) {
 		out = append(out, SystemCgroup)
 	}
 	return out
@@ -422,9 +348,9 @@ func (s *partition) systemTrees(hy hierarchy) []string {
 func under(p, top string) bool { return p == top || strings.HasPrefix(p, top+"/") }
 
 // plan reads the node: the cgroups and daemons outside the partition and what Apply would do.
-func (s *partition) plan(hy hierarchy) (*plan, error) {
+func (s *partition) plan(hy cgroup.Hierarchy) (*plan, error) {
 	pl := &plan{}
-	pl.ParentExisted, pl.SystemExisted = hy.exists(Parent), hy.exists(SystemCgroup)
+	pl.ParentExisted, pl.SystemExisted = hy.Exists(cgroup.Parent), hy.Exists(SystemCgroup)
 	system := s.systemTrees(hy)
 	for _, c := range system {
 		if err := pl.tree(hy, "system", c, s.r, true); err != nil {
@@ -444,14 +370,14 @@ func (s *partition) plan(hy hierarchy) (*plan, error) {
 	for _, m := range outside {
 		pl.diffs = append(pl.diffs, fmt.Sprintf("%s[%d] outside", m.Comm, m.PID))
 		// A daemon in a system cgroup is confined when that cgroup is.
-		if !slices.ContainsFunc(system, func(top string) bool { return hy.exists(top) && under(m.Cgroup, top) }) {
+		if !slices.ContainsFunc(system, func(top string) bool { return hy.Exists(top) && under(m.Cgroup, top) }) {
 			pl.Moves = append(pl.Moves, m)
 		}
 	}
-	if len(pl.Moves) > 0 && hy.v2 {
-		for _, a := range []string{"/", Parent} {
-			if hy.exists(a) && !slices.Contains(pl.Enabled, a) {
-				if on, err := hy.cpusetEnabled(a); err != nil {
+	if len(pl.Moves) > 0 {
+		for _, a := range []string{"/", cgroup.Parent} {
+			if hy.Exists(a) && !slices.Contains(pl.Enabled, a) {
+				if on, err := hy.Enabled(a); err != nil {
 					return nil, err
 				} else if !on {
 					pl.Enabled = append(pl.Enabled, a)
@@ -464,19 +390,13 @@ func (s *partition) plan(hy hierarchy) (*plan, error) {
 }
 
 // daemons are the processes named in Daemons that may run outside the reserved CPUs, by pid.
-func (s *partition) daemons(hy hierarchy) ([]move, error) {
+func (s *partition) daemons(hy cgroup.Hierarchy) ([]move, error) {
 	if len(s.p.Daemons) == 0 {
 		return nil, nil
 	}
-	var procs []daemon.Proc
-	names := slices.Clone(s.p.Daemons)
-	slices.Sort(names)
-	for _, name := range slices.Compact(names) {
-		found, err := daemon.Find(s.h.Procfs, name)
-		if err != nil {
-			return nil, fmt.Errorf("finding %s: %w", name, err)
-		}
-		procs = append(procs, found...)
+	procs, err := daemons.Procs(s.h.Procfs, s.p.Daemons...)
+	if err != nil {
+		return nil, err
 	}
 	var out []move
 	for _, d := range procs {
@@ -501,7 +421,7 @@ func (s *partition) daemons(hy hierarchy) ([]move, error) {
 		if err != nil {
 			continue
 		}
-		cg, err := cpusetCgroup(p, hy.v2)
+		cg, err := cpusetCgroup(p, hy)
 		if err != nil {
 			continue
 		}
@@ -511,21 +431,12 @@ func (s *partition) daemons(hy hierarchy) ([]move, error) {
 }
 
 // cpusetCgroup is p's cgroup in the cpuset hierarchy.
-func cpusetCgroup(p procfs.Proc, v2 bool) (string, error) {
-	cgs, err := p.Cgroups()
-	if err != nil {
-		return "", err
-	}
-	for _, c := range cgs {
-		if (v2 && c.HierarchyID == 0) || (!v2 && slices.Contains(c.Controllers, "cpuset")) {
-			return c.Path, nil
-		}
-	}
-	return "", fmt.Errorf("pid %d has no cpuset cgroup", p.PID)
+func cpusetCgroup(p procfs.Proc, hy cgroup.Hierarchy) (string, error) {
+	return cgroup.ProcPath(p, hy.Controller, !hy.V2)
 }
 
-func (s *partition) errf(hy hierarchy, err error) error {
-	return fmt.Errorf("%s (%s): %w", ID, hy.root, err)
+func (s *partition) errf(hy cgroup.Hierarchy, err error) error {
+	return fmt.Errorf("%s (%s): %w", ID, hy.Root, err)
 }
 
 func (s *partition) Read(context.Context) (tuner.Value, error) {
@@ -554,15 +465,15 @@ func (s *partition) Read(context.Context) (tuner.Value, error) {
 // transition writes each cgroup's cpus so that no write breaks the v1 rule that a parent's
 // CPUs hold its children's: first every cgroup, parents first, gets the union of what it has
 // and what it will have, then, children first, what it will have.
-func transition(hy hierarchy, changes []change) error {
+func transition(hy cgroup.Hierarchy, changes []change) error {
 	sorted := slices.Clone(changes)
 	slices.SortStableFunc(sorted, func(a, b change) int { return depth(a.Path) - depth(b.Path) })
 	for _, c := range sorted {
 		// v2 has no such rule: a child's CPUs are cut to its parent's.
-		if hy.v2 || c.to == "" || !hy.exists(c.Path) {
+		if hy.V2 || c.to == "" || !hy.Exists(c.Path) {
 			continue
 		}
-		cur, err := hy.cpus(c.Path)
+		cur, err := hy.CPUs(c.Path)
 		if err != nil {
 			if ignoreGone(err) == nil {
 				continue
@@ -575,16 +486,16 @@ func transition(hy hierarchy, changes []change) error {
 			return fmt.Errorf("cpuset of %s: %w", c.Path, err)
 		}
 		if u := curSet.Union(toSet); !u.Equals(curSet) {
-			if err := hy.write(c.Path, "cpuset.cpus", u.String()); ignoreGone(err) != nil {
+			if err := hy.SetCPUs(c.Path, u.String()); ignoreGone(err) != nil {
 				return err
 			}
 		}
 	}
 	for _, c := range slices.Backward(sorted) {
-		if !hy.exists(c.Path) {
+		if !hy.Exists(c.Path) {
 			continue
 		}
-		if cur, err := hy.cpus(c.Path); err != nil {
+		if cur, err := hy.CPUs(c.Path); err != nil {
 			if ignoreGone(err) == nil {
 				continue
 			}
@@ -592,7 +503,7 @@ func transition(hy hierarchy, changes []change) error {
 		} else if cur == c.to {
 			continue
 		}
-		if err := hy.write(c.Path, "cpuset.cpus", c.to); ignoreGone(err) != nil {
+		if err := hy.SetCPUs(c.Path, c.to); ignoreGone(err) != nil {
 			return err
 		}
 	}
@@ -620,7 +531,7 @@ func (s *partition) Apply(context.Context) error {
 		return s.errf(hy, err)
 	}
 	for _, p := range pl.Enabled {
-		if err := hy.write(p, "cgroup.subtree_control", "+cpuset"); err != nil {
+		if err := hy.Enable(p); err != nil {
 			return s.errf(hy, err)
 		}
 	}
@@ -634,53 +545,31 @@ func (s *partition) Apply(context.Context) error {
 		return s.errf(hy, err)
 	}
 	for _, m := range pl.Moves {
-		if err := hy.write(SystemCgroup, "cgroup.procs", strconv.Itoa(m.PID)); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return s.errf(hy, fmt.Errorf("moving %s[%d] to the reserved CPUs: %w", m.Comm, m.PID, err))
+		if err := hy.AddProc(SystemCgroup, m.PID); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return s.errf(hy, fmt.Errorf("confining %s to the reserved CPUs: %w", m.Comm, err))
 		}
 	}
 	return nil
 }
 
-// makeSystem makes nodectl's system cgroup on the reserved CPUs, and its parent. A v1 cpuset
-// starts with no CPUs or memory nodes, so both get their parent's memory nodes and the parent
-// its CPUs; on v2 empty files take the parent's, and the parents hand the controller down.
-func (s *partition) makeSystem(hy hierarchy) error {
-	for _, p := range []string{Parent, SystemCgroup} {
-		if hy.exists(p) {
+// makeSystem makes nodectl's system cgroup on the reserved CPUs, and its parent; on v2 the
+// parents hand the controller down.
+func (s *partition) makeSystem(hy cgroup.Hierarchy) error {
+	for _, p := range []string{cgroup.Parent, SystemCgroup} {
+		if hy.Exists(p) {
 			continue
 		}
-		if hy.v2 {
-			if on, err := hy.cpusetEnabled(filepath.Dir(p)); err != nil {
-				return err
-			} else if !on {
-				if err := hy.write(filepath.Dir(p), "cgroup.subtree_control", "+cpuset"); err != nil {
-					return err
-				}
-			}
+		if err := hy.Enable(filepath.Dir(p)); err != nil {
+			return err
 		}
-		if err := os.Mkdir(hy.dir(p), 0o755); err != nil {
-			return fmt.Errorf("making cgroup %s: %w", p, err)
-		}
-		if hy.v2 {
-			continue
-		}
-		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-			if p == SystemCgroup && f == "cpuset.cpus" {
-				continue
-			}
-			b, err := os.ReadFile(filepath.Join(hy.dir(filepath.Dir(p)), f))
-			if err != nil {
-				return err
-			}
-			if err := hy.write(p, f, strings.TrimSpace(string(b))); err != nil {
-				return err
-			}
+		if err := hy.Create(p); err != nil {
+			return err
 		}
 	}
-	if cur, err := hy.cpus(SystemCgroup); err != nil {
+	if cur, err := hy.CPUs(SystemCgroup); err != nil {
 		return err
 	} else if cur != s.r.String() {
-		return hy.write(SystemCgroup, "cpuset.cpus", s.r.String())
+		return hy.SetCPUs(SystemCgroup, s.r.String())
 	}
 	return nil
 }
@@ -720,17 +609,17 @@ func (s *partition) Restore(_ context.Context, prev tuner.Value) error {
 			return s.errf(hy, err)
 		}
 	}
-	if !d.ParentExisted && hy.exists(Parent) {
+	if !d.ParentExisted {
 		// A stress run may live below it; then it stays until that run prunes it.
-		if err := os.Remove(hy.dir(Parent)); err != nil && !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.ENOTEMPTY) {
-			return s.errf(hy, fmt.Errorf("removing cgroup %s: %w", Parent, err))
+		if err := hy.Prune(cgroup.Parent); err != nil {
+			return s.errf(hy, err)
 		}
 	}
 	for _, p := range slices.Backward(d.Enabled) {
-		if !hy.exists(p) {
+		if !hy.Exists(p) {
 			continue
 		}
-		if err := hy.write(p, "cgroup.subtree_control", "-cpuset"); err != nil {
+		if err := hy.Disable(p); err != nil {
 			return s.errf(hy, err)
 		}
 	}
@@ -739,7 +628,7 @@ func (s *partition) Restore(_ context.Context, prev tuner.Value) error {
 
 // moveBack puts each moved daemon back into the cgroup it came from; one that exited, or whose
 // pid now names another process, is skipped.
-func (s *partition) moveBack(hy hierarchy, moves []move) error {
+func (s *partition) moveBack(hy cgroup.Hierarchy, moves []move) error {
 	if len(moves) == 0 {
 		return nil
 	}
@@ -756,11 +645,11 @@ func (s *partition) moveBack(hy hierarchy, moves []move) error {
 		if err != nil || st.Starttime != m.Start {
 			continue
 		}
-		if cg, err := cpusetCgroup(p, hy.v2); err == nil && cg == m.Cgroup {
+		if cg, err := cpusetCgroup(p, hy); err == nil && cg == m.Cgroup {
 			continue
 		}
-		if err := hy.write(m.Cgroup, "cgroup.procs", strconv.Itoa(m.PID)); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("moving %s[%d] back to %s: %w", m.Comm, m.PID, m.Cgroup, err)
+		if err := hy.AddProc(m.Cgroup, m.PID); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("moving %s back: %w", m.Comm, err)
 		}
 	}
 	return nil
@@ -772,11 +661,11 @@ func (s *partition) moveBack(hy hierarchy, moves []move) error {
 // ancestor was moved back to, where it would be had the daemon never moved (on v2 that is the
 // daemon's systemd unit, which accounts for it and stops it with the daemon); any other
 // process goes to the root cgroup, where a process starts.
-func (s *partition) removeSystem(hy hierarchy, moves []move) error {
-	if !hy.exists(SystemCgroup) {
+func (s *partition) removeSystem(hy cgroup.Hierarchy, moves []move) error {
+	if !hy.Exists(SystemCgroup) {
 		return nil
 	}
-	b, err := os.ReadFile(filepath.Join(hy.dir(SystemCgroup), "cgroup.procs"))
+	pids, err := hy.Procs(SystemCgroup)
 	if err != nil {
 		return err
 	}
@@ -784,21 +673,16 @@ func (s *partition) removeSystem(hy hierarchy, moves []move) error {
 	if err != nil {
 		return err
 	}
-	for _, pid := range strings.Fields(string(b)) {
+	for _, pid := range pids {
 		to := "/"
-		if n, err := strconv.Atoi(pid); err == nil {
-			if m, ok := recordedAncestor(pfs, n, moves); ok {
-				to = m.Cgroup
-			}
+		if m, ok := recordedAncestor(pfs, pid, moves); ok {
+			to = m.Cgroup
 		}
-		if err := hy.write(to, "cgroup.procs", pid); err != nil && !errors.Is(err, syscall.ESRCH) {
+		if err := hy.AddProc(to, pid); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return err
 		}
 	}
-	if err := os.Remove(hy.dir(SystemCgroup)); err != nil {
-		return fmt.Errorf("removing cgroup %s: %w", SystemCgroup, err)
-	}
-	return nil
+	return hy.Remove(SystemCgroup)
 }
 
 // recordedAncestor is the move of pid's nearest ancestor process that apply moved (the same
@@ -846,10 +730,10 @@ func (s *partition) Restored(_ context.Context, prev tuner.Value) (bool, string,
 	}
 	var why []string
 	for _, c := range d.Cgroups {
-		if !hy.exists(c.Path) {
+		if !hy.Exists(c.Path) {
 			continue
 		}
-		cur, err := hy.cpus(c.Path)
+		cur, err := hy.CPUs(c.Path)
 		if ignoreGone(err) != nil {
 			return false, "", s.errf(hy, err)
 		}
@@ -858,15 +742,15 @@ func (s *partition) Restored(_ context.Context, prev tuner.Value) (bool, string,
 		}
 	}
 	for _, p := range d.Enabled {
-		if !hy.exists(p) {
+		if !hy.Exists(p) {
 			continue
 		}
-		on, err := hy.cpusetEnabled(p)
+		on, err := hy.Enabled(p)
 		if ignoreGone(err) != nil {
 			return false, "", s.errf(hy, err)
 		}
 		if on {
-			why = append(why, fmt.Sprintf("%s still enables cpuset in cgroup.subtree_control", filepath.Join(hy.dir(p), "cgroup.subtree_control")))
+			why = append(why, fmt.Sprintf("%s still enables cpuset in cgroup.subtree_control", filepath.Join(hy.Dir(p), "cgroup.subtree_control")))
 		}
 	}
 	if len(d.Moves) > 0 {
@@ -883,17 +767,17 @@ func (s *partition) Restored(_ context.Context, prev tuner.Value) (bool, string,
 			if err != nil || st.Starttime != m.Start {
 				continue
 			}
-			if cg, err := cpusetCgroup(p, hy.v2); err == nil && cg != m.Cgroup {
+			if cg, err := cpusetCgroup(p, hy); err == nil && cg != m.Cgroup {
 				why = append(why, fmt.Sprintf("%s[%d] is in %s, recorded %s", m.Comm, m.PID, cg, m.Cgroup))
 			}
 		}
 	}
-	if hy.exists(SystemCgroup) != d.SystemExisted {
+	if hy.Exists(SystemCgroup) != d.SystemExisted {
 		why = append(why, existence(SystemCgroup, d.SystemExisted))
 	}
 	// A stress run living below /nodectl keeps it: Restore leaves it for the run to prune.
-	if hy.exists(Parent) != d.ParentExisted && (d.ParentExisted || !hasChildren(hy.dir(Parent))) {
-		why = append(why, existence(Parent, d.ParentExisted))
+	if hy.Exists(cgroup.Parent) != d.ParentExisted && (d.ParentExisted || !hasChildren(hy, cgroup.Parent)) {
+		why = append(why, existence(cgroup.Parent, d.ParentExisted))
 	}
 	if len(why) > 0 {
 		return false, strings.Join(why, "; "), nil
@@ -901,9 +785,9 @@ func (s *partition) Restored(_ context.Context, prev tuner.Value) (bool, string,
 	return true, "", nil
 }
 
-func hasChildren(dir string) bool {
-	below, err := os.ReadDir(dir)
-	return err == nil && slices.ContainsFunc(below, fs.DirEntry.IsDir)
+func hasChildren(hy cgroup.Hierarchy, p string) bool {
+	below, err := hy.Children(p)
+	return err == nil && len(below) > 0
 }
 
 func existence(p string, existed bool) string {

@@ -91,31 +91,32 @@ func newV1Node(t *testing.T) *v1Node {
 	if online != "0-1" {
 		t.Skipf("the test expects 2 CPUs (0-1), the machine has %s", online)
 	}
-	systemExisted, parentExisted := dirExists(filepath.Join(mount, SystemCgroup)), dirExists(filepath.Join(mount, Parent))
+	systemExisted, parentExisted := dirExists(filepath.Join(mount, SystemCgroup)), dirExists(filepath.Join(mount, cgroup.Parent))
 	if systemExisted {
 		t.Skipf("%s exists: a partition is applied on this machine", SystemCgroup)
 	}
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	id := "cpuset-test-" + hex.EncodeToString(b)
-	base := Parent + "/" + id
+	base := cgroup.Parent + "/" + id
 	t.Cleanup(func() {
 		if !dirExists(filepath.Join(mount, SystemCgroup)) {
 			return
 		}
 		// A failed restore leaves nodectl's system cgroup: empty it into the root and remove it.
-		procs, _ := os.ReadFile(filepath.Join(mount, SystemCgroup, "cgroup.procs"))
-		for _, pid := range strings.Fields(string(procs)) {
-			_ = os.WriteFile(filepath.Join(mount, "cgroup.procs"), []byte(pid), 0o644)
+		hy := cgroup.Hierarchy{Root: mount, Controller: cgroup.CPUSet}
+		pids, _ := hy.Procs(SystemCgroup)
+		for _, pid := range pids {
+			_ = hy.AddProc("/", pid)
 		}
-		_ = os.Remove(filepath.Join(mount, SystemCgroup))
+		_ = hy.Remove(SystemCgroup)
 	})
 	t.Cleanup(func() {
 		if err := layout.Remove(base); err != nil {
 			t.Error(err)
 		}
 		if !parentExisted {
-			_ = layout.Prune(Parent)
+			_ = layout.Prune(cgroup.Parent)
 		}
 	})
 	for _, cg := range []string{base + "/sys/svc", base + "/pods/pod"} {
@@ -250,11 +251,11 @@ func TestPartitionRestoreSkipsAnExitedDaemon(t *testing.T) {
 	if !ok || dirExists(filepath.Join(mount, SystemCgroup)) {
 		t.Skip("no v1 cpuset hierarchy, or a partition is applied here")
 	}
-	parentExisted := dirExists(filepath.Join(mount, Parent))
+	parentExisted := dirExists(filepath.Join(mount, cgroup.Parent))
 	t.Cleanup(func() {
 		_ = os.Remove(filepath.Join(mount, SystemCgroup))
 		if !parentExisted {
-			_ = layout.Prune(Parent)
+			_ = layout.Prune(cgroup.Parent)
 		}
 	})
 	b := make([]byte, 3)
@@ -309,11 +310,18 @@ func fakeV2(t *testing.T) (tuner.Host, string) {
 	return tuner.Host{Root: dir, Procfs: "/proc", Sysfs: filepath.Join(dir, "sys"), Cgroupfs: root}, root
 }
 
+// plainV2 detects the v2 tree of plain files at root as the cpuset hierarchy.
+func plainV2(root string) func() (cgroup.Hierarchy, error) {
+	return func() (cgroup.Hierarchy, error) {
+		return cgroup.Hierarchy{Root: root, Controller: cgroup.CPUSet, V2: true}, nil
+	}
+}
+
 func TestPartitionV2OnAPlainFileTree(t *testing.T) {
 	ctx := context.Background()
 	h, root := fakeV2(t)
 	s := NewPartition(h, Partition{Reserved: "0-1", SystemCgroups: []string{"system.slice"}, WorkloadCgroups: []string{"kubepods"}}).(*partition)
-	s.detect = func() (hierarchy, error) { return hierarchy{root: root, v2: true}, nil }
+	s.detect = plainV2(root)
 	if s.Desired() != "system 0-1, workloads 2-3" {
 		t.Fatalf("desired %q", s.Desired())
 	}
@@ -376,7 +384,7 @@ func TestPartitionRefusesBadParameters(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			s := NewPartition(h, tc.p).(*partition)
-			s.detect = func() (hierarchy, error) { return hierarchy{root: root, v2: true}, nil }
+			s.detect = plainV2(root)
 			if _, err := s.Read(context.Background()); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("read says %v, want %q", err, tc.want)
 			}

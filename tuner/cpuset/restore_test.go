@@ -233,7 +233,7 @@ func TestPartitionReapplyRecordsANewDaemon(t *testing.T) {
 func TestPartitionV2ReapplyAndRestoreCheck(t *testing.T) {
 	ctx := context.Background()
 	h, root := fakeV2(t)
-	fake := func() (hierarchy, error) { return hierarchy{root: root, v2: true}, nil }
+	fake := plainV2(root)
 	decode := func(spec json.RawMessage) (tuner.Setting, error) {
 		s, err := Decode(h, spec)
 		if err != nil {

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nodectl/nodectl/agent/daemons"
 	"github.com/nodectl/nodectl/tuner"
-	"github.com/nodectl/nodectl/tuner/daemon"
 )
 
 // Suspects names who may have moved the partition: the kubelet (its CPU manager writes the
@@ -21,7 +21,7 @@ func (s *partition) Suspects(_ context.Context, got tuner.Value) []string {
 	if s.h.Systemd() {
 		out = append(out, "systemd: AllowedCPUs= on a slice or unit (systemctl set-property, a unit drop-in) rewrites the cgroup's cpuset.cpus")
 	}
-	kubelets, err := daemon.Find(s.h.Procfs, "kubelet")
+	kubelets, err := daemons.Procs(s.h.Procfs, "kubelet")
 	if err != nil {
 		return out
 	}

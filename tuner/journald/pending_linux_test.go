@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodectl/nodectl/agent/daemons"
 	"github.com/nodectl/nodectl/tuner"
-	"github.com/nodectl/nodectl/tuner/daemon"
 )
 
 // fakeJournald starts a copy of sleep named systemd-journald (comm systemd-journal, as the
@@ -39,11 +39,11 @@ func fakeJournald(t *testing.T) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		ps, err := daemon.Find("/proc", Daemon)
+		ps, err := daemons.Procs("/proc", Daemon)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if slices.ContainsFunc(ps, func(p daemon.Proc) bool { return p.PID == cmd.Process.Pid }) {
+		if slices.ContainsFunc(ps, func(p daemons.Proc) bool { return p.PID == cmd.Process.Pid }) {
 			return
 		}
 		if time.Now().After(deadline) {

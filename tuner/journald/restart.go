@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodectl/nodectl/agent/daemons"
 	"github.com/nodectl/nodectl/tuner"
-	"github.com/nodectl/nodectl/tuner/daemon"
 )
 
 // Daemon is what both settings restart, as tuner.Restarter names it.
@@ -71,11 +71,11 @@ func settle(ctx context.Context, h tuner.Host, changed bool, pending func(contex
 // pendingSince reports whether no journald of h's started after changed: none runs, or the
 // one running is older. journald's comm is its name cut to 15 bytes, systemd-journal.
 func pendingSince(h tuner.Host, changed time.Time) (bool, error) {
-	procs, err := daemon.Find(h.Procfs, Daemon)
+	procs, err := daemons.Procs(h.Procfs, Daemon)
 	if err != nil {
 		return false, fmt.Errorf("finding journald in %s: %w", h.Procfs, err)
 	}
-	return daemon.Pending(procs, changed), nil
+	return daemons.Pending(procs, changed), nil
 }
 
 // note says that journald is not restarted when systemd does not run; what applies then is

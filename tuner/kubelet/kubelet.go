@@ -18,8 +18,8 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nodectl/nodectl/agent/daemons"
 	"github.com/nodectl/nodectl/tuner"
-	"github.com/nodectl/nodectl/tuner/daemon"
 	"github.com/nodectl/nodectl/tuner/nodefile"
 )
 
@@ -132,7 +132,7 @@ func (d *dropIn) Restore(_ context.Context, prev tuner.Value) error {
 }
 
 // kubelets are the node's running kubelets.
-func (d *dropIn) kubelets() ([]daemon.Proc, error) { return daemon.Find(d.h.Procfs, "kubelet") }
+func (d *dropIn) kubelets() ([]daemons.Proc, error) { return daemons.Procs(d.h.Procfs, "kubelet") }
 
 // Pending reports whether no kubelet has started since the drop-in was last written or, after
 // a rollback removed it, since it was removed (its directory's modification time, or that of
@@ -147,7 +147,7 @@ func (d *dropIn) Pending(context.Context) (bool, error) {
 	if err != nil {
 		return false, d.errf("finding the kubelet in %s: %v", d.h.Procfs, err)
 	}
-	return daemon.Pending(ks, changed), nil
+	return daemons.Pending(ks, changed), nil
 }
 
 // Note says whether the kubelet will read the drop-in (only with --config-dir naming its
@@ -162,7 +162,7 @@ func (d *dropIn) Note() string {
 	var notes []string
 	if len(ks) == 0 {
 		notes = append(notes, fmt.Sprintf("no kubelet runs; the drop-in applies when the kubelet starts with --config-dir=%s", dir))
-	} else if !slices.ContainsFunc(ks, func(k daemon.Proc) bool {
+	} else if !slices.ContainsFunc(ks, func(k daemons.Proc) bool {
 		args, err := k.CmdLine()
 		return err == nil && configDir(args) == dir
 	}) {
@@ -180,7 +180,7 @@ func (d *dropIn) Note() string {
 // reserved CPU is not in the checkpoint's shared pool (assigned to a container exclusively;
 // with the strict-cpu-reservation option, when one is in it at all), asking for the node to
 // be drained and the file removed. Said as a condition unless the kubelet's policy is known.
-func (d *dropIn) cpuManagerNote(ks []daemon.Proc) string {
+func (d *dropIn) cpuManagerNote(ks []daemons.Proc) string {
 	const advice = "before the kubelet restarts (after apply or rollback), drain the node and remove %s: " +
 		"the kubelet refuses to start when its checkpoint has a reserved CPU assigned to a container"
 	state := "/var/lib/kubelet/cpu_manager_state"

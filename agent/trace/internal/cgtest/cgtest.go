@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodectl/nodectl/agent/blockdev"
+	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/agent/trace/tracefs"
 )
@@ -58,52 +58,49 @@ type Group struct {
 	Dir  string // absolute directory
 	Path string // below the hierarchy's mount, e.g. /nodectl/test-ab12/a
 	ID   uint64 // kernfs id: the directory's inode number
+	h    cgroup.Hierarchy
 }
 
 // Make creates <mount>/nodectl/test-<random>/<name> for each name in controller's hierarchy
 // and removes them, killing their processes first, when the test ends.
 func Make(t testing.TB, controller string, names ...string) map[string]*Group {
 	t.Helper()
-	mount := Mount(controller)
+	h := cgroup.Hierarchy{Root: Mount(controller), Controller: controller, V2: !V1()}
 	suffix := make([]byte, 4)
 	if _, err := rand.Read(suffix); err != nil {
 		t.Fatalf("random suffix: %v", err)
 	}
-	parent := filepath.Join(mount, "nodectl", "test-"+hex.EncodeToString(suffix))
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		t.Fatalf("making cgroup %s: %v", parent, err)
-	}
-	if !V1() {
-		// Controllers must be enabled on the way down for the children's interface files.
-		for _, d := range []string{filepath.Dir(parent), parent} {
-			_ = os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte("+"+controller), 0)
+	parent := cgroup.Parent + "/test-" + hex.EncodeToString(suffix)
+	for _, p := range []string{cgroup.Parent, parent} {
+		if err := h.Create(p); err != nil {
+			t.Fatal(err)
 		}
+	}
+	// Controllers must be enabled on the way down for the children's interface files.
+	for _, p := range []string{cgroup.Parent, parent} {
+		_ = h.Enable(p)
 	}
 	groups := map[string]*Group{}
 	t.Cleanup(func() {
 		for _, g := range groups {
 			g.remove(t)
 		}
-		if err := os.Remove(parent); err != nil && !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("removing cgroup %s: %v", parent, err)
+		if err := h.Remove(parent); err != nil {
+			t.Error(err)
 		}
 		// The shared nodectl parent goes too unless another test or run still uses it.
-		_ = os.Remove(filepath.Dir(parent))
+		_ = h.Prune(cgroup.Parent)
 	})
 	for _, n := range names {
-		dir := filepath.Join(parent, n)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			t.Fatalf("making cgroup %s: %v", dir, err)
+		path := parent + "/" + n
+		if err := h.Create(path); err != nil {
+			t.Fatal(err)
 		}
-		fi, err := os.Stat(dir)
+		fi, err := os.Stat(h.Dir(path))
 		if err != nil {
-			t.Fatalf("stat %s: %v", dir, err)
+			t.Fatalf("stat %s: %v", h.Dir(path), err)
 		}
-		groups[n] = &Group{
-			Dir:  dir,
-			Path: strings.TrimPrefix(dir, mount),
-			ID:   fi.Sys().(*syscall.Stat_t).Ino,
-		}
+		groups[n] = &Group{Dir: h.Dir(path), Path: path, ID: fi.Sys().(*syscall.Stat_t).Ino, h: h}
 	}
 	return groups
 }
@@ -133,7 +130,9 @@ func (g *Group) Start(t testing.TB, cpu int, argv ...string) *exec.Cmd {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	g.Write(t, "cgroup.procs", strconv.Itoa(cmd.Process.Pid))
+	if err := g.h.AddProc(g.Path, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
 	if cpu >= 0 {
 		var set unix.CPUSet
 		set.Set(cpu)
@@ -167,20 +166,18 @@ func (g *Group) remove(t testing.TB) {
 	var err error
 	for range 50 {
 		g.kill()
-		if err = os.Remove(g.Dir); err == nil || errors.Is(err, os.ErrNotExist) {
+		if err = g.h.Remove(g.Path); err == nil {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Errorf("removing cgroup %s: %v", g.Dir, err)
+	t.Error(err)
 }
 
 func (g *Group) kill() {
-	b, _ := os.ReadFile(filepath.Join(g.Dir, "cgroup.procs"))
-	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+	pids, _ := g.h.Procs(g.Path)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 
