@@ -1,8 +1,6 @@
 package stress
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +11,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -24,9 +21,13 @@ import (
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agent/collect"
 	"github.com/nodectl/nodectl/agent/sample"
+	"github.com/nodectl/nodectl/agent/swapfile"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/launch"
 	"github.com/nodectl/nodectl/stress/workload"
+	"github.com/nodectl/nodectl/tuner"
+	"github.com/nodectl/nodectl/tuner/swap"
+	"github.com/nodectl/nodectl/tuner/sysctl"
 )
 
 // DensityConfig configures `nodectl stress density`.
@@ -103,14 +104,14 @@ func Density(ctx context.Context, cfg DensityConfig) (dir string, err error) {
 	}
 	dir = host.dir
 	r := &densityRun{runHost: host, cfg: cfg,
-		scratch: filepath.Join(cfg.Paths.Scratch, host.id), host: &hostUndo{paths: cfg.Paths, id: host.id},
+		scratch:  filepath.Join(cfg.Paths.Scratch, host.id),
 		progress: &progressWriter{w: cfg.Progress, tty: cfg.ProgressTTY}}
 	defer func() {
 		if cerr := r.cleanup(); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 	}()
-	if err := r.setup(); err != nil {
+	if err := r.setup(ctx); err != nil {
 		return dir, err
 	}
 	return dir, r.sweep(ctx)
@@ -122,7 +123,7 @@ func checkFits(cfg DensityConfig) error {
 	if cfg.NodeMemory > 0 {
 		return nil
 	}
-	avail, err := memAvailable(cfg.Paths.Procfs)
+	avail, err := sample.MemAvailable(cfg.Paths.Procfs)
 	if err != nil {
 		return err
 	}
@@ -134,26 +135,12 @@ func checkFits(cfg DensityConfig) error {
 	return nil
 }
 
-func memAvailable(procfs string) (int64, error) {
-	b, err := os.ReadFile(filepath.Join(procfs, "meminfo"))
-	if err != nil {
-		return 0, fmt.Errorf("reading meminfo: %w", err)
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, errors.New("reading meminfo: no MemAvailable")
-}
-
 type densityRun struct {
 	runHost
-	cfg     DensityConfig
-	scratch string
-	binary  string
-	host    *hostUndo
+	cfg      DensityConfig
+	scratch  string
+	binary   string
+	swapSize int64 // of the run's swap file or device, 0 without
 
 	progress *progressWriter
 	logs     []*os.File
@@ -167,7 +154,7 @@ type densityRun struct {
 	tickAt    time.Time // when it was recorded
 }
 
-func (r *densityRun) setup() error {
+func (r *densityRun) setup(ctx context.Context) error {
 	cfg := r.cfg
 	unclaim, err := claim(cfg.Paths, r.id)
 	if err != nil {
@@ -182,20 +169,8 @@ func (r *densityRun) setup() error {
 	if r.writer, err = rundir.Create(r.dir, meta); err != nil {
 		return err
 	}
-	if cfg.SwapFile != "" {
-		if err := r.host.enableSwap(cfg.SwapFile, cfg.SwapBytes); err != nil {
-			return err
-		}
-	}
-	if cfg.Swappiness >= 0 {
-		if err := r.host.setSysctl("vm/swappiness", strconv.Itoa(cfg.Swappiness)); err != nil {
-			return fmt.Errorf("--swappiness: %w", err)
-		}
-	}
-	if cfg.WatermarkScaleFactor >= 0 {
-		if err := r.host.setSysctl("vm/watermark_scale_factor", strconv.Itoa(cfg.WatermarkScaleFactor)); err != nil {
-			return fmt.Errorf("--watermark-scale-factor: %w", err)
-		}
+	if err := r.changeHost(ctx); err != nil {
+		return err
 	}
 	r.created = true
 	if err := r.layout.Create(RunCgroup(r.id), cgroup.Limits{MemoryBytes: cfg.NodeMemory}); err != nil {
@@ -282,19 +257,61 @@ func (r *densityRun) configEvent() rundir.Record {
 	cfg := r.cfg
 	return rundir.DensityConfig{Step: cfg.Step, Max: cfg.Max, CPUs: runtime.NumCPU(),
 		SandboxMemoryBytes: cfg.SandboxMemory, BinaryBytes: cfg.BinaryBytes, RequestBytes: cfg.RequestBytes,
-		LimitBytes: cfg.LimitBytes, NodeMemoryBytes: cfg.NodeMemory, SwapBytes: r.swapBytes(),
+		LimitBytes: cfg.LimitBytes, NodeMemoryBytes: cfg.NodeMemory, SwapBytes: r.swapSize,
 		Swappiness: cfg.Swappiness, WatermarkScaleFactor: cfg.WatermarkScaleFactor,
 		CriterionReadinessP99: cfg.Criteria.ReadinessP99.Seconds(), CriterionPSIFullShare: cfg.Criteria.PSIFull,
 		CriterionOOMKill: cfg.Criteria.OOMKill, CriterionTickGap: cfg.Criteria.TickGap.Seconds(),
 	}.Record(time.Now())
 }
 
-// swapBytes is the size of the run's swap file, 0 without one.
-func (r *densityRun) swapBytes() int64 {
-	if r.host.swap == nil {
-		return 0
+// changeHost turns the run's swap on and sets its sysctls through the tuner's engine, which
+// records each setting's earlier value in the run's state before it changes it.
+func (r *densityRun) changeHost(ctx context.Context) error {
+	cfg := r.cfg
+	h := hostOf(cfg.Paths)
+	var settings []tuner.Setting
+	if cfg.SwapFile != "" {
+		// At the kernel's default priority, below any swap the host has.
+		a := swap.Area{File: cfg.SwapFile, Size: cfg.SwapBytes, Priority: -1, Enabled: true}
+		if cfg.SwapBytes == 0 {
+			// The user's device: refused unless formatted, and put back off, so it must be off now.
+			if _, err := swapfile.OpenDevice(cfg.SwapFile); err != nil {
+				return fmt.Errorf("--swap: %w", err)
+			}
+			if _, on, err := swap.Find(h, cfg.SwapFile); err != nil {
+				return err
+			} else if on {
+				return fmt.Errorf("--swap %s: the device is already in use as swap; name one that is off, which the run turns on and off", cfg.SwapFile)
+			}
+			a = swap.Area{Device: cfg.SwapFile, Priority: -1, Enabled: true}
+		} else if _, err := os.Lstat(cfg.SwapFile); err == nil {
+			return fmt.Errorf("--swap %s: the file exists; name a new file, which the run creates and removes", cfg.SwapFile)
+		}
+		settings = append(settings, swap.New(h, a))
 	}
-	return r.host.swap.Size
+	for _, s := range []struct {
+		key string
+		v   int
+	}{{"vm.swappiness", cfg.Swappiness}, {"vm.watermark_scale_factor", cfg.WatermarkScaleFactor}} {
+		if s.v >= 0 {
+			settings = append(settings, sysctl.New(h, s.key, strconv.Itoa(s.v)))
+		}
+	}
+	if len(settings) == 0 {
+		return nil
+	}
+	if _, err := hostEngine(cfg.Paths, r.id, settings, cfg.Log.With("component", "host")).Apply(ctx); err != nil {
+		return err
+	}
+	if cfg.SwapFile != "" {
+		// The size the swap header gives: a file's is rounded down to pages.
+		f, err := swapfile.Open(cfg.SwapFile, true)
+		if err != nil {
+			return err
+		}
+		r.swapSize = f.Size
+	}
+	return nil
 }
 
 // writeBinary writes the sandboxes' shared binary and drops it from the page cache, so that the
@@ -337,24 +354,30 @@ func (r *densityRun) cgroupPaths() []string {
 // memory, swap), its OOM kills, and the run's swap file.
 func (r *densityRun) sampleNode(now time.Time) ([]rundir.Record, error) {
 	cg := RunCgroup(r.id)
-	mem, err := nodeMemory(r.layout, cg)
-	oom := r.oomKills()
 	var out []rundir.Record
-	for _, name := range slices.Sorted(maps.Keys(mem)) {
-		v := float64(mem[name])
-		out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricDensityMemory, Cgroup: cg, Workload: rundir.WorkloadNode,
-			Labels: map[string]string{rundir.LabelName: name}, Value: &v})
+	mem, err := sample.CgroupMemory(r.layout, cg)
+	if err == nil {
+		named := map[string]int64{rundir.NodeMemoryUsage: mem.Usage, rundir.NodeMemoryLimit: mem.Limit, rundir.NodeMemoryAnon: mem.Anon,
+			rundir.NodeMemoryFile: mem.File, rundir.NodeMemoryInactiveFile: mem.InactiveFile, rundir.NodeMemoryWorkingSet: mem.WorkingSet()}
+		if mem.Swap >= 0 {
+			named[rundir.NodeMemorySwap] = mem.Swap
+		}
+		for _, name := range slices.Sorted(maps.Keys(named)) {
+			v := float64(named[name])
+			out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricDensityMemory, Cgroup: cg, Workload: rundir.WorkloadNode,
+				Labels: map[string]string{rundir.LabelName: name}, Value: &v})
+		}
 	}
-	if oom >= 0 {
+	if oom := r.oomKills(); oom >= 0 {
 		v := float64(oom)
 		out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricDensityOOMKills, Cgroup: cg, Workload: rundir.WorkloadNode, Value: &v})
 	}
 	if r.cfg.SwapFile != "" {
-		used, serr := swapUsed(r.cfg.Paths.Procfs, r.cfg.SwapFile)
+		a, on, serr := swap.Find(hostOf(r.cfg.Paths), r.cfg.SwapFile)
 		if serr != nil {
 			err = errors.Join(err, serr)
-		} else if used >= 0 {
-			for name, b := range map[string]int64{rundir.SwapFileUsed: used, rundir.SwapFileSize: r.swapBytes()} {
+		} else if on {
+			for name, b := range map[string]int64{rundir.SwapFileUsed: a.Used, rundir.SwapFileSize: r.swapSize} {
 				v := float64(b)
 				out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricDensitySwap,
 					Labels: map[string]string{rundir.LabelName: name}, Value: &v})
@@ -364,119 +387,25 @@ func (r *densityRun) sampleNode(now time.Time) ([]rundir.Record, error) {
 	return out, err
 }
 
-// nodeMemory reads a cgroup's memory by name (usage, limit, anon, file, inactive_file, swap,
-// working_set), its sandboxes' included.
-func nodeMemory(l *cgroup.Layout, cg string) (map[string]int64, error) {
-	mem := map[string]int64{}
-	if l.V1 {
-		dir := l.Dir(cgroup.Memory, cg)
-		st, err := readKV(filepath.Join(dir, "memory.stat"))
-		if err != nil {
-			return nil, err
-		}
-		for name, key := range map[string]string{rundir.NodeMemoryAnon: "total_rss", rundir.NodeMemoryFile: "total_cache", rundir.NodeMemoryInactiveFile: "total_inactive_file", rundir.NodeMemorySwap: "total_swap"} {
-			if v, ok := st[key]; ok {
-				mem[name] = v
-			}
-		}
-		for name, file := range map[string]string{rundir.NodeMemoryUsage: "memory.usage_in_bytes", rundir.NodeMemoryLimit: "memory.limit_in_bytes"} {
-			if v, err := readInt(filepath.Join(dir, file)); err == nil {
-				mem[name] = v
-			}
-		}
-	} else {
-		dir := l.Dir(cgroup.Unified, cg)
-		st, err := readKV(filepath.Join(dir, "memory.stat"))
-		if err != nil {
-			return nil, err
-		}
-		for _, k := range []string{rundir.NodeMemoryAnon, rundir.NodeMemoryFile, rundir.NodeMemoryInactiveFile} { // v2's keys are the names
-			if v, ok := st[k]; ok {
-				mem[k] = v
-			}
-		}
-		for name, file := range map[string]string{rundir.NodeMemoryUsage: "memory.current", rundir.NodeMemoryLimit: "memory.max", rundir.NodeMemorySwap: "memory.swap.current"} {
-			if v, err := readInt(filepath.Join(dir, file)); err == nil {
-				mem[name] = v
-			}
-		}
-	}
-	if u, ok := mem[rundir.NodeMemoryUsage]; ok {
-		mem[rundir.NodeMemoryWorkingSet] = max(0, u-mem[rundir.NodeMemoryInactiveFile])
-	}
-	return mem, nil
-}
-
-// readKV reads a "key value" per line cgroup file.
-func readKV(path string) (map[string]int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]int64{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
-			out[k] = n
-		}
-	}
-	return out, sc.Err()
-}
-
-// readInt reads a one-number cgroup file; "max" (v2) reads as -1.
-func readInt(path string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	s := strings.TrimSpace(string(b))
-	if s == "max" { //rundir:other: the kernel's "no limit"
-		return -1, nil
-	}
-	return strconv.ParseInt(s, 10, 64)
-}
-
 // memoryFullTotal is the run cgroup's memory PSI full total, in seconds; ok is false where the
 // host has no per-cgroup pressure.
 func (r *densityRun) memoryFullTotal() (float64, bool) {
-	if r.layout.Unified == "" {
-		return 0, false
-	}
-	b, err := os.ReadFile(filepath.Join(r.layout.Dir(cgroup.Unified, RunCgroup(r.id)), "memory.pressure"))
-	if err != nil {
-		return 0, false
-	}
-	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "full "); ok {
-			for f := range strings.FieldsSeq(rest) {
-				if v, ok := strings.CutPrefix(f, "total="); ok {
-					us, err := strconv.ParseUint(v, 10, 64)
-					return float64(us) / 1e6, err == nil
-				}
-			}
-		}
-	}
-	return 0, false
+	p, err := sample.CgroupPressure(r.layout, RunCgroup(r.id), rundir.ResourceMemory)
+	return p.Full.Seconds(), err == nil
 }
 
 // oomKills counts the OOM kills in the node's cgroup and below, -1 when the kernel does not say.
 // v2 memory.events counts a cgroup's descendants; v1 memory.oom_control counts only the
 // cgroup's own tasks, so there every sandbox's is added.
 func (r *densityRun) oomKills() int64 {
-	file, key, paths := "memory.events", "oom_kill", []string{RunCgroup(r.id)} //rundir:other: the kernel's key
-	ctrl := cgroup.Unified
+	paths := []string{RunCgroup(r.id)}
 	if r.layout.V1 {
-		file, ctrl, paths = "memory.oom_control", cgroup.Memory, r.cgroupPaths()
+		paths = r.cgroupPaths()
 	}
 	n := int64(-1)
 	for _, p := range paths {
-		kv, err := readKV(filepath.Join(r.layout.Dir(ctrl, p), file))
-		if v, ok := kv[key]; err == nil && ok {
-			n = max(n, 0) + v
+		if k, err := sample.OOMKills(r.layout, p); err == nil {
+			n = max(n, 0) + k
 		}
 	}
 	return n
@@ -792,7 +721,10 @@ func (r *densityRun) cleanup() error {
 		f.Close()
 	}
 	// After the cgroups: swapoff must bring back only what is still alive, which is nothing.
-	errs = append(errs, r.host.undo()...)
+	if _, err := rollbackHost(r.cfg.Paths, r.id, r.cfg.Log); err != nil {
+		errs = append(errs, err)
+		r.unclaim = nil // the run's state keeps what is left to restore, for stress clean
+	}
 	if err := os.RemoveAll(r.scratch); err != nil {
 		errs = append(errs, fmt.Errorf("removing scratch %s: %w", r.scratch, err))
 	}

@@ -277,13 +277,14 @@ func Clean(ctx context.Context, p Paths, ids []string, all bool, log *slog.Logge
 				rep.Removed = append(rep.Removed, "cgroup "+RunCgroup(id))
 			}
 		}
-		// A swap file and sysctls a density run changed are put back once its cgroups are gone.
-		if what, errs := undoNotedHostChanges(p, id); len(errs) > 0 {
-			for _, e := range errs {
-				rep.Errors = append(rep.Errors, e.Error())
-			}
+		// A swap area and sysctls a density run changed are put back once its cgroups are gone;
+		// what could not be stays recorded in the run's state, for another clean.
+		dirs := []string{filepath.Join(p.Scratch, id), filepath.Join(p.State, id)}
+		if what, err := rollbackHost(p, id, log); err != nil {
+			rep.Errors = append(rep.Errors, err.Error())
+			dirs = dirs[:1]
 		} else if what != "" {
-			rep.Removed = append(rep.Removed, "host changes (restored "+what+")")
+			rep.Removed = append(rep.Removed, "host settings (restored "+what+")")
 		}
 		// A tracefs the killed run mounted goes too, unless a live run may be using it.
 		if b, err := os.ReadFile(filepath.Join(p.State, id, tracefsFile)); err == nil && !anyRunAlive(p) {
@@ -297,7 +298,7 @@ func Clean(ctx context.Context, p Paths, ids []string, all bool, log *slog.Logge
 			}
 		}
 		removeTargets(p, id, &rep)
-		for _, dir := range []string{filepath.Join(p.Scratch, id), filepath.Join(p.State, id)} {
+		for _, dir := range dirs {
 			if _, err := os.Stat(dir); err == nil {
 				if err := os.RemoveAll(dir); err != nil {
 					rep.Errors = append(rep.Errors, err.Error())

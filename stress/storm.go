@@ -1,11 +1,9 @@
 package stress
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -406,30 +404,21 @@ func (r *stormRun) showProgress(n int, metric string, done int, elapsed time.Dur
 	r.progress.update(line)
 }
 
-// dirtyNames maps the /proc/vmstat lines the storm reads to their metrics.
-var dirtyNames = map[string]string{
-	"nr_dirty":                      rundir.MetricDirty,
-	"nr_writeback":                  rundir.MetricWriteback,
-	"nr_dirty_threshold":            rundir.MetricDirtyThreshold,
-	"nr_dirty_background_threshold": rundir.MetricDirtyBackThreshold,
-}
-
 // sampleDirty records the node's dirty and writeback memory every stormDirtyInterval until the
 // returned stop is called (more than once is fine).
 func (r *stormRun) sampleDirty() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		page := float64(os.Getpagesize())
 		tick := time.NewTicker(stormDirtyInterval)
 		defer tick.Stop()
 		for {
-			recs, err := readDirty(filepath.Join(r.cfg.Paths.Procfs, "vmstat"), page)
+			d, err := sample.ReadDirty(r.cfg.Paths.Procfs)
 			if err != nil {
 				r.cfg.Log.Warn("reading dirty memory; the storm's writeback goes unrecorded", "err", err)
 				return
 			}
-			if err := r.writer.Append(recs...); err != nil {
+			if err := r.writer.Append(dirtyRecords(time.Now(), d)...); err != nil {
 				r.cfg.Log.Warn("recording dirty memory", "err", err)
 			}
 			select {
@@ -442,36 +431,20 @@ func (r *stormRun) sampleDirty() (stop func()) {
 	return func() { cancel(); wg.Wait() }
 }
 
-// readDirty reads the dirtyNames lines of a vmstat file as samples in bytes.
-func readDirty(path string, page float64) ([]rundir.Record, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	now := time.Now()
+// dirtyRecords are d's node-wide samples.
+func dirtyRecords(now time.Time, d sample.Dirty) []rundir.Record {
 	var out []rundir.Record
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		name, v, ok := strings.Cut(sc.Text(), " ")
-		metric, want := dirtyNames[name]
-		if !ok || !want {
-			continue
-		}
-		n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil {
-			return nil, fmt.Errorf("parsing %s in %s: %w", name, path, err)
-		}
-		n *= page
-		out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: metric, Value: &n})
+	for _, m := range []struct {
+		metric string
+		v      int64
+	}{
+		{rundir.MetricDirty, d.Dirty}, {rundir.MetricWriteback, d.Writeback},
+		{rundir.MetricDirtyThreshold, d.Threshold}, {rundir.MetricDirtyBackThreshold, d.BackgroundThreshold},
+	} {
+		v := float64(m.v)
+		out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: m.metric, Value: &v})
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s has none of %s", path, strings.Join(slices.Sorted(maps.Keys(dirtyNames)), ", "))
-	}
-	return out, nil
+	return out
 }
 
 // cleanup ends the writers (the end of their input, then SIGTERM), stops the recording, and

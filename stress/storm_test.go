@@ -1,47 +1,39 @@
 package stress
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+	"time"
 
+	"github.com/nodectl/nodectl/agent/sample"
 	"github.com/nodectl/nodectl/rundir"
 )
 
-func TestReadDirtyInBytes(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "vmstat")
+// The storm records the node's dirty memory, read from vmstat, in bytes.
+func TestDirtyRecordsInBytes(t *testing.T) {
+	procfs := t.TempDir()
 	vmstat := "nr_free_pages 100\nnr_dirty 25\nnr_writeback 3\nnr_dirty_threshold 1000\nnr_dirty_background_threshold 500\npgpgout 7\n"
-	if err := os.WriteFile(path, []byte(vmstat), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(procfs, "vmstat"), []byte(vmstat), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := readDirty(path, 4096)
+	d, err := sample.ReadDirty(procfs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]float64{}
-	for _, r := range recs {
+	for _, r := range dirtyRecords(time.Now(), d) {
 		if r.Cgroup != "" || r.Type != rundir.TypeSample {
 			t.Errorf("record %+v: want a node-wide sample", r)
 		}
 		got[r.Metric] = *r.Value
 	}
-	want := map[string]float64{rundir.MetricDirty: 25 * 4096, rundir.MetricWriteback: 3 * 4096,
-		rundir.MetricDirtyThreshold: 1000 * 4096, rundir.MetricDirtyBackThreshold: 500 * 4096}
-	if len(got) != len(want) {
+	page := float64(os.Getpagesize())
+	want := map[string]float64{rundir.MetricDirty: 25 * page, rundir.MetricWriteback: 3 * page,
+		rundir.MetricDirtyThreshold: 1000 * page, rundir.MetricDirtyBackThreshold: 500 * page}
+	if !maps.Equal(got, want) {
 		t.Errorf("got %v, want %v", got, want)
-	}
-	for m, v := range want {
-		if got[m] != v {
-			t.Errorf("%s = %v, want %v", m, got[m], v)
-		}
-	}
-
-	if err := os.WriteFile(path, []byte("pgpgout 7\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := readDirty(path, 4096); err == nil || !strings.Contains(err.Error(), "has none of nr_dirty") {
-		t.Errorf("a vmstat without dirty lines: err %v", err)
 	}
 }
 

@@ -39,6 +39,17 @@ type Engine struct {
 	// Fresh makes Apply refuse a node where a profile is applied already, checked under the
 	// lock: validate must not take over (and later roll back) another tuner's apply.
 	Fresh bool
+	// RollbackCommand is what a person runs to roll back State, which errors name when a
+	// rollback is left to do; "" is nodectl tune rollback. An engine on another state file (a
+	// stress run's) must name its own, or the advice would roll back the node's tuning.
+	RollbackCommand string
+}
+
+func (e *Engine) rollbackCommand() string {
+	if e.RollbackCommand != "" {
+		return e.RollbackCommand
+	}
+	return "nodectl tune rollback"
 }
 
 func (e *Engine) fault(step Step, id string) error {
@@ -162,10 +173,10 @@ func (e *Engine) Apply(ctx context.Context) (*ApplyResult, error) {
 		return nil, fmt.Errorf("%w: %q since %s, and this apply must start from an untuned node", ErrOtherProfile, old.Profile, old.Finished.Format(time.RFC3339))
 	}
 	if old != nil && !old.Complete() {
-		return nil, fmt.Errorf("%w (state %s, started %s): run nodectl tune rollback", ErrUnfinished, e.State, old.Started.Format(time.RFC3339))
+		return nil, fmt.Errorf("%w (state %s, started %s): run %s", ErrUnfinished, e.State, old.Started.Format(time.RFC3339), e.rollbackCommand())
 	}
 	if old != nil && old.Digest != digest {
-		return nil, fmt.Errorf("%w: %q since %s; run nodectl tune rollback first", ErrOtherProfile, old.Profile, old.Finished.Format(time.RFC3339))
+		return nil, fmt.Errorf("%w: %q since %s; run %s first", ErrOtherProfile, old.Profile, old.Finished.Format(time.RFC3339), e.rollbackCommand())
 	}
 
 	// Read everything before changing anything.
@@ -293,7 +304,7 @@ func (e *Engine) undo(ctx context.Context, idx []int, before []Value, old *State
 	}
 	if len(errs) > 0 {
 		// The state file keeps recording what was changed, so rollback can finish the job.
-		return fmt.Errorf("%w; the state file %s still records them: run nodectl tune rollback", errors.Join(errs...), e.State)
+		return fmt.Errorf("%w; the state file %s still records them: run %s", errors.Join(errs...), e.State, e.rollbackCommand())
 	}
 	if old != nil {
 		return old.save(e.State)
@@ -397,7 +408,7 @@ func (e *Engine) Rollback(ctx context.Context) (*RollbackResult, error) {
 	if err := st.save(e.State); err != nil {
 		errs = append(errs, err)
 	}
-	return res, fmt.Errorf("%w; the state file %s keeps the settings not restored: run nodectl tune rollback again", errors.Join(errs...), e.State)
+	return res, fmt.Errorf("%w; the state file %s keeps the settings not restored: run %s again", errors.Join(errs...), e.State, e.rollbackCommand())
 }
 
 // Recorded rebuilds the settings a state file records, for verify and status without the

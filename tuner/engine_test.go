@@ -243,8 +243,13 @@ func TestRollbackFailureKeepsWhatIsLeft(t *testing.T) {
 		}
 		return nil
 	}
-	if _, err := e.Rollback(ctx); err == nil {
-		t.Fatal("rollback succeeded despite the fault")
+	if _, err := e.Rollback(ctx); err == nil || !strings.HasSuffix(err.Error(), "run nodectl tune rollback again") {
+		t.Fatalf("rollback despite the fault: %v; want an error naming tune rollback", err)
+	}
+	// An engine on another state file names the command that rolls that one back.
+	e.RollbackCommand = "nodectl stress clean density-1"
+	if _, err := e.Rollback(ctx); err == nil || !strings.HasSuffix(err.Error(), "run nodectl stress clean density-1 again") {
+		t.Fatalf("rollback despite the fault: %v; want an error naming the engine's command", err)
 	}
 	st, err := LoadState(e.State)
 	if err != nil || st == nil || len(st.Settings) != 1 || st.Settings[0].ID != "fake:a" {

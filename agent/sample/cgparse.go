@@ -61,7 +61,7 @@ var (
 		{"total_workingset_refault_file", rundir.MetricMemoryRefaults, 1, labelsFile},
 	}
 	v1OOMControl = []statKey{
-		{"oom_kill", rundir.MetricMemoryOOMKills, 1, nil}, //rundir:other: the kernel's key
+		{keyOOMKill, rundir.MetricMemoryOOMKills, 1, nil},
 	}
 	v2MemoryStat = []statKey{
 		{"pgmajfault", rundir.MetricMemoryMajorFaults, 1, nil},
@@ -73,18 +73,46 @@ var (
 	v2MemoryEvents = []statKey{
 		{"high", rundir.MetricMemoryLimitEvents, 1, labelsHigh}, //rundir:other: the kernel's keys
 		{"max", rundir.MetricMemoryLimitEvents, 1, labelsMax},   //rundir:other
-		{"oom_kill", rundir.MetricMemoryOOMKills, 1, nil},       //rundir:other
+		{keyOOMKill, rundir.MetricMemoryOOMKills, 1, nil},
 	}
 )
+
+// keyOOMKill counts OOM kills in memory.events (v2), memory.oom_control (v1) and /proc/vmstat.
+const keyOOMKill = "oom_kill" //rundir:other: the kernel's key
+
+// cutFlat cuts the first line off b, a flat-keyed kernel file ("key value" lines: cgroup files
+// such as memory.stat, memory.events and cpu.stat, and /proc/vmstat): its key and value (ok is
+// false for a line without them) and the rest. Callers loop over it rather than an iterator,
+// whose closures cost the sampler seven allocations a file.
+func cutFlat(b []byte) (key, val, rest []byte, ok bool) {
+	line, rest, _ := bytes.Cut(b, []byte{'\n'})
+	key, val, ok = bytes.Cut(line, []byte{' '})
+	return key, val, rest, ok
+}
+
+// flatUint is key's value in a flat-keyed file; ok is false when the file has no such key.
+func flatUint(b []byte, key string) (v uint64, ok bool, err error) {
+	for len(b) > 0 {
+		var k, val []byte
+		k, val, b, ok = cutFlat(b)
+		if ok && string(k) == key {
+			v, err = strconv.ParseUint(string(val), 10, 64)
+			if err != nil {
+				return 0, false, fmt.Errorf("key %s: %w", key, err)
+			}
+			return v, true, nil
+		}
+	}
+	return 0, false, nil
+}
 
 // readFlat returns a parser of a flat-keyed file that appends a record per key of keys found.
 func readFlat(keys []statKey) func([]rundir.Record, time.Time, string, []byte) ([]rundir.Record, error) {
 	return func(out []rundir.Record, now time.Time, cg string, b []byte) ([]rundir.Record, error) {
 		for len(b) > 0 {
-			var line []byte
-			line, b, _ = bytes.Cut(b, []byte{'\n'})
-			key, val, ok := bytes.Cut(line, []byte{' '})
-			if !ok {
+			var key, val []byte
+			var ok bool
+			if key, val, b, ok = cutFlat(b); !ok {
 				continue
 			}
 			for _, k := range keys {
@@ -117,15 +145,13 @@ func readValue(metric string, scale float64, labels map[string]string) func([]ru
 func readPressure(res string) func([]rundir.Record, time.Time, string, []byte) ([]rundir.Record, error) {
 	return func(out []rundir.Record, now time.Time, cg string, b []byte) ([]rundir.Record, error) {
 		for len(b) > 0 {
-			var line []byte
-			line, b, _ = bytes.Cut(b, []byte{'\n'})
-			kind, rest, _ := bytes.Cut(line, []byte{' '})
+			var kind, total []byte
+			var ok bool
+			kind, total, b, ok = cutPressure(b)
 			labels := labelsPressure[res][string(kind)]
-			_, total, ok := bytes.Cut(rest, []byte("total="))
 			if labels == nil || !ok {
 				continue
 			}
-			total, _, _ = bytes.Cut(total, []byte{' '})
 			us, err := strconv.ParseUint(string(total), 10, 64)
 			if err != nil {
 				return out, fmt.Errorf("%s total: %w", kind, err)
@@ -134,4 +160,14 @@ func readPressure(res string) func([]rundir.Record, time.Time, string, []byte) (
 		}
 		return out, nil
 	}
+}
+
+// cutPressure cuts the first line off b, a PSI file: its kind (some, full) and total= (µs; ok
+// is false for a line without one) and the rest.
+func cutPressure(b []byte) (kind, total, rest []byte, ok bool) {
+	line, rest, _ := bytes.Cut(b, []byte{'\n'})
+	kind, fields, _ := bytes.Cut(line, []byte{' '})
+	_, total, ok = bytes.Cut(fields, []byte("total="))
+	total, _, _ = bytes.Cut(total, []byte{' '})
+	return kind, total, rest, ok
 }

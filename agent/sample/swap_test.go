@@ -16,9 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/agent/swapfile"
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/rundir"
-	"github.com/nodectl/nodectl/stress/swapfile"
 )
 
 // touchEnv makes the test binary a memory toucher (see TestMain) of that many bytes.

@@ -1,8 +1,6 @@
 package sample
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -24,7 +22,7 @@ import (
 // compaction stalls and OOM kills.
 var (
 	vmstatPrefixes = []string{"pgscan_", "pgsteal_", "allocstall_", "workingset_refault_", "workingset_activate_", "workingset_restore_"}
-	vmstatNames    = []string{"pswpin", "pswpout", "pgmajfault", "pgpgin", "pgpgout", "oom_kill", "compact_stall", "compact_fail", "compact_success"} //rundir:other: the kernel's names
+	vmstatNames    = []string{"pswpin", "pswpout", "pgmajfault", "pgpgin", "pgpgout", keyOOMKill, "compact_stall", "compact_fail", "compact_success"}
 )
 
 // System samples node-wide counters.
@@ -113,19 +111,19 @@ func (s *System) vmstat(out []rundir.Record, now time.Time) ([]rundir.Record, er
 	if err != nil {
 		return nil, fmt.Errorf("reading vmstat: %w", err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok || !wantVmstat(name) {
+	for len(b) > 0 {
+		var name, val []byte
+		var ok bool
+		if name, val, b, ok = cutFlat(b); !ok || !wantVmstat(string(name)) {
 			continue
 		}
-		v, err := strconv.ParseUint(val, 10, 64)
+		v, err := strconv.ParseUint(string(val), 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("parsing vmstat %s: %w", name, err)
 		}
-		out = append(out, sample(now, "", rundir.MetricVmstat, float64(v), map[string]string{rundir.LabelName: name}))
+		out = append(out, sample(now, "", rundir.MetricVmstat, float64(v), map[string]string{rundir.LabelName: string(name)}))
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 func wantVmstat(name string) bool {
@@ -183,4 +181,48 @@ func (s *System) keepDisk() (func(dev, name string) bool, error) {
 	return func(_, name string) bool {
 		return slices.Contains(disks, name) && !strings.HasPrefix(name, "loop") && !strings.HasPrefix(name, "ram")
 	}, nil
+}
+
+// MemAvailable is the node's MemAvailable of <procfsDir>/meminfo, in bytes.
+func MemAvailable(procfsDir string) (int64, error) {
+	fs, err := procfs.NewFS(procfsDir)
+	if err != nil {
+		return 0, fmt.Errorf("opening procfs %s: %w", procfsDir, err)
+	}
+	mi, err := fs.Meminfo()
+	if err != nil {
+		return 0, fmt.Errorf("reading meminfo: %w", err)
+	}
+	if mi.MemAvailableBytes == nil {
+		return 0, errors.New("reading meminfo: no MemAvailable")
+	}
+	return int64(*mi.MemAvailableBytes), nil
+}
+
+// Dirty is the node's page cache waiting for writeback and the kernel's bounds for it, in
+// bytes, from /proc/vmstat.
+type Dirty struct {
+	Dirty     int64
+	Writeback int64
+	// Threshold is where writers are stopped to write back (balance_dirty_pages);
+	// BackgroundThreshold where the flusher starts.
+	Threshold           int64
+	BackgroundThreshold int64
+}
+
+// ReadDirty reads the node's Dirty from <procfsDir>/vmstat.
+func ReadDirty(procfsDir string) (Dirty, error) {
+	path := filepath.Join(procfsDir, "vmstat") //rundir:other: the file
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Dirty{}, fmt.Errorf("reading vmstat: %w", err)
+	}
+	var pages Dirty
+	if err := statValues(b, map[string]*int64{"nr_dirty": &pages.Dirty, "nr_writeback": &pages.Writeback,
+		"nr_dirty_threshold": &pages.Threshold, "nr_dirty_background_threshold": &pages.BackgroundThreshold}); err != nil {
+		return Dirty{}, fmt.Errorf("parsing %s: %w", path, err)
+	}
+	page := int64(os.Getpagesize())
+	return Dirty{Dirty: pages.Dirty * page, Writeback: pages.Writeback * page,
+		Threshold: pages.Threshold * page, BackgroundThreshold: pages.BackgroundThreshold * page}, nil
 }

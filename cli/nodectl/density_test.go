@@ -218,7 +218,7 @@ func TestDensityKilledRunIsRestoredByStressClean(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stress clean: %v\n%s", err, out)
 	}
-	if !strings.Contains(out, "swap file "+swapFile) {
+	if !strings.Contains(out, "swap:"+swapFile) {
 		t.Errorf("stress clean did not report restoring the swap file: %s", out)
 	}
 	assertClean(t, id)

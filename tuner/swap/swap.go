@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nodectl/nodectl/stress/swapfile"
+	"github.com/nodectl/nodectl/agent/swapfile"
 	"github.com/nodectl/nodectl/tuner"
 )
 
@@ -159,7 +159,7 @@ func (s *setting) Read(ctx context.Context) (tuner.Value, error) {
 	} else if s.a.File != "" {
 		d.Missing = s.h.MissingDirs(path.Dir(s.a.File))
 	}
-	if a, ok := s.find(areas); ok {
+	if a, ok := find(s.h, s.a.name(), areas); ok {
 		d.On, d.Priority = true, a.Priority
 	}
 	raw, err := json.Marshal(d)
@@ -169,20 +169,31 @@ func (s *setting) Read(ctx context.Context) (tuner.Value, error) {
 	return tuner.Value{Present: true, Text: text(d.On, d.Priority), Data: raw}, nil
 }
 
-// find returns the area's entry in /proc/swaps. The kernel prints the path it resolved,
-// relative to the reader's root: the full path for a process that shares the node's root
-// (the host, or a test whose scratch root is a directory), the node path for a DaemonSet
+// Find returns the entry in <h.Procfs>/swaps of the swap file or device at path (a node path);
+// ok is false when it is not on.
+func Find(h tuner.Host, path string) (a swapfile.Area, ok bool, err error) {
+	areas, err := swapfile.Areas(h.Procfs)
+	if err != nil {
+		return swapfile.Area{}, false, err
+	}
+	a, ok = find(h, path, areas)
+	return a, ok, nil
+}
+
+// find returns the entry of path (a node path) in areas. The kernel prints the path it
+// resolved, relative to the reader's root: the full path for a process that shares the node's
+// root (the host, or a test whose scratch root is a directory), the node path for a DaemonSet
 // reading the host's /proc, the target of a symlink (a /dev/disk/by-id name). The first is
 // matched by name; the others as the same file found below the host's root, so an area of the
 // same name on the machine itself is never taken for a scratch root's.
-func (s *setting) find(areas []swapfile.Area) (swapfile.Area, bool) {
-	want := tuner.EscapeProcPath(s.path())
+func find(h tuner.Host, path string, areas []swapfile.Area) (swapfile.Area, bool) {
+	want := tuner.EscapeProcPath(h.Path(path))
 	for _, a := range areas {
 		if a.Path == want {
 			return a, true
 		}
 	}
-	fi, err := os.Stat(s.path())
+	fi, err := os.Stat(h.Path(path))
 	if err != nil {
 		return swapfile.Area{}, false
 	}
@@ -191,7 +202,7 @@ func (s *setting) find(areas []swapfile.Area) (swapfile.Area, bool) {
 		if !filepath.IsAbs(p) {
 			continue
 		}
-		if other, err := os.Stat(s.h.Path(p)); err == nil && os.SameFile(fi, other) {
+		if other, err := os.Stat(h.Path(p)); err == nil && os.SameFile(fi, other) {
 			return a, true
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/stress/swapfile"
+	"github.com/nodectl/nodectl/agent/swapfile"
 	"github.com/nodectl/nodectl/tuner"
 )
 

@@ -1,5 +1,6 @@
-// Package swapfile makes, enables and removes the swap file of a test or a run, and lists the
-// swap areas that are on, so a caller can check it left the node's swap as it found it.
+// Package swapfile is where nodectl calls swapon and swapoff and reads /proc/swaps: it makes,
+// formats, enables and removes swap files, turns a formatted device on and off, and lists the
+// areas that are on. The tuner's swap backend builds its setting on it; tests use it directly.
 package swapfile
 
 import (
@@ -34,6 +35,7 @@ type Area struct {
 	// then giving each such area the next lower number from -1.
 	Priority int
 	Size     int64 // bytes
+	Used     int64 // bytes
 }
 
 // Areas lists the swap areas on now, from <procfsDir>/swaps.
@@ -48,7 +50,7 @@ func Areas(procfsDir string) ([]Area, error) {
 	}
 	out := make([]Area, 0, len(swaps))
 	for _, s := range swaps {
-		out = append(out, Area{Path: s.Filename, Priority: s.Priority, Size: int64(s.Size) << 10})
+		out = append(out, Area{Path: s.Filename, Priority: s.Priority, Size: int64(s.Size) << 10, Used: int64(s.Used) << 10})
 	}
 	return out, nil
 }
