@@ -33,13 +33,15 @@ var rules = map[string][]string{
 	"agent/collect":   {"rundir"},
 	"agent/session":   {"agent/trace", "agent/sample", "agent/collect", "agent/cgroup", "agent/host", "rundir"},
 	"agent/recording": {"agent/session", "agent/cgroup", "agent/host", "rundir"},
+	// Exporters serve what the session reads.
+	"agent/metricserver": {},
 
 	// The analyzer reads runs offline: never the node.
 	"analyzer": {"agent/hist", "rundir"},
 
 	// The tuner changes the node through the agent's plumbing; it neither runs workloads nor
 	// analyzes.
-	"tuner": {"tuner", "agent/cgroup", "agent/daemons", "agent/host", "agent/swapfile"},
+	"tuner": {"tuner", "agent/cgroup", "agent/daemons", "agent/host", "agent/swapfile", "agent/metricserver"},
 	// Validation runs a stress scenario before and after a profile and compares the runs.
 	"tuner/validate": {"tuner", "stress", "analyzer", "agent/", "rundir"},
 
