@@ -26,14 +26,17 @@ type Key struct {
 	Op     string // read, write, flush, discard or other
 }
 
-// Counters are completed volume, cumulative.
+// Counters are completed volume, cumulative. Untimed counts the requests, among Requests,
+// that are in neither histogram: the kernel did not run the tracer at their issue or their
+// completion (see struct rq_key in bpf/blkio.bpf.c), so their bytes are known, their times
+// are not.
 type Counters struct {
-	Bytes, Requests uint64
+	Bytes, Requests, Untimed uint64
 }
 
 // Stats is a cumulative snapshot of the maps. Queue holds zero for requests that were issued
 // without passing through an I/O scheduler (no elevator, or issued directly), so its count
-// equals Service's.
+// equals Service's: the key's Requests less its Untimed.
 type Stats struct {
 	Queue, Service map[Key]hist.Log2
 	IO             map[Key]Counters

@@ -36,13 +36,16 @@ type blkioBlkStats struct {
 	Service  blkioHist
 	Bytes    uint64
 	Requests uint64
+	Untimed  uint64
 }
 
 type blkioDropReason uint32
 
 const (
-	blkioDropReasonDROP_STATS_FULL    blkioDropReason = 0
-	blkioDropReasonDROP_INFLIGHT_FULL blkioDropReason = 1
+	blkioDropReasonDROP_STATS_FULL        blkioDropReason = 0
+	blkioDropReasonDROP_INFLIGHT_FULL     blkioDropReason = 1
+	blkioDropReasonDROP_COMPLETION_UNSEEN blkioDropReason = 2
+	blkioDropReasonDROP_ISSUE_UNSEEN      blkioDropReason = 3
 )
 
 type blkioHist struct {
@@ -53,12 +56,20 @@ type blkioHist struct {
 }
 
 type blkioInflight struct {
-	_        structs.HostLayout
-	InsertTs uint64
-	IssueTs  uint64
-	Cgroup   uint64
-	Weak     uint32
-	Pad      uint32
+	_       structs.HostLayout
+	QueueTs uint64
+	IssueTs uint64
+	Cgroup  uint64
+	Weak    uint32
+	Bytes   uint32
+	Dev     uint32
+	Op      blkioBlkOp
+}
+
+type blkioRqKey struct {
+	_     structs.HostLayout
+	Rq    uint64
+	Start uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -72,6 +83,7 @@ const (
 	blkioProgRqInsert        = "rq_insert"
 	blkioProgRqIssue         = "rq_issue"
 	blkioProgRqMerge         = "rq_merge"
+	blkioProgSweep           = "sweep"
 	blkioVarCgroupV1         = "cgroup_v1"
 	blkioVarUnusedDropReason = "unused_drop_reason"
 )
@@ -122,6 +134,7 @@ type blkioProgramSpecs struct {
 	RqInsert   *ebpf.ProgramSpec `ebpf:"rq_insert"`
 	RqIssue    *ebpf.ProgramSpec `ebpf:"rq_issue"`
 	RqMerge    *ebpf.ProgramSpec `ebpf:"rq_merge"`
+	Sweep      *ebpf.ProgramSpec `ebpf:"sweep"`
 }
 
 // blkioMapSpecs contains maps before they are loaded into the kernel.
@@ -190,6 +203,7 @@ type blkioPrograms struct {
 	RqInsert   *ebpf.Program `ebpf:"rq_insert"`
 	RqIssue    *ebpf.Program `ebpf:"rq_issue"`
 	RqMerge    *ebpf.Program `ebpf:"rq_merge"`
+	Sweep      *ebpf.Program `ebpf:"sweep"`
 }
 
 func (p *blkioPrograms) Close() error {
@@ -198,6 +212,7 @@ func (p *blkioPrograms) Close() error {
 		p.RqInsert,
 		p.RqIssue,
 		p.RqMerge,
+		p.Sweep,
 	)
 }
 
