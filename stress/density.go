@@ -686,19 +686,20 @@ func (r *densityRun) launch(i int) (string, error) {
 			cfg.Log.Warn("recording a measurement", "workload", name, "err", err)
 		}
 	}
-	args := []string{"workload", "sandbox", "--memory", strconv.FormatInt(cfg.SandboxMemory, 10), "--binary", r.binary, "--run", r.id}
+	sandbox := workload.DefaultSandboxConfig()
+	sandbox.HeapBytes, sandbox.Binary = cfg.SandboxMemory, r.binary
 	if cfg.HotShare > 0 {
-		args = append(args, "--hot-share", strconv.FormatFloat(cfg.HotShare, 'g', -1, 64))
+		sandbox.HotShare = cfg.HotShare
 	}
 	if cfg.Activity > 0 {
-		args = append(args, "--activity", cfg.Activity.String())
+		sandbox.Activity = cfg.Activity
 	}
 	r.mu.Lock()
 	r.workloads = append(r.workloads, w)
 	launched = time.Now()
 	r.launched[name] = launched
 	r.mu.Unlock()
-	p, err := r.launcher.Start(launch.Spec{Name: name, Cgroup: w.Cgroup, Limits: lim, Args: args, Mounts: []string{r.scratch}, Log: logf}, onMeasure)
+	p, err := r.launcher.Start(launch.Spec{Name: name, Cgroup: w.Cgroup, Limits: lim, Args: workload.Command{Run: r.id, Config: &sandbox}.Args(), Mounts: []string{r.scratch}, Log: logf}, onMeasure)
 	if err != nil {
 		return "", err
 	}

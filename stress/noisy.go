@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -254,7 +253,7 @@ func (r *noisyRun) phases(ctx context.Context) error {
 	startAll := func(probes bool) error {
 		for _, w := range r.workloads {
 			if owned(w) && isProbe(w.Kind) == probes {
-				if err := r.start(w, r.args(w)); err != nil {
+				if err := r.start(w, r.config(w)); err != nil {
 					return err
 				}
 			}
@@ -407,7 +406,7 @@ func (r *noisyRun) logPath(name string) string {
 }
 
 // start launches a workload in its cgroup; its measurements become samples of the run.
-func (r *noisyRun) start(w rundir.Workload, args []string) error {
+func (r *noisyRun) start(w rundir.Workload, cfg workload.Config) error {
 	if err := os.MkdirAll(filepath.Dir(r.logPath(w.Name)), 0o755); err != nil {
 		return fmt.Errorf("making the workload log directory: %w", err)
 	}
@@ -426,7 +425,6 @@ func (r *noisyRun) start(w rundir.Workload, args []string) error {
 		r.last[m.Metric] = m.Value
 		r.mu.Unlock()
 	}
-	args = append(args, "--run", r.id)
 	l := r.launcher
 	if w.Kind == rundir.KindHeartbeat {
 		l = r.local
@@ -442,7 +440,7 @@ func (r *noisyRun) start(w rundir.Workload, args []string) error {
 		r.procs = append(r.procs, launch.Go(w.Name, c.run))
 		return nil
 	}
-	p, err := l.Start(launch.Spec{Name: w.Name, Cgroup: w.Cgroup, Limits: r.limits[w.Name], Args: args, Mounts: mounts, Log: logf}, onMeasure)
+	p, err := l.Start(launch.Spec{Name: w.Name, Cgroup: w.Cgroup, Limits: r.limits[w.Name], Args: workload.Command{Run: r.id, Config: cfg}.Args(), Mounts: mounts, Log: logf}, onMeasure)
 	if err != nil {
 		return err
 	}
@@ -450,29 +448,24 @@ func (r *noisyRun) start(w rundir.Workload, args []string) error {
 	return nil
 }
 
-// args are the `nodectl workload` arguments that run w.
-func (r *noisyRun) args(w rundir.Workload) []string {
+// config is the workload that runs w.
+func (r *noisyRun) config(w rundir.Workload) workload.Config {
 	switch w.Kind {
 	case rundir.KindVictim:
-		return []string{"workload", "victim", "--dir", w.Target,
-			"--interval", r.cfg.Interval.String(),
-			"--work-rounds", strconv.Itoa(r.cfg.VictimWorkRounds),
-			"--write-bytes", strconv.FormatInt(r.cfg.VictimWriteBytes, 10)}
+		return &workload.VictimConfig{Dir: w.Target, Interval: r.cfg.Interval, WorkRounds: r.cfg.VictimWorkRounds, WriteBytes: r.cfg.VictimWriteBytes}
 	case rundir.KindHeartbeat:
-		return []string{"workload", "heartbeat", "--period", r.cfg.Heartbeat.String()}
+		return &workload.HeartbeatConfig{Period: r.cfg.Heartbeat}
 	case rundir.KindCPU:
-		threads := threadsFor(r.specs[w.Name], runtime.NumCPU())
-		return []string{"workload", "cpu-hog", "--threads", strconv.Itoa(threads)}
+		return &workload.CPUHogConfig{Threads: threadsFor(r.specs[w.Name], runtime.NumCPU())}
 	case rundir.KindDisk:
-		return []string{"workload", "disk-hog", "--dir", w.Target, "--file-bytes", strconv.Itoa(workload.DefaultDiskHogFileBytes)}
+		return &workload.DiskHogConfig{Dir: w.Target, FileBytes: workload.DefaultDiskHogFileBytes}
 	case rundir.KindFsync:
-		return []string{"workload", "fsync-hog", "--dir", w.Target}
+		return &workload.FsyncHogConfig{Dir: w.Target, BlockBytes: workload.DefaultFsyncHogBlockBytes}
 	case rundir.KindChurn:
-		parallel := threadsFor(r.specs[w.Name], runtime.NumCPU())
-		return []string{"workload", "churn", "--parallel", strconv.Itoa(parallel)}
+		return &workload.ChurnConfig{Parallel: threadsFor(r.specs[w.Name], runtime.NumCPU())}
 	case rundir.KindMemory:
 		// Stay under the limit: the hog is to hold memory, not to be OOM-killed.
-		return []string{"workload", "memory-hog", "--bytes", strconv.FormatInt(memoryHogBytes(r.specs[w.Name].MemBytes, r.cfg.Runtime), 10)}
+		return &workload.MemoryHogConfig{Bytes: memoryHogBytes(r.specs[w.Name].MemBytes, r.cfg.Runtime)}
 	}
 	return nil
 }

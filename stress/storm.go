@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -259,7 +258,7 @@ func (r *stormRun) start(i int, w rundir.Workload) error {
 		default:
 		}
 	}
-	args := []string{"workload", "fsync-writer", "--dir", w.Target, "--bytes", strconv.FormatInt(r.cfg.Bytes, 10), "--run", r.id}
+	args := workload.Command{Run: r.id, Config: &workload.FsyncWriterConfig{Dir: w.Target, Bytes: r.cfg.Bytes}}.Args()
 	p, err := r.launcher.Start(launch.Spec{Name: w.Name, Cgroup: w.Cgroup, Limits: r.limits(), Args: args,
 		Mounts: []string{w.Target}, Stdin: in, Log: logf}, onMeasure)
 	in.Close() // the writer has its own copy

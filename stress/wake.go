@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -229,7 +228,7 @@ func (r *wakeRun) start(ctx context.Context, n int, w rundir.Workload) error {
 	if err := r.writer.Append(rundir.Record{Type: rundir.TypePhase, Time: time.Now(), Name: w.Name, Event: rundir.EventStart}); err != nil {
 		return err
 	}
-	args := []string{"workload", "wake", "--boot-work", strconv.Itoa(r.cfg.BootRounds), "--run", r.id}
+	args := workload.Command{Run: r.id, Config: &workload.WakeConfig{BootRounds: r.cfg.BootRounds}}.Args()
 	launched := time.Now()
 	p, err := r.launcher.Start(launch.Spec{Name: w.Name, Cgroup: w.Cgroup, Limits: limits, Args: args,
 		Stdin: strings.NewReader(wakeRequest), Log: logf}, onMeasure)
