@@ -223,16 +223,14 @@ func (r *densityRun) setup(ctx context.Context) error {
 	}
 	r.workloads = []rundir.Workload{{Name: rundir.WorkloadNode, Kind: rundir.KindNode, Cgroup: RunCgroup(r.id), Memory: FormatSize(cfg.NodeMemory),
 		Target: cfg.SwapFile, Device: swapDev}}
-	sources := map[string]collect.Source{
-		// The node's memory and pressure are rated per step: read in full at every sample.
-		"cgroups": sample.NewCgroups(r.layout, r.cgroupPaths).Priority(func(p string) bool { return p == RunCgroup(r.id) }),
-		"system":  sample.NewSystem(cfg.Paths.Procfs, cfg.Paths.Sysfs, func() []string { return devices }),
-		"density": collect.SourceFunc(r.sampleNode),
-	}
 	if err := r.writer.Append(r.configEvent()); err != nil {
 		return err
 	}
-	return r.startRecording(cfg.RunOptions, sources, r.workloads, nil, nil)
+	return r.startRecording(cfg.RunOptions, r.workloads, recordingSpec{cgroups: r.cgroupPaths,
+		// The node's memory and pressure are rated per step: read in full at every sample.
+		priority: func(p string) bool { return p == RunCgroup(r.id) },
+		devices:  func() []string { return devices },
+		sources:  map[string]collect.Source{"emulated-node": collect.SourceFunc(r.sampleNode)}})
 }
 
 // noSwap keeps the emulated node from swapping when the run has no --swap: whatever swap the
@@ -442,7 +440,7 @@ func (r *densityRun) sweep(ctx context.Context) error {
 func (r *densityRun) step(ctx context.Context, n, d int) (*crossing, error) {
 	name := rundir.StepPhase(d)
 	start := time.Now()
-	if err := r.collector.Snapshot(start); err != nil {
+	if err := r.session.Snapshot(start); err != nil {
 		return nil, err
 	}
 	if err := r.writer.Append(rundir.Record{Type: rundir.TypePhase, Time: start, Name: name, Event: rundir.EventStart}); err != nil {
@@ -503,7 +501,7 @@ func (r *densityRun) step(ctx context.Context, n, d int) (*crossing, error) {
 		}
 	}
 	settled := time.Now()
-	if err := r.collector.Snapshot(settled); err != nil {
+	if err := r.session.Snapshot(settled); err != nil {
 		return nil, err
 	}
 	if err := r.writer.Append(rundir.HoldRecord(settled, name)); err != nil {
@@ -537,7 +535,7 @@ func (r *densityRun) step(ctx context.Context, n, d int) (*crossing, error) {
 			found = append(found, crossing{rundir.SignalPSIFull, share, crit.PSIFull, end})
 		}
 	}
-	if err := r.collector.Snapshot(end); err != nil {
+	if err := r.session.Snapshot(end); err != nil {
 		return nil, err
 	}
 	if err := r.writer.Append(rundir.Record{Type: rundir.TypePhase, Time: end, Name: name, Event: rundir.EventEnd}); err != nil {

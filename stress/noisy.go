@@ -16,8 +16,6 @@ import (
 
 	"github.com/nodectl/nodectl/agent/blockdev"
 	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/collect"
-	"github.com/nodectl/nodectl/agent/sample"
 	"github.com/nodectl/nodectl/agent/trace"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/launch"
@@ -148,15 +146,11 @@ func (r *noisyRun) setup() error {
 	if err := r.newLaunchers(); err != nil {
 		return err
 	}
-	sources := map[string]collect.Source{
-		"cgroups": sample.NewCgroups(r.layout, r.cgroupPaths),
-		"system":  sample.NewSystem(cfg.Paths.Procfs, cfg.Paths.Sysfs, r.devices),
-	}
 	if cfg.Trace {
 		// Kept for the churn hog: its sandboxes' cgroups may come and go between collections.
 		r.resolver = cgroup.NewResolver(r.layout)
 	}
-	return r.startRecording(cfg.RunOptions, sources, r.workloads, r.resolver, nil)
+	return r.startRecording(cfg.RunOptions, r.workloads, recordingSpec{cgroups: r.cgroupPaths, devices: r.devices, resolver: r.resolver})
 }
 
 // planWorkloads names the victim and every hog and decides their cgroups, limits and targets.
@@ -346,7 +340,7 @@ func (r *noisyRun) phase(ctx context.Context, name string, d time.Duration, befo
 
 func (r *noisyRun) mark(name, event string) error {
 	now := time.Now()
-	if err := r.collector.Snapshot(now); err != nil {
+	if err := r.session.Snapshot(now); err != nil {
 		return err
 	}
 	return r.writer.Append(rundir.Record{Type: rundir.TypePhase, Time: now, Name: name, Event: event})

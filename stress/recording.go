@@ -1,17 +1,12 @@
 package stress
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
-	"maps"
 	"path/filepath"
-	"slices"
-	"time"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agent/collect"
-	"github.com/nodectl/nodectl/agent/trace"
+	"github.com/nodectl/nodectl/agent/session"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/launch"
 )
@@ -25,13 +20,11 @@ type runHost struct {
 	layout *cgroup.Layout
 	cpus   CPUPartition
 
-	unclaim   func()
-	writer    *rundir.Writer
-	launcher  *launch.Launcher
-	tracer    *trace.Tracer
-	collector *collect.Collector
-	stopColl  func()
-	created   bool // the run's cgroup was made
+	unclaim  func()
+	writer   *rundir.Writer
+	launcher *launch.Launcher
+	session  *session.Session
+	created  bool // the run's cgroup was made
 }
 
 // newRunHost names a new run of scenario and finds the host's cgroup layout; nothing is made yet.
@@ -74,14 +67,8 @@ func (h *runHost) release() []error {
 			errs = append(errs, err)
 		}
 	}
-	if h.collector != nil {
-		h.stopColl()
-		if err := h.collector.Snapshot(time.Now()); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if h.tracer != nil {
-		if err := h.tracer.Close(); err != nil {
+	if h.session != nil {
+		if err := h.session.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -111,61 +98,40 @@ func (h *runHost) finish() []error {
 	return errs
 }
 
-// startTracer loads the tracer programs a run asked for (nil: all of them), warns about those
-// that did not attach, and notes a tracefs mount it made in the run's state so that `stress
-// clean` can undo it after a kill. The status lists the requested programs only: one left out
-// on purpose is no missing evidence.
-func startTracer(p Paths, id string, layout *cgroup.Layout, res *cgroup.Resolver, programs []string, log *slog.Logger) (*trace.Tracer, map[string]string, error) {
-	t, err := trace.New(trace.Config{CgroupV1: layout.V1, Programs: programs, Sysfs: p.Sysfs, Tracefs: p.Tracefs},
-		res, log.With("component", "trace"))
-	if err != nil {
-		return nil, nil, fmt.Errorf("--trace: %w", err)
-	}
-	status := t.Status()
-	if programs != nil {
-		maps.DeleteFunc(status, func(prog, _ string) bool { return !slices.Contains(programs, prog) })
-	}
-	warnUnattached(log, status)
-	if dir := t.MountedTracefs(); dir != "" {
-		if err := noteTracefs(p, id, dir); err != nil {
-			_ = t.Close()
-			return nil, nil, err
-		}
-	}
-	return t, status, nil
+// recordingSpec is what a scenario records besides what every run does.
+type recordingSpec struct {
+	cgroups  func() []string           // the cgroups the sampler reads each interval
+	priority func(cgroup string) bool  // of those, the ones read in full every interval; nil: none
+	devices  func() []string           // the disks whose diskstats are recorded; nil: every whole disk
+	sources  map[string]collect.Source // the scenario's own
+	resolver *cgroup.Resolver          // names the tracer's cgroup ids; nil: a new one
+	programs []string                  // the tracer programs the scenario needs; nil: all
 }
 
-// startRecording starts the run's recording: the tracer (programs; nil = all) when o.Trace,
-// its status, the workloads and the runtime in meta.json, and the collector sampling sources
-// (and the tracer) every interval in the background until release. res resolves the tracer's
-// cgroup ids; nil makes one.
-func (h *runHost) startRecording(o RunOptions, sources map[string]collect.Source, workloads []rundir.Workload,
-	res *cgroup.Resolver, programs []string) error {
-	status := map[string]string{}
-	if o.Trace {
-		if res == nil {
-			res = cgroup.NewResolver(h.layout)
-		}
-		var err error
-		if h.tracer, status, err = startTracer(o.Paths, h.id, h.layout, res, programs, o.Log); err != nil {
+// startRecording starts the run's recording session in the background until release: the
+// tracer when o.Trace (its programs' status, the workloads and the runtime go to meta.json),
+// the samplers and the scenario's sources. A tracefs mount the tracer made is noted in the
+// run's state so that `stress clean` can undo it after a kill.
+func (h *runHost) startRecording(o RunOptions, workloads []rundir.Workload, spec recordingSpec) error {
+	sess, err := session.New(session.Config{Host: o.Paths.FS, Layout: h.layout, Interval: o.Interval,
+		Trace: o.Trace, Programs: spec.programs, Resolver: spec.resolver,
+		Cgroups: spec.cgroups, Priority: spec.priority, Devices: spec.devices, Sources: spec.sources, Log: o.Log}, h.writer)
+	if err != nil {
+		return fmt.Errorf("--trace: %w", err)
+	}
+	h.session = sess
+	status := sess.TracerStatus()
+	warnUnattached(o.Log, status)
+	if dir := sess.MountedTracefs(); dir != "" {
+		if err := noteTracefs(o.Paths, h.id, dir); err != nil {
 			return err
 		}
-		sources["trace"] = collect.SourceFunc(h.tracer.Collect)
 	}
 	if err := h.writer.UpdateMeta(func(m *rundir.Meta) {
 		m.Workloads, m.Tracer, m.Runtime = workloads, status, h.launcher.Describe()
 	}); err != nil {
 		return err
 	}
-	h.collector = collect.New(sources, h.writer, o.Interval, nil, o.Log.With("component", "collect"))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := h.collector.Run(ctx); err != nil {
-			o.Log.Error("recording stopped", "err", err)
-		}
-	}()
-	h.stopColl = func() { cancel(); <-done }
+	sess.Background(o.Log)
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/agent/host"
 	"github.com/nodectl/nodectl/agent/trace/tracefs"
 	"github.com/nodectl/nodectl/stress/launch"
 )
@@ -66,27 +67,18 @@ func (o *RunOptions) defaults() error {
 	return nil
 }
 
-// Paths are the host locations a run uses; configuration, never literals, so the same code
-// works on /host in a DaemonSet and on a scratch tree in tests.
+// Paths are the locations a run uses: the node's filesystems, and where runs keep their files;
+// configuration, never literals, so the same code works on /host in a DaemonSet and on a
+// scratch tree in tests.
 type Paths struct {
-	Cgroupfs string // cgroup filesystem root
-	Procfs   string
-	Sysfs    string
-	Tracefs  string // where tracefs is, or is mounted for the run's fsync tracepoints
-	Scratch  string // parent of each run's scratch directory (files workloads write)
-	State    string // parent of each live run's state directory (owner pid)
+	host.FS
+	Scratch string // parent of each run's scratch directory (files workloads write)
+	State   string // parent of each live run's state directory (owner pid)
 }
 
-// DefaultPaths are the host's own.
+// DefaultPaths are the machine's own.
 func DefaultPaths() Paths {
-	return Paths{
-		Cgroupfs: "/sys/fs/cgroup",
-		Procfs:   "/proc",
-		Sysfs:    "/sys",
-		Tracefs:  "/sys/kernel/tracing",
-		Scratch:  "/var/tmp/nodectl",
-		State:    "/run/nodectl",
-	}
+	return Paths{FS: host.Default(), Scratch: "/var/tmp/nodectl", State: "/run/nodectl"}
 }
 
 // NewRunID returns a sortable, unique run id for a scenario; runIDPattern must match it.

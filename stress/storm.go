@@ -15,7 +15,6 @@ import (
 
 	"github.com/nodectl/nodectl/agent/blockdev"
 	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/collect"
 	"github.com/nodectl/nodectl/agent/sample"
 	"github.com/nodectl/nodectl/agent/trace"
 	"github.com/nodectl/nodectl/rundir"
@@ -161,12 +160,9 @@ func (r *stormRun) setup() error {
 	for i, w := range r.workloads {
 		paths[i] = w.Cgroup
 	}
-	sources := map[string]collect.Source{
-		"cgroups": sample.NewCgroups(r.layout, func() []string { return paths }),
-		"system":  sample.NewSystem(cfg.Paths.Procfs, cfg.Paths.Sysfs, func() []string { return []string{r.device} }),
-	}
 	// fsync latency and block I/O per cgroup explain a storm; the run queue does not.
-	return r.startRecording(cfg.RunOptions, sources, r.workloads, nil, []string{trace.ProgramFsync, trace.ProgramBlkio})
+	return r.startRecording(cfg.RunOptions, r.workloads, recordingSpec{cgroups: func() []string { return paths },
+		devices: func() []string { return []string{r.device} }, programs: []string{trace.ProgramFsync, trace.ProgramBlkio}})
 }
 
 // checkSpace refuses a storm whose files would not fit on the target's filesystem with a
@@ -309,7 +305,7 @@ func (r *stormRun) round(ctx context.Context, n int) error {
 
 func (r *stormRun) mark(name, event string) error {
 	now := time.Now()
-	if err := r.collector.Snapshot(now); err != nil {
+	if err := r.session.Snapshot(now); err != nil {
 		return err
 	}
 	return r.writer.Append(rundir.Record{Type: rundir.TypePhase, Time: now, Name: name, Event: event})

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/collect"
 	"github.com/nodectl/nodectl/agent/sample"
 	"github.com/nodectl/nodectl/agent/trace"
 	"github.com/nodectl/nodectl/rundir"
@@ -153,12 +152,9 @@ func (r *wakeRun) setup() error {
 	}
 	// Only the start under way is sampled: a finished sandbox's cgroup has nothing more to say,
 	// and its counters are read at its answer. No disk matters here.
-	sources := map[string]collect.Source{
-		"cgroups": sample.NewCgroups(r.layout, r.sampledCgroups),
-		"system":  sample.NewSystem(cfg.Paths.Procfs, cfg.Paths.Sysfs, func() []string { return nil }),
-	}
 	// The run-queue tracer is the one that sees a boot; fsync and block I/O have nothing to say.
-	return r.startRecording(cfg.RunOptions, sources, r.workloads, nil, []string{trace.ProgramRunq})
+	return r.startRecording(cfg.RunOptions, r.workloads, recordingSpec{cgroups: r.sampledCgroups,
+		devices: func() []string { return []string{} }, programs: []string{trace.ProgramRunq}})
 }
 
 // plan names the starts: wake-<limit>-<i>, the limits taking turns so that a slow spell of
@@ -251,7 +247,7 @@ func (r *wakeRun) start(ctx context.Context, n int, w rundir.Workload) error {
 		delay, perr = sample.RunDelay(r.cfg.Paths.Procfs, pids(procs))
 	}
 	now := time.Now()
-	if err := r.collector.Snapshot(now); err != nil {
+	if err := r.session.Snapshot(now); err != nil {
 		return err
 	}
 	if perr != nil {

@@ -26,7 +26,7 @@ func TestCollectReclaim(t *testing.T) {
 		Drops: map[string]uint64{"kill_ring_full": 0},
 	}
 	tr := &Tracer{res: res, log: slog.New(slog.DiscardHandler), forgetEvery: 100, forgetFill: 1,
-		status: map[string]string{}, last: map[string]map[string]series{},
+		status: map[string]string{},
 		sources: []source{{program: ProgramReclaim, controller: "memory", close: func() error { return nil },
 			read: func(n namer) ([]series, float64, error) {
 				s := reclaimSeries(st, n)
@@ -34,7 +34,7 @@ func TestCollectReclaim(t *testing.T) {
 				return s, 0, nil
 			}}}}
 	now := time.Unix(1700000100, 0)
-	recs, err := tr.Collect(now)
+	recs, err := collectAll(tr, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,8 +74,8 @@ func TestCollectReclaim(t *testing.T) {
 		}
 	}
 
-	again, err := tr.Collect(now.Add(time.Second))
-	if err != nil || len(again) != 0 {
-		t.Errorf("second Collect: %d records (%v), want none", len(again), err)
+	again, err := tr.Snapshot(now.Add(time.Second))
+	if err != nil || len(again.Events) != 0 {
+		t.Errorf("second snapshot: %d events (%v), want none: the kill was drained", len(again.Events), err)
 	}
 }

@@ -94,17 +94,6 @@ type series struct {
 	event *rundir.Record
 }
 
-func (s series) key() string { return rundir.SeriesKey(s.metric, s.cgroup, s.labels) }
-
-// same reports whether s carries the value last emitted as o. Cumulative histograms only
-// change by gaining events, so count and sum tell.
-func (s series) same(o series) bool {
-	if s.hist != nil || o.hist != nil {
-		return s.hist != nil && o.hist != nil && s.hist.Count == o.hist.Count && s.hist.SumNs == o.hist.SumNs
-	}
-	return s.value == o.value
-}
-
 // Tracer runs the loaded concerns. It is safe for concurrent use.
 type Tracer struct {
 	mu          sync.Mutex
@@ -114,8 +103,7 @@ type Tracer struct {
 	forgetFill  float64
 	sources     []source
 	status      map[string]string
-	last        map[string]map[string]series // by program and series key, as last emitted
-	tracefs     *tracefs.Mount               // released at Close: unmounted if New mounted it
+	tracefs     *tracefs.Mount // released at Close: unmounted if New mounted it
 	closed      bool
 }
 
@@ -144,7 +132,7 @@ func New(cfg Config, res Resolver, log *slog.Logger) (*Tracer, error) {
 		cfg.ForgetFill = DefaultForgetFill
 	}
 	t := &Tracer{res: res, log: log, forgetEvery: cfg.ForgetEvery, forgetFill: cfg.ForgetFill,
-		status: map[string]string{}, last: map[string]map[string]series{}}
+		status: map[string]string{}}
 	var errs []error
 	if slices.Contains(want, ProgramFsync) {
 		// Before anything loads: the library reads the mount table once, at the first load.
@@ -243,43 +231,44 @@ func (t *Tracer) Status() map[string]string {
 	return maps.Clone(t.status)
 }
 
-// Collect reads every map and returns the samples whose value changed since the previous
-// Collect (all of them the first time), cumulative, at time now. Every ForgetEvery collections,
-// or when a map is fuller than ForgetFill, it then forgets the cgroups the resolver no longer
-// knows, whose last values have just been emitted. On a partial failure it returns what it
-// could read and an error naming what failed.
-func (t *Tracer) Collect(now time.Time) ([]rundir.Record, error) {
+// Snapshot is what the tracer's maps hold at one time.
+type Snapshot struct {
+	// Samples has every series in full, cumulative since the tracer started: a sample record
+	// each (metric, cgroup, labels, and a value or a histogram) at the snapshot's time. Which
+	// of them changed is for the consumer to decide (collect.Changes for a recording).
+	Samples []rundir.Record
+	// Events are the discrete happenings (OOM kills) read since the previous snapshot, each at
+	// its own time: they are drained from the kernel, so every snapshot has new ones only.
+	Events []rundir.Record
+}
+
+// Snapshot reads every map at time now. Every ForgetEvery snapshots, or when a map is fuller
+// than ForgetFill, it then forgets the cgroups the resolver no longer knows, whose last values
+// are in this snapshot. On a partial failure it returns what it could read and an error naming
+// what failed.
+func (t *Tracer) Snapshot(now time.Time) (Snapshot, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	var snap Snapshot
 	if t.closed {
-		return nil, errors.New("collecting traces: tracer closed")
+		return snap, errors.New("reading the tracer: closed")
 	}
-	var recs []rundir.Record
 	var errs []error
 	for i := range t.sources {
 		src := &t.sources[i]
 		ss, fill, err := src.read(func(id uint64) string { return t.path(src.controller, id) })
 		if err != nil {
-			// Nothing new is known: keep the last state, and the entries, for the next try.
+			// Nothing new is known: keep the entries for the next try.
 			errs = append(errs, fmt.Errorf("reading %s: %w", src.program, err))
 			continue
 		}
-		last := t.last[src.program]
-		current := make(map[string]series, len(ss))
 		for _, s := range ss {
 			if s.event != nil {
-				recs = append(recs, *s.event)
+				snap.Events = append(snap.Events, *s.event)
 				continue
 			}
-			k := s.key()
-			current[k] = s
-			if old, ok := last[k]; ok && s.same(old) {
-				continue
-			}
-			recs = append(recs, s.record(now))
+			snap.Samples = append(snap.Samples, s.record(now))
 		}
-		// Series of entries forgotten below leave the state with them at the next read.
-		t.last[src.program] = current
 
 		if src.reads++; src.reads < t.forgetEvery && fill <= t.forgetFill {
 			continue
@@ -296,7 +285,7 @@ func (t *Tracer) Collect(now time.Time) ([]rundir.Record, error) {
 			t.log.Debug("forgot removed cgroups", "program", src.program, "entries", n, "fill", fill)
 		}
 	}
-	return recs, errors.Join(errs...)
+	return snap, errors.Join(errs...)
 }
 
 func (t *Tracer) path(controller string, id uint64) string {

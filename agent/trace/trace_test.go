@@ -62,7 +62,6 @@ func (f *fakeSource) tracer(res Resolver) *Tracer {
 		forgetEvery: 1,
 		forgetFill:  DefaultForgetFill,
 		status:      map[string]string{},
-		last:        map[string]map[string]series{},
 		sources: []source{
 			{program: ProgramRunq, controller: "cpu", close: noClose,
 				read: func(n namer) ([]series, float64, error) {
@@ -179,11 +178,17 @@ func newFake() (*fakeSource, fakeResolver) {
 	return f, res
 }
 
-func TestCollectConverts(t *testing.T) {
+// collectAll is one snapshot's samples and events together.
+func collectAll(tr *Tracer, now time.Time) ([]rundir.Record, error) {
+	s, err := tr.Snapshot(now)
+	return append(s.Samples, s.Events...), err
+}
+
+func TestSnapshotConverts(t *testing.T) {
 	f, res := newFake()
 	tr := f.tracer(res)
 	now := time.Unix(1700000000, 0)
-	recs, err := tr.Collect(now)
+	recs, err := collectAll(tr, now)
 	if err != nil {
 		t.Fatalf("Collect: %v", err)
 	}
@@ -251,58 +256,36 @@ func TestCollectConverts(t *testing.T) {
 	one(t, recs, rundir.MetricBPFDrops, "", map[string]string{rundir.LabelProgram: ProgramFsync, rundir.LabelReason: "latency_map_full"})
 }
 
-func TestCollectEmitsChangesOnly(t *testing.T) {
+// A snapshot is full every time: deciding what changed is the recorder's (collect.Changes).
+func TestSnapshotIsFull(t *testing.T) {
 	f, res := newFake()
 	tr := f.tracer(res)
-	first, err := tr.Collect(time.Now())
+	first, err := collectAll(tr, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := tr.Collect(time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(again) != 0 {
-		t.Errorf("unchanged maps emitted %d records: %+v", len(again), again)
-	}
-
 	f.runq.Latency[10] = f.runq.Latency[10].Add(histOf(8000))
-	f.runq.Pairs[0].Count++
-	f.runq.Pairs[0].WaitNs += 5
-	f.fsync.Latency[fsync.Key{Cgroup: 21, Dev: "254:0", Syscall: "fsync"}] = histOf(1)
-	changed, err := tr.Collect(time.Now())
+	again, err := collectAll(tr, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, r := range changed {
-		got = append(got, r.Metric+" "+r.Cgroup)
+	if len(again) != len(first) {
+		t.Errorf("second snapshot has %d samples, the first %d", len(again), len(first))
 	}
-	want := map[string]bool{
-		rundir.MetricRunqLatency + " /nodectl/r/victim":      true,
-		rundir.MetricRunqPreemptions + " /nodectl/r/victim":  true,
-		rundir.MetricRunqPreemptWait + " /nodectl/r/victim":  true,
-		rundir.MetricFsyncLatency + " /nodectl/r/disk-hog-0": true,
-	}
-	if len(got) != len(want) {
-		t.Fatalf("after changes emitted %v, want %d records (first collect had %d)", got, len(want), len(first))
-	}
-	for _, g := range got {
-		if !want[g] {
-			t.Errorf("unexpected record %s", g)
-		}
+	if h := one(t, again, rundir.MetricRunqLatency, "/nodectl/r/victim", nil).Hist; h.Count != 3 {
+		t.Errorf("victim runq latency %+v after a new wait, want 3 waits", h)
 	}
 }
 
 func TestCollectForgetsUnknown(t *testing.T) {
 	f, res := newFake()
 	tr := f.tracer(res)
-	if _, err := tr.Collect(time.Now()); err != nil {
+	if _, err := collectAll(tr, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// Liveness is asked in each source's own hierarchy: 20 is a blkio id, unknown to cpu.
 	f.runq.Latency[20] = histOf(1)
-	if _, err := tr.Collect(time.Now()); err != nil {
+	if _, err := collectAll(tr, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	for program, want := range map[string]map[uint64]bool{
@@ -330,7 +313,7 @@ func TestCollectForgetSchedule(t *testing.T) {
 	collect := func(i int) []rundir.Record {
 		t.Helper()
 		f.asked = map[string]map[uint64]bool{}
-		recs, err := tr.Collect(time.Now())
+		recs, err := collectAll(tr, time.Now())
 		if err != nil {
 			t.Fatalf("collect %d: %v", i, err)
 		}
@@ -385,13 +368,13 @@ func TestNewRejectsBadForget(t *testing.T) {
 func TestCollectReadError(t *testing.T) {
 	f, res := newFake()
 	tr := f.tracer(res)
-	if _, err := tr.Collect(time.Now()); err != nil {
+	if _, err := collectAll(tr, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	f.readErr = errors.New("map gone")
 	f.blkio.IO[blkio.Key{Cgroup: 21, Dev: "254:0", Op: "write"}] = blkio.Counters{Bytes: 8192, Requests: 2}
 	f.asked = map[string]map[uint64]bool{}
-	recs, err := tr.Collect(time.Now())
+	recs, err := collectAll(tr, time.Now())
 	if err == nil {
 		t.Fatal("Collect hid the read error")
 	}
@@ -401,14 +384,14 @@ func TestCollectReadError(t *testing.T) {
 	if _, ok := f.asked[ProgramRunq]; ok {
 		t.Errorf("forgot entries of a source that could not be read")
 	}
-	// The failed read left the state alone: nothing changed, nothing is emitted.
+	// The failed read left the entries alone: the next snapshot has them.
 	f.readErr = nil
-	recs, err = tr.Collect(time.Now())
+	recs, err = collectAll(tr, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 0 {
-		t.Errorf("emitted %d unchanged records after a failed read: %+v", len(recs), recs)
+	if len(find(recs, rundir.MetricRunqLatency, "/nodectl/r/victim", nil)) != 1 {
+		t.Errorf("the run-queue series are missing after a failed read: %+v", recs)
 	}
 }
 
@@ -420,8 +403,8 @@ func TestCloseTwiceAndCollectAfter(t *testing.T) {
 			t.Fatalf("Close #%d: %v", i+1, err)
 		}
 	}
-	if _, err := tr.Collect(time.Now()); err == nil {
-		t.Error("Collect after Close succeeded")
+	if _, err := tr.Snapshot(time.Now()); err == nil {
+		t.Error("Snapshot after Close succeeded")
 	}
 }
 

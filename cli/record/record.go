@@ -9,15 +9,15 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nodectl/nodectl/agent/host"
 	"github.com/nodectl/nodectl/agent/recording"
 	"github.com/nodectl/nodectl/cli/internal/clix"
-	st "github.com/nodectl/nodectl/stress"
 )
 
 // New returns the record command.
 func New() *cobra.Command {
 	cfg := recording.Config{}
-	paths := st.DefaultPaths()
+	cfg.Host = host.Default()
 	var verbose bool
 	cmd := &cobra.Command{
 		Use:   "record --duration D --out DIR",
@@ -45,7 +45,6 @@ run-queue wait, fsync latency and I/O. Ctrl-C ends the recording early and keeps
 			}
 			ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
 			defer stop()
-			cfg.Cgroupfs, cfg.Procfs, cfg.Sysfs, cfg.Tracefs = paths.Cgroupfs, paths.Procfs, paths.Sysfs, paths.Tracefs
 			cfg.Args = os.Args
 			cfg.Log = clix.Logger(cmd.ErrOrStderr(), verbose)
 			tty := clix.IsTerminal(os.Stderr)
@@ -71,6 +70,6 @@ run-queue wait, fsync latency and I/O. Ctrl-C ends the recording early and keeps
 	f.DurationVar(&cfg.Interval, "interval", time.Second, "sampling interval")
 	f.IntVar(&cfg.MaxCgroups, "max-cgroups", 1000, "most cgroups the cgroup sampler follows")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
-	clix.HostPathFlags(f, &paths)
+	clix.HostPathFlags(f, &cfg.Host)
 	return cmd
 }

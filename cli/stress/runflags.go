@@ -42,7 +42,7 @@ func (rf *runFlags) register(f *pflag.FlagSet, who, traceHelp string, scratch bo
 	f.BoolVarP(&rf.verbose, "verbose", "v", false, "log debug detail to stderr")
 	f.StringVar(&rf.tuneState, "tune-state", filepath.Join("/", tuner.DefaultStateFile), "nodectl tune's state file; with reserved CPUs applied, workloads run off them and the heartbeat on them")
 	_ = f.MarkHidden("tune-state")
-	clix.HostPathFlags(f, &rf.opts.Paths)
+	clix.HostPathFlags(f, &rf.opts.Paths.FS)
 	if scratch {
 		clix.RunPathFlags(f, &rf.opts.Paths)
 	} else {

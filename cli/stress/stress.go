@@ -215,7 +215,7 @@ process is still alive are left alone unless --all is given.`,
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "also remove runs whose nodectl process is still alive")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
-	clix.HostPathFlags(cmd.Flags(), &paths)
+	clix.HostPathFlags(cmd.Flags(), &paths.FS)
 	clix.RunPathFlags(cmd.Flags(), &paths)
 	return cmd
 }

@@ -5,6 +5,7 @@ package blkio
 import (
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/rundir"
 	"log/slog"
 
 	"github.com/cilium/ebpf"
@@ -16,11 +17,11 @@ import (
 )
 
 var opNames = map[blkioBlkOp]string{
-	blkioBlkOpBLK_OP_READ:    "read",
-	blkioBlkOpBLK_OP_WRITE:   "write",
-	blkioBlkOpBLK_OP_FLUSH:   "flush",
-	blkioBlkOpBLK_OP_DISCARD: "discard",
-	blkioBlkOpBLK_OP_OTHER:   "other",
+	blkioBlkOpBLK_OP_READ:    rundir.OpRead,
+	blkioBlkOpBLK_OP_WRITE:   rundir.OpWrite,
+	blkioBlkOpBLK_OP_FLUSH:   rundir.OpFlush,
+	blkioBlkOpBLK_OP_DISCARD: rundir.OpDiscard,
+	blkioBlkOpBLK_OP_OTHER:   rundir.OpOther,
 }
 
 // Drop reasons as reported in Stats.Drops.
@@ -71,7 +72,7 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	}
 	t := &Tracer{sysfs: cfg.Sysfs}
 	opts := loader.Options{CgroupV1: cfg.CgroupV1, PerCgroup: map[string]uint32{blkioMapIo: cfg.MaxEntries}}
-	if err := loader.Load("blkio", spec, opts, &t.objs, log); err != nil {
+	if err := loader.Load(rundir.ProgramBlkio, spec, opts, &t.objs, log); err != nil {
 		return nil, err
 	}
 	// Later stages first, so that no entry is made that its end would not remove.
@@ -179,7 +180,7 @@ func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
 
 // Close detaches and unloads everything. It is safe to call more than once.
 func (t *Tracer) Close() error {
-	err := errors.Join(loader.Close("blkio", t.links, &t.objs), t.sweep.Close())
+	err := errors.Join(loader.Close(rundir.ProgramBlkio, t.links, &t.objs), t.sweep.Close())
 	t.links, t.objs, t.sweep = nil, objects{}, nil
 	return err
 }

@@ -5,6 +5,7 @@ package clix
 import (
 	"context"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"io"
 	"log/slog"
 	"os"
@@ -112,7 +113,7 @@ func Render(w io.Writer, rep *analyzer.Report, output string) error {
 
 // HostPathFlags registers the host locations as flags, so the same binary works on /host in a
 // DaemonSet or on a scratch tree.
-func HostPathFlags(f *pflag.FlagSet, p *stress.Paths) {
+func HostPathFlags(f *pflag.FlagSet, p *host.FS) {
 	f.StringVar(&p.Cgroupfs, "cgroupfs", p.Cgroupfs, "cgroup filesystem root of the host")
 	f.StringVar(&p.Procfs, "procfs", p.Procfs, "procfs of the host")
 	f.StringVar(&p.Sysfs, "sysfs", p.Sysfs, "sysfs of the host")

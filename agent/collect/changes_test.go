@@ -1,0 +1,58 @@
+package collect
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/hist"
+	"github.com/nodectl/nodectl/rundir"
+)
+
+func counter(metric, cg string, v float64) rundir.Record {
+	return rundir.Record{Type: rundir.TypeSample, Time: time.Unix(0, 0), Metric: metric, Cgroup: cg, Value: &v}
+}
+
+func histogram(metric, cg string, count, sum uint64) rundir.Record {
+	return rundir.Record{Type: rundir.TypeSample, Time: time.Unix(0, 0), Metric: metric, Cgroup: cg,
+		Hist: &hist.Log2{Count: count, SumNs: sum}}
+}
+
+func TestChangesPassesOnChangedSeriesOnly(t *testing.T) {
+	var c Changes
+	first := []rundir.Record{
+		counter(rundir.MetricBlkBytes, "/a", 4096),
+		counter(rundir.MetricBlkBytes, "/b", 0),
+		histogram(rundir.MetricRunqLatency, "/a", 2, 4000),
+	}
+	if got := c.Filter(first); len(got) != len(first) {
+		t.Fatalf("first batch passed on %d of %d samples", len(got), len(first))
+	}
+	if got := c.Filter(first); len(got) != 0 {
+		t.Errorf("an unchanged batch passed on %+v", got)
+	}
+	second := []rundir.Record{
+		counter(rundir.MetricBlkBytes, "/a", 8192),         // changed
+		counter(rundir.MetricBlkBytes, "/b", 0),            // same
+		histogram(rundir.MetricRunqLatency, "/a", 3, 5000), // changed
+	}
+	got := c.Filter(second)
+	if len(got) != 2 || got[0].Cgroup != "/a" || *got[0].Value != 8192 || got[1].Hist.Count != 3 {
+		t.Errorf("changed batch passed on %+v, want /a's bytes and histogram", got)
+	}
+	// A series that left (its cgroup removed) and came back is passed on again.
+	c.Filter(second[:1])
+	if got := c.Filter(second); len(got) != 2 {
+		t.Errorf("returning series: passed on %d samples, want /b's and the histogram", len(got))
+	}
+}
+
+func TestChangesTellsSeriesApartByLabels(t *testing.T) {
+	var c Changes
+	r := counter(rundir.MetricBlkBytes, "/a", 1)
+	r.Labels = map[string]string{rundir.LabelOp: rundir.OpRead}
+	w := counter(rundir.MetricBlkBytes, "/a", 1)
+	w.Labels = map[string]string{rundir.LabelOp: rundir.OpWrite}
+	if got := c.Filter([]rundir.Record{r, w}); len(got) != 2 {
+		t.Errorf("two label sets of one metric passed on as %d series", len(got))
+	}
+}

@@ -1,0 +1,207 @@
+// Package session assembles a recording: the tracer, the cgroup and node samplers, a scenario's
+// own sources, and the collector that reads them every interval and appends what they return.
+// `nodectl record`, every stress scenario and the agent start one; none wires these parts itself.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/agent/collect"
+	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/agent/sample"
+	"github.com/nodectl/nodectl/agent/trace"
+	"github.com/nodectl/nodectl/rundir"
+)
+
+// DefaultMaxCgroups bounds the cgroups a session follows when it is not told which to sample.
+const DefaultMaxCgroups = 1000
+
+// Names of the session's own sources, in warnings about a failing one.
+const (
+	sourceTrace   = "trace"
+	sourceCgroups = "cgroups"
+	sourceNode    = "node"
+)
+
+// Config says what a session records.
+type Config struct {
+	Host     host.FS
+	Layout   *cgroup.Layout
+	Interval time.Duration // 0 = 1s
+
+	// Trace loads the tracer's Programs (nil: all of them); Resolver names its cgroup ids (nil:
+	// a new one; pass one shared with code that makes cgroups while the session runs).
+	Trace    bool
+	Programs []string
+	Resolver *cgroup.Resolver
+
+	// Cgroups lists the cgroups the cgroup sampler reads each interval. Nil follows the cgroups
+	// the tracer and the other sources name, in order of first appearance, at most MaxCgroups
+	// (0 = DefaultMaxCgroups) of them, so that a node of thousands of cgroups stays cheap.
+	Cgroups    func() []string
+	MaxCgroups int
+	// Priority picks, of the sampled cgroups, those whose costlier files are read in full at
+	// every interval, not in the sampler's rotation; nil: none.
+	Priority func(cgroup string) bool
+	// Devices are the disks (MAJ:MIN) whose diskstats the node sampler records; nil: all.
+	Devices func() []string
+	// Sources are a scenario's own, read with the others at every interval and snapshot.
+	Sources map[string]collect.Source
+	// Observe, if set, sees every batch appended (progress display).
+	Observe func([]rundir.Record)
+	Log     *slog.Logger // nil = discard
+}
+
+// Session is a running recording.
+type Session struct {
+	tracer    *trace.Tracer
+	status    map[string]string
+	collector *collect.Collector
+	stop      func() // stops Background; nil when not running
+}
+
+// New loads the tracer (when cfg.Trace) and assembles the sources; nothing is read until
+// Snapshot, Run or Background. Close releases what it loaded.
+func New(cfg Config, out collect.Appender) (*Session, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.MaxCgroups <= 0 {
+		cfg.MaxCgroups = DefaultMaxCgroups
+	}
+	s := &Session{status: map[string]string{}}
+	sources := maps.Clone(cfg.Sources)
+	if sources == nil {
+		sources = map[string]collect.Source{}
+	}
+	if cfg.Trace {
+		res := cfg.Resolver
+		if res == nil {
+			res = cgroup.NewResolver(cfg.Layout)
+		}
+		t, err := trace.New(trace.Config{CgroupV1: cfg.Layout.V1, Programs: cfg.Programs, Sysfs: cfg.Host.Sysfs, Tracefs: cfg.Host.Tracefs},
+			res, cfg.Log.With("component", "trace"))
+		if err != nil {
+			return nil, fmt.Errorf("starting the tracer: %w", err)
+		}
+		s.tracer = t
+		s.status = t.Status()
+		if cfg.Programs != nil {
+			// A program left out on purpose is no missing evidence.
+			maps.DeleteFunc(s.status, func(prog, _ string) bool { return !slices.Contains(cfg.Programs, prog) })
+		}
+		// The tracer's snapshots are full; the recording keeps what changed.
+		var changes collect.Changes
+		sources[sourceTrace] = collect.SourceFunc(func(now time.Time) ([]rundir.Record, error) {
+			snap, err := t.Snapshot(now)
+			return append(changes.Filter(snap.Samples), snap.Events...), err
+		})
+	}
+	observe := cfg.Observe
+	cgroups := cfg.Cgroups
+	if cgroups == nil {
+		f := &follower{max: cfg.MaxCgroups, seen: map[string]bool{}}
+		cgroups = f.paths
+		observe = func(batch []rundir.Record) {
+			f.observe(batch)
+			if cfg.Observe != nil {
+				cfg.Observe(batch)
+			}
+		}
+	}
+	cs := sample.NewCgroups(cfg.Layout, cgroups)
+	if cfg.Priority != nil {
+		cs = cs.Priority(cfg.Priority)
+	}
+	sources[sourceCgroups] = cs
+	sources[sourceNode] = sample.NewSystem(cfg.Host.Procfs, cfg.Host.Sysfs, cfg.Devices)
+	s.collector = collect.New(sources, out, cfg.Interval, observe, cfg.Log.With("component", "collect"))
+	return s, nil
+}
+
+// TracerStatus maps each requested program to rundir.TracerAttached or why it does not run;
+// empty without tracing.
+func (s *Session) TracerStatus() map[string]string { return maps.Clone(s.status) }
+
+// MountedTracefs is where the tracer mounted tracefs ("" when it found it mounted or does not
+// trace), so that a caller can note it and a later cleanup unmount it if this process is killed.
+func (s *Session) MountedTracefs() string {
+	if s.tracer == nil {
+		return ""
+	}
+	return s.tracer.MountedTracefs()
+}
+
+// Snapshot reads every source now, in full, and appends the result: the exact edge of a
+// window (a phase's start or end).
+func (s *Session) Snapshot(now time.Time) error { return s.collector.Snapshot(now) }
+
+// Run reads every source each interval until ctx is done.
+func (s *Session) Run(ctx context.Context) error { return s.collector.Run(ctx) }
+
+// Background runs the session until Close; a failed append is logged and ends it.
+func (s *Session) Background(log *slog.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := s.collector.Run(ctx); err != nil && log != nil {
+			log.Error("recording stopped", "err", err)
+		}
+	}()
+	s.stop = func() { cancel(); <-done }
+}
+
+// Close stops a background session, takes the last snapshot and unloads the tracer. It is safe
+// to call more than once.
+func (s *Session) Close() error {
+	var errs []error
+	if s.stop != nil {
+		s.stop()
+		s.stop = nil
+		errs = append(errs, s.collector.Snapshot(time.Now()))
+	}
+	if s.tracer != nil {
+		errs = append(errs, s.tracer.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// follower collects the cgroups the session's records name, in order of first appearance, up
+// to a bound.
+type follower struct {
+	mu    sync.Mutex
+	max   int
+	seen  map[string]bool
+	order []string
+}
+
+func (f *follower) observe(batch []rundir.Record) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range batch {
+		if r.Cgroup == "" || f.seen[r.Cgroup] || strings.HasPrefix(r.Cgroup, "<") || len(f.order) >= f.max {
+			continue
+		}
+		f.seen[r.Cgroup] = true
+		f.order = append(f.order, r.Cgroup)
+	}
+}
+
+func (f *follower) paths() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.order)
+}
