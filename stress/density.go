@@ -266,7 +266,7 @@ func (r *densityRun) configEvent() rundir.Record {
 // records each setting's earlier value in the run's state before it changes it.
 func (r *densityRun) changeHost(ctx context.Context) error {
 	cfg := r.cfg
-	h := hostOf(cfg.Paths)
+	h := cfg.Paths.FS
 	var settings []tuner.Setting
 	if cfg.SwapFile != "" {
 		// At the kernel's default priority, below any swap the host has.
@@ -371,7 +371,7 @@ func (r *densityRun) sampleNode(now time.Time) ([]rundir.Record, error) {
 		out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricDensityOOMKills, Cgroup: cg, Workload: rundir.WorkloadNode, Value: &v})
 	}
 	if r.cfg.SwapFile != "" {
-		a, on, serr := swap.Find(hostOf(r.cfg.Paths), r.cfg.SwapFile)
+		a, on, serr := swap.Find(r.cfg.Paths.FS, r.cfg.SwapFile)
 		if serr != nil {
 			err = errors.Join(err, serr)
 		} else if on {

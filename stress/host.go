@@ -17,16 +17,10 @@ import (
 // changes it, so the run's cleanup, or `stress clean` after a kill, rolls them back exactly.
 const hostStateFile = "host-state.json"
 
-// hostOf is the node as the tuner's backends see it: a run changes the machine it runs on, so
-// the root is its own.
-func hostOf(p Paths) tuner.Host {
-	return tuner.Host{Procfs: p.Procfs, Sysfs: p.Sysfs, Cgroupfs: p.Cgroupfs}
-}
-
 // hostEngine is the tuner's engine over run id's node-wide settings.
 func hostEngine(p Paths, id string, settings []tuner.Setting, log *slog.Logger) *tuner.Engine {
 	return &tuner.Engine{Profile: "stress run " + id, Settings: settings, State: filepath.Join(p.State, id, hostStateFile),
-		Decode: backends.Decoder(hostOf(p)), Log: log, RollbackCommand: "nodectl stress clean " + id}
+		Decode: backends.Decoder(p.FS), Log: log, RollbackCommand: "nodectl stress clean " + id}
 }
 
 // rollbackHost restores what run id's host state file records, if it has one, and names the

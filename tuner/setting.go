@@ -8,62 +8,9 @@ package tuner
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 
-	securejoin "github.com/cyphar/filepath-securejoin"
+	"github.com/nodectl/nodectl/agent/host"
 )
-
-// Host says where the node's files are, so a DaemonSet can work on /host and a test on a
-// scratch tree. Procfs, Sysfs and Cgroupfs are separate because a test's scratch root still
-// tunes the machine's real kernel.
-type Host struct {
-	Root     string // the node's root filesystem: /etc, /var, /run are below it
-	Procfs   string
-	Sysfs    string
-	Cgroupfs string
-}
-
-// HostAt is the host whose root filesystem is root, with /proc and /sys below it.
-func HostAt(root string) Host {
-	root = filepath.Clean(root)
-	return Host{Root: root, Procfs: filepath.Join(root, "proc"), Sysfs: filepath.Join(root, "sys"),
-		Cgroupfs: filepath.Join(root, "sys/fs/cgroup")}
-}
-
-// Path is p (an absolute path on the node) below the host's root. Below a root other than
-// "/", the directories on the way are resolved inside the root, so that an absolute symlink on
-// the node (/var/log -> /mnt/log) leads to the node's /mnt/log under /host, not to the
-// container's; the last element is left as it is, so that a setting can see (and restore) a
-// symlink there.
-func (h Host) Path(p string) string {
-	p = filepath.Join("/", p)
-	if h.Root == "/" || h.Root == "" || p == "/" {
-		return filepath.Join(h.Root, p)
-	}
-	dir, err := securejoin.SecureJoin(h.Root, filepath.Dir(p))
-	if err != nil {
-		// A symlink loop: the plain join fails on it the same way when used.
-		return filepath.Join(h.Root, p)
-	}
-	return filepath.Join(dir, filepath.Base(p))
-}
-
-// Resolve is p below the host's root with every element resolved inside the root, the last
-// one included: the directory a bind mount goes onto.
-func (h Host) Resolve(p string) (string, error) {
-	root := h.Root
-	if root == "" {
-		root = "/"
-	}
-	return securejoin.SecureJoin(root, p)
-}
-
-// Systemd reports whether systemd is the node's init, as sd_booted(3) decides.
-func (h Host) Systemd() bool {
-	fi, err := os.Stat(h.Path("/run/systemd/system"))
-	return err == nil && fi.IsDir()
-}
 
 // Value is what a setting reads as: the state file records it before a change and Restore
 // puts it back.
@@ -118,7 +65,7 @@ type Suspecter interface {
 }
 
 // Decoder rebuilds a backend's setting from the Spec recorded in a state file.
-type Decoder func(h Host, spec json.RawMessage) (Setting, error)
+type Decoder func(h host.FS, spec json.RawMessage) (Setting, error)
 
 // RestoreChecker is a setting whose value lists things that come and go on their own (the
 // processes of a CPU partition, the pods below a cgroup), so that after Restore its Text

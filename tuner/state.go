@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"os"
 	"path/filepath"
 	"time"
@@ -120,7 +121,7 @@ type stateLock struct {
 // lock takes the lock; it fails at once rather than wait.
 func lock(statePath string) (*stateLock, error) {
 	lockPath := statePath + ".lock"
-	node := Host{Root: "/"}
+	node := host.FS{Root: "/"}
 	// The holder removes the lock file when nothing is applied; a tuner that opened it just
 	// before then holds a lock on a file no longer there, so it checks and opens again.
 	for range 5 {
@@ -159,7 +160,7 @@ func (l *stateLock) release(made []string) {
 		return
 	}
 	os.Remove(l.statePath + ".lock")
-	node := Host{Root: "/"}
+	node := host.FS{Root: "/"}
 	_ = node.RemoveDirs(l.created)
 	_ = node.RemoveDirs(made)
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/nodectl/nodectl/agent/host"
 	"io"
 	"os"
 	"os/exec"
@@ -300,7 +301,7 @@ func TestPartitionConfinesADaemonNextToHogs(t *testing.T) {
 	untuned := got.between(start.Add(settle), time.Now())
 
 	ctx := context.Background()
-	h := tuner.Host{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
+	h := host.FS{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
 	state := filepath.Join(t.TempDir(), "state.json")
 	engine := &tuner.Engine{Profile: "e2e-partition", State: state,
 		Settings: []tuner.Setting{cpuset.NewPartition(h, cpuset.Partition{Reserved: "0", WorkloadCgroups: []string{pods}, Daemons: []string{comm}})},

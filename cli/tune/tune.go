@@ -5,6 +5,7 @@ package tune
 import (
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,14 +75,14 @@ func (o *opts) outputFlag(f *pflag.FlagSet) {
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
 }
 
-func (o *opts) host() (tuner.Host, error) {
+func (o *opts) host() (host.FS, error) {
 	if !filepath.IsAbs(o.hostRoot) {
-		return tuner.Host{}, fmt.Errorf("--host-root %q: must be an absolute path", o.hostRoot)
+		return host.FS{}, fmt.Errorf("--host-root %q: must be an absolute path", o.hostRoot)
 	}
 	if fi, err := os.Stat(o.hostRoot); err != nil || !fi.IsDir() {
-		return tuner.Host{}, fmt.Errorf("--host-root %q: not a directory", o.hostRoot)
+		return host.FS{}, fmt.Errorf("--host-root %q: not a directory", o.hostRoot)
 	}
-	h := tuner.HostAt(o.hostRoot)
+	h := host.At(o.hostRoot)
 	if o.procfs != "" {
 		h.Procfs = o.procfs
 	}
@@ -95,7 +96,7 @@ func (o *opts) host() (tuner.Host, error) {
 	return h, nil
 }
 
-func (o *opts) statePath(h tuner.Host) string {
+func (o *opts) statePath(h host.FS) string {
 	if o.state != "" {
 		return o.state
 	}
@@ -104,7 +105,7 @@ func (o *opts) statePath(h tuner.Host) string {
 
 // loaded is a resolved profile with its settings on the node.
 type loaded struct {
-	host    tuner.Host
+	host    host.FS
 	profile *profile.Profile
 	cpus    int
 	engine  *tuner.Engine
@@ -138,13 +139,13 @@ func (o *opts) load(cmd *cobra.Command) (*loaded, error) {
 
 // engineAt is an engine without settings, for rollback and status, which work from the state
 // file alone.
-func (o *opts) engineAt(cmd *cobra.Command, h tuner.Host) *tuner.Engine {
+func (o *opts) engineAt(cmd *cobra.Command, h host.FS) *tuner.Engine {
 	return &tuner.Engine{State: o.statePath(h), Decode: backends.Decoder(h), Log: clix.Logger(cmd.ErrOrStderr(), false)}
 }
 
 // onlineCPUs are the node's online CPUs, from sysfs: a node may have some offline, or a
 // list that does not start at 0.
-func onlineCPUs(h tuner.Host) (cpuset.CPUSet, error) {
+func onlineCPUs(h host.FS) (cpuset.CPUSet, error) {
 	p := filepath.Join(h.Sysfs, "devices/system/cpu/online")
 	b, err := os.ReadFile(p)
 	if err != nil {

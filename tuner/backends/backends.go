@@ -5,6 +5,7 @@ package backends
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"slices"
 
 	"github.com/nodectl/nodectl/tuner"
@@ -23,7 +24,7 @@ const journalDir = "/var/log/journal"
 // sorted by key, so gc_thresh1 comes before 2 and 3; swap), then daemons' configuration
 // (journald, the journal's storage, the kubelet drop-in) and last the live CPU partition,
 // which moves processes. p must be resolved.
-func Settings(h tuner.Host, p *profile.Profile) []tuner.Setting {
+func Settings(h host.FS, p *profile.Profile) []tuner.Setting {
 	var out []tuner.Setting
 	keys := make([]string, 0, len(p.Sysctl))
 	for k := range p.Sysctl {
@@ -63,7 +64,7 @@ func Settings(h tuner.Host, p *profile.Profile) []tuner.Setting {
 }
 
 // Decoder rebuilds a recorded setting by its backend's name.
-func Decoder(h tuner.Host) func(backend string, spec json.RawMessage) (tuner.Setting, error) {
+func Decoder(h host.FS) func(backend string, spec json.RawMessage) (tuner.Setting, error) {
 	decoders := map[string]tuner.Decoder{
 		"sysctl":          sysctl.Decode,
 		"swap":            swap.Decode,

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -30,7 +31,7 @@ func sysctlFile(k string) string { return "/proc/sys/" + strings.ReplaceAll(k, "
 // on a real disk (drop-ins, the journal's storage, a swap file), and real cpuset cgroups with a
 // "daemon" in the root cpuset and a "pod" in a workload cgroup.
 type fixture struct {
-	host    tuner.Host
+	host    host.FS
 	profile *profile.Profile
 	layout  *cgroup.Layout
 	base    string // the test's cgroup below the nodectl parent
@@ -73,7 +74,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.host = tuner.Host{Root: root, Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
+	f.host = host.FS{Root: root, Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
 	t.Cleanup(func() {
 		// Undo whatever a failed test left: mounts and swap below the root, then the tree.
 		_ = exec.Command("swapoff", filepath.Join(root, "var/lib/nodectl/swapfile")).Run()

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -44,7 +45,7 @@ type Partition struct {
 }
 
 type partition struct {
-	h    tuner.Host
+	h    host.FS
 	p    Partition
 	r, w cpuset.CPUSet
 	err  error // a reserved list that cannot be used on this node; Read and Apply return it
@@ -54,7 +55,7 @@ type partition struct {
 
 // NewPartition is the partition p on h: its reserved CPUs for the system, the node's other
 // online CPUs for workloads.
-func NewPartition(h tuner.Host, p Partition) tuner.Setting {
+func NewPartition(h host.FS, p Partition) tuner.Setting {
 	s := &partition{h: h, p: p}
 	s.detect = s.detectHierarchy
 	s.r, s.w, s.err = split(h, p.Reserved)
@@ -67,7 +68,7 @@ func NewPartition(h tuner.Host, p Partition) tuner.Setting {
 }
 
 // Decode rebuilds a partition from its recorded Spec.
-func Decode(h tuner.Host, raw json.RawMessage) (tuner.Setting, error) {
+func Decode(h host.FS, raw json.RawMessage) (tuner.Setting, error) {
 	var p Partition
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return nil, fmt.Errorf("decoding cpuset partition spec: %w", err)
@@ -79,7 +80,7 @@ func Decode(h tuner.Host, raw json.RawMessage) (tuner.Setting, error) {
 }
 
 // split parses the reserved list and takes it from the node's online CPUs.
-func split(h tuner.Host, reserved string) (r, w cpuset.CPUSet, err error) {
+func split(h host.FS, reserved string) (r, w cpuset.CPUSet, err error) {
 	r, err = cpuset.Parse(reserved)
 	if err != nil || r.IsEmpty() {
 		return r, w, fmt.Errorf("%s: reserved CPUs %q: want a CPU list such as 0,1 or 0-7", ID, reserved)
@@ -128,7 +129,7 @@ func Live(st *tuner.State, sysfs string) (system, workloads string, ok bool, err
 		if err := json.Unmarshal(r.Spec, &p); err != nil {
 			return "", "", false, fmt.Errorf("%s: decoding the recorded spec: %w", ID, err)
 		}
-		rs, ws, err := split(tuner.Host{Sysfs: sysfs}, p.Reserved)
+		rs, ws, err := split(host.FS{Sysfs: sysfs}, p.Reserved)
 		if err != nil {
 			return "", "", false, err
 		}

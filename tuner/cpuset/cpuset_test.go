@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"github.com/nodectl/nodectl/agent/host"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,7 +141,7 @@ func (n *v1Node) cpus(t *testing.T, cg string) string {
 }
 
 func (n *v1Node) partition(t *testing.T) tuner.Setting {
-	h := tuner.Host{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
+	h := host.FS{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
 	return NewPartition(h, Partition{Reserved: "0", SystemCgroups: []string{n.base + "/sys"},
 		WorkloadCgroups: []string{n.base + "/pods"}, Daemons: []string{n.comm}})
 }
@@ -262,7 +263,7 @@ func TestPartitionRestoreSkipsAnExitedDaemon(t *testing.T) {
 	_, _ = rand.Read(b)
 	comm := "nct-x-" + hex.EncodeToString(b)
 	d := startNamed(t, comm)
-	h := tuner.Host{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
+	h := host.FS{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
 	s := NewPartition(h, Partition{Reserved: "0", Daemons: []string{comm}})
 	prev := read(t, s)
 	if err := s.Apply(context.Background()); err != nil {
@@ -284,7 +285,7 @@ func TestPartitionRestoreSkipsAnExitedDaemon(t *testing.T) {
 
 // fakeV2 is a cgroup v2 tree of plain files, with 4 CPUs: the root hands down cpu only; a
 // system slice; kubepods, which hands down cpuset, with a pod on CPUs 1-2 and one inheriting.
-func fakeV2(t *testing.T) (tuner.Host, string) {
+func fakeV2(t *testing.T) (host.FS, string) {
 	t.Helper()
 	dir := t.TempDir()
 	root := filepath.Join(dir, "cgroup")
@@ -307,7 +308,7 @@ func fakeV2(t *testing.T) (tuner.Host, string) {
 			t.Fatal(err)
 		}
 	}
-	return tuner.Host{Root: dir, Procfs: "/proc", Sysfs: filepath.Join(dir, "sys"), Cgroupfs: root}, root
+	return host.FS{Root: dir, Procfs: "/proc", Sysfs: filepath.Join(dir, "sys"), Cgroupfs: root}, root
 }
 
 // plainV2 detects the v2 tree of plain files at root as the cpuset hierarchy.
@@ -448,7 +449,7 @@ func TestPartitionFailuresLeaveTheNodeAsItWas(t *testing.T) {
 	ctx := context.Background()
 	n := newV1Node(t)
 	s := n.partition(t)
-	h := tuner.Host{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
+	h := host.FS{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
 	state := filepath.Join(t.TempDir(), "state.json")
 	engine := func(fault func(tuner.Step, string) error) *tuner.Engine {
 		return &tuner.Engine{Profile: "test", Settings: []tuner.Setting{s}, State: state, Fault: fault,

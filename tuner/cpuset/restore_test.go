@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"io"
 	"os"
 	"os/exec"
@@ -27,7 +28,7 @@ func engineOn(t *testing.T, s tuner.Setting, decode func(json.RawMessage) (tuner
 }
 
 func (n *v1Node) engine(t *testing.T, s tuner.Setting) *tuner.Engine {
-	h := tuner.Host{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
+	h := host.FS{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
 	return engineOn(t, s, func(spec json.RawMessage) (tuner.Setting, error) { return Decode(h, spec) })
 }
 

@@ -2,6 +2,7 @@ package cpuset
 
 import (
 	"context"
+	"github.com/nodectl/nodectl/agent/host"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +13,7 @@ import (
 
 func TestSuspectsNameWhoMayHaveMovedThePartition(t *testing.T) {
 	root := t.TempDir()
-	h := tuner.Host{Root: root, Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
+	h := host.FS{Root: root, Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
 	s := &partition{h: h}
 	got := s.Suspects(context.Background(), tuner.Value{Present: true, Text: "containerd[812] outside"})
 	if len(got) == 0 || !strings.Contains(got[0], "started after the partition was applied") {

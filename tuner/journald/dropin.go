@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"io/fs"
 	"os"
 	"path"
@@ -53,18 +54,18 @@ func Render(entries []Entry) []byte {
 }
 
 type dropIn struct {
-	h       tuner.Host
+	h       host.FS
 	spec    DropInSpec
 	restart restartFunc
 }
 
 // NewDropIn is the drop-in at file (a path on the node, e.g. DefaultDropIn) setting entries.
-func NewDropIn(h tuner.Host, file string, entries []Entry) tuner.Setting {
+func NewDropIn(h host.FS, file string, entries []Entry) tuner.Setting {
 	return &dropIn{h: h, spec: DropInSpec{File: file, Entries: slices.Clone(entries)}, restart: systemctl}
 }
 
 // DecodeDropIn rebuilds a drop-in from its recorded DropInSpec.
-func DecodeDropIn(h tuner.Host, raw json.RawMessage) (tuner.Setting, error) {
+func DecodeDropIn(h host.FS, raw json.RawMessage) (tuner.Setting, error) {
 	var s DropInSpec
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return nil, fmt.Errorf("decoding journald drop-in spec: %w", err)

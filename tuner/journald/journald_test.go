@@ -3,6 +3,7 @@ package journald
 import (
 	"context"
 	"encoding/json"
+	"github.com/nodectl/nodectl/agent/host"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -22,7 +23,7 @@ const documented = "# Written by nodectl tune. `nodectl tune rollback` removes i
 	"RateLimitIntervalSec=30s\n" +
 	"RateLimitBurst=1000\n"
 
-func scratch(t *testing.T) tuner.Host {
+func scratch(t *testing.T) host.FS {
 	return tunertest.Scratch(t, "files owned by others, bind mounts")
 }
 
@@ -44,7 +45,7 @@ func TestRestartArgs(t *testing.T) {
 		"unclean_root": {"/host/", "chroot /host systemctl restart systemd-journald"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := strings.Join(restartArgs(tuner.Host{Root: tc.root}), " "); got != tc.want {
+			if got := strings.Join(restartArgs(host.FS{Root: tc.root}), " "); got != tc.want {
 				t.Errorf("restartArgs(%q) = %q, want %q", tc.root, got, tc.want)
 			}
 		})
@@ -53,7 +54,7 @@ func TestRestartArgs(t *testing.T) {
 
 func TestNote(t *testing.T) {
 	root := t.TempDir()
-	h := tuner.Host{Root: root, Procfs: "/proc"}
+	h := host.FS{Root: root, Procfs: "/proc"}
 	want := "systemd is not running under " + root + ": journald is not restarted; the drop-in applies when journald next starts"
 	if got := NewDropIn(h, DefaultDropIn, entries).(tuner.Noter).Note(); got != want {
 		t.Errorf("Note = %q, want %q", got, want)
@@ -221,7 +222,7 @@ func TestDropInRestoresUserFile(t *testing.T) {
 }
 
 func TestDropInText(t *testing.T) {
-	s := NewDropIn(tuner.Host{Root: "/nonexistent"}, DefaultDropIn, entries).(*dropIn)
+	s := NewDropIn(host.FS{Root: "/nonexistent"}, DefaultDropIn, entries).(*dropIn)
 	for name, tc := range map[string]struct {
 		b    string
 		mode fs.FileMode
@@ -251,11 +252,11 @@ func TestDropInDecodeErrors(t *testing.T) {
 		"unclean_path": `{"file":"/etc/systemd/../x.conf","entries":[{"key":"A","value":"1"}]}`,
 		"not_json":     `{`,
 	} {
-		if _, err := DecodeDropIn(tuner.Host{}, json.RawMessage(spec)); err == nil {
+		if _, err := DecodeDropIn(host.FS{}, json.RawMessage(spec)); err == nil {
 			t.Errorf("%s: DecodeDropIn(%s) succeeded", name, spec)
 		}
 	}
-	err := NewDropIn(tuner.Host{Root: t.TempDir()}, "/x.conf", []Entry{{"Bad Key", "1"}}).Apply(context.Background())
+	err := NewDropIn(host.FS{Root: t.TempDir()}, "/x.conf", []Entry{{"Bad Key", "1"}}).Apply(context.Background())
 	if err == nil || !strings.Contains(err.Error(), `key "Bad Key"`) {
 		t.Errorf("Apply with a bad key: %v", err)
 	}
@@ -263,7 +264,7 @@ func TestDropInDecodeErrors(t *testing.T) {
 
 func TestDropInSuspects(t *testing.T) {
 	root := t.TempDir()
-	h := tuner.Host{Root: root, Procfs: "/proc"}
+	h := host.FS{Root: root, Procfs: "/proc"}
 	files := map[string]string{
 		DefaultDropIn: documented,
 		"/etc/systemd/journald.conf.d/10-early.conf":     "[Journal]\nSystemMaxUse=1G\n",

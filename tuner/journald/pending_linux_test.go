@@ -5,6 +5,7 @@ package journald
 import (
 	"context"
 	"errors"
+	"github.com/nodectl/nodectl/agent/host"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -202,7 +203,7 @@ func TestNeedRestart(t *testing.T) {
 
 // restarts stands in for systemctl, failing while *fail is set, and counts its calls.
 func restarts(fail *bool, calls *int) restartFunc {
-	return func(context.Context, tuner.Host) error {
+	return func(context.Context, host.FS) error {
 		*calls++
 		if *fail {
 			return errors.New("injected: journald did not restart")
@@ -214,7 +215,7 @@ func restarts(fail *bool, calls *int) restartFunc {
 // withSystemd is a scratch root where systemd counts as running (sd_booted: the directory
 // run/systemd/system), so the settings decide to restart journald; the restart itself is the
 // test's stand-in, never systemctl.
-func withSystemd(t *testing.T) tuner.Host {
+func withSystemd(t *testing.T) host.FS {
 	t.Helper()
 	h := scratch(t)
 	if err := os.MkdirAll(h.Path("/run/systemd/system"), 0o755); err != nil {

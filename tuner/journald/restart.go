@@ -8,13 +8,13 @@ package journald
 import (
 	"context"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/nodectl/nodectl/agent/daemons"
-	"github.com/nodectl/nodectl/tuner"
 )
 
 // Daemon is what both settings restart, as tuner.Restarter names it.
@@ -22,11 +22,11 @@ const Daemon = "systemd-journald"
 
 // restartFunc restarts journald on a host; settings hold one so that tests can stand in for
 // systemctl.
-type restartFunc func(ctx context.Context, h tuner.Host) error
+type restartFunc func(ctx context.Context, h host.FS) error
 
 // restartArgs is the command that restarts journald on h: systemctl, run through chroot when
 // h's root is not this process's, so the node's own systemctl talks to the node's systemd.
-func restartArgs(h tuner.Host) []string {
+func restartArgs(h host.FS) []string {
 	args := []string{"systemctl", "restart", Daemon}
 	if root := filepath.Clean(h.Root); root != "/" && h.Root != "" {
 		return append([]string{"chroot", root}, args...)
@@ -35,7 +35,7 @@ func restartArgs(h tuner.Host) []string {
 }
 
 // systemctl restarts journald on h; the caller checks that systemd runs there.
-func systemctl(ctx context.Context, h tuner.Host) error {
+func systemctl(ctx context.Context, h host.FS) error {
 	args := restartArgs(h)
 	out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
 	if err != nil {
@@ -60,7 +60,7 @@ func needRestart(systemd, changed bool, pending func() (bool, error)) (bool, err
 }
 
 // settle restarts journald on h when needRestart says so.
-func settle(ctx context.Context, h tuner.Host, changed bool, pending func(context.Context) (bool, error), restart restartFunc) error {
+func settle(ctx context.Context, h host.FS, changed bool, pending func(context.Context) (bool, error), restart restartFunc) error {
 	need, err := needRestart(h.Systemd(), changed, func() (bool, error) { return pending(ctx) })
 	if err != nil || !need {
 		return err
@@ -70,7 +70,7 @@ func settle(ctx context.Context, h tuner.Host, changed bool, pending func(contex
 
 // pendingSince reports whether no journald of h's started after changed: none runs, or the
 // one running is older. journald's comm is its name cut to 15 bytes, systemd-journal.
-func pendingSince(h tuner.Host, changed time.Time) (bool, error) {
+func pendingSince(h host.FS, changed time.Time) (bool, error) {
 	procs, err := daemons.Procs(h.Procfs, Daemon)
 	if err != nil {
 		return false, fmt.Errorf("finding journald in %s: %w", h.Procfs, err)
@@ -80,7 +80,7 @@ func pendingSince(h tuner.Host, changed time.Time) (bool, error) {
 
 // note says that journald is not restarted when systemd does not run; what applies then is
 // the setting's own words.
-func note(h tuner.Host, then string) string {
+func note(h host.FS, then string) string {
 	if h.Systemd() {
 		return ""
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"io/fs"
 	"net/url"
 	"os"
@@ -29,19 +30,19 @@ type StorageSpec struct {
 }
 
 type storage struct {
-	h       tuner.Host
+	h       host.FS
 	spec    StorageSpec
 	restart restartFunc
 }
 
 // NewStorage is the journal kept in source (a node path, e.g. a directory on the local SSD),
 // bind-mounted onto target (/var/log/journal), where journald writes it.
-func NewStorage(h tuner.Host, source, target string) tuner.Setting {
+func NewStorage(h host.FS, source, target string) tuner.Setting {
 	return &storage{h: h, spec: StorageSpec{Source: source, Target: target}, restart: systemctl}
 }
 
 // DecodeStorage rebuilds the journal storage from its recorded StorageSpec.
-func DecodeStorage(h tuner.Host, raw json.RawMessage) (tuner.Setting, error) {
+func DecodeStorage(h host.FS, raw json.RawMessage) (tuner.Setting, error) {
 	var s StorageSpec
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return nil, fmt.Errorf("decoding journal storage spec: %w", err)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/nodectl/nodectl/agent/host"
 	"os"
 	"path/filepath"
 	"slices"
@@ -218,7 +219,7 @@ func TestStorageDecodeErrors(t *testing.T) {
 		"missing_field": `{"source":"/ssd"}`,
 		"not_json":      `[`,
 	} {
-		if _, err := DecodeStorage(tuner.Host{}, json.RawMessage(spec)); err == nil {
+		if _, err := DecodeStorage(host.FS{}, json.RawMessage(spec)); err == nil {
 			t.Errorf("%s: DecodeStorage(%s) succeeded", name, spec)
 		}
 	}

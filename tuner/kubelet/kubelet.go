@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -49,18 +50,18 @@ type Spec struct {
 }
 
 type dropIn struct {
-	h    tuner.Host
+	h    host.FS
 	spec Spec
 }
 
 // NewDropIn is the drop-in at file (a path on the node) reserving the CPU list reservedCPUs,
 // written as given.
-func NewDropIn(h tuner.Host, file, reservedCPUs string) tuner.Setting {
+func NewDropIn(h host.FS, file, reservedCPUs string) tuner.Setting {
 	return &dropIn{h: h, spec: Spec{File: file, ReservedCPUs: reservedCPUs}}
 }
 
 // Decode rebuilds a drop-in from its recorded Spec.
-func Decode(h tuner.Host, raw json.RawMessage) (tuner.Setting, error) {
+func Decode(h host.FS, raw json.RawMessage) (tuner.Setting, error) {
 	var s Spec
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return nil, fmt.Errorf("decoding kubelet drop-in spec: %w", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,7 +24,7 @@ const documented = "# Written by nodectl tune. `nodectl tune rollback` removes i
 	"kind: KubeletConfiguration\n" +
 	"reservedSystemCPUs: \"0,1\"\n"
 
-func scratch(t *testing.T) tuner.Host { return tunertest.Scratch(t, "") }
+func scratch(t *testing.T) host.FS { return tunertest.Scratch(t, "") }
 
 var read = tunertest.Read
 

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"io/fs"
 	"os"
 	"path"
@@ -22,12 +23,12 @@ import (
 
 // File is the file at a node path below a host's root.
 type File struct {
-	h    tuner.Host
+	h    host.FS
 	node string // the node path, e.g. /etc/systemd/journald.conf.d/90-nodectl.conf
 }
 
 // New is the file at the node path p on h.
-func New(h tuner.Host, p string) File { return File{h: h, node: p} }
+func New(h host.FS, p string) File { return File{h: h, node: p} }
 
 // path is the file's path as this process reaches it.
 func (f File) path() string { return f.h.Path(f.node) }

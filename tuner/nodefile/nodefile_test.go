@@ -2,6 +2,7 @@ package nodefile
 
 import (
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,7 +18,7 @@ import (
 
 const node = "/etc/daemon.conf.d/90-nodectl.conf"
 
-func scratch(t *testing.T) tuner.Host { return tunertest.Scratch(t, "files owned by others") }
+func scratch(t *testing.T) host.FS { return tunertest.Scratch(t, "files owned by others") }
 
 var tree = tunertest.Tree
 
@@ -128,7 +129,7 @@ func TestRestoreKeepsOthersFiles(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	h := tuner.Host{Root: t.TempDir()}
+	h := host.FS{Root: t.TempDir()}
 	f := New(h, node)
 	if _, err := f.Restore(tuner.Value{Present: true, Text: "x", Data: []byte(`{"missing_dirs":["/etc"]}`)}); err == nil ||
 		!strings.Contains(err.Error(), "no file data") {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"os"
 	"path"
 	"path/filepath"
@@ -74,10 +75,10 @@ func (a Area) name() string {
 }
 
 // New is the setting that makes a hold. Apply checks a (Validate) before changing anything.
-func New(h tuner.Host, a Area) tuner.Setting { return &setting{h: h, a: a} }
+func New(h host.FS, a Area) tuner.Setting { return &setting{h: h, a: a} }
 
 // Decode rebuilds a swap setting from its Spec.
-func Decode(h tuner.Host, spec json.RawMessage) (tuner.Setting, error) {
+func Decode(h host.FS, spec json.RawMessage) (tuner.Setting, error) {
 	var a Area
 	dec := json.NewDecoder(strings.NewReader(string(spec)))
 	dec.DisallowUnknownFields()
@@ -91,7 +92,7 @@ func Decode(h tuner.Host, spec json.RawMessage) (tuner.Setting, error) {
 }
 
 type setting struct {
-	h tuner.Host
+	h host.FS
 	a Area
 }
 
@@ -171,7 +172,7 @@ func (s *setting) Read(ctx context.Context) (tuner.Value, error) {
 
 // Find returns the entry in <h.Procfs>/swaps of the swap file or device at path (a node path);
 // ok is false when it is not on.
-func Find(h tuner.Host, path string) (a swapfile.Area, ok bool, err error) {
+func Find(h host.FS, path string) (a swapfile.Area, ok bool, err error) {
 	areas, err := swapfile.Areas(h.Procfs)
 	if err != nil {
 		return swapfile.Area{}, false, err
@@ -186,7 +187,7 @@ func Find(h tuner.Host, path string) (a swapfile.Area, ok bool, err error) {
 // reading the host's /proc, the target of a symlink (a /dev/disk/by-id name). The first is
 // matched by name; the others as the same file found below the host's root, so an area of the
 // same name on the machine itself is never taken for a scratch root's.
-func find(h tuner.Host, path string, areas []swapfile.Area) (swapfile.Area, bool) {
+func find(h host.FS, path string, areas []swapfile.Area) (swapfile.Area, bool) {
 	want := tuner.EscapeProcPath(h.Path(path))
 	for _, a := range areas {
 		if a.Path == want {

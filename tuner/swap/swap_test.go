@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/nodectl/nodectl/agent/host"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,8 +63,8 @@ func scratch(t *testing.T) string {
 	return dir
 }
 
-func hostAt(root string) tuner.Host {
-	return tuner.Host{Root: root, Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
+func hostAt(root string) host.FS {
+	return host.FS{Root: root, Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
 }
 
 func read(t *testing.T, s tuner.Setting) (tuner.Value, data) {

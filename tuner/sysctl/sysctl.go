@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"io/fs"
 	"os"
 	"path"
@@ -31,19 +32,19 @@ type Spec struct {
 }
 
 type setting struct {
-	h     tuner.Host
+	h     host.FS
 	key   string // dotted, as the ID shows it
 	value string // canonical
 }
 
 // New is the sysctl key (dotted, vm.swappiness, or slashed, vm/swappiness, as sysctl.d(5)
 // allows) set to value. The value is kept in canonical form: fields separated by single spaces.
-func New(h tuner.Host, key, value string) tuner.Setting {
+func New(h host.FS, key, value string) tuner.Setting {
 	return &setting{h: h, key: dotted(key), value: Canonical(value)}
 }
 
 // Decode rebuilds a sysctl from its recorded Spec.
-func Decode(h tuner.Host, raw json.RawMessage) (tuner.Setting, error) {
+func Decode(h host.FS, raw json.RawMessage) (tuner.Setting, error) {
 	var s Spec
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return nil, fmt.Errorf("decoding sysctl spec: %w", err)
@@ -58,7 +59,7 @@ func Decode(h tuner.Host, raw json.RawMessage) (tuner.Setting, error) {
 }
 
 // Exists reports whether key is a sysctl of h's kernel: a file below <Procfs>/sys.
-func Exists(h tuner.Host, key string) bool {
+func Exists(h host.FS, key string) bool {
 	if checkKey(key) != nil {
 		return false
 	}
@@ -111,7 +112,7 @@ func checkKey(key string) error {
 	return nil
 }
 
-func file(h tuner.Host, key string) string {
+func file(h host.FS, key string) string {
 	return filepath.Join(h.Procfs, "sys", filepath.FromSlash(Path(key)))
 }
 
@@ -293,7 +294,7 @@ func setsKey(b []byte, p string) []string {
 }
 
 // processes describes the running processes known to write sysctls.
-func processes(h tuner.Host) []string {
+func processes(h host.FS) []string {
 	pfs, err := procfs.NewFS(h.Procfs)
 	if err != nil {
 		return nil

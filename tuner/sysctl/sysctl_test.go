@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/nodectl/nodectl/agent/host"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +16,7 @@ import (
 	"github.com/nodectl/nodectl/tuner"
 )
 
-var realHost = tuner.Host{Root: "/", Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
+var realHost = host.FS{Root: "/", Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
 
 func TestKeys(t *testing.T) {
 	for name, tc := range map[string]struct{ key, slashed, dotted string }{
@@ -256,7 +257,7 @@ func TestSuspects(t *testing.T) {
 	if err := os.Symlink("../sysctl.conf", filepath.Join(root, "etc/sysctl.d/99-sysctl.conf")); err != nil {
 		t.Fatal(err)
 	}
-	h := tuner.Host{Root: root, Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
+	h := host.FS{Root: root, Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
 
 	// A running tuner: sleep started through a link, so its comm is node-tuner.
 	tunerBin := filepath.Join(t.TempDir(), "node-tuner")

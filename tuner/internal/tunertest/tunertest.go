@@ -5,6 +5,7 @@ package tunertest
 import (
 	"context"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/host"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,12 +18,12 @@ import (
 
 // Scratch is a host whose root is an empty temporary directory and whose kernel is this
 // machine's. With needRoot set, the test is skipped (saying why) unless it runs as root.
-func Scratch(t *testing.T, needRoot string) tuner.Host {
+func Scratch(t *testing.T, needRoot string) host.FS {
 	t.Helper()
 	if needRoot != "" && os.Geteuid() != 0 {
 		t.Skip("needs root: " + needRoot)
 	}
-	return tuner.Host{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
+	return host.FS{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
 }
 
 // Tree lists every path below root with its mode, owner, and content or link target, to
