@@ -102,19 +102,8 @@ func Density(ctx context.Context, cfg DensityConfig) (dir string, err error) {
 	if err != nil {
 		return "", err
 	}
-	dir = host.dir
-	r := &densityRun{runHost: host, cfg: cfg,
-		scratch:  filepath.Join(cfg.Paths.Scratch, host.id),
-		progress: &progressWriter{w: cfg.Progress, tty: cfg.ProgressTTY}}
-	defer func() {
-		if cerr := r.cleanup(); cerr != nil {
-			err = errors.Join(err, cerr)
-		}
-	}()
-	if err := r.setup(ctx); err != nil {
-		return dir, err
-	}
-	return dir, r.sweep(ctx)
+	r := &densityRun{runHost: host, cfg: cfg}
+	return runScenario(ctx, &r.runHost, rundir.ScenarioDensity, r)
 }
 
 // checkFits refuses a sweep that could exhaust the machine: without --node-memory, every
@@ -138,13 +127,8 @@ func checkFits(cfg DensityConfig) error {
 type densityRun struct {
 	runHost
 	cfg      DensityConfig
-	scratch  string
 	binary   string
 	swapSize int64 // of the run's swap file or device, 0 without
-
-	progress *progressWriter
-	logs     []*os.File
-	procs    []*launch.Process
 
 	mu        sync.Mutex // guards what measurements and the collector read
 	workloads []rundir.Workload
@@ -156,25 +140,12 @@ type densityRun struct {
 
 func (r *densityRun) setup(ctx context.Context) error {
 	cfg := r.cfg
-	unclaim, err := claim(cfg.Paths, r.id)
-	if err != nil {
-		return err
-	}
-	r.unclaim = unclaim
 	r.ready, r.launched = map[string]time.Time{}, map[string]time.Time{}
-	if err := os.MkdirAll(r.scratch, 0o755); err != nil {
-		return fmt.Errorf("making scratch directory: %w", err)
-	}
-	meta := rundir.NewMeta(r.id, rundir.ScenarioDensity, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
-	if r.writer, err = rundir.Create(r.dir, meta); err != nil {
-		return err
-	}
 	if err := r.changeHost(ctx); err != nil {
 		return err
 	}
-	r.created = true
-	if err := r.layout.Create(RunCgroup(r.id), cgroup.Limits{MemoryBytes: cfg.NodeMemory}); err != nil {
-		return fmt.Errorf("creating the run's cgroup: %w", err)
+	if err := r.createRunCgroup(cgroup.Limits{MemoryBytes: cfg.NodeMemory}); err != nil {
+		return err
 	}
 	if cfg.SwapFile == "" && cfg.NodeMemory > 0 {
 		if err := r.noSwap(); err != nil {
@@ -192,9 +163,7 @@ func (r *densityRun) setup(ctx context.Context) error {
 	if err := writeBinary(r.binary, cfg.BinaryBytes); err != nil {
 		return err
 	}
-	r.launcher, err = launch.New(launch.Config{Runtime: cfg.Runtime, Exe: cfg.Exe, Cgroups: r.layout, Procfs: cfg.Paths.Procfs,
-		StateDir: RuntimeState(cfg.Paths, r.id), RunscPlatform: cfg.RunscPlatform, Log: cfg.Log.With("component", "launch")})
-	if err != nil {
+	if err := r.newLauncher(); err != nil {
 		return err
 	}
 	var devices []string
@@ -416,8 +385,8 @@ type crossing struct {
 	at           time.Time
 }
 
-// sweep runs the steps until one collapses or Max is reached.
-func (r *densityRun) sweep(ctx context.Context) error {
+// run sweeps: it runs the steps until one collapses or Max is reached.
+func (r *densityRun) run(ctx context.Context) error {
 	n := 0
 	for n < r.cfg.Max {
 		d := min(n+r.cfg.Step, r.cfg.Max)
@@ -641,10 +610,6 @@ func (r *densityRun) showProgress(step string, start time.Time) {
 	r.progress.update(line)
 }
 
-func (r *densityRun) logPath(name string) string {
-	return filepath.Join(r.dir, "workloads", name+".log")
-}
-
 // launch starts sandbox-<i> in its cgroup below the run's.
 func (r *densityRun) launch(i int) (string, error) {
 	cfg := r.cfg
@@ -655,14 +620,10 @@ func (r *densityRun) launch(i int) (string, error) {
 	if err := r.layout.Create(w.Cgroup, lim); err != nil {
 		return "", fmt.Errorf("creating cgroup of %s: %w", name, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(r.logPath(name)), 0o755); err != nil {
-		return "", fmt.Errorf("making the workload log directory: %w", err)
-	}
-	logf, err := os.Create(r.logPath(name))
+	logf, err := r.openLog(name)
 	if err != nil {
-		return "", fmt.Errorf("creating log of %s: %w", name, err)
+		return "", err
 	}
-	r.logs = append(r.logs, logf)
 	var launched time.Time
 	onMeasure := func(name string, m workload.Measurement) {
 		at := time.Now()
@@ -709,24 +670,12 @@ func (r *densityRun) launch(i int) (string, error) {
 	return name, r.writer.Append(rundir.Record{Type: rundir.TypeSample, Time: launched, Metric: rundir.MetricDensitySandboxes, Value: &v})
 }
 
-// cleanup stops the sandboxes, removes the cgroups, turns the swap file off and removes it,
-// restores the sysctls and removes scratch files and state. It runs on every exit path.
-func (r *densityRun) cleanup() error {
-	r.progress.done()
-	var errs []error
-	launch.StopAll(r.procs, stopGrace)
-	errs = append(errs, r.release()...)
-	for _, f := range r.logs {
-		f.Close()
-	}
-	// After the cgroups: swapoff must bring back only what is still alive, which is nothing.
+// undo restores the host settings the run changed, after the cgroups are gone: swapoff must
+// bring back only what is still alive, which is nothing.
+func (r *densityRun) undo() []error {
 	if _, err := rollbackHost(r.cfg.Paths, r.id, r.cfg.Log); err != nil {
-		errs = append(errs, err)
 		r.unclaim = nil // the run's state keeps what is left to restore, for stress clean
+		return []error{err}
 	}
-	if err := os.RemoveAll(r.scratch); err != nil {
-		errs = append(errs, fmt.Errorf("removing scratch %s: %w", r.scratch, err))
-	}
-	errs = append(errs, r.finish()...)
-	return errors.Join(errs...)
+	return nil
 }

@@ -50,12 +50,6 @@ type NoisyConfig struct {
 
 func isProbe(kind string) bool { return kind == rundir.KindVictim || kind == rundir.KindHeartbeat }
 
-// ErrInterrupted is returned when a run was stopped by a signal; it was cleaned up all the same.
-var ErrInterrupted = errors.New("interrupted")
-
-// DefaultRunsDir is where runs are written when --out is not given.
-const DefaultRunsDir = "/var/lib/nodectl/runs"
-
 // Noisy runs the noisy-neighbour scenario: the victim probe alone (baseline), then with the
 // hogs (stress). It returns the run directory, which holds everything recorded; the caller
 // analyzes it. Everything the run created on the host is removed before Noisy returns, also
@@ -77,61 +71,33 @@ func Noisy(ctx context.Context, cfg NoisyConfig) (dir string, err error) {
 	if err != nil {
 		return "", err
 	}
-	dir = host.dir
-
-	r := &noisyRun{runHost: host, cfg: cfg, scratch: filepath.Join(cfg.Paths.Scratch, host.id),
-		progress: &progressWriter{w: cfg.Progress, tty: cfg.ProgressTTY}, last: map[string]float64{}}
-	defer func() {
-		if cerr := r.cleanup(); cerr != nil {
-			err = errors.Join(err, cerr)
-		}
-	}()
-	if err := r.setup(); err != nil {
-		return dir, err
-	}
-	return dir, r.phases(ctx)
+	r := &noisyRun{runHost: host, cfg: cfg, last: map[string]float64{}}
+	return runScenario(ctx, &r.runHost, rundir.ScenarioNoisy, r)
 }
 
 type noisyRun struct {
 	runHost
-	cfg     NoisyConfig
-	scratch string
+	cfg NoisyConfig
 
 	resolver  *cgroup.Resolver // the tracer's; nil untraced
 	workloads []rundir.Workload
 	specs     map[string]HogSpec       // hog workload name -> the --hog it came from
 	limits    map[string]cgroup.Limits // workload name -> its cgroup's limits
-	procs     []*launch.Process
-	local     *launch.Launcher // the heartbeat's: a plain process, as a host daemon is; runHost.launcher runs the victim and the hogs
-	logs      []*os.File
+	local     *launch.Launcher         // the heartbeat's: a plain process, as a host daemon is; runHost.launcher runs the victim and the hogs
 
-	progress *progressWriter
 	mu       sync.Mutex
 	last     map[string]float64 // latest probe values, for the progress line
 	curPhase string
 	phaseEnd time.Time
 }
 
-func (r *noisyRun) setup() error {
+func (r *noisyRun) setup(context.Context) error {
 	cfg := r.cfg
-	unclaim, err := claim(cfg.Paths, r.id)
-	if err != nil {
-		return err
-	}
-	r.unclaim = unclaim
-	if err := os.MkdirAll(r.scratch, 0o755); err != nil {
-		return fmt.Errorf("making scratch directory: %w", err)
-	}
-	meta := rundir.NewMeta(r.id, rundir.ScenarioNoisy, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
-	if r.writer, err = rundir.Create(r.dir, meta); err != nil {
-		return err
-	}
 	if err := r.planWorkloads(); err != nil {
 		return err
 	}
-	r.created = true
-	if err := r.layout.Create(RunCgroup(r.id), cgroup.Limits{MemoryBytes: cfg.NodeMemBytes}); err != nil {
-		return fmt.Errorf("creating the run's cgroup: %w", err)
+	if err := r.createRunCgroup(cgroup.Limits{MemoryBytes: cfg.NodeMemBytes}); err != nil {
+		return err
 	}
 	for i, w := range r.workloads {
 		if !owned(w) {
@@ -241,8 +207,8 @@ func (r *noisyRun) devices() []string {
 	return devs
 }
 
-// phases runs baseline then stress, marking each in the records with a snapshot at its edges.
-func (r *noisyRun) phases(ctx context.Context) error {
+// run runs baseline then stress, marking each in the records with a snapshot at its edges.
+func (r *noisyRun) run(ctx context.Context) error {
 	// The probes run in both phases, the hogs only in the stress phase.
 	startAll := func(probes bool) error {
 		for _, w := range r.workloads {
@@ -289,34 +255,19 @@ func (r *noisyRun) newLaunchers() error {
 	if err != nil {
 		return err
 	}
-	r.launcher, err = launch.New(launch.Config{Runtime: r.cfg.Runtime, Exe: r.cfg.Exe, Cgroups: r.layout,
-		Procfs: r.cfg.Paths.Procfs, StateDir: RuntimeState(r.cfg.Paths, r.id), RunscPlatform: r.cfg.RunscPlatform,
-		Log: r.cfg.Log.With("component", "launch")})
-	return err
+	return r.newLauncher()
 }
 
-// noteHostProcesses records, while every workload runs, which host processes run each one: a
-// runsc sandbox's Sentry, gofer and stubs, a runc container's processes.
-func (r *noisyRun) noteHostProcesses() {
-	for i, w := range r.workloads {
-		if !owned(w) {
-			continue
-		}
-		l := r.launcher
-		if w.Kind == rundir.KindHeartbeat {
-			l = r.local
-		}
-		procs, err := l.HostProcesses(w.Cgroup)
-		if err != nil {
-			r.cfg.Log.Debug("listing host processes", "workload", w.Name, "err", err)
-			continue
-		}
-		r.workloads[i].Runtime = string(l.Runtime())
-		r.workloads[i].HostProcesses = procs
+// launcherOf is the launcher that started w: the heartbeat's own, else the run's; nil for a
+// daemon of the host, which the run did not start.
+func (r *noisyRun) launcherOf(w rundir.Workload) *launch.Launcher {
+	switch {
+	case !owned(w):
+		return nil
+	case w.Kind == rundir.KindHeartbeat:
+		return r.local
 	}
-	if err := r.writer.UpdateMeta(func(m *rundir.Meta) { m.Workloads = r.workloads }); err != nil {
-		r.cfg.Log.Warn("recording host processes", "err", err)
-	}
+	return r.launcher
 }
 
 // phase marks a phase start, runs before (starting its workloads), waits d, and marks its end.
@@ -333,17 +284,10 @@ func (r *noisyRun) phase(ctx context.Context, name string, d time.Duration, befo
 		return err
 	}
 	if name == rundir.PhaseStress {
-		r.noteHostProcesses()
+		// While every workload runs: which host processes run each one.
+		r.noteHostProcesses(r.workloads, r.launcherOf)
 	}
 	return r.mark(name, rundir.EventEnd)
-}
-
-func (r *noisyRun) mark(name, event string) error {
-	now := time.Now()
-	if err := r.session.Snapshot(now); err != nil {
-		return err
-	}
-	return r.writer.Append(rundir.Record{Type: rundir.TypePhase, Time: now, Name: name, Event: event})
 }
 
 // wait sleeps d while showing progress, returning early with an error when ctx is cancelled or
@@ -366,13 +310,9 @@ func (r *noisyRun) wait(ctx context.Context, phase string, d time.Duration) erro
 			return nil
 		case <-tick.C:
 			r.showProgress()
-			for _, p := range r.procs {
-				select {
-				case <-p.Done():
-					r.progress.done()
-					return fmt.Errorf("workload %s exited during %s: %v (see %s)", p.Name, phase, p.Err(), r.logPath(p.Name))
-				default:
-				}
+			if err := r.exited(); err != nil {
+				r.progress.done()
+				return fmt.Errorf("during %s: %w", phase, err)
 			}
 		}
 	}
@@ -395,20 +335,12 @@ func fmtSecs(s float64) string {
 	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
 }
 
-func (r *noisyRun) logPath(name string) string {
-	return filepath.Join(r.dir, "workloads", name+".log")
-}
-
 // start launches a workload in its cgroup; its measurements become samples of the run.
 func (r *noisyRun) start(w rundir.Workload, cfg workload.Config) error {
-	if err := os.MkdirAll(filepath.Dir(r.logPath(w.Name)), 0o755); err != nil {
-		return fmt.Errorf("making the workload log directory: %w", err)
-	}
-	logf, err := os.Create(r.logPath(w.Name))
+	logf, err := r.openLog(w.Name)
 	if err != nil {
-		return fmt.Errorf("creating log of %s: %w", w.Name, err)
+		return err
 	}
-	r.logs = append(r.logs, logf)
 	onMeasure := func(name string, m workload.Measurement) {
 		v := m.Value
 		rec := rundir.Record{Type: rundir.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: w.Cgroup, Workload: name, Value: &v}
@@ -464,29 +396,17 @@ func (r *noisyRun) config(w rundir.Workload) workload.Config {
 	return nil
 }
 
-// cleanup stops the workloads, takes the last snapshot, and removes cgroups, scratch files and
-// run state. It runs on every exit path.
-func (r *noisyRun) cleanup() error {
-	r.progress.done()
+// undo removes what the run made inside the user's target directories.
+func (r *noisyRun) undo() []error {
 	var errs []error
-	launch.StopAll(r.procs, 5*time.Second)
-	errs = append(errs, r.release()...)
-	for _, f := range r.logs {
-		f.Close()
-	}
 	for _, w := range r.workloads {
 		if w.Target != "" && !isUnder(w.Target, r.scratch) {
-			// A user target: remove only what the run made inside it.
 			if err := os.RemoveAll(filepath.Dir(w.Target)); err != nil {
 				errs = append(errs, fmt.Errorf("removing files of %s: %w", w.Name, err))
 			}
 		}
 	}
-	if err := os.RemoveAll(r.scratch); err != nil {
-		errs = append(errs, fmt.Errorf("removing scratch %s: %w", r.scratch, err))
-	}
-	errs = append(errs, r.finish()...)
-	return errors.Join(errs...)
+	return errs
 }
 
 func isUnder(path, dir string) bool {

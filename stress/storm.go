@@ -73,38 +73,24 @@ func Storm(ctx context.Context, cfg StormConfig) (dir string, err error) {
 	if err != nil {
 		return "", err
 	}
-	dir = host.dir
 	r := &stormRun{runHost: host, cfg: cfg,
-		scratch: filepath.Join(cfg.Paths.Scratch, host.id), progress: &progressWriter{w: cfg.Progress, tty: cfg.ProgressTTY},
 		events: make(chan stormEvent, 16*cfg.Writers), counts: map[string][]int{}, last: make([]time.Duration, cfg.Writers)}
-	defer func() {
-		if cerr := r.cleanup(); cerr != nil {
-			err = errors.Join(err, cerr)
-		}
-	}()
-	if err := r.setup(); err != nil {
-		return dir, err
-	}
-	return dir, r.storms(ctx)
+	return runScenario(ctx, &r.runHost, rundir.ScenarioFsyncStorm, r)
 }
 
 type stormRun struct {
 	runHost
-	cfg     StormConfig
-	scratch string
-	target  string // where the writers' directories are: below scratch, or nodectl-<id> in --target
-	device  string
+	cfg    StormConfig
+	target string // where the writers' directories are: below scratch, or nodectl-<id> in --target
+	device string
 
 	workloads []rundir.Workload
-	procs     []*launch.Process
 	gos       []*os.File // each writer's standard input: a go line starts its storm
-	logs      []*os.File
 	events    chan stormEvent
 	counts    map[string][]int // metric -> events of each writer so far; read by the driver only
 	last      []time.Duration  // each writer's latest time to durable
 
-	progress *progressWriter
-	durable  []time.Duration // slowest writer of each storm so far, for the progress line
+	durable []time.Duration // slowest writer of each storm so far, for the progress line
 }
 
 // stormEvent is a writer's measurement as the driver waits on it.
@@ -114,16 +100,9 @@ type stormEvent struct {
 	value  float64
 }
 
-func (r *stormRun) setup() error {
+func (r *stormRun) setup(context.Context) error {
 	cfg := r.cfg
-	unclaim, err := claim(cfg.Paths, r.id)
-	if err != nil {
-		return err
-	}
-	r.unclaim = unclaim
-	if err := os.MkdirAll(r.scratch, 0o755); err != nil {
-		return fmt.Errorf("making scratch directory: %w", err)
-	}
+	var err error
 	r.target = r.scratch
 	if cfg.Target != "" {
 		if r.target, err = TargetDir(cfg.Paths, r.id, cfg.Target); err != nil {
@@ -137,24 +116,17 @@ func (r *stormRun) setup() error {
 	if err := checkSpace(filepath.Dir(r.target), int64(cfg.Writers)*cfg.Bytes); err != nil {
 		return err
 	}
-	meta := rundir.NewMeta(r.id, rundir.ScenarioFsyncStorm, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
-	if r.writer, err = rundir.Create(r.dir, meta); err != nil {
-		return err
-	}
 	r.plan()
-	r.created = true
-	if err := r.layout.Create(RunCgroup(r.id), cgroup.Limits{}); err != nil {
-		return fmt.Errorf("creating the run's cgroup: %w", err)
+	if err := r.createRunCgroup(cgroup.Limits{}); err != nil {
+		return err
 	}
 	for i, w := range r.workloads {
 		if err := r.layout.Create(w.Cgroup, r.place(&r.workloads[i], r.limits())); err != nil {
 			return fmt.Errorf("creating cgroup of %s: %w", w.Name, err)
 		}
 	}
-	r.launcher, err = launch.New(launch.Config{Runtime: cfg.Runtime, Exe: cfg.Exe, Cgroups: r.layout, Procfs: cfg.Paths.Procfs,
-		StateDir: RuntimeState(cfg.Paths, r.id), RunscPlatform: cfg.RunscPlatform, Log: cfg.Log.With("component", "launch")})
-	if err != nil {
-		return err // it names --runtime
+	if err := r.newLauncher(); err != nil {
+		return err // it names the runtime
 	}
 	paths := make([]string, len(r.workloads))
 	for i, w := range r.workloads {
@@ -196,19 +168,15 @@ func (r *stormRun) limits() cgroup.Limits {
 	return cgroup.Limits{MemoryBytes: 2*r.cfg.Bytes + 64<<20}
 }
 
-func (r *stormRun) logPath(name string) string {
-	return filepath.Join(r.dir, "workloads", name+".log")
-}
-
-// storms starts the writers, then runs the rounds: wait until every writer is ready, release
+// run starts the writers, then runs the rounds: wait until every writer is ready, release
 // them all at once, wait for every fsync, pause.
-func (r *stormRun) storms(ctx context.Context) error {
+func (r *stormRun) run(ctx context.Context) error {
 	for i, w := range r.workloads {
 		if err := r.start(i, w); err != nil {
 			return err
 		}
 	}
-	r.noteHostProcesses()
+	r.noteHostProcesses(r.workloads, func(rundir.Workload) *launch.Launcher { return r.launcher })
 	for n := 1; n <= r.cfg.Rounds; n++ {
 		if err := r.await(ctx, n, workload.MetricStormReady); err != nil {
 			return err
@@ -227,14 +195,10 @@ func (r *stormRun) storms(ctx context.Context) error {
 
 // start launches writer i with a pipe on its standard input, through which its go comes.
 func (r *stormRun) start(i int, w rundir.Workload) error {
-	if err := os.MkdirAll(filepath.Dir(r.logPath(w.Name)), 0o755); err != nil {
-		return fmt.Errorf("making the workload log directory: %w", err)
-	}
-	logf, err := os.Create(r.logPath(w.Name))
+	logf, err := r.openLog(w.Name)
 	if err != nil {
-		return fmt.Errorf("creating log of %s: %w", w.Name, err)
+		return err
 	}
-	r.logs = append(r.logs, logf)
 	in, goW, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("starting %s: %w", w.Name, err)
@@ -265,21 +229,6 @@ func (r *stormRun) start(i int, w rundir.Workload) error {
 	return nil
 }
 
-// noteHostProcesses records which host processes run each writer.
-func (r *stormRun) noteHostProcesses() {
-	for i, w := range r.workloads {
-		procs, err := r.launcher.HostProcesses(w.Cgroup)
-		if err != nil {
-			r.cfg.Log.Debug("listing host processes", "workload", w.Name, "err", err)
-			continue
-		}
-		r.workloads[i].Runtime, r.workloads[i].HostProcesses = string(r.launcher.Runtime()), procs
-	}
-	if err := r.writer.UpdateMeta(func(m *rundir.Meta) { m.Workloads = r.workloads }); err != nil {
-		r.cfg.Log.Warn("recording host processes", "err", err)
-	}
-}
-
 // round runs storm n: the phase opens with a snapshot, every writer gets its go in one pass
 // over the pipes (microseconds apart), and the phase closes with a snapshot once the last
 // fsync returned, so the tracer's counters over the phase are the storm's.
@@ -301,14 +250,6 @@ func (r *stormRun) round(ctx context.Context, n int) error {
 	stopDirty()
 	r.durable = append(r.durable, slices.Max(r.last))
 	return r.mark(phase, rundir.EventEnd)
-}
-
-func (r *stormRun) mark(name, event string) error {
-	now := time.Now()
-	if err := r.session.Snapshot(now); err != nil {
-		return err
-	}
-	return r.writer.Append(rundir.Record{Type: rundir.TypePhase, Time: now, Name: name, Event: event})
 }
 
 // await waits until every writer has emitted metric n times in all, and shows progress
@@ -352,19 +293,6 @@ func (r *stormRun) await(ctx context.Context, n int, metric string) error {
 			}
 		}
 		r.showProgress(n, metric, done(), time.Since(started))
-	}
-	return nil
-}
-
-// exited reports a writer that died: the storm would wait for it forever.
-func (r *stormRun) exited() error {
-	for _, p := range r.procs {
-		select {
-		case <-p.Done():
-			r.progress.done()
-			return fmt.Errorf("writer %s exited: %v (see %s)", p.Name, p.Err(), r.logPath(p.Name))
-		default:
-		}
 	}
 	return nil
 }
@@ -442,27 +370,15 @@ func dirtyRecords(now time.Time, d sample.Dirty) []rundir.Record {
 	return out
 }
 
-// cleanup ends the writers (the end of their input, then SIGTERM), stops the recording, and
-// removes the cgroups, the files and the run's state. It runs on every exit path.
-func (r *stormRun) cleanup() error {
-	r.progress.done()
-	var errs []error
+// undo closes the writers' standard input and removes their files in the user's target.
+func (r *stormRun) undo() []error {
 	for _, f := range r.gos {
-		f.Close()
-	}
-	launch.StopAll(r.procs, stopGrace)
-	errs = append(errs, r.release()...)
-	for _, f := range r.logs {
 		f.Close()
 	}
 	if r.target != "" && r.target != r.scratch {
 		if err := os.RemoveAll(r.target); err != nil {
-			errs = append(errs, fmt.Errorf("removing the writers' files in %s: %w", r.target, err))
+			return []error{fmt.Errorf("removing the writers' files in %s: %w", r.target, err)}
 		}
 	}
-	if err := os.RemoveAll(r.scratch); err != nil {
-		errs = append(errs, fmt.Errorf("removing scratch %s: %w", r.scratch, err))
-	}
-	errs = append(errs, r.finish()...)
-	return errors.Join(errs...)
+	return nil
 }

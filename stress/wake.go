@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -45,9 +43,6 @@ const minWakeCPUMilli = 10
 // wakeRequest is the request pending on the sandbox's standard input from its launch, as a
 // request waits for a sleeping sandbox to wake.
 const wakeRequest = "wake\n"
-
-// stopGrace is how long a sandbox gets to exit after SIGTERM before it is killed.
-const stopGrace = 5 * time.Second
 
 // ParseCPULimits parses --cpu-limits values (Kubernetes notation), keeping their order, and
 // refuses duplicates and limits below 10m.
@@ -97,24 +92,22 @@ func Wake(ctx context.Context, cfg WakeConfig) (dir string, err error) {
 	if err != nil {
 		return "", err
 	}
-	dir = host.dir
-	r := &wakeRun{runHost: host, cfg: cfg,
-		progress: &progressWriter{w: cfg.Progress, tty: cfg.ProgressTTY}, wakes: map[string][]time.Duration{}}
-	defer func() {
-		if cerr := r.cleanup(); cerr != nil {
-			err = errors.Join(err, cerr)
-		}
-	}()
-	if err := r.setup(); err != nil {
-		return dir, err
-	}
+	r := &wakeRun{runHost: host, cfg: cfg, wakes: map[string][]time.Duration{}}
+	return runScenario(ctx, &r.runHost, rundir.ScenarioWake, r)
+}
+
+// run starts the sandbox at each limit in turn, one start at a time.
+func (r *wakeRun) run(ctx context.Context) error {
 	for i, w := range r.workloads {
 		if err := r.start(ctx, i, w); err != nil {
-			return dir, err
+			return err
 		}
 	}
-	return dir, nil
+	return nil
 }
+
+// undo has nothing to do: a wake run makes nothing the skeleton does not remove.
+func (r *wakeRun) undo() []error { return nil }
 
 type wakeRun struct {
 	runHost
@@ -122,33 +115,20 @@ type wakeRun struct {
 	workloads []rundir.Workload // the starts, in the order they run
 	limits    map[string]int64  // start name -> its CPU limit in millicores
 
-	progress *progressWriter
-	wakes    map[string][]time.Duration // CPU limit -> wake times so far, for the progress line
+	wakes map[string][]time.Duration // CPU limit -> wake times so far, for the progress line
 
 	mu      sync.Mutex // guards sampled, which the collector reads
 	sampled string     // the cgroup of the start under way; "" between starts
 }
 
-func (r *wakeRun) setup() error {
+func (r *wakeRun) setup(context.Context) error {
 	cfg := r.cfg
-	unclaim, err := claim(cfg.Paths, r.id)
-	if err != nil {
-		return err
-	}
-	r.unclaim = unclaim
-	meta := rundir.NewMeta(r.id, rundir.ScenarioWake, cfg.Paths.Procfs, r.layout.V1, cfg.Interval, cfg.Args)
-	if r.writer, err = rundir.Create(r.dir, meta); err != nil {
-		return err
-	}
 	r.plan()
-	r.created = true
-	if err := r.layout.Create(RunCgroup(r.id), cgroup.Limits{}); err != nil {
-		return fmt.Errorf("creating the run's cgroup: %w", err)
+	if err := r.createRunCgroup(cgroup.Limits{}); err != nil {
+		return err
 	}
-	r.launcher, err = launch.New(launch.Config{Runtime: cfg.Runtime, Exe: cfg.Exe, Cgroups: r.layout, Procfs: cfg.Paths.Procfs,
-		StateDir: RuntimeState(cfg.Paths, r.id), RunscPlatform: cfg.RunscPlatform, Log: cfg.Log.With("component", "launch")})
-	if err != nil {
-		return err // it names --runtime
+	if err := r.newLauncher(); err != nil {
+		return err // it names the runtime
 	}
 	// Only the start under way is sampled: a finished sandbox's cgroup has nothing more to say,
 	// and its counters are read at its answer. No disk matters here.
@@ -195,15 +175,10 @@ func (r *wakeRun) start(ctx context.Context, n int, w rundir.Workload) error {
 	if err := r.layout.Create(w.Cgroup, limits); err != nil {
 		return fmt.Errorf("creating cgroup of %s: %w", w.Name, err)
 	}
-	logPath := filepath.Join(r.dir, "workloads", w.Name+".log")
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
-		return fmt.Errorf("making the workload log directory: %w", err)
-	}
-	logf, err := os.Create(logPath)
+	logf, err := r.openLog(w.Name)
 	if err != nil {
-		return fmt.Errorf("creating log of %s: %w", w.Name, err)
+		return err
 	}
-	defer logf.Close()
 
 	answered := make(chan time.Time, 1)
 	onMeasure := func(name string, m workload.Measurement) {
@@ -232,7 +207,7 @@ func (r *wakeRun) start(ctx context.Context, n int, w rundir.Workload) error {
 		return err
 	}
 	defer p.Stop(stopGrace)
-	at, err := r.await(ctx, n, w, p, answered, launched, logPath)
+	at, err := r.await(ctx, n, w, p, answered, launched)
 	if err != nil {
 		return err
 	}
@@ -269,7 +244,7 @@ func (r *wakeRun) start(ctx context.Context, n int, w rundir.Workload) error {
 }
 
 // await waits for the sandbox's answer and returns when it arrived, showing progress meanwhile.
-func (r *wakeRun) await(ctx context.Context, n int, w rundir.Workload, p *launch.Process, answered <-chan time.Time, launched time.Time, logPath string) (time.Time, error) {
+func (r *wakeRun) await(ctx context.Context, n int, w rundir.Workload, p *launch.Process, answered <-chan time.Time, launched time.Time) (time.Time, error) {
 	timeout := time.NewTimer(r.cfg.Timeout)
 	defer timeout.Stop()
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -286,13 +261,13 @@ func (r *wakeRun) await(ctx context.Context, n int, w rundir.Workload, p *launch
 			default:
 			}
 			r.progress.done()
-			return time.Time{}, fmt.Errorf("sandbox %s exited before answering: %v (see %s)", w.Name, p.Err(), logPath)
+			return time.Time{}, fmt.Errorf("sandbox %s exited before answering: %v (see %s)", w.Name, p.Err(), r.logPath(w.Name))
 		case <-ctx.Done():
 			r.progress.done()
 			return time.Time{}, fmt.Errorf("%w during %s: %v", ErrInterrupted, w.Name, context.Cause(ctx))
 		case <-timeout.C:
 			r.progress.done()
-			return time.Time{}, fmt.Errorf("sandbox %s did not answer within %s (--timeout; see %s)", w.Name, r.cfg.Timeout, logPath)
+			return time.Time{}, fmt.Errorf("sandbox %s did not answer within %s (--timeout; see %s)", w.Name, r.cfg.Timeout, r.logPath(w.Name))
 		case <-tick.C:
 			r.showProgress(n, w, time.Since(launched))
 		}
@@ -326,9 +301,3 @@ func (r *wakeRun) showProgress(n int, w rundir.Workload, elapsed time.Duration) 
 
 // cleanup stops the recording and removes the cgroups and the run's state. It runs on every
 // exit path; the sandbox under way was stopped by its start.
-func (r *wakeRun) cleanup() error {
-	r.progress.done()
-	errs := r.release()
-	errs = append(errs, r.finish()...)
-	return errors.Join(errs...)
-}
