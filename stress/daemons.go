@@ -1,7 +1,7 @@
 package stress
 
 import (
-	"fmt"
+	"github.com/nodectl/nodectl/internal/badvalue"
 	"strings"
 
 	"github.com/nodectl/nodectl/agent/daemons"
@@ -21,7 +21,7 @@ func (r *noisyRun) daemonWorkloads() ([]rundir.Workload, error) {
 	}
 	found, inRoot, err := daemons.Find(r.cfg.Paths.Procfs, r.layout.V1, r.cfg.Daemons)
 	if err != nil {
-		return nil, fmt.Errorf("--daemons: %w", err)
+		return nil, err // it names the setting
 	}
 	if len(inRoot) > 0 {
 		r.cfg.Log.Warn("not following daemons in the root cgroup: every other task there would be charged to them",
@@ -31,7 +31,7 @@ func (r *noisyRun) daemonWorkloads() ([]rundir.Workload, error) {
 	for _, d := range found {
 		for _, w := range r.workloads {
 			if w.Name == d.Name {
-				return nil, fmt.Errorf("--daemons: daemon %s has the name of one of the run's workloads; leave it out of --daemons", d.Name)
+				return nil, badvalue.Errorf(daemons.FieldDaemons, "", "daemon %s has the name of one of the run's workloads; leave it out", d.Name)
 			}
 		}
 		r.cfg.Log.Info("following a system daemon", "daemon", d.Name, "cgroup", d.Cgroup, "pids", d.PIDs)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/internal/badvalue"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -118,7 +119,7 @@ func checkFits(cfg DensityConfig) error {
 	}
 	need := int64(cfg.Max) * cfg.SandboxMemory
 	if need > avail-hostReserve {
-		return fmt.Errorf("--max %d sandboxes of --sandbox-memory %s need %s, more than this host has available less %s: give --node-memory to emulate a smaller node inside a memory-limited cgroup",
+		return badvalue.Errorf(FieldNodeMemory, "", "%d sandboxes of %s need %s, more than this host has available less %s: give the node a memory size to emulate a smaller node inside a memory-limited cgroup",
 			cfg.Max, FormatSize(cfg.SandboxMemory), FormatSize(need), FormatSize(hostReserve))
 	}
 	return nil
@@ -156,7 +157,7 @@ func (r *densityRun) setup(ctx context.Context) error {
 	// run's so the sandboxes' cgroups inherit it.
 	if r.layout.V1 && cfg.Swappiness >= 0 {
 		if err := os.WriteFile(filepath.Join(r.layout.Dir(cgroup.Memory, RunCgroup(r.id)), "memory.swappiness"), []byte(strconv.Itoa(cfg.Swappiness)), 0o644); err != nil {
-			return fmt.Errorf("--swappiness: setting the run cgroup's memory.swappiness: %w", err)
+			return badvalue.Errorf(FieldSwappiness, strconv.Itoa(cfg.Swappiness), "setting the run cgroup's memory.swappiness: %w", err)
 		}
 	}
 	r.binary = filepath.Join(r.scratch, "binary")
@@ -213,7 +214,7 @@ func (r *densityRun) noSwap() error {
 		file, v = filepath.Join(r.layout.Dir(cgroup.Unified, cg), "memory.swap.max"), "0"
 	}
 	if err := os.WriteFile(file, []byte(v), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("--node-memory without --swap: keeping the node from swapping (%s): %w", file, err)
+		return badvalue.Errorf(FieldNodeMemory, FormatSize(r.cfg.NodeMemory), "keeping a node without swap from swapping (%s): %w", file, err)
 	}
 	return nil
 }
@@ -243,16 +244,16 @@ func (r *densityRun) changeHost(ctx context.Context) error {
 		if cfg.SwapBytes == 0 {
 			// The user's device: refused unless formatted, and put back off, so it must be off now.
 			if _, err := swapfile.OpenDevice(cfg.SwapFile); err != nil {
-				return fmt.Errorf("--swap: %w", err)
+				return badvalue.New(FieldSwapFile, cfg.SwapFile, err)
 			}
 			if _, on, err := swap.Find(h, cfg.SwapFile); err != nil {
 				return err
 			} else if on {
-				return fmt.Errorf("--swap %s: the device is already in use as swap; name one that is off, which the run turns on and off", cfg.SwapFile)
+				return badvalue.Errorf(FieldSwapFile, cfg.SwapFile, "the device is already in use as swap; name one that is off, which the run turns on and off")
 			}
 			a = swap.Area{Device: cfg.SwapFile, Priority: -1, Enabled: true}
 		} else if _, err := os.Lstat(cfg.SwapFile); err == nil {
-			return fmt.Errorf("--swap %s: the file exists; name a new file, which the run creates and removes", cfg.SwapFile)
+			return badvalue.Errorf(FieldSwapFile, cfg.SwapFile, "the file exists; name a new file, which the run creates and removes")
 		}
 		settings = append(settings, swap.New(h, a))
 	}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/internal/badvalue"
 	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -158,13 +160,13 @@ func (r *noisyRun) planWorkloads() error {
 					}
 					w.Target = filepath.Join(dir, name)
 					if w.Device, err = blockdev.ForPath(cfg.Paths.Sysfs, h.Target); err != nil {
-						return fmt.Errorf("--hog %s: target=%s: %w", h.raw, h.Target, err)
+						return badvalue.Errorf(FieldHogs, strconv.Quote(h.raw), "target=%s: %w", h.Target, err)
 					}
 				}
 			}
 			if h.Kind == rundir.KindMemory && memoryHogBytes(h.MemBytes, cfg.Runtime) < h.MemBytes/4 {
-				return fmt.Errorf("--hog %s: memory=%s leaves too little for the hog in a gVisor sandbox, whose limit also holds the Sentry (~%s): give at least %s",
-					h.raw, FormatSize(h.MemBytes), FormatSize(sentryReserve), FormatSize(2*sentryReserve))
+				return badvalue.Errorf(FieldHogs, strconv.Quote(h.raw), "memory=%s leaves too little for the hog in a gVisor sandbox, whose limit also holds the Sentry (~%s): give at least %s",
+					FormatSize(h.MemBytes), FormatSize(sentryReserve), FormatSize(2*sentryReserve))
 			}
 			r.workloads = append(r.workloads, w)
 			r.specs[name] = h

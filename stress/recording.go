@@ -1,7 +1,7 @@
 package stress
 
 import (
-	"fmt"
+	"github.com/nodectl/nodectl/internal/badvalue"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agent/collect"
@@ -28,7 +28,7 @@ func (h *runHost) startRecording(o RunOptions, workloads []rundir.Workload, spec
 		Trace: o.Trace, Programs: spec.programs, Resolver: spec.resolver,
 		Cgroups: spec.cgroups, Priority: spec.priority, Devices: spec.devices, Sources: spec.sources, Log: o.Log}, h.writer)
 	if err != nil {
-		return fmt.Errorf("--trace: %w", err)
+		return badvalue.New(FieldTrace, "", err)
 	}
 	h.session = sess
 	status := sess.TracerStatus()

@@ -5,6 +5,7 @@ package stress
 
 import (
 	"fmt"
+	"github.com/nodectl/nodectl/internal/badvalue"
 	"github.com/nodectl/nodectl/rundir"
 	"math"
 	"slices"
@@ -41,17 +42,18 @@ const MinNodeMemory = 96 << 20
 // the machine.
 const DefaultMemoryHog = 512 << 20
 
-// ParseHog parses one --hog value, naming the offending key and what is allowed on error.
+// ParseHog parses one hog spec (KIND[,key=value...]), naming the offending key and what is
+// allowed on error.
 func ParseHog(s string) (HogSpec, error) {
 	parts := strings.Split(s, ",")
 	h := HogSpec{Kind: strings.TrimSpace(parts[0]), Count: 1, raw: s}
 	if !slices.Contains(HogKinds, h.Kind) {
-		return h, fmt.Errorf("--hog %q: unknown kind %q (allowed: %s)", s, h.Kind, strings.Join(HogKinds, ", "))
+		return h, badvalue.Errorf(FieldHogs, strconv.Quote(s), "unknown kind %q (allowed: %s)", h.Kind, strings.Join(HogKinds, ", "))
 	}
 	for _, kv := range parts[1:] {
 		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		if !ok || v == "" {
-			return h, fmt.Errorf("--hog %q: %q is not key=value (keys: %s)", s, kv, hogKeys)
+			return h, badvalue.Errorf(FieldHogs, strconv.Quote(s), "%q is not key=value (keys: %s)", kv, hogKeys)
 		}
 		var err error
 		switch k {
@@ -74,12 +76,12 @@ func ParseHog(s string) (HogSpec, error) {
 			err = fmt.Errorf("unknown key (keys: %s)", hogKeys)
 		}
 		if err != nil {
-			return h, fmt.Errorf("--hog %q: %s=%s: %w", s, k, v, err)
+			return h, badvalue.Errorf(FieldHogs, strconv.Quote(s), "%s=%s: %w", k, v, err)
 		}
 	}
 	var err error
 	if h.CPURequestMilli, err = CPURequest(h.CPURequestMilli, h.CPUMilli); err != nil {
-		return h, fmt.Errorf("--hog %q: %w", s, err)
+		return h, badvalue.New(FieldHogs, strconv.Quote(s), err)
 	}
 	if h.Kind == rundir.KindMemory && h.MemBytes == 0 {
 		h.MemBytes = DefaultMemoryHog

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/internal/badvalue"
 	"os"
 	"path/filepath"
 	"slices"
@@ -111,7 +112,7 @@ func (r *stormRun) setup(context.Context) error {
 	}
 	// The parent of the run's directory exists: the device and the free space are its.
 	if r.device, err = blockdev.ForPath(cfg.Paths.Sysfs, filepath.Dir(r.target)); err != nil {
-		return fmt.Errorf("--target %s: %w", filepath.Dir(r.target), err)
+		return badvalue.New(FieldTarget, filepath.Dir(r.target), err)
 	}
 	if err := checkSpace(filepath.Dir(r.target), int64(cfg.Writers)*cfg.Bytes); err != nil {
 		return err
@@ -146,8 +147,8 @@ func checkSpace(dir string, need int64) error {
 	}
 	free := int64(st.Bavail) * st.Bsize
 	if need > free/2 {
-		return fmt.Errorf("--writers × --size is %s, more than half the %s free on %s: write less or choose another --target",
-			FormatSize(need), FormatSize(free), dir)
+		return badvalue.Errorf(FieldTarget, dir, "the writers would write %s, more than half the %s free there: write less or choose another target",
+			FormatSize(need), FormatSize(free))
 	}
 	return nil
 }
@@ -285,8 +286,8 @@ func (r *stormRun) await(ctx context.Context, n int, metric string) error {
 			return fmt.Errorf("%w during %s: %v", ErrInterrupted, rundir.RoundPhase(n), context.Cause(ctx))
 		case <-timeout.C:
 			r.progress.done()
-			return fmt.Errorf("%s: %d of %d writers did not finish within %s (--timeout; see %s)", rundir.RoundPhase(n),
-				len(r.workloads)-done(), len(r.workloads), r.cfg.Timeout, filepath.Join(r.dir, "workloads"))
+			return badvalue.Errorf(FieldTimeout, r.cfg.Timeout.String(), "%s: %d of %d writers did not finish in time (see %s)", rundir.RoundPhase(n),
+				len(r.workloads)-done(), len(r.workloads), filepath.Join(r.dir, "workloads"))
 		case <-tick.C:
 			if err := r.exited(); err != nil {
 				return err

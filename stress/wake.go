@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/internal/badvalue"
 	"slices"
 	"strings"
 	"sync"
@@ -48,7 +49,7 @@ const wakeRequest = "wake\n"
 // refuses duplicates and limits below 10m.
 func ParseCPULimits(vs []string) ([]int64, error) {
 	if len(vs) == 0 {
-		return nil, errors.New("--cpu-limits: give at least one CPU limit, e.g. 50m,250m,1")
+		return nil, badvalue.Errorf(FieldCPULimits, "", "give at least one CPU limit, e.g. 50m,250m,1")
 	}
 	var out []int64
 	seen := map[int64]string{}
@@ -56,13 +57,13 @@ func ParseCPULimits(vs []string) ([]int64, error) {
 		v = strings.TrimSpace(v)
 		m, err := ParseCPU(v)
 		if err != nil {
-			return nil, fmt.Errorf("--cpu-limits: %w", err)
+			return nil, badvalue.New(FieldCPULimits, "", err)
 		}
 		if m < minWakeCPUMilli {
-			return nil, fmt.Errorf("--cpu-limits: %s is below %s, the smallest CFS quota the kernel takes (1 ms per 100 ms)", v, FormatCPU(minWakeCPUMilli))
+			return nil, badvalue.Errorf(FieldCPULimits, "", "%s is below %s, the smallest CFS quota the kernel takes (1 ms per 100 ms)", v, FormatCPU(minWakeCPUMilli))
 		}
 		if prev, ok := seen[m]; ok {
-			return nil, fmt.Errorf("--cpu-limits: %s and %s are the same limit", prev, v)
+			return nil, badvalue.Errorf(FieldCPULimits, "", "%s and %s are the same limit", prev, v)
 		}
 		seen[m] = v
 		out = append(out, m)
@@ -267,7 +268,7 @@ func (r *wakeRun) await(ctx context.Context, n int, w rundir.Workload, p *launch
 			return time.Time{}, fmt.Errorf("%w during %s: %v", ErrInterrupted, w.Name, context.Cause(ctx))
 		case <-timeout.C:
 			r.progress.done()
-			return time.Time{}, fmt.Errorf("sandbox %s did not answer within %s (--timeout; see %s)", w.Name, r.cfg.Timeout, r.logPath(w.Name))
+			return time.Time{}, badvalue.Errorf(FieldTimeout, r.cfg.Timeout.String(), "sandbox %s did not answer in time (see %s)", w.Name, r.logPath(w.Name))
 		case <-tick.C:
 			r.showProgress(n, w, time.Since(launched))
 		}

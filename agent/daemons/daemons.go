@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/internal/badvalue"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -180,7 +181,10 @@ type Daemon struct {
 	PIDs   []int // ascending
 }
 
-// Parse reads a --daemons list: comma-separated program names; "" or "none" is no daemon.
+// FieldDaemons names the list of daemons in errors.
+const FieldDaemons = "Daemons"
+
+// Parse reads a list of daemons: comma-separated program names; "" or "none" is no daemon.
 func Parse(list string) ([]string, error) {
 	list = strings.TrimSpace(list)
 	if list == "" || list == "none" {
@@ -191,11 +195,11 @@ func Parse(list string) ([]string, error) {
 		n = strings.TrimSpace(n)
 		switch {
 		case n == "":
-			return nil, fmt.Errorf("--daemons %q: an empty name; want program names separated by commas, or none", list)
+			return nil, badvalue.Errorf(FieldDaemons, strconv.Quote(list), "an empty name; want program names separated by commas, or none")
 		case strings.ContainsAny(n, "/+ \t"):
-			return nil, fmt.Errorf("--daemons %q: %q is not a program name (no '/', '+' or spaces)", list, n)
+			return nil, badvalue.Errorf(FieldDaemons, strconv.Quote(list), "%q is not a program name (no '/', '+' or spaces)", n)
 		case slices.Contains(names, n):
-			return nil, fmt.Errorf("--daemons %q: %s is listed twice", list, n)
+			return nil, badvalue.Errorf(FieldDaemons, strconv.Quote(list), "%s is listed twice", n)
 		}
 		names = append(names, n)
 	}

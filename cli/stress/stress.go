@@ -13,8 +13,10 @@ import (
 	"github.com/nodectl/nodectl/agent/daemons"
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/internal/badvalue"
 	"github.com/nodectl/nodectl/rundir"
 	st "github.com/nodectl/nodectl/stress"
+	"github.com/nodectl/nodectl/stress/launch"
 )
 
 // New returns the stress command group.
@@ -23,8 +25,21 @@ func New() *cobra.Command {
 		Use:   "stress",
 		Short: "Run stress scenarios on this node and explain what slowed the victim",
 	}
-	cmd.AddCommand(noisy(), wake(), density(), fsyncStorm(), clean())
+	for _, c := range []*cobra.Command{noisy(), wake(), density(), fsyncStorm(), clean()} {
+		run := c.RunE
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			return badvalue.Name(run(cmd, args), settingFlags)
+		}
+		cmd.AddCommand(c)
+	}
 	return cmd
+}
+
+// settingFlags are the flags that set the settings the packages below name in their errors.
+var settingFlags = map[string]string{
+	st.FieldHogs: "--hog", st.FieldCPULimits: "--cpu-limits", st.FieldTimeout: "--timeout", st.FieldTrace: "--trace",
+	st.FieldTarget: "--target", st.FieldNodeMemory: "--node-memory", st.FieldSwappiness: "--swappiness",
+	st.FieldSwapFile: "--swap", daemons.FieldDaemons: "--daemons", launch.FieldRuntime: "--runtime",
 }
 
 func noisy() *cobra.Command {

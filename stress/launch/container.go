@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nodectl/nodectl/internal/badvalue"
 	"io"
 	"os"
 	"os/exec"
@@ -40,13 +41,13 @@ type containers struct {
 func newContainers(cfg Config) (*containers, error) {
 	bin, err := exec.LookPath(string(cfg.Runtime))
 	if err != nil {
-		return nil, fmt.Errorf("--runtime %s: %s is not installed (Debian: apt-get install %s)", cfg.Runtime, cfg.Runtime, cfg.Runtime)
+		return nil, badvalue.Errorf(FieldRuntime, string(cfg.Runtime), "%s is not installed (Debian: apt-get install %s)", cfg.Runtime, cfg.Runtime)
 	}
 	if cfg.StateDir == "" {
 		return nil, errors.New("a container runtime needs a state directory")
 	}
 	if err := checkStatic(cfg.Exe); err != nil {
-		return nil, fmt.Errorf("--runtime %s: %w", cfg.Runtime, err)
+		return nil, badvalue.New(FieldRuntime, string(cfg.Runtime), err)
 	}
 	c := &containers{
 		cfg:     cfg,

@@ -1,7 +1,7 @@
 package launch
 
 import (
-	"fmt"
+	"github.com/nodectl/nodectl/internal/badvalue"
 	"io"
 	"log/slog"
 	"slices"
@@ -24,6 +24,9 @@ const (
 	RuntimeRunsc   Runtime = rundir.RuntimeRunsc
 )
 
+// FieldRuntime names the runtime setting in errors.
+const FieldRuntime = "Runtime"
+
 // Runtimes lists the runtimes in the order help text shows them.
 var Runtimes = []Runtime{RuntimeProcess, RuntimeRunc, RuntimeRunsc}
 
@@ -35,7 +38,7 @@ func ParseRuntime(s string) (Runtime, error) {
 		for i, r := range Runtimes {
 			names[i] = string(r)
 		}
-		return "", fmt.Errorf("unknown runtime %q: allowed are %s", s, strings.Join(names, ", "))
+		return "", badvalue.Errorf(FieldRuntime, "", "unknown runtime %q: allowed are %s", s, strings.Join(names, ", "))
 	}
 	return r, nil
 }
