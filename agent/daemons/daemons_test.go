@@ -3,6 +3,7 @@ package daemons
 import (
 	"cmp"
 	"fmt"
+	"github.com/nodectl/nodectl/internal/badvalue"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -307,8 +308,8 @@ func TestParse(t *testing.T) {
 		"/usr/bin/kubelet": "not a program name",
 		"kubelet,kubelet":  "listed twice",
 	} {
-		if _, err := Parse(in); err == nil || !strings.Contains(err.Error(), msg) || !strings.Contains(err.Error(), "--daemons") {
-			t.Errorf("Parse(%q) error %v, want one naming --daemons and saying %q", in, err, msg)
+		if _, err := Parse(in); err == nil || !strings.Contains(err.Error(), msg) || !badvalue.Is(err, FieldDaemons) {
+			t.Errorf("Parse(%q) error %v, want one naming the daemons setting and saying %q", in, err, msg)
 		}
 	}
 }
