@@ -572,35 +572,20 @@ func killedBySIGKILL(err error) bool {
 // hold waits d, checking the criteria and showing progress, returning early when done says so;
 // it fails when ctx is cancelled or a sandbox exited other than by an OOM kill.
 func (r *densityRun) hold(ctx context.Context, step string, start time.Time, d time.Duration, check func(time.Time), done func() bool) error {
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			r.progress.done()
-			return fmt.Errorf("%w during %s: %v", ErrInterrupted, step, context.Cause(ctx))
-		case <-deadline.C:
-			return nil
-		case now := <-tick.C:
-			for _, p := range r.procs {
-				select {
-				case <-p.Done():
-					if !killedBySIGKILL(p.Err()) {
-						r.progress.done()
-						return fmt.Errorf("sandbox %s exited during %s: %v (see %s)", p.Name, step, p.Err(), r.logPath(p.Name))
-					}
-				default:
+	return r.wait(ctx, step, d, func(now time.Time) (bool, error) {
+		for _, p := range r.procs {
+			select {
+			case <-p.Done():
+				if !killedBySIGKILL(p.Err()) {
+					return false, fmt.Errorf("sandbox %s exited: %v (see %s)", p.Name, p.Err(), r.logPath(p.Name))
 				}
-			}
-			check(now)
-			r.showProgress(step, start)
-			if done() {
-				return nil
+			default:
 			}
 		}
-	}
+		check(now)
+		r.showProgress(step, start)
+		return done(), nil
+	})
 }
 
 func (r *densityRun) showProgress(step string, start time.Time) {

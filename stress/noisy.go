@@ -226,7 +226,7 @@ func (r *noisyRun) run(ctx context.Context) error {
 		return err
 	}
 	// Let the probes finish one iteration before the baseline counts, so start-up is not in it.
-	if err := r.wait(ctx, "warm-up", r.cfg.Interval); err != nil {
+	if err := r.waitPhase(ctx, "warm-up", r.cfg.Interval); err != nil {
 		return err
 	}
 	if err := r.phase(ctx, rundir.PhaseBaseline, r.cfg.Baseline, nil); err != nil {
@@ -282,7 +282,7 @@ func (r *noisyRun) phase(ctx context.Context, name string, d time.Duration, befo
 			return err
 		}
 	}
-	if err := r.wait(ctx, name, d); err != nil {
+	if err := r.waitPhase(ctx, name, d); err != nil {
 		return err
 	}
 	if name == rundir.PhaseStress {
@@ -292,32 +292,20 @@ func (r *noisyRun) phase(ctx context.Context, name string, d time.Duration, befo
 	return r.mark(name, rundir.EventEnd)
 }
 
-// wait sleeps d while showing progress, returning early with an error when ctx is cancelled or
-// a workload died.
-func (r *noisyRun) wait(ctx context.Context, phase string, d time.Duration) error {
+// waitPhase lets d pass in phase while showing progress; it fails when ctx is cancelled or a
+// workload died.
+func (r *noisyRun) waitPhase(ctx context.Context, phase string, d time.Duration) error {
 	r.mu.Lock()
 	r.curPhase, r.phaseEnd = phase, time.Now().Add(d)
 	r.mu.Unlock()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			r.progress.done()
-			return fmt.Errorf("%w during %s: %v", ErrInterrupted, phase, context.Cause(ctx))
-		case <-deadline.C:
-			r.showProgress()
-			return nil
-		case <-tick.C:
-			r.showProgress()
-			if err := r.exited(); err != nil {
-				r.progress.done()
-				return fmt.Errorf("during %s: %w", phase, err)
-			}
-		}
+	err := r.wait(ctx, phase, d, func(time.Time) (bool, error) {
+		r.showProgress()
+		return false, r.exited()
+	})
+	if err == nil {
+		r.showProgress()
 	}
+	return err
 }
 
 func (r *noisyRun) showProgress() {

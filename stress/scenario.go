@@ -225,6 +225,37 @@ func (h *runHost) exited() error {
 	return nil
 }
 
+// watchTick is how often a waiting run looks at its workloads and shows progress.
+const watchTick = 250 * time.Millisecond
+
+// wait lets d pass in phase, calling tick every watchTick: tick shows progress and checks
+// the workloads, and may end the wait early (done) or fail it. A cancelled ctx ends it with
+// ErrInterrupted.
+func (h *runHost) wait(ctx context.Context, phase string, d time.Duration, tick func(now time.Time) (done bool, err error)) error {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	ticker := time.NewTicker(watchTick)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			h.progress.done()
+			return fmt.Errorf("%w during %s: %v", ErrInterrupted, phase, context.Cause(ctx))
+		case <-deadline.C:
+			return nil
+		case now := <-ticker.C:
+			done, err := tick(now)
+			if err != nil {
+				h.progress.done()
+				return fmt.Errorf("during %s: %w", phase, err)
+			}
+			if done {
+				return nil
+			}
+		}
+	}
+}
+
 // noteHostProcesses records in meta.json which host processes run each of workloads (a runsc
 // sandbox's Sentry, gofer and stubs, a runc container's processes), asking the launcher that
 // started it; one it did not start (launcherOf returns nil) is left as it is.
