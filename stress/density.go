@@ -145,20 +145,15 @@ func (r *densityRun) setup(ctx context.Context) error {
 	if err := r.changeHost(ctx); err != nil {
 		return err
 	}
-	if err := r.createRunCgroup(cgroup.Limits{MemoryBytes: cfg.NodeMemory}); err != nil {
+	// Without --swap an emulated node is kept from swapping. On v1 a memcg has its own
+	// swappiness, copied from its parent when it is made: set the run's so the sandboxes'
+	// cgroups inherit it.
+	lim := cgroup.Limits{MemoryBytes: cfg.NodeMemory, NoSwap: cfg.SwapFile == "" && cfg.NodeMemory > 0}
+	if cfg.Swappiness >= 0 {
+		lim.Swappiness = &cfg.Swappiness
+	}
+	if err := r.createRunCgroup(lim); err != nil {
 		return err
-	}
-	if cfg.SwapFile == "" && cfg.NodeMemory > 0 {
-		if err := r.noSwap(); err != nil {
-			return err
-		}
-	}
-	// On v1 a memcg has its own swappiness, copied from its parent when it is made: set the
-	// run's so the sandboxes' cgroups inherit it.
-	if r.layout.V1 && cfg.Swappiness >= 0 {
-		if err := os.WriteFile(filepath.Join(r.layout.Dir(cgroup.Memory, RunCgroup(r.id)), "memory.swappiness"), []byte(strconv.Itoa(cfg.Swappiness)), 0o644); err != nil {
-			return badvalue.Errorf(FieldSwappiness, strconv.Itoa(cfg.Swappiness), "setting the run cgroup's memory.swappiness: %w", err)
-		}
 	}
 	r.binary = filepath.Join(r.scratch, "binary")
 	if err := writeBinary(r.binary, cfg.BinaryBytes); err != nil {
@@ -201,22 +196,6 @@ func (r *densityRun) setup(ctx context.Context) error {
 		priority: func(p string) bool { return p == RunCgroup(r.id) },
 		devices:  func() []string { return devices },
 		sources:  map[string]collect.Source{"emulated-node": collect.SourceFunc(r.sampleNode)}})
-}
-
-// noSwap keeps the emulated node from swapping when the run has no --swap: whatever swap the
-// host has is not the node's.
-func (r *densityRun) noSwap() error {
-	cg := RunCgroup(r.id)
-	var file, v string
-	if r.layout.V1 {
-		file, v = filepath.Join(r.layout.Dir(cgroup.Memory, cg), "memory.memsw.limit_in_bytes"), strconv.FormatInt(r.cfg.NodeMemory, 10)
-	} else {
-		file, v = filepath.Join(r.layout.Dir(cgroup.Unified, cg), "memory.swap.max"), "0"
-	}
-	if err := os.WriteFile(file, []byte(v), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return badvalue.Errorf(FieldNodeMemory, FormatSize(r.cfg.NodeMemory), "keeping a node without swap from swapping (%s): %w", file, err)
-	}
-	return nil
 }
 
 // configEvent records the sweep's configuration for the analyzer: sizes in bytes, bounds in

@@ -9,6 +9,5 @@ const (
 	FieldTrace      = "Trace"
 	FieldTarget     = "Target"
 	FieldNodeMemory = "NodeMemory"
-	FieldSwappiness = "Swappiness"
 	FieldSwapFile   = "SwapFile"
 )

@@ -437,3 +437,37 @@ func TestPruneLeavesASharedParentInUse(t *testing.T) {
 		}
 	}
 }
+
+// A cgroup kept out of swap, with its own swappiness that the cgroups below it copy (v1).
+func TestNoSwapAndSwappiness(t *testing.T) {
+	l, parent := testLayout(t)
+	const mem = 64 << 20
+	swappiness := 7
+	if err := l.Create(parent, Limits{MemoryBytes: mem, NoSwap: true, Swappiness: &swappiness}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Create(parent+"/child", Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if !l.V1 {
+		if got := readTrim(t, filepath.Join(l.Dir(Unified, parent), "memory.swap.max")); got != "0" {
+			t.Errorf("memory.swap.max = %s, want 0", got)
+		}
+		return
+	}
+	if memsw := filepath.Join(l.Dir(Memory, parent), "memory.memsw.limit_in_bytes"); fileExists(memsw) {
+		if got := readTrim(t, memsw); got != strconv.Itoa(mem) {
+			t.Errorf("memsw limit = %s, want %d", got, mem)
+		}
+	}
+	for _, cg := range []string{parent, parent + "/child"} {
+		if got := readTrim(t, filepath.Join(l.Dir(Memory, cg), "memory.swappiness")); got != "7" {
+			t.Errorf("%s: memory.swappiness = %s, want 7", cg, got)
+		}
+	}
+	if err := l.Create(parent+"/unbounded", Limits{NoSwap: true}); err == nil {
+		t.Error("no swap without a memory limit on v1 was accepted")
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }

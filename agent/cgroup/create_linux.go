@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
@@ -43,8 +44,35 @@ func (l *Layout) Create(path string, lim Limits) error {
 	} else {
 		err = l.createV2(path, quota, period, weight, lim.CPURequestMilli > 0, lim.MemoryBytes, lim.CPUs)
 	}
+	if err == nil {
+		err = l.setSwap(path, lim)
+	}
 	if err != nil {
 		return fmt.Errorf("creating cgroup %s: %w", path, err)
+	}
+	return nil
+}
+
+// setSwap writes the swap settings of lim, which the cgroups library cannot leave out where the
+// host lacks their files.
+func (l *Layout) setSwap(path string, lim Limits) error {
+	if lim.NoSwap {
+		file, v := filepath.Join(l.Dir(Unified, path), "memory.swap.max"), "0"
+		if l.V1 {
+			if lim.MemoryBytes <= 0 {
+				return errors.New("no swap: cgroup v1 needs a memory limit to bound memory+swap by")
+			}
+			file, v = filepath.Join(l.Dir(Memory, path), "memory.memsw.limit_in_bytes"), strconv.FormatInt(lim.MemoryBytes, 10)
+		}
+		if err := os.WriteFile(file, []byte(v), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("keeping it out of swap: %w", err)
+		}
+	}
+	if lim.Swappiness != nil && l.V1 {
+		file := filepath.Join(l.Dir(Memory, path), "memory.swappiness")
+		if err := os.WriteFile(file, []byte(strconv.Itoa(*lim.Swappiness)), 0o644); err != nil {
+			return fmt.Errorf("setting its swappiness: %w", err)
+		}
 	}
 	return nil
 }

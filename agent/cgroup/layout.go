@@ -187,6 +187,13 @@ type Limits struct {
 	// CPUs is the cpuset.cpus CPU list, as a kubelet with reserved system CPUs confines pods;
 	// "" = the parent's.
 	CPUs string
+	// NoSwap keeps the cgroup's memory out of swap: memory+swap limited to MemoryBytes on v1
+	// (which it needs), swap.max 0 on v2. A host without swap accounting has nothing to set,
+	// and no swap to charge either.
+	NoSwap bool
+	// Swappiness is the v1 memcg's own swappiness, which the cgroups made below it copy; nil
+	// keeps the parent's. v2 has none (the node's vm.swappiness rules).
+	Swappiness *int
 }
 
 // Bounds and defaults of cgroup v1 cpu.shares and v2 cpu.weight.
