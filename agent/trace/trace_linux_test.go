@@ -76,8 +76,7 @@ func TestCollectReal(t *testing.T) {
 		t.Fatalf("dd: %v", err)
 	}
 
-	// Collect until everything showed up: each series is emitted when it changes, so the
-	// records of all collects together hold each value at least once.
+	// Snapshot until everything showed up: each snapshot holds every series in full.
 	a, b := cpu["a"].Path, cpu["b"].Path
 	var recs []rundir.Record
 	deadline := time.Now().Add(15 * time.Second)
@@ -96,10 +95,16 @@ func TestCollectReal(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 
-	// dd fsynced once, before the first Collect: one sample, never emitted again.
-	syncs := find(recs, rundir.MetricFsyncLatency, blk.Path, map[string]string{rundir.LabelSyscall: "fsync"})
-	if len(syncs) != 1 || syncs[0].Hist.Count == 0 {
-		t.Errorf("fsync samples of %s: %+v, want one with the dd's fsync", blk.Path, syncs)
+	// dd fsynced before the first snapshot and never again: every snapshot holds that fsync,
+	// and no more.
+	syncs := find(recs, rundir.MetricFsyncLatency, blk.Path, map[string]string{rundir.LabelSyscall: rundir.SyscallFsync})
+	if len(syncs) == 0 || syncs[0].Hist.Count == 0 {
+		t.Errorf("fsync samples of %s: %+v, want the dd's fsync", blk.Path, syncs)
+	}
+	for _, s := range syncs {
+		if s.Hist.Count != syncs[0].Hist.Count {
+			t.Errorf("fsync count of %s went %d → %d with no fsync in between", blk.Path, syncs[0].Hist.Count, s.Hist.Count)
+		}
 	}
 	if len(find(recs, rundir.MetricRunqLatency, a, nil)) == 0 {
 		t.Errorf("no run-queue latency sample for %s", a)
