@@ -295,15 +295,15 @@ func (t *Tracer) path(controller string, id uint64) string {
 	return fmt.Sprintf("<unknown:%d>", id)
 }
 
+// record is s as a sample at now. Its labels and histogram are s's own: the series functions
+// build them anew at every read and nobody changes them after, so a snapshot of thousands of
+// series copies none.
 func (s series) record(now time.Time) rundir.Record {
-	r := rundir.Record{Type: rundir.TypeSample, Time: now, Metric: s.metric, Cgroup: s.cgroup}
+	r := rundir.Record{Type: rundir.TypeSample, Time: now, Metric: s.metric, Cgroup: s.cgroup, Hist: s.hist}
 	if len(s.labels) > 0 {
-		r.Labels = maps.Clone(s.labels)
+		r.Labels = s.labels
 	}
-	if s.hist != nil {
-		h := *s.hist
-		r.Hist = &h
-	} else {
+	if s.hist == nil {
 		v := s.value
 		r.Value = &v
 	}
