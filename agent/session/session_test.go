@@ -5,7 +5,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,16 +62,27 @@ func TestSessionFollowsTracedCgroupsAndRecordsChangesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	waker := exec.Command("sh", "-c", "while :; do sleep 0.01; done")
+	waker.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its sleeps die with it
 	if err := waker.Start(); err != nil {
 		t.Fatal(err)
 	}
 	stopped := false
 	stop := func() {
-		if !stopped {
-			stopped = true
-			waker.Process.Kill()
-			waker.Wait()
+		if stopped {
+			return
 		}
+		stopped = true
+		syscall.Kill(-waker.Process.Pid, syscall.SIGKILL)
+		waker.Wait()
+		// Quiet means no task left: a sleep still exiting would wait on the run queue again.
+		procs := filepath.Join(layout.Dir(cgroup.CPU, cg), "cgroup.procs")
+		for range 100 {
+			if b, err := os.ReadFile(procs); err != nil || len(b) == 0 {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("%s still has tasks after its waker was killed", cg)
 	}
 	t.Cleanup(func() {
 		stop()
