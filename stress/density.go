@@ -104,7 +104,7 @@ func Density(ctx context.Context, cfg DensityConfig) (dir string, err error) {
 		return "", err
 	}
 	r := &densityRun{runHost: host, cfg: cfg}
-	return runScenario(ctx, &r.runHost, rundir.ScenarioDensity, r)
+	return runScenario(ctx, &r.runHost, r)
 }
 
 // checkFits refuses a sweep that could exhaust the machine: without --node-memory, every

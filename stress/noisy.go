@@ -74,7 +74,7 @@ func Noisy(ctx context.Context, cfg NoisyConfig) (dir string, err error) {
 		return "", err
 	}
 	r := &noisyRun{runHost: host, cfg: cfg, last: map[string]float64{}}
-	return runScenario(ctx, &r.runHost, rundir.ScenarioNoisy, r)
+	return runScenario(ctx, &r.runHost, r)
 }
 
 type noisyRun struct {

@@ -42,13 +42,13 @@ type scenario interface {
 
 // runScenario runs s on h and returns the run directory; whatever happens, everything the run
 // made is removed before it returns.
-func runScenario(ctx context.Context, h *runHost, scenario string, s scenario) (dir string, err error) {
+func runScenario(ctx context.Context, h *runHost, s scenario) (dir string, err error) {
 	defer func() {
 		if cerr := h.cleanup(s); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 	}()
-	if err := h.begin(scenario); err != nil {
+	if err := h.begin(); err != nil {
 		return h.dir, err
 	}
 	if err := s.setup(ctx); err != nil {
@@ -60,11 +60,12 @@ func runScenario(ctx context.Context, h *runHost, scenario string, s scenario) (
 // runHost is what every scenario's run makes on the host, and undoes on every exit path: its
 // claim in the state directory, its cgroup, its recording, its tracer and its launcher.
 type runHost struct {
-	paths  Paths
-	id     string
-	dir    string // the run directory
-	layout *cgroup.Layout
-	cpus   CPUPartition
+	paths    Paths
+	scenario string // rundir's name of it
+	id       string
+	dir      string // the run directory
+	layout   *cgroup.Layout
+	cpus     CPUPartition
 
 	opts    RunOptions
 	scratch string // the run's scratch directory: files its workloads write
@@ -91,7 +92,7 @@ func newRunHost(o RunOptions, scenario string) (runHost, error) {
 	if dir == "" {
 		dir = filepath.Join(DefaultRunsDir, id)
 	}
-	return runHost{paths: o.Paths, id: id, dir: dir, layout: layout, cpus: o.CPUs, opts: o,
+	return runHost{paths: o.Paths, scenario: scenario, id: id, dir: dir, layout: layout, cpus: o.CPUs, opts: o,
 		scratch: filepath.Join(o.Paths.Scratch, id), progress: &progressWriter{w: o.Progress, tty: o.ProgressTTY}}, nil
 }
 
@@ -153,7 +154,7 @@ func (h *runHost) finish() []error {
 }
 
 // begin claims the run, makes its scratch directory and starts its run directory.
-func (h *runHost) begin(scenario string) error {
+func (h *runHost) begin() error {
 	unclaim, err := claim(h.paths, h.id)
 	if err != nil {
 		return err
@@ -162,7 +163,7 @@ func (h *runHost) begin(scenario string) error {
 	if err := os.MkdirAll(h.scratch, 0o755); err != nil {
 		return fmt.Errorf("making scratch directory: %w", err)
 	}
-	meta := rundir.NewMeta(h.id, scenario, h.paths.Procfs, h.layout.V1, h.opts.Interval, h.opts.Args)
+	meta := rundir.NewMeta(h.id, h.scenario, h.paths.Procfs, h.layout.V1, h.opts.Interval, h.opts.Args)
 	h.writer, err = rundir.Create(h.dir, meta)
 	return err
 }

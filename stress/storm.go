@@ -76,7 +76,7 @@ func Storm(ctx context.Context, cfg StormConfig) (dir string, err error) {
 	}
 	r := &stormRun{runHost: host, cfg: cfg,
 		events: make(chan stormEvent, 16*cfg.Writers), counts: map[string][]int{}, last: make([]time.Duration, cfg.Writers)}
-	return runScenario(ctx, &r.runHost, rundir.ScenarioFsyncStorm, r)
+	return runScenario(ctx, &r.runHost, r)
 }
 
 type stormRun struct {

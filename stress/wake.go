@@ -94,7 +94,7 @@ func Wake(ctx context.Context, cfg WakeConfig) (dir string, err error) {
 		return "", err
 	}
 	r := &wakeRun{runHost: host, cfg: cfg, wakes: map[string][]time.Duration{}}
-	return runScenario(ctx, &r.runHost, rundir.ScenarioWake, r)
+	return runScenario(ctx, &r.runHost, r)
 }
 
 // run starts the sandbox at each limit in turn, one start at a time.
