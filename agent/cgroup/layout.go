@@ -29,7 +29,7 @@ const Unified = "unified"
 
 // v1Controllers are the v1 hierarchies a workload joins: limits and accounting (cpu, cpuacct,
 // memory, blkio, pids), pinning (cpuset) and freezer, which Remove uses against fork races.
-var v1Controllers = []string{"cpu", "cpuacct", "cpuset", "memory", "blkio", "pids", "freezer"}
+var v1Controllers = []string{CPU, CPUAcct, CPUSet, Memory, Blkio, Pids, Freezer}
 
 // knownV1 are the controller names a v1 cgroup mount can carry in its super options.
 var knownV1 = []string{
