@@ -33,6 +33,10 @@ var registry = map[string]scenarioRules{
 	rundir.ScenarioWake:       {run: []runRule{(*analysis).wakeRule}},
 	rundir.ScenarioFsyncStorm: {run: []runRule{(*analysis).storm}},
 	rundir.ScenarioDensity:    {run: []runRule{(*analysis).densityRule}},
+	rundir.ScenarioAgent: {byKind: map[string][]workloadRule{
+		rundir.KindObserved: observedRules,
+		rundir.KindDaemon:   {(*analysis).daemonStarvation},
+	}, run: []runRule{(*analysis).observedRule}},
 }
 
 var commonRules = []runRule{

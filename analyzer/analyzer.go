@@ -115,6 +115,10 @@ func newAnalysis(run *rundir.Run) *analysis {
 	}
 	b, okB := run.Phase(rundir.PhaseBaseline)
 	s, okS := run.Phase(rundir.PhaseStress)
+	if !okS {
+		// An agent window examines its window against the quiet one before it.
+		s, okS = run.Phase(rundir.PhaseWindow)
+	}
 	a.baseline, a.stress, a.compare = b, s, okB && okS
 	return a
 }

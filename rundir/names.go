@@ -12,10 +12,14 @@ const (
 	ScenarioWake       = "wake"
 	ScenarioDensity    = "density"
 	ScenarioFsyncStorm = "fsync-storm"
+	// ScenarioAgent is a window of the agent's flight recorder (`agent export`, `postmortem`,
+	// `analyze --from --to`): no workloads of its own, the cgroups under examination as
+	// KindObserved, and the phases PhaseBaseline and PhaseWindow.
+	ScenarioAgent = "agent"
 )
 
 // Scenarios lists every scenario, in the order the docs give them.
-var Scenarios = []string{ScenarioNoisy, ScenarioRecord, ScenarioWake, ScenarioDensity, ScenarioFsyncStorm}
+var Scenarios = []string{ScenarioNoisy, ScenarioRecord, ScenarioWake, ScenarioDensity, ScenarioFsyncStorm, ScenarioAgent}
 
 // Workload kinds: Workload.Kind.
 const (
@@ -31,11 +35,12 @@ const (
 	KindStormWriter = "fsync-writer" // fsync-storm: one writer
 	KindSandbox     = "sandbox"      // density: one sandbox stand-in
 	KindNode        = "node"         // density: the run's cgroup, the emulated node
+	KindObserved    = "observed"     // agent: a cgroup under examination (an incident's), with no probe
 )
 
 // Kinds lists every workload kind, in the order the docs give them.
 var Kinds = []string{KindVictim, KindHeartbeat, KindCPU, KindDisk, KindMemory, KindFsync, KindChurn,
-	KindDaemon, KindWake, KindStormWriter, KindSandbox, KindNode}
+	KindDaemon, KindWake, KindStormWriter, KindSandbox, KindNode, KindObserved}
 
 // HogKinds are the neighbour kinds of a noisy run.
 var HogKinds = []string{KindCPU, KindDisk, KindMemory, KindFsync, KindChurn}
@@ -68,6 +73,9 @@ func WakeGroup(cpu string) string { return KindWake + "-" + cpu }
 // step-<density>.
 const (
 	PhaseRecord = "record"
+	// PhaseWindow is the window an agent export examines (an incident's, or the one asked
+	// for), against PhaseBaseline, the quiet window before it.
+	PhaseWindow = "window"
 
 	phaseRoundPrefix = "round-"
 	phaseStepPrefix  = "step-"

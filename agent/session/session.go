@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -58,7 +59,9 @@ type Config struct {
 	Sources map[string]collect.Source
 	// Observe, if set, sees every batch appended (progress display).
 	Observe func([]rundir.Record)
-	Log     *slog.Logger // nil = discard
+	// Forgotten, if set, hears of the followed cgroups found removed (their series can go).
+	Forgotten func(cgroups []string)
+	Log       *slog.Logger // nil = discard
 }
 
 // Session is a running recording.
@@ -66,7 +69,8 @@ type Session struct {
 	tracer    *trace.Tracer
 	status    map[string]string
 	collector *collect.Collector
-	stop      func() // stops Background; nil when not running
+	follower  *follower // nil when told which cgroups to sample
+	stop      func()    // stops Background; nil when not running
 }
 
 // New loads the tracer (when cfg.Trace) and assembles the sources; nothing is read until
@@ -112,7 +116,8 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 	observe := cfg.Observe
 	cgroups := cfg.Cgroups
 	if cgroups == nil {
-		f := &follower{max: cfg.MaxCgroups, seen: map[string]bool{}}
+		f := &follower{max: cfg.MaxCgroups, seen: map[string]bool{}, exists: cgroupExists(cfg.Layout), forgotten: cfg.Forgotten}
+		s.follower = f
 		cgroups = f.paths
 		observe = func(batch []rundir.Record) {
 			f.observe(batch)
@@ -134,6 +139,39 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 // TracerStatus maps each requested program to rundir.TracerAttached or why it does not run;
 // empty without tracing.
 func (s *Session) TracerStatus() map[string]string { return maps.Clone(s.status) }
+
+// Cgroups is how many cgroups the session follows and how many more the last interval's
+// records named that found no room (0, 0 when told which to sample).
+func (s *Session) Cgroups() (tracked, overflow int) {
+	if s.follower == nil {
+		return 0, 0
+	}
+	return s.follower.counts()
+}
+
+// MapFill is the fill (0..1) of each traced program's fullest map keyed by cgroup at the last
+// read; empty without tracing.
+func (s *Session) MapFill() map[string]float64 {
+	if s.tracer == nil {
+		return map[string]float64{}
+	}
+	return s.tracer.Fill()
+}
+
+// cgroupExists says whether a cgroup path is a directory in any hierarchy the tracer's ids
+// come from.
+func cgroupExists(l *cgroup.Layout) func(string) bool {
+	return func(path string) bool {
+		for _, c := range []string{cgroup.CPU, cgroup.Memory, cgroup.Blkio} {
+			if d := l.Dir(c, path); d != "" {
+				if _, err := os.Stat(d); err == nil {
+					return true
+				}
+			}
+		}
+		return false
+	}
+}
 
 // MountedTracefs is where the tracer mounted tracefs ("" when it found it mounted or does not
 // trace), so that a caller can note it and a later cleanup unmount it if this process is killed.
@@ -180,24 +218,62 @@ func (s *Session) Close() error {
 }
 
 // follower collects the cgroups the session's records name, in order of first appearance, up
-// to a bound.
+// to a bound; every pruneEvery batches it forgets those removed since, making room for new ones.
 type follower struct {
-	mu    sync.Mutex
-	max   int
-	seen  map[string]bool
-	order []string
+	mu       sync.Mutex
+	max      int
+	seen     map[string]bool
+	order    []string
+	overflow int // distinct cgroups of the last batch that found no room
+	batches  int
+	// exists says whether a cgroup is still there; forgotten hears of those that are not.
+	exists    func(string) bool
+	forgotten func([]string)
 }
+
+// pruneEvery is how many batches pass between two looks for removed cgroups: a stat each.
+const pruneEvery = 10
 
 func (f *follower) observe(batch []rundir.Record) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	var full map[string]bool
 	for _, r := range batch {
-		if r.Cgroup == "" || f.seen[r.Cgroup] || strings.HasPrefix(r.Cgroup, "<") || len(f.order) >= f.max {
+		if r.Cgroup == "" || f.seen[r.Cgroup] || strings.HasPrefix(r.Cgroup, "<") {
+			continue
+		}
+		if len(f.order) >= f.max {
+			if full == nil {
+				full = map[string]bool{}
+			}
+			full[r.Cgroup] = true
 			continue
 		}
 		f.seen[r.Cgroup] = true
 		f.order = append(f.order, r.Cgroup)
 	}
+	f.overflow = len(full)
+	f.batches++
+	var gone []string
+	if f.exists != nil && f.batches%pruneEvery == 0 {
+		f.order = slices.DeleteFunc(f.order, func(p string) bool {
+			if f.exists(p) {
+				return false
+			}
+			delete(f.seen, p)
+			gone = append(gone, p)
+			return true
+		})
+	}
+	f.mu.Unlock()
+	if len(gone) > 0 && f.forgotten != nil {
+		f.forgotten(gone)
+	}
+}
+
+func (f *follower) counts() (tracked, overflow int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.order), f.overflow
 }
 
 func (f *follower) paths() []string {

@@ -104,6 +104,7 @@ type Tracer struct {
 	sources     []source
 	status      map[string]string
 	tracefs     *tracefs.Mount // released at Close: unmounted if New mounted it
+	fill        map[string]float64
 	closed      bool
 }
 
@@ -231,6 +232,14 @@ func (t *Tracer) Status() map[string]string {
 	return maps.Clone(t.status)
 }
 
+// Fill maps each loaded program to the fill (0..1) of its fullest map keyed by cgroup at the
+// last Snapshot.
+func (t *Tracer) Fill() map[string]float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.fill)
+}
+
 // Snapshot is what the tracer's maps hold at one time.
 type Snapshot struct {
 	// Samples has every series in full, cumulative since the tracer started: a sample record
@@ -262,6 +271,10 @@ func (t *Tracer) Snapshot(now time.Time) (Snapshot, error) {
 			errs = append(errs, fmt.Errorf("reading %s: %w", src.program, err))
 			continue
 		}
+		if t.fill == nil {
+			t.fill = map[string]float64{}
+		}
+		t.fill[src.program] = fill
 		for _, s := range ss {
 			if s.event != nil {
 				snap.Events = append(snap.Events, *s.event)

@@ -1,0 +1,129 @@
+package analyzer
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/nodectl/nodectl/rundir"
+)
+
+// An agent window has no probe: a cgroup's slowdown is read from the kernel alone. Its tasks
+// need wall time for each second of CPU they get: 1 + (run-queue wait / CPU time). The
+// stretch is that figure in the window over the baseline's; a task bound by CPU is slowed by
+// that factor.
+const (
+	// observedMinStretch: a smaller stretch is no slowdown worth a finding.
+	observedMinStretch = 1.2
+	// observedMaxStretch bounds the stretch of a cgroup that got almost no CPU in the window:
+	// past it the figure says "stalled", not how much.
+	observedMaxStretch = 1000
+	// observedMaxCandidates bounds how many cgroups a window without an observed one examines,
+	// the ones whose run-queue waits rose most.
+	observedMaxCandidates = 8
+)
+
+// observedContention is cpu-contention for a cgroup with no probe (an agent window, docs/
+// findings.md): its tasks waited longer for a CPU for each second of CPU they got, and its
+// neighbours added most of that wait.
+func (a *analysis) observedContention(v rundir.Workload) *Finding {
+	if !a.compare {
+		return nil
+	}
+	cw := a.cpuWaits(v.Cgroup)
+	if !cw.byNeighbours() || !accountsFor(cw.pw.added, cw.added) {
+		return nil
+	}
+	usage := a.run.Series(rundir.MetricCPUUsage).Cgroup(v.Cgroup)
+	uB, uS := usage.Delta(a.baseline), usage.Delta(a.stress)
+	wB, wS := secs(cw.rb.SumNs), secs(cw.rs.SumNs)
+	stretchB, stretchS := stretch(wB, uB), stretch(wS, uS)
+	slowdown := min(ratio(stretchS, stretchB), observedMaxStretch)
+	if slowdown < observedMinStretch {
+		return nil
+	}
+	rb, rs, pw := cw.rb, cw.rs, cw.pw
+	f := &Finding{
+		ID: IDCPUContention, Severity: severity(slowdown), Victim: v.Name,
+		Evidence: []Evidence{
+			a.evidence("runq_wait_per_cpu_second", v.Name, stretchB-1, stretchS-1, UnitRatio),
+			a.evidence("cpu_usage_seconds", v.Name, uB, uS, UnitSeconds),
+			a.evidence("runq_wait_seconds", v.Name, wB, wS, UnitSeconds),
+			a.evidence("runq_wait_per_second", v.Name, cw.perSecB, cw.perSecS, UnitRatio),
+			a.evidence("runq_latency_p99", v.Name, rb.Quantile(0.99), rs.Quantile(0.99), UnitSeconds),
+			a.evidence("runq_latency_max_at_least", v.Name, rb.LongestAtLeast(), rs.LongestAtLeast(), UnitSeconds),
+			a.evidence("runq_neighbour_wait_share", v.Name, ratio(pw.neighbourB, pw.attributedB), cw.share, UnitRatio),
+		},
+	}
+	a.blame(f, v.Name, pw)
+	f.Summary = fmt.Sprintf("%s got slower because %s held its CPU: each second of CPU its tasks got cost %s of "+
+		"run-queue wait in the window against %s before it (×%.1f wall time for the same work, if CPU-bound). "+
+		"Neighbours account for %s of its waits after a preemption and its run-queue p99 went %s → %s.",
+		v.Name, joinNames(f.Culprits), fmtSeconds(stretchS-1), fmtSeconds(stretchB-1), slowdown,
+		fmtPercent(cw.share), fmtSeconds(rb.Quantile(0.99)), fmtSeconds(rs.Quantile(0.99)))
+	if longest := rs.LongestAtLeast(); longest >= stallMinSeconds {
+		f.Summary += fmt.Sprintf(" One wait lasted at least %s: a stall no fair share explains at any weight but a tiny one.", fmtSeconds(longest))
+	}
+	f.Summary += " Give it a larger CPU request (weight) or dedicated cores, or move or limit the culprits."
+	return f
+}
+
+// stretch is the wall time a second of CPU work needed: 1 + wait/cpu (no CPU at all but a
+// wait: the bound).
+func stretch(wait, cpu float64) float64 {
+	if cpu <= 0 {
+		if wait > 0 {
+			return observedMaxStretch
+		}
+		return 1
+	}
+	return 1 + wait/cpu
+}
+
+// observedCandidates are the cgroups an agent window without an observed workload examines:
+// those whose run-queue wait rose over the baseline's rate, most first, at most
+// observedMaxCandidates, as workloads named by their path.
+func (a *analysis) observedCandidates() []rundir.Workload {
+	if !a.compare {
+		return nil
+	}
+	var rises []share
+	for cg, ss := range a.run.Series(rundir.MetricRunqLatency).ByCgroup() {
+		if cg == "" || cg[0] == '<' {
+			continue
+		}
+		h := ss.HistDelta(a.stress)
+		if more := a.added(secs(ss.HistDelta(a.baseline).SumNs), secs(h.SumNs)); more >= neighbourWaitMinSeconds {
+			rises = append(rises, share{cgroup: cg, value: more})
+		}
+	}
+	slices.SortFunc(rises, func(x, y share) int {
+		return cmp.Or(cmp.Compare(y.value, x.value), cmp.Compare(x.cgroup, y.cgroup))
+	})
+	var out []rundir.Workload
+	for _, r := range rises[:min(len(rises), observedMaxCandidates)] {
+		out = append(out, rundir.Workload{Name: r.cgroup, Kind: rundir.KindObserved, Cgroup: r.cgroup})
+	}
+	return out
+}
+
+// observedRules explain a cgroup with no probe.
+var observedRules = []workloadRule{(*analysis).cpuThrottling, (*analysis).observedContention}
+
+// observedRule examines an agent window's cgroups when it names none: each one whose waits
+// rose, by the observed cgroup's rules.
+func (a *analysis) observedRule(rep *Report) {
+	for _, w := range a.run.Meta.Workloads {
+		if w.Kind == rundir.KindObserved {
+			return
+		}
+	}
+	for _, w := range a.observedCandidates() {
+		a.names[w.Cgroup] = w.Name
+		for _, rule := range observedRules {
+			if f := rule(a, w); f != nil {
+				rep.Findings = append(rep.Findings, *f)
+			}
+		}
+	}
+}
