@@ -8,13 +8,18 @@ LDFLAGS := -X github.com/nodectl/nodectl/cli/version.Version=$(VERSION)
 # The container runtimes the runc and runsc tests start for real, from Debian's packages.
 TEST_PACKAGES := runc runsc containerd
 
-.PHONY: help generate build deps test bench demo lint
+.PHONY: help generate generate-api build deps test bench demo lint
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-generate: ## regenerate the BPF objects and their Go bindings (needs clang-19, llvm-strip-19)
+generate: generate-api ## regenerate the BPF objects and their Go bindings (needs clang-19, llvm-strip-19) and the API's protobufs
 	$(GO) generate ./agent/trace/...
+
+generate-api: ## regenerate the agent API's Go code from api/agent/v1/agent.proto (needs protoc; plugins pinned by go.mod)
+	protoc --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) --plugin=protoc-gen-go-grpc=$$($(GO) tool -n protoc-gen-go-grpc) \
+		--go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative \
+		api/agent/v1/agent.proto
 
 build: ## build bin/nodectl (static, no clang needed: generated BPF objects are committed)
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cli/nodectl
