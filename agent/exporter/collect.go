@@ -1,0 +1,218 @@
+package exporter
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Self is the agent's own figures, as Config.Self returns them at a scrape.
+type Self struct {
+	TrackedCgroups  int // cgroups the agent follows
+	OverflowCgroups int // cgroups it saw beyond its bound and does not follow
+	// BPFMaps is the fill of each BPF map, by map name.
+	BPFMaps map[string]MapFill
+	Lost    Lost
+	// The store: its size, its oldest sample (zero when empty), whether it takes writes, and
+	// the writes that failed.
+	StoreBytes    int64
+	StoreOldest   time.Time
+	StoreWritable bool
+	WriteFailures uint64
+	// Incidents by trigger (a bounded set: the agent's triggers).
+	Incidents map[string]Incidents
+}
+
+// MapFill is how full a BPF map is.
+type MapFill struct{ Entries, Max int }
+
+// Lost counts the events lost since the agent started, by where they were lost.
+type Lost struct {
+	KernelMapFull uint64 // a BPF map was full
+	RingBuffer    uint64 // the kernel's ring buffer was full
+	UserQueue     uint64 // the agent's queue to its writer was full
+	Store         uint64 // the store refused them
+	Watch         uint64 // a watcher's stream fell behind
+}
+
+// Incidents of one trigger.
+type Incidents struct {
+	Total uint64 // opened since the agent started
+	Open  int    // open now
+}
+
+// Labels and label values of the self metrics.
+const (
+	labelState    = "state"
+	stateTracked  = "tracked"
+	stateOverflow = "overflow"
+	labelMap      = "map"
+	labelTrigger  = "trigger"
+
+	labelStage         = "stage"
+	stageKernelMapFull = "kernel_map_full"
+	stageRingBuffer    = "ring_buffer"
+	stageUserQueue     = "user_queue"
+	stageStore         = "store"
+	stageWatch         = "watch"
+)
+
+var (
+	agentCgroups = newDesc("nodectl_agent_cgroups",
+		"Cgroups the agent follows (tracked) and those it saw beyond its bound (overflow).", labelState)
+	agentMapEntries = newDesc("nodectl_agent_bpf_map_entries",
+		"Entries in a BPF map of the agent's tracers.", labelMap)
+	agentMapMax = newDesc("nodectl_agent_bpf_map_max_entries",
+		"Capacity of a BPF map of the agent's tracers.", labelMap)
+	agentLost = newDesc("nodectl_agent_lost_events_total",
+		"Events the agent lost, by stage: kernel_map_full, ring_buffer, user_queue, store, watch.", labelStage)
+	agentStoreBytes = newDesc("nodectl_agent_store_bytes",
+		"Bytes the agent's store holds on disk.")
+	agentStoreAge = newDesc("nodectl_agent_store_oldest_sample_age_seconds",
+		"Age of the oldest sample in the agent's store (absent while the store is empty).")
+	agentStoreWritable = newDesc("nodectl_agent_store_writable",
+		"1 when the agent's store takes writes, 0 when it does not (disk full, read-only).")
+	agentWriteFailures = newDesc("nodectl_agent_store_write_failures_total",
+		"Writes to the agent's store that failed.")
+	agentIncidents = newDesc("nodectl_agent_incidents_total",
+		"Incidents the agent opened, by trigger.", labelTrigger)
+	agentOpenIncidents = newDesc("nodectl_agent_open_incidents",
+		"Incidents open now, by trigger.", labelTrigger)
+
+	exporterCgroups = newDesc("nodectl_exporter_cgroups",
+		"Cgroups the exporter holds: with series of their workload's (tracked) or in the _overflow workload's (overflow).", labelState)
+	exporterSeries = newDesc("nodectl_exporter_series",
+		"Series in this scrape of the exporter's metrics, each histogram bucket, sum and count one, these included.")
+	exporterDuration = newDesc("nodectl_exporter_scrape_duration_seconds",
+		"Time the exporter took to produce this scrape's metrics, up to this one.")
+)
+
+// Describe sends every metric's description: the set is fixed.
+func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range descs {
+		ch <- d
+	}
+}
+
+// row is one series copied out of the state for a scrape: its value, and where its labels are
+// (a series' and a workload's keys never change, so they are read after the lock is released).
+type row struct {
+	w     *workload
+	s     *series
+	value float64 // counters and gauges
+	hist  int     // histograms: the index of its copy
+}
+
+// snapshot copies every series' value under the lock, so that building and sending the
+// metrics, and the registry's wait for them, never holds up Observe.
+func (e *Exporter) snapshot() (rows []row, hists []histo, tracked, overflow int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := len(e.node.w.series)
+	for _, w := range e.workloads {
+		n += len(w.series)
+	}
+	rows = make([]row, 0, n)
+	add := func(w *workload) {
+		for _, s := range w.series {
+			r := row{w: w, s: s, value: s.value}
+			if s.hist != nil {
+				r.hist = len(hists)
+				hists = append(hists, *s.hist)
+			}
+			rows = append(rows, r)
+		}
+	}
+	add(e.node.w)
+	for _, w := range e.workloads {
+		add(w)
+	}
+	return rows, hists, len(e.cgroups) - e.overflow, e.overflow
+}
+
+// Collect sends the latest value of every series, then the agent's and the exporter's own.
+func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
+	start := time.Now()
+	rows, hists, tracked, overflow := e.snapshot()
+	series := 0
+	// emit sends m, or, when a label value was refused (a cgroup name that is not UTF-8), the
+	// error, which the server reports while serving the rest.
+	emit := func(d *prometheus.Desc, m prometheus.Metric, err error, lines int) {
+		if err != nil {
+			m, lines = prometheus.NewInvalidMetric(d, err), 0
+		}
+		ch <- m
+		series += lines
+	}
+	value := func(d *prometheus.Desc, vt prometheus.ValueType, v float64, labels ...string) {
+		m, err := prometheus.NewConstMetric(d, vt, v, labels...)
+		emit(d, m, err, 1)
+	}
+	for _, r := range rows {
+		sp := r.s.key.spec
+		labels := []string{r.w.key.name, r.w.key.kind, r.s.key.a, r.s.key.b}[:2+sp.labels]
+		if sp.node {
+			labels = labels[2 : 2+sp.labels]
+		}
+		switch sp.typ {
+		case histogram:
+			h := &hists[r.hist]
+			m, err := prometheus.NewConstHistogram(sp.desc, h.count, float64(h.sumNs)/1e9, h.cumulative(), labels...)
+			emit(sp.desc, m, err, nBuckets+2)
+		case counter:
+			value(sp.desc, prometheus.CounterValue, r.value, labels...)
+		case gauge:
+			value(sp.desc, prometheus.GaugeValue, r.value, labels...)
+		}
+	}
+	if e.cfg.Self != nil {
+		self := e.cfg.Self()
+		value(agentCgroups, prometheus.GaugeValue, float64(self.TrackedCgroups), stateTracked)
+		value(agentCgroups, prometheus.GaugeValue, float64(self.OverflowCgroups), stateOverflow)
+		for name, f := range self.BPFMaps {
+			value(agentMapEntries, prometheus.GaugeValue, float64(f.Entries), name)
+			value(agentMapMax, prometheus.GaugeValue, float64(f.Max), name)
+		}
+		for _, l := range []struct {
+			stage string
+			n     uint64
+		}{
+			{stageKernelMapFull, self.Lost.KernelMapFull}, {stageRingBuffer, self.Lost.RingBuffer},
+			{stageUserQueue, self.Lost.UserQueue}, {stageStore, self.Lost.Store}, {stageWatch, self.Lost.Watch},
+		} {
+			value(agentLost, prometheus.CounterValue, float64(l.n), l.stage)
+		}
+		value(agentStoreBytes, prometheus.GaugeValue, float64(self.StoreBytes))
+		if !self.StoreOldest.IsZero() {
+			value(agentStoreAge, prometheus.GaugeValue, time.Since(self.StoreOldest).Seconds())
+		}
+		writable := 0.0
+		if self.StoreWritable {
+			writable = 1
+		}
+		value(agentStoreWritable, prometheus.GaugeValue, writable)
+		value(agentWriteFailures, prometheus.CounterValue, float64(self.WriteFailures))
+		for trigger, n := range self.Incidents {
+			value(agentIncidents, prometheus.CounterValue, float64(n.Total), trigger)
+			value(agentOpenIncidents, prometheus.GaugeValue, float64(n.Open), trigger)
+		}
+	}
+	value(exporterCgroups, prometheus.GaugeValue, float64(tracked), stateTracked)
+	value(exporterCgroups, prometheus.GaugeValue, float64(overflow), stateOverflow)
+	// This one and the duration after it count too.
+	value(exporterSeries, prometheus.GaugeValue, float64(series+2))
+	value(exporterDuration, prometheus.GaugeValue, time.Since(start).Seconds())
+}
+
+// cumulative is h's finite buckets as Prometheus counts them: at or below each bound. A count
+// the kernel read mid-update may trail its buckets by an event or two; the buckets are capped
+// at it so that the histogram stays valid.
+func (h *histo) cumulative() map[float64]uint64 {
+	out := make(map[float64]uint64, len(bucketBounds))
+	var n uint64
+	for j, le := range bucketBounds {
+		n += h.buckets[j]
+		out[le] = min(n, h.count)
+	}
+	return out
+}
