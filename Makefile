@@ -3,7 +3,7 @@
 GO      ?= $(or $(shell command -v go 2>/dev/null),/usr/local/go/bin/go)
 BIN     ?= bin/nodectl
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/nodectl/nodectl/cli/version.Version=$(VERSION)
+LDFLAGS := -X github.com/nodectl/nodectl/cli/internal/clix.Version=$(VERSION)
 
 # The container runtimes the runc and runsc tests start for real, from Debian's packages.
 TEST_PACKAGES := runc runsc containerd

@@ -38,6 +38,11 @@ func (a *analysis) observedContention(v rundir.Workload) *Finding {
 	uB, uS := usage.Delta(a.baseline), usage.Delta(a.stress)
 	wB, wS := secs(cw.rb.SumNs), secs(cw.rs.SumNs)
 	stretchB, stretchS := stretch(wB, uB), stretch(wS, uS)
+	if uB == 0 && uS == 0 {
+		// No CPU usage sampled (a v1 cgroup outside the cpuacct hierarchy): the stretch of a
+		// task that would run all the time, 1 + its wait a second.
+		stretchB, stretchS = 1+cw.perSecB, 1+cw.perSecS
+	}
 	slowdown := min(ratio(stretchS, stretchB), observedMaxStretch)
 	if slowdown < observedMinStretch {
 		return nil

@@ -26,7 +26,7 @@ func agentWindow(observed ...rundir.Workload) *builder {
 
 func TestObservedContentionNamesCulpritsByCgroup(t *testing.T) {
 	for name, b := range map[string]*builder{
-		"incident names the cgroup": agentWindow(rundir.Workload{Name: victim, Kind: rundir.KindObserved, Cgroup: victim}),
+		"incident names the cgroup":    agentWindow(rundir.Workload{Name: victim, Kind: rundir.KindObserved, Cgroup: victim}),
 		"window examines every cgroup": agentWindow(),
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 // contractScope are the directories whose code writes or reads runs: the contract's strings
 // there must come from this package. The tuner, the cgroup and BPF plumbing use words such as
 // "cpu" or "memory" for other things (controllers, files), so they are out of scope.
-var contractScope = []string{"stress", "analyzer", "agent/trace", "agent/sample", "agent/collect", "agent/recording"}
+var contractScope = []string{"stress", "analyzer", "agent/trace", "agent/sample", "agent/collect", "agent/recording", "agent/exporter", "agentd"}
 
 // contractConsts reads this package's string constants, by name: every name of the run format.
 func contractConsts(t *testing.T) map[string]string {

@@ -267,6 +267,14 @@ func (s *service) GetStatus(ctx context.Context, _ *agentv1.GetStatusRequest) (*
 	return s.backend.Status(ctx)
 }
 
+func (s *service) GetMeta(context.Context, *agentv1.GetMetaRequest) (*agentv1.Meta, error) {
+	meta, err := json.Marshal(s.backend.Meta())
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "meta: %v", err)
+	}
+	return &agentv1.Meta{MetaJson: string(meta)}, nil
+}
+
 func (s *service) Query(req *agentv1.QueryRequest, stream grpc.ServerStreamingServer[agentv1.QueryChunk]) error {
 	a, err := validateQuery(req)
 	if err != nil {

@@ -156,6 +156,14 @@ func TestRoundTrips(t *testing.T) {
 	if err != nil || !proto.Equal(st, b.status) {
 		t.Errorf("GetStatus: %v, %v", st, err)
 	}
+	if m, err := c.GetMeta(ctx, &agentv1.GetMetaRequest{}); err != nil {
+		t.Errorf("GetMeta: %v", err)
+	} else {
+		var meta rundir.Meta
+		if err := json.Unmarshal([]byte(m.MetaJson), &meta); err != nil || meta.Node != b.meta.Node {
+			t.Errorf("GetMeta: %q (%v), want the backend's meta", m.MetaJson, err)
+		}
+	}
 
 	stream, err := c.Query(ctx, &agentv1.QueryRequest{From: ts(0), To: ts(time.Hour), Step: durationpb.New(time.Second),
 		Metric: "m", CgroupPrefix: "/kubepods/"})

@@ -10,8 +10,9 @@ import (
 type Self struct {
 	TrackedCgroups  int // cgroups the agent follows
 	OverflowCgroups int // cgroups it saw beyond its bound and does not follow
-	// BPFMaps is the fill of each BPF map, by map name.
-	BPFMaps map[string]MapFill
+	// BPFMaps is the fill (0..1) of each tracer program's fullest map keyed by cgroup, by
+	// program: what the tracer knows of its maps.
+	BPFMaps map[string]float64
 	Lost    Lost
 	// The store: its size, its oldest sample (zero when empty), whether it takes writes, and
 	// the writes that failed.
@@ -22,9 +23,6 @@ type Self struct {
 	// Incidents by trigger (a bounded set: the agent's triggers).
 	Incidents map[string]Incidents
 }
-
-// MapFill is how full a BPF map is.
-type MapFill struct{ Entries, Max int }
 
 // Lost counts the events lost since the agent started, by where they were lost.
 type Lost struct {
@@ -60,10 +58,8 @@ const (
 var (
 	agentCgroups = newDesc("nodectl_agent_cgroups",
 		"Cgroups the agent follows (tracked) and those it saw beyond its bound (overflow).", labelState)
-	agentMapEntries = newDesc("nodectl_agent_bpf_map_entries",
-		"Entries in a BPF map of the agent's tracers.", labelMap)
-	agentMapMax = newDesc("nodectl_agent_bpf_map_max_entries",
-		"Capacity of a BPF map of the agent's tracers.", labelMap)
+	agentMapFill = newDesc("nodectl_agent_bpf_map_fill_ratio",
+		"Fill (entries over capacity) of each tracer program's fullest BPF map keyed by cgroup.", labelMap)
 	agentLost = newDesc("nodectl_agent_lost_events_total",
 		"Events the agent lost, by stage: kernel_map_full, ring_buffer, user_queue, store, watch.", labelStage)
 	agentStoreBytes = newDesc("nodectl_agent_store_bytes",
@@ -169,9 +165,8 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 		self := e.cfg.Self()
 		value(agentCgroups, prometheus.GaugeValue, float64(self.TrackedCgroups), stateTracked)
 		value(agentCgroups, prometheus.GaugeValue, float64(self.OverflowCgroups), stateOverflow)
-		for name, f := range self.BPFMaps {
-			value(agentMapEntries, prometheus.GaugeValue, float64(f.Entries), name)
-			value(agentMapMax, prometheus.GaugeValue, float64(f.Max), name)
+		for name, fill := range self.BPFMaps {
+			value(agentMapFill, prometheus.GaugeValue, fill, name)
 		}
 		for _, l := range []struct {
 			stage string

@@ -131,7 +131,7 @@ func TestObserveNotBlockedBySlowScrape(t *testing.T) {
 func self() Self {
 	return Self{
 		TrackedCgroups: 900, OverflowCgroups: 12,
-		BPFMaps:    map[string]MapFill{"runq_lat": {Entries: 800, Max: 10240}, "fsync_lat": {Entries: 3, Max: 4096}},
+		BPFMaps:    map[string]float64{"runq": 0.08, "fsync": 0.001},
 		Lost:       Lost{KernelMapFull: 1, RingBuffer: 2, UserQueue: 3, Store: 4, Watch: 5},
 		StoreBytes: 1 << 30, StoreOldest: time.Now().Add(-time.Hour), StoreWritable: true, WriteFailures: 7,
 		Incidents: map[string]Incidents{rundir.EventOOMKill: {Total: 3, Open: 1}, "runq_stall": {Total: 5}},
@@ -143,8 +143,7 @@ func TestSelf(t *testing.T) {
 	wantValues(t, got, map[string]float64{
 		key("nodectl_agent_cgroups", labelState, stateTracked):                  900,
 		key("nodectl_agent_cgroups", labelState, stateOverflow):                 12,
-		key("nodectl_agent_bpf_map_entries", labelMap, "runq_lat"):              800,
-		key("nodectl_agent_bpf_map_max_entries", labelMap, "runq_lat"):          10240,
+		key("nodectl_agent_bpf_map_fill_ratio", labelMap, "runq"):               0.08,
 		key("nodectl_agent_lost_events_total", labelStage, "kernel_map_full"):   1,
 		key("nodectl_agent_lost_events_total", labelStage, "ring_buffer"):       2,
 		key("nodectl_agent_lost_events_total", labelStage, "user_queue"):        3,

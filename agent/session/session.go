@@ -59,9 +59,7 @@ type Config struct {
 	Sources map[string]collect.Source
 	// Observe, if set, sees every batch appended (progress display).
 	Observe func([]rundir.Record)
-	// Forgotten, if set, hears of the followed cgroups found removed (their series can go).
-	Forgotten func(cgroups []string)
-	Log       *slog.Logger // nil = discard
+	Log     *slog.Logger // nil = discard
 }
 
 // Session is a running recording.
@@ -116,7 +114,7 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 	observe := cfg.Observe
 	cgroups := cfg.Cgroups
 	if cgroups == nil {
-		f := &follower{max: cfg.MaxCgroups, seen: map[string]bool{}, exists: cgroupExists(cfg.Layout), forgotten: cfg.Forgotten}
+		f := &follower{max: cfg.MaxCgroups, seen: map[string]bool{}, exists: CgroupExists(cfg.Layout)}
 		s.follower = f
 		cgroups = f.paths
 		observe = func(batch []rundir.Record) {
@@ -158,9 +156,9 @@ func (s *Session) MapFill() map[string]float64 {
 	return s.tracer.Fill()
 }
 
-// cgroupExists says whether a cgroup path is a directory in any hierarchy the tracer's ids
+// CgroupExists says whether a cgroup path is a directory in any hierarchy the tracer's ids
 // come from.
-func cgroupExists(l *cgroup.Layout) func(string) bool {
+func CgroupExists(l *cgroup.Layout) func(string) bool {
 	return func(path string) bool {
 		for _, c := range []string{cgroup.CPU, cgroup.Memory, cgroup.Blkio} {
 			if d := l.Dir(c, path); d != "" {
@@ -226,9 +224,7 @@ type follower struct {
 	order    []string
 	overflow int // distinct cgroups of the last batch that found no room
 	batches  int
-	// exists says whether a cgroup is still there; forgotten hears of those that are not.
-	exists    func(string) bool
-	forgotten func([]string)
+	exists   func(string) bool // whether a cgroup is still there
 }
 
 // pruneEvery is how many batches pass between two looks for removed cgroups: a stat each.
@@ -253,21 +249,16 @@ func (f *follower) observe(batch []rundir.Record) {
 	}
 	f.overflow = len(full)
 	f.batches++
-	var gone []string
 	if f.exists != nil && f.batches%pruneEvery == 0 {
 		f.order = slices.DeleteFunc(f.order, func(p string) bool {
 			if f.exists(p) {
 				return false
 			}
 			delete(f.seen, p)
-			gone = append(gone, p)
 			return true
 		})
 	}
 	f.mu.Unlock()
-	if len(gone) > 0 && f.forgotten != nil {
-		f.forgotten(gone)
-	}
 }
 
 func (f *follower) counts() (tracked, overflow int) {

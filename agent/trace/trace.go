@@ -47,7 +47,9 @@ const (
 // Resolver names cgroups. Path returns the cgroup's path below its hierarchy's root
 // (/nodectl/<run>/victim) given the v1 controller whose hierarchy the id is from ("cpu", "memory" or
 // "blkio"; ignored on v2 hosts). It must report false only for cgroups that no longer exist
-// (a cache looks again on a miss): the tracer forgets those ids.
+// (a cache looks again on a miss): the tracer forgets those ids. When it also has
+// Live(controller, id) (liveResolver), the tracer asks that instead, so that it forgets a
+// removed cgroup at its next look even while Path still names it.
 type Resolver interface {
 	Path(controller string, id uint64) (string, bool)
 }
@@ -287,10 +289,7 @@ func (t *Tracer) Snapshot(now time.Time) (Snapshot, error) {
 			continue
 		}
 		src.reads = 0
-		n, err := src.forget(func(id uint64) bool {
-			_, ok := t.res.Path(src.controller, id)
-			return ok
-		})
+		n, err := src.forget(t.live(src.controller))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("forgetting removed cgroups in %s: %w", src.program, err))
 		}
@@ -299,6 +298,25 @@ func (t *Tracer) Snapshot(now time.Time) (Snapshot, error) {
 		}
 	}
 	return snap, errors.Join(errs...)
+}
+
+// liveResolver is a Resolver that can also tell, exactly, whether a cgroup still exists (its
+// Path may keep answering for a removed one, to attribute late samples).
+type liveResolver interface {
+	Live(controller string, id uint64) bool
+}
+
+// live says which ids of controller's hierarchy to keep: the exact answer when the resolver
+// has one, so that a churning node's removed cgroups leave the maps at the next look rather
+// than when the resolver's cache lets them go.
+func (t *Tracer) live(controller string) func(uint64) bool {
+	if l, ok := t.res.(liveResolver); ok {
+		return func(id uint64) bool { return l.Live(controller, id) }
+	}
+	return func(id uint64) bool {
+		_, ok := t.res.Path(controller, id)
+		return ok
+	}
 }
 
 func (t *Tracer) path(controller string, id uint64) string {

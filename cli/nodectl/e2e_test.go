@@ -531,6 +531,7 @@ func TestWithoutRootSaysWhichPrivilegeIsMissing(t *testing.T) {
 		{"stress", "noisy", "--trace"},
 		{"record", "--duration", "2s", "--out", filepath.Join(dir, "rec")},
 		{"stress", "clean"},
+		{"agent", "--data-dir", filepath.Join(dir, "agent"), "--socket", filepath.Join(dir, "a.sock")},
 	} {
 		_, stderr, err := nodectlAs(t, exe, nobody, args...)
 		if err == nil {

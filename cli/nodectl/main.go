@@ -8,8 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nodectl/nodectl/cli/agent"
 	"github.com/nodectl/nodectl/cli/analyze"
 	"github.com/nodectl/nodectl/cli/diff"
+	"github.com/nodectl/nodectl/cli/postmortem"
 	"github.com/nodectl/nodectl/cli/record"
 	"github.com/nodectl/nodectl/cli/stress"
 	"github.com/nodectl/nodectl/cli/tune"
@@ -29,7 +31,7 @@ everything in a run directory, and explains which neighbour or limit slowed whom
 		SilenceErrors: true,
 	}
 	root.AddCommand(stress.New(), record.New(), analyze.New(), version.New(), workload.New())
-	root.AddCommand(diff.New(), tune.New())
+	root.AddCommand(diff.New(), tune.New(), agent.New(), postmortem.New())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "nodectl: %v\n", err)
 		if errors.Is(err, st.ErrInterrupted) {

@@ -9,11 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nodectl/nodectl/cli/internal/clix"
 	"github.com/nodectl/nodectl/rundir"
 )
-
-// Version is set at build time with -ldflags "-X github.com/nodectl/nodectl/cli/version.Version=...".
-var Version = "dev"
 
 // New returns the version command.
 func New() *cobra.Command {
@@ -23,7 +21,7 @@ func New() *cobra.Command {
 		Short: "Print nodectl's version, the run format it writes and the Go it was built with",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			info := map[string]string{"version": Version, "run_format": rundir.FormatVersion, "go": runtime.Version()}
+			info := map[string]string{"version": clix.Version, "run_format": rundir.FormatVersion, "go": runtime.Version()}
 			if bi, ok := debug.ReadBuildInfo(); ok {
 				for _, s := range bi.Settings {
 					if s.Key == "vcs.revision" {

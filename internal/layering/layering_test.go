@@ -36,8 +36,17 @@ var rules = map[string][]string{
 	"agent/collect":   {"rundir"},
 	"agent/session":   {"agent/trace", "agent/sample", "agent/collect", "agent/cgroup", "agent/host", "rundir"},
 	"agent/recording": {"agent/session", "agent/cgroup", "agent/host", "rundir"},
-	// Exporters serve what the session reads.
+	// Exporters serve what the session reads; the flight recorder stores it.
 	"agent/metricserver": {},
+	"agent/exporter":     {"agent/hist", "rundir"},
+	"agent/flightrec":    {"agent/hist", "rundir"},
+	// The agent's API: its protobufs depend on nothing; its server and client on the records.
+	"api/agent/v1":    {},
+	"agent/apiserver": {"agent/hist", "rundir", "api/agent/v1"},
+
+	// The always-on agent assembles the node side, the flight recorder, the API and the
+	// exporter, and runs the analyzer on its incidents.
+	"agentd": {"agent/", "analyzer", "rundir", "api/agent/v1"},
 
 	// The analyzer reads runs offline: never the node.
 	"analyzer": {"agent/hist", "rundir"},
@@ -54,8 +63,8 @@ var rules = map[string][]string{
 
 	// Commands may use everything below them, but not each other, except through clix and
 	// the main package that assembles them.
-	"cli/":        {"agent/", "analyzer", "rundir", "stress", "tuner", "cli/internal/"},
-	"cli/nodectl": {"cli/", "agent/", "analyzer", "rundir", "stress", "tuner"},
+	"cli/":        {"agent/", "agentd", "api/agent/v1", "analyzer", "rundir", "stress", "tuner", "cli/internal/"},
+	"cli/nodectl": {"cli/", "agent/", "agentd", "analyzer", "rundir", "stress", "tuner"},
 	"bench/":      {"agent/"},
 }
 

@@ -218,6 +218,89 @@ func (x *Status) GetIncidentsTotal() uint64 {
 	return 0
 }
 
+// GetMetaRequest asks for the agent's meta.
+type GetMetaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMetaRequest) Reset() {
+	*x = GetMetaRequest{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMetaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMetaRequest) ProtoMessage() {}
+
+func (x *GetMetaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMetaRequest.ProtoReflect.Descriptor instead.
+func (*GetMetaRequest) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+// Meta is the agent's rundir.Meta.
+type Meta struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// meta_json is the meta as JSON (docs/run-format.md, meta.json).
+	MetaJson      string `protobuf:"bytes,1,opt,name=meta_json,json=metaJson,proto3" json:"meta_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Meta) Reset() {
+	*x = Meta{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Meta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Meta) ProtoMessage() {}
+
+func (x *Meta) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Meta.ProtoReflect.Descriptor instead.
+func (*Meta) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Meta) GetMetaJson() string {
+	if x != nil {
+		return x.MetaJson
+	}
+	return ""
+}
+
 // MapFill is one BPF map's occupancy.
 type MapFill struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -228,14 +311,17 @@ type MapFill struct {
 	// entries is how many entries the map holds now.
 	Entries uint64 `protobuf:"varint,3,opt,name=entries,proto3" json:"entries,omitempty"`
 	// max_entries is the map's capacity.
-	MaxEntries    uint64 `protobuf:"varint,4,opt,name=max_entries,json=maxEntries,proto3" json:"max_entries,omitempty"`
+	MaxEntries uint64 `protobuf:"varint,4,opt,name=max_entries,json=maxEntries,proto3" json:"max_entries,omitempty"`
+	// fill is entries over max_entries (0..1); when the tracer knows only the fill of its
+	// fullest map keyed by cgroup, map says so and entries and max_entries are 0.
+	Fill          float64 `protobuf:"fixed64,5,opt,name=fill,proto3" json:"fill,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MapFill) Reset() {
 	*x = MapFill{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -247,7 +333,7 @@ func (x *MapFill) String() string {
 func (*MapFill) ProtoMessage() {}
 
 func (x *MapFill) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -260,7 +346,7 @@ func (x *MapFill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MapFill.ProtoReflect.Descriptor instead.
 func (*MapFill) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MapFill) GetProgram() string {
@@ -291,6 +377,13 @@ func (x *MapFill) GetMaxEntries() uint64 {
 	return 0
 }
 
+func (x *MapFill) GetFill() float64 {
+	if x != nil {
+		return x.Fill
+	}
+	return 0
+}
+
 // Drop counts one kind of loss.
 type Drop struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -308,7 +401,7 @@ type Drop struct {
 
 func (x *Drop) Reset() {
 	*x = Drop{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +413,7 @@ func (x *Drop) String() string {
 func (*Drop) ProtoMessage() {}
 
 func (x *Drop) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +426,7 @@ func (x *Drop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drop.ProtoReflect.Descriptor instead.
 func (*Drop) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Drop) GetStage() string {
@@ -386,7 +479,7 @@ type Store struct {
 
 func (x *Store) Reset() {
 	*x = Store{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -398,7 +491,7 @@ func (x *Store) String() string {
 func (*Store) ProtoMessage() {}
 
 func (x *Store) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -411,7 +504,7 @@ func (x *Store) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Store.ProtoReflect.Descriptor instead.
 func (*Store) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Store) GetBytes() uint64 {
@@ -515,7 +608,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -527,7 +620,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -540,7 +633,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Record) GetType() string {
@@ -636,7 +729,7 @@ type Histogram struct {
 
 func (x *Histogram) Reset() {
 	*x = Histogram{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +741,7 @@ func (x *Histogram) String() string {
 func (*Histogram) ProtoMessage() {}
 
 func (x *Histogram) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +754,7 @@ func (x *Histogram) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Histogram.ProtoReflect.Descriptor instead.
 func (*Histogram) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Histogram) GetBuckets() []uint64 {
@@ -704,7 +797,7 @@ type QueryRequest struct {
 
 func (x *QueryRequest) Reset() {
 	*x = QueryRequest{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +809,7 @@ func (x *QueryRequest) String() string {
 func (*QueryRequest) ProtoMessage() {}
 
 func (x *QueryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +822,7 @@ func (x *QueryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryRequest.ProtoReflect.Descriptor instead.
 func (*QueryRequest) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *QueryRequest) GetFrom() *timestamppb.Timestamp {
@@ -781,7 +874,7 @@ type QueryChunk struct {
 
 func (x *QueryChunk) Reset() {
 	*x = QueryChunk{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +886,7 @@ func (x *QueryChunk) String() string {
 func (*QueryChunk) ProtoMessage() {}
 
 func (x *QueryChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +899,7 @@ func (x *QueryChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryChunk.ProtoReflect.Descriptor instead.
 func (*QueryChunk) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *QueryChunk) GetRecords() []*Record {
@@ -841,7 +934,7 @@ type AnalyzeRequest struct {
 
 func (x *AnalyzeRequest) Reset() {
 	*x = AnalyzeRequest{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +946,7 @@ func (x *AnalyzeRequest) String() string {
 func (*AnalyzeRequest) ProtoMessage() {}
 
 func (x *AnalyzeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +959,7 @@ func (x *AnalyzeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnalyzeRequest.ProtoReflect.Descriptor instead.
 func (*AnalyzeRequest) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AnalyzeRequest) GetFrom() *timestamppb.Timestamp {
@@ -908,7 +1001,7 @@ type AnalyzeResponse struct {
 
 func (x *AnalyzeResponse) Reset() {
 	*x = AnalyzeResponse{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1013,7 @@ func (x *AnalyzeResponse) String() string {
 func (*AnalyzeResponse) ProtoMessage() {}
 
 func (x *AnalyzeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1026,7 @@ func (x *AnalyzeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnalyzeResponse.ProtoReflect.Descriptor instead.
 func (*AnalyzeResponse) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AnalyzeResponse) GetReportJson() string {
@@ -956,7 +1049,7 @@ type ListIncidentsRequest struct {
 
 func (x *ListIncidentsRequest) Reset() {
 	*x = ListIncidentsRequest{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1061,7 @@ func (x *ListIncidentsRequest) String() string {
 func (*ListIncidentsRequest) ProtoMessage() {}
 
 func (x *ListIncidentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1074,7 @@ func (x *ListIncidentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIncidentsRequest.ProtoReflect.Descriptor instead.
 func (*ListIncidentsRequest) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListIncidentsRequest) GetSince() *timestamppb.Timestamp {
@@ -1009,7 +1102,7 @@ type ListIncidentsResponse struct {
 
 func (x *ListIncidentsResponse) Reset() {
 	*x = ListIncidentsResponse{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1114,7 @@ func (x *ListIncidentsResponse) String() string {
 func (*ListIncidentsResponse) ProtoMessage() {}
 
 func (x *ListIncidentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1127,7 @@ func (x *ListIncidentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIncidentsResponse.ProtoReflect.Descriptor instead.
 func (*ListIncidentsResponse) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListIncidentsResponse) GetIncidents() []*Incident {
@@ -1055,7 +1148,7 @@ type GetIncidentRequest struct {
 
 func (x *GetIncidentRequest) Reset() {
 	*x = GetIncidentRequest{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1160,7 @@ func (x *GetIncidentRequest) String() string {
 func (*GetIncidentRequest) ProtoMessage() {}
 
 func (x *GetIncidentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1173,7 @@ func (x *GetIncidentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetIncidentRequest.ProtoReflect.Descriptor instead.
 func (*GetIncidentRequest) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetIncidentRequest) GetId() string {
@@ -1099,7 +1192,7 @@ type WatchIncidentsRequest struct {
 
 func (x *WatchIncidentsRequest) Reset() {
 	*x = WatchIncidentsRequest{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1204,7 @@ func (x *WatchIncidentsRequest) String() string {
 func (*WatchIncidentsRequest) ProtoMessage() {}
 
 func (x *WatchIncidentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,7 +1217,7 @@ func (x *WatchIncidentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchIncidentsRequest.ProtoReflect.Descriptor instead.
 func (*WatchIncidentsRequest) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 // WatchRequest selects the samples to watch.
@@ -1140,7 +1233,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1152,7 +1245,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1165,7 +1258,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchRequest) GetMetric() string {
@@ -1197,7 +1290,7 @@ type SampleBatch struct {
 
 func (x *SampleBatch) Reset() {
 	*x = SampleBatch{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1302,7 @@ func (x *SampleBatch) String() string {
 func (*SampleBatch) ProtoMessage() {}
 
 func (x *SampleBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1315,7 @@ func (x *SampleBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleBatch.ProtoReflect.Descriptor instead.
 func (*SampleBatch) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SampleBatch) GetTime() *timestamppb.Timestamp {
@@ -1277,13 +1370,16 @@ type Incident struct {
 	ReportJson string `protobuf:"bytes,12,opt,name=report_json,json=reportJson,proto3" json:"report_json,omitempty"`
 	// analysis_error says why there is no report, when the analysis failed.
 	AnalysisError string `protobuf:"bytes,13,opt,name=analysis_error,json=analysisError,proto3" json:"analysis_error,omitempty"`
+	// repeats counts the same trigger firing again for the same cgroup while the window was
+	// open.
+	Repeats       uint32 `protobuf:"varint,14,opt,name=repeats,proto3" json:"repeats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Incident) Reset() {
 	*x = Incident{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1391,7 @@ func (x *Incident) String() string {
 func (*Incident) ProtoMessage() {}
 
 func (x *Incident) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1404,7 @@ func (x *Incident) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Incident.ProtoReflect.Descriptor instead.
 func (*Incident) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Incident) GetId() string {
@@ -1402,6 +1498,13 @@ func (x *Incident) GetAnalysisError() string {
 	return ""
 }
 
+func (x *Incident) GetRepeats() uint32 {
+	if x != nil {
+		return x.Repeats
+	}
+	return 0
+}
+
 var File_api_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_api_agent_v1_agent_proto_rawDesc = "" +
@@ -1426,13 +1529,17 @@ const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\x0fincidents_total\x18\r \x01(\x04R\x0eincidentsTotal\x1a9\n" +
 	"\vTracerEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"p\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x10\n" +
+	"\x0eGetMetaRequest\"#\n" +
+	"\x04Meta\x12\x1b\n" +
+	"\tmeta_json\x18\x01 \x01(\tR\bmetaJson\"\x84\x01\n" +
 	"\aMapFill\x12\x18\n" +
 	"\aprogram\x18\x01 \x01(\tR\aprogram\x12\x10\n" +
 	"\x03map\x18\x02 \x01(\tR\x03map\x12\x18\n" +
 	"\aentries\x18\x03 \x01(\x04R\aentries\x12\x1f\n" +
 	"\vmax_entries\x18\x04 \x01(\x04R\n" +
-	"maxEntries\"F\n" +
+	"maxEntries\x12\x12\n" +
+	"\x04fill\x18\x05 \x01(\x01R\x04fill\"F\n" +
 	"\x04Drop\x12\x14\n" +
 	"\x05stage\x18\x01 \x01(\tR\x05stage\x12\x12\n" +
 	"\x04what\x18\x02 \x01(\tR\x04what\x12\x14\n" +
@@ -1504,7 +1611,7 @@ const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\vSampleBatch\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x122\n" +
 	"\arecords\x18\x02 \x03(\v2\x18.nodectl.agent.v1.RecordR\arecords\x12'\n" +
-	"\x0fdropped_batches\x18\x03 \x01(\x04R\x0edroppedBatches\"\x8a\x04\n" +
+	"\x0fdropped_batches\x18\x03 \x01(\x04R\x0edroppedBatches\"\xa4\x04\n" +
 	"\bIncident\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +
 	"\x06opened\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x06opened\x12\x18\n" +
@@ -1522,9 +1629,11 @@ const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\x05state\x18\v \x01(\tR\x05state\x12\x1f\n" +
 	"\vreport_json\x18\f \x01(\tR\n" +
 	"reportJson\x12%\n" +
-	"\x0eanalysis_error\x18\r \x01(\tR\ranalysisError2\xc1\x04\n" +
+	"\x0eanalysis_error\x18\r \x01(\tR\ranalysisError\x12\x18\n" +
+	"\arepeats\x18\x0e \x01(\rR\arepeats2\x86\x05\n" +
 	"\x05Agent\x12I\n" +
-	"\tGetStatus\x12\".nodectl.agent.v1.GetStatusRequest\x1a\x18.nodectl.agent.v1.Status\x12G\n" +
+	"\tGetStatus\x12\".nodectl.agent.v1.GetStatusRequest\x1a\x18.nodectl.agent.v1.Status\x12C\n" +
+	"\aGetMeta\x12 .nodectl.agent.v1.GetMetaRequest\x1a\x16.nodectl.agent.v1.Meta\x12G\n" +
 	"\x05Query\x12\x1e.nodectl.agent.v1.QueryRequest\x1a\x1c.nodectl.agent.v1.QueryChunk0\x01\x12N\n" +
 	"\aAnalyze\x12 .nodectl.agent.v1.AnalyzeRequest\x1a!.nodectl.agent.v1.AnalyzeResponse\x12`\n" +
 	"\rListIncidents\x12&.nodectl.agent.v1.ListIncidentsRequest\x1a'.nodectl.agent.v1.ListIncidentsResponse\x12O\n" +
@@ -1544,75 +1653,79 @@ func file_api_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_agent_v1_agent_proto_rawDescData
 }
 
-var file_api_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_api_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_api_agent_v1_agent_proto_goTypes = []any{
 	(*GetStatusRequest)(nil),      // 0: nodectl.agent.v1.GetStatusRequest
 	(*Status)(nil),                // 1: nodectl.agent.v1.Status
-	(*MapFill)(nil),               // 2: nodectl.agent.v1.MapFill
-	(*Drop)(nil),                  // 3: nodectl.agent.v1.Drop
-	(*Store)(nil),                 // 4: nodectl.agent.v1.Store
-	(*Record)(nil),                // 5: nodectl.agent.v1.Record
-	(*Histogram)(nil),             // 6: nodectl.agent.v1.Histogram
-	(*QueryRequest)(nil),          // 7: nodectl.agent.v1.QueryRequest
-	(*QueryChunk)(nil),            // 8: nodectl.agent.v1.QueryChunk
-	(*AnalyzeRequest)(nil),        // 9: nodectl.agent.v1.AnalyzeRequest
-	(*AnalyzeResponse)(nil),       // 10: nodectl.agent.v1.AnalyzeResponse
-	(*ListIncidentsRequest)(nil),  // 11: nodectl.agent.v1.ListIncidentsRequest
-	(*ListIncidentsResponse)(nil), // 12: nodectl.agent.v1.ListIncidentsResponse
-	(*GetIncidentRequest)(nil),    // 13: nodectl.agent.v1.GetIncidentRequest
-	(*WatchIncidentsRequest)(nil), // 14: nodectl.agent.v1.WatchIncidentsRequest
-	(*WatchRequest)(nil),          // 15: nodectl.agent.v1.WatchRequest
-	(*SampleBatch)(nil),           // 16: nodectl.agent.v1.SampleBatch
-	(*Incident)(nil),              // 17: nodectl.agent.v1.Incident
-	nil,                           // 18: nodectl.agent.v1.Status.TracerEntry
-	nil,                           // 19: nodectl.agent.v1.Record.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
+	(*GetMetaRequest)(nil),        // 2: nodectl.agent.v1.GetMetaRequest
+	(*Meta)(nil),                  // 3: nodectl.agent.v1.Meta
+	(*MapFill)(nil),               // 4: nodectl.agent.v1.MapFill
+	(*Drop)(nil),                  // 5: nodectl.agent.v1.Drop
+	(*Store)(nil),                 // 6: nodectl.agent.v1.Store
+	(*Record)(nil),                // 7: nodectl.agent.v1.Record
+	(*Histogram)(nil),             // 8: nodectl.agent.v1.Histogram
+	(*QueryRequest)(nil),          // 9: nodectl.agent.v1.QueryRequest
+	(*QueryChunk)(nil),            // 10: nodectl.agent.v1.QueryChunk
+	(*AnalyzeRequest)(nil),        // 11: nodectl.agent.v1.AnalyzeRequest
+	(*AnalyzeResponse)(nil),       // 12: nodectl.agent.v1.AnalyzeResponse
+	(*ListIncidentsRequest)(nil),  // 13: nodectl.agent.v1.ListIncidentsRequest
+	(*ListIncidentsResponse)(nil), // 14: nodectl.agent.v1.ListIncidentsResponse
+	(*GetIncidentRequest)(nil),    // 15: nodectl.agent.v1.GetIncidentRequest
+	(*WatchIncidentsRequest)(nil), // 16: nodectl.agent.v1.WatchIncidentsRequest
+	(*WatchRequest)(nil),          // 17: nodectl.agent.v1.WatchRequest
+	(*SampleBatch)(nil),           // 18: nodectl.agent.v1.SampleBatch
+	(*Incident)(nil),              // 19: nodectl.agent.v1.Incident
+	nil,                           // 20: nodectl.agent.v1.Status.TracerEntry
+	nil,                           // 21: nodectl.agent.v1.Record.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
 }
 var file_api_agent_v1_agent_proto_depIdxs = []int32{
-	20, // 0: nodectl.agent.v1.Status.start_time:type_name -> google.protobuf.Timestamp
-	18, // 1: nodectl.agent.v1.Status.tracer:type_name -> nodectl.agent.v1.Status.TracerEntry
-	2,  // 2: nodectl.agent.v1.Status.maps:type_name -> nodectl.agent.v1.MapFill
-	3,  // 3: nodectl.agent.v1.Status.drops:type_name -> nodectl.agent.v1.Drop
-	4,  // 4: nodectl.agent.v1.Status.store:type_name -> nodectl.agent.v1.Store
-	20, // 5: nodectl.agent.v1.Store.oldest:type_name -> google.protobuf.Timestamp
-	20, // 6: nodectl.agent.v1.Store.newest:type_name -> google.protobuf.Timestamp
-	20, // 7: nodectl.agent.v1.Store.last_error_time:type_name -> google.protobuf.Timestamp
-	20, // 8: nodectl.agent.v1.Record.time:type_name -> google.protobuf.Timestamp
-	19, // 9: nodectl.agent.v1.Record.labels:type_name -> nodectl.agent.v1.Record.LabelsEntry
-	6,  // 10: nodectl.agent.v1.Record.hist:type_name -> nodectl.agent.v1.Histogram
-	20, // 11: nodectl.agent.v1.QueryRequest.from:type_name -> google.protobuf.Timestamp
-	20, // 12: nodectl.agent.v1.QueryRequest.to:type_name -> google.protobuf.Timestamp
-	21, // 13: nodectl.agent.v1.QueryRequest.step:type_name -> google.protobuf.Duration
-	5,  // 14: nodectl.agent.v1.QueryChunk.records:type_name -> nodectl.agent.v1.Record
-	20, // 15: nodectl.agent.v1.AnalyzeRequest.from:type_name -> google.protobuf.Timestamp
-	20, // 16: nodectl.agent.v1.AnalyzeRequest.to:type_name -> google.protobuf.Timestamp
-	21, // 17: nodectl.agent.v1.AnalyzeRequest.baseline:type_name -> google.protobuf.Duration
-	20, // 18: nodectl.agent.v1.ListIncidentsRequest.since:type_name -> google.protobuf.Timestamp
-	17, // 19: nodectl.agent.v1.ListIncidentsResponse.incidents:type_name -> nodectl.agent.v1.Incident
-	20, // 20: nodectl.agent.v1.SampleBatch.time:type_name -> google.protobuf.Timestamp
-	5,  // 21: nodectl.agent.v1.SampleBatch.records:type_name -> nodectl.agent.v1.Record
-	20, // 22: nodectl.agent.v1.Incident.opened:type_name -> google.protobuf.Timestamp
-	20, // 23: nodectl.agent.v1.Incident.window_from:type_name -> google.protobuf.Timestamp
-	20, // 24: nodectl.agent.v1.Incident.window_to:type_name -> google.protobuf.Timestamp
-	20, // 25: nodectl.agent.v1.Incident.baseline_from:type_name -> google.protobuf.Timestamp
-	20, // 26: nodectl.agent.v1.Incident.baseline_to:type_name -> google.protobuf.Timestamp
+	22, // 0: nodectl.agent.v1.Status.start_time:type_name -> google.protobuf.Timestamp
+	20, // 1: nodectl.agent.v1.Status.tracer:type_name -> nodectl.agent.v1.Status.TracerEntry
+	4,  // 2: nodectl.agent.v1.Status.maps:type_name -> nodectl.agent.v1.MapFill
+	5,  // 3: nodectl.agent.v1.Status.drops:type_name -> nodectl.agent.v1.Drop
+	6,  // 4: nodectl.agent.v1.Status.store:type_name -> nodectl.agent.v1.Store
+	22, // 5: nodectl.agent.v1.Store.oldest:type_name -> google.protobuf.Timestamp
+	22, // 6: nodectl.agent.v1.Store.newest:type_name -> google.protobuf.Timestamp
+	22, // 7: nodectl.agent.v1.Store.last_error_time:type_name -> google.protobuf.Timestamp
+	22, // 8: nodectl.agent.v1.Record.time:type_name -> google.protobuf.Timestamp
+	21, // 9: nodectl.agent.v1.Record.labels:type_name -> nodectl.agent.v1.Record.LabelsEntry
+	8,  // 10: nodectl.agent.v1.Record.hist:type_name -> nodectl.agent.v1.Histogram
+	22, // 11: nodectl.agent.v1.QueryRequest.from:type_name -> google.protobuf.Timestamp
+	22, // 12: nodectl.agent.v1.QueryRequest.to:type_name -> google.protobuf.Timestamp
+	23, // 13: nodectl.agent.v1.QueryRequest.step:type_name -> google.protobuf.Duration
+	7,  // 14: nodectl.agent.v1.QueryChunk.records:type_name -> nodectl.agent.v1.Record
+	22, // 15: nodectl.agent.v1.AnalyzeRequest.from:type_name -> google.protobuf.Timestamp
+	22, // 16: nodectl.agent.v1.AnalyzeRequest.to:type_name -> google.protobuf.Timestamp
+	23, // 17: nodectl.agent.v1.AnalyzeRequest.baseline:type_name -> google.protobuf.Duration
+	22, // 18: nodectl.agent.v1.ListIncidentsRequest.since:type_name -> google.protobuf.Timestamp
+	19, // 19: nodectl.agent.v1.ListIncidentsResponse.incidents:type_name -> nodectl.agent.v1.Incident
+	22, // 20: nodectl.agent.v1.SampleBatch.time:type_name -> google.protobuf.Timestamp
+	7,  // 21: nodectl.agent.v1.SampleBatch.records:type_name -> nodectl.agent.v1.Record
+	22, // 22: nodectl.agent.v1.Incident.opened:type_name -> google.protobuf.Timestamp
+	22, // 23: nodectl.agent.v1.Incident.window_from:type_name -> google.protobuf.Timestamp
+	22, // 24: nodectl.agent.v1.Incident.window_to:type_name -> google.protobuf.Timestamp
+	22, // 25: nodectl.agent.v1.Incident.baseline_from:type_name -> google.protobuf.Timestamp
+	22, // 26: nodectl.agent.v1.Incident.baseline_to:type_name -> google.protobuf.Timestamp
 	0,  // 27: nodectl.agent.v1.Agent.GetStatus:input_type -> nodectl.agent.v1.GetStatusRequest
-	7,  // 28: nodectl.agent.v1.Agent.Query:input_type -> nodectl.agent.v1.QueryRequest
-	9,  // 29: nodectl.agent.v1.Agent.Analyze:input_type -> nodectl.agent.v1.AnalyzeRequest
-	11, // 30: nodectl.agent.v1.Agent.ListIncidents:input_type -> nodectl.agent.v1.ListIncidentsRequest
-	13, // 31: nodectl.agent.v1.Agent.GetIncident:input_type -> nodectl.agent.v1.GetIncidentRequest
-	14, // 32: nodectl.agent.v1.Agent.WatchIncidents:input_type -> nodectl.agent.v1.WatchIncidentsRequest
-	15, // 33: nodectl.agent.v1.Agent.Watch:input_type -> nodectl.agent.v1.WatchRequest
-	1,  // 34: nodectl.agent.v1.Agent.GetStatus:output_type -> nodectl.agent.v1.Status
-	8,  // 35: nodectl.agent.v1.Agent.Query:output_type -> nodectl.agent.v1.QueryChunk
-	10, // 36: nodectl.agent.v1.Agent.Analyze:output_type -> nodectl.agent.v1.AnalyzeResponse
-	12, // 37: nodectl.agent.v1.Agent.ListIncidents:output_type -> nodectl.agent.v1.ListIncidentsResponse
-	17, // 38: nodectl.agent.v1.Agent.GetIncident:output_type -> nodectl.agent.v1.Incident
-	17, // 39: nodectl.agent.v1.Agent.WatchIncidents:output_type -> nodectl.agent.v1.Incident
-	16, // 40: nodectl.agent.v1.Agent.Watch:output_type -> nodectl.agent.v1.SampleBatch
-	34, // [34:41] is the sub-list for method output_type
-	27, // [27:34] is the sub-list for method input_type
+	2,  // 28: nodectl.agent.v1.Agent.GetMeta:input_type -> nodectl.agent.v1.GetMetaRequest
+	9,  // 29: nodectl.agent.v1.Agent.Query:input_type -> nodectl.agent.v1.QueryRequest
+	11, // 30: nodectl.agent.v1.Agent.Analyze:input_type -> nodectl.agent.v1.AnalyzeRequest
+	13, // 31: nodectl.agent.v1.Agent.ListIncidents:input_type -> nodectl.agent.v1.ListIncidentsRequest
+	15, // 32: nodectl.agent.v1.Agent.GetIncident:input_type -> nodectl.agent.v1.GetIncidentRequest
+	16, // 33: nodectl.agent.v1.Agent.WatchIncidents:input_type -> nodectl.agent.v1.WatchIncidentsRequest
+	17, // 34: nodectl.agent.v1.Agent.Watch:input_type -> nodectl.agent.v1.WatchRequest
+	1,  // 35: nodectl.agent.v1.Agent.GetStatus:output_type -> nodectl.agent.v1.Status
+	3,  // 36: nodectl.agent.v1.Agent.GetMeta:output_type -> nodectl.agent.v1.Meta
+	10, // 37: nodectl.agent.v1.Agent.Query:output_type -> nodectl.agent.v1.QueryChunk
+	12, // 38: nodectl.agent.v1.Agent.Analyze:output_type -> nodectl.agent.v1.AnalyzeResponse
+	14, // 39: nodectl.agent.v1.Agent.ListIncidents:output_type -> nodectl.agent.v1.ListIncidentsResponse
+	19, // 40: nodectl.agent.v1.Agent.GetIncident:output_type -> nodectl.agent.v1.Incident
+	19, // 41: nodectl.agent.v1.Agent.WatchIncidents:output_type -> nodectl.agent.v1.Incident
+	18, // 42: nodectl.agent.v1.Agent.Watch:output_type -> nodectl.agent.v1.SampleBatch
+	35, // [35:43] is the sub-list for method output_type
+	27, // [27:35] is the sub-list for method input_type
 	27, // [27:27] is the sub-list for extension type_name
 	27, // [27:27] is the sub-list for extension extendee
 	0,  // [0:27] is the sub-list for field type_name
@@ -1623,14 +1736,14 @@ func file_api_agent_v1_agent_proto_init() {
 	if File_api_agent_v1_agent_proto != nil {
 		return
 	}
-	file_api_agent_v1_agent_proto_msgTypes[5].OneofWrappers = []any{}
+	file_api_agent_v1_agent_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_agent_v1_agent_proto_rawDesc), len(file_api_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

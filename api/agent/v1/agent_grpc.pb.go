@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Agent_GetStatus_FullMethodName      = "/nodectl.agent.v1.Agent/GetStatus"
+	Agent_GetMeta_FullMethodName        = "/nodectl.agent.v1.Agent/GetMeta"
 	Agent_Query_FullMethodName          = "/nodectl.agent.v1.Agent/Query"
 	Agent_Analyze_FullMethodName        = "/nodectl.agent.v1.Agent/Analyze"
 	Agent_ListIncidents_FullMethodName  = "/nodectl.agent.v1.Agent/ListIncidents"
@@ -40,6 +41,9 @@ const (
 type AgentClient interface {
 	// GetStatus says how the agent itself is doing: tracers, maps, drops, store, memory.
 	GetStatus(ctx context.Context, in *GetStatusRequest, opts ...grpc.CallOption) (*Status, error)
+	// GetMeta describes the agent's recording as a run directory's meta.json would: node,
+	// kernel, cgroup version, interval, tracer programs, the system daemons it follows.
+	GetMeta(ctx context.Context, in *GetMetaRequest, opts ...grpc.CallOption) (*Meta, error)
 	// Query streams the recorded records of a window, oldest first.
 	Query(ctx context.Context, in *QueryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[QueryChunk], error)
 	// Analyze runs the analyzer on a window of the flight recorder.
@@ -69,6 +73,16 @@ func (c *agentClient) GetStatus(ctx context.Context, in *GetStatusRequest, opts 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Status)
 	err := c.cc.Invoke(ctx, Agent_GetStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentClient) GetMeta(ctx context.Context, in *GetMetaRequest, opts ...grpc.CallOption) (*Meta, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Meta)
+	err := c.cc.Invoke(ctx, Agent_GetMeta_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -170,6 +184,9 @@ type Agent_WatchClient = grpc.ServerStreamingClient[SampleBatch]
 type AgentServer interface {
 	// GetStatus says how the agent itself is doing: tracers, maps, drops, store, memory.
 	GetStatus(context.Context, *GetStatusRequest) (*Status, error)
+	// GetMeta describes the agent's recording as a run directory's meta.json would: node,
+	// kernel, cgroup version, interval, tracer programs, the system daemons it follows.
+	GetMeta(context.Context, *GetMetaRequest) (*Meta, error)
 	// Query streams the recorded records of a window, oldest first.
 	Query(*QueryRequest, grpc.ServerStreamingServer[QueryChunk]) error
 	// Analyze runs the analyzer on a window of the flight recorder.
@@ -197,6 +214,9 @@ type UnimplementedAgentServer struct{}
 
 func (UnimplementedAgentServer) GetStatus(context.Context, *GetStatusRequest) (*Status, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStatus not implemented")
+}
+func (UnimplementedAgentServer) GetMeta(context.Context, *GetMetaRequest) (*Meta, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetMeta not implemented")
 }
 func (UnimplementedAgentServer) Query(*QueryRequest, grpc.ServerStreamingServer[QueryChunk]) error {
 	return status.Error(codes.Unimplemented, "method Query not implemented")
@@ -251,6 +271,24 @@ func _Agent_GetStatus_Handler(srv interface{}, ctx context.Context, dec func(int
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AgentServer).GetStatus(ctx, req.(*GetStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Agent_GetMeta_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetMetaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServer).GetMeta(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agent_GetMeta_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServer).GetMeta(ctx, req.(*GetMetaRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -352,6 +390,10 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetStatus",
 			Handler:    _Agent_GetStatus_Handler,
+		},
+		{
+			MethodName: "GetMeta",
+			Handler:    _Agent_GetMeta_Handler,
 		},
 		{
 			MethodName: "Analyze",

@@ -21,6 +21,10 @@ import (
 	"github.com/nodectl/nodectl/stress"
 )
 
+// Version is nodectl's version, set at build time with -ldflags
+// "-X github.com/nodectl/nodectl/cli/internal/clix.Version=...".
+var Version = "dev"
+
 // Capabilities a command may need, by number (linux/capability.h).
 const (
 	CapSysAdmin = 21

@@ -1,0 +1,480 @@
+// Package agent is `nodectl agent`: the always-on node agent, and the commands that ask it
+// (status, incidents, watch) or read its flight recorder (export).
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nodectl/nodectl/agent/apiserver"
+	"github.com/nodectl/nodectl/agent/daemons"
+	"github.com/nodectl/nodectl/agent/flightrec"
+	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/agent/metricserver"
+	"github.com/nodectl/nodectl/agent/session"
+	"github.com/nodectl/nodectl/agentd"
+	"github.com/nodectl/nodectl/analyzer"
+	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
+	"github.com/nodectl/nodectl/cli/internal/agentsrc"
+	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/stress"
+)
+
+// New returns the agent command and its subcommands.
+func New() *cobra.Command {
+	cfg := agentd.ServeConfig{Config: agentd.Config{Host: host.Default(), Triggers: agentd.DefaultTriggers, Windows: agentd.DefaultWindows}}
+	var daemonList, memLimit string
+	var verbose bool
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the always-on node agent: flight recorder, incidents, gRPC API, Prometheus metrics",
+		Long: `Traces and samples every cgroup of the node continuously (run-queue waits with their
+preemptor, fsync, block I/O, reclaim and OOM kills, throttling, memory, swap, PSI) and keeps it
+in a flight recorder in --data-dir that survives restarts, bounded by --retention-size and
+--retention-age. Live triggers (an OOM kill, memory PSI full, a run-queue stall, a system
+daemon's long run-queue wait, swap thrashing) open incidents; once an incident's window has
+passed, the agent analyzes it against the quiet window before and keeps the findings.
+
+Ask it with 'nodectl agent status|incidents|watch', 'nodectl postmortem' and 'nodectl analyze
+--from --to'; those also read a data directory directly with --data-dir when the agent is not
+running. The API listens on --socket (mode 0600) and, with mTLS only, on --listen-tcp.`,
+		Example: `  sudo nodectl agent --metrics-listen :9560
+  sudo nodectl agent status
+  sudo nodectl postmortem --incident 20261201-030000-runq_stall-1`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := clix.Need("nodectl agent", map[int]string{
+				clix.CapBPF: "loading the eBPF programs", clix.CapPerfmon: "attaching them to tracepoints",
+				clix.CapSysAdmin: "reading every cgroup's and task's cgroup identity"}); err != nil {
+				return err
+			}
+			if cfg.Interval < 100*time.Millisecond {
+				return fmt.Errorf("--interval %s: must be at least 100ms", cfg.Interval)
+			}
+			if cfg.MaxCgroups < 1 {
+				return fmt.Errorf("--max-cgroups %d: must be at least 1", cfg.MaxCgroups)
+			}
+			if err := checkFlags(cfg); err != nil {
+				return err
+			}
+			names, err := agentDaemons(daemonList)
+			if err != nil {
+				return err
+			}
+			if err := setMemoryLimit(memLimit); err != nil {
+				return err
+			}
+			cfg.Daemons = names
+			cfg.Version = clix.Version
+			cfg.Log = clix.Logger(cmd.ErrOrStderr(), verbose)
+			ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
+			defer stop()
+			cfg.Ready = func(_ *agentd.Agent, api *apiserver.Server, metrics *metricserver.Server) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "nodectl agent: recording to %s; API on %s", cfg.DataDir, cfg.API.Socket)
+				if metrics != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "; metrics on %s", metrics.URL())
+				}
+				fmt.Fprintln(cmd.ErrOrStderr())
+			}
+			return agentd.Serve(ctx, cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", agentd.DefaultDataDir, "the flight recorder and incidents")
+	f.DurationVar(&cfg.Interval, "interval", time.Second, "sampling interval")
+	f.IntVar(&cfg.MaxCgroups, "max-cgroups", session.DefaultMaxCgroups, "most cgroups followed by the samplers and given series of their own in the metrics; more are counted as overflow")
+	f.Int64Var(&cfg.Retention.MaxBytes, "retention-size", flightrec.DefaultMaxBytes, "most bytes the flight recorder keeps; the oldest segments go first (pinned incidents stay)")
+	f.DurationVar(&cfg.Retention.MaxAge, "retention-age", flightrec.DefaultMaxAge, "oldest data the flight recorder keeps")
+	f.DurationVar(&cfg.Triggers.RunqStall, "trigger-runq-stall", cfg.Triggers.RunqStall, "a run-queue wait at least this long opens an incident (known to its power of two)")
+	f.Float64Var(&cfg.Triggers.MemoryPSIFull, "trigger-memory-psi-full", cfg.Triggers.MemoryPSIFull, "a cgroup's or the node's memory PSI full share of an interval (0..1) that opens an incident")
+	f.DurationVar(&cfg.Triggers.DaemonWait, "trigger-daemon-wait", cfg.Triggers.DaemonWait, "a system daemon's run-queue wait at least this long opens an incident")
+	f.Float64Var(&cfg.Triggers.SwapPagesPerSecond, "trigger-swap-pages", cfg.Triggers.SwapPagesPerSecond, "the node swapping this many pages a second both in and out opens an incident")
+	f.DurationVar(&cfg.Windows.Before, "incident-before", cfg.Windows.Before, "an incident's window starts this long before its trigger")
+	f.DurationVar(&cfg.Windows.After, "incident-after", cfg.Windows.After, "and ends this long after; then it is analyzed")
+	f.DurationVar(&cfg.Windows.Baseline, "incident-baseline", cfg.Windows.Baseline, "the quiet stretch before the window that it is compared with")
+	f.StringVar(&daemonList, "daemons", strings.Join(agentd.DefaultDaemons, ","), "system daemons to follow (program names, comma-separated; none for none)")
+	f.StringVar(&cfg.API.Socket, "socket", apiserver.DefaultSocket, "the API's unix socket (mode 0600)")
+	f.StringVar(&cfg.API.TCP, "listen-tcp", "", "also serve the API on this host:port, with mTLS only (needs --tls-cert, --tls-key, --tls-client-ca)")
+	f.StringVar(&cfg.API.CertFile, "tls-cert", "", "the agent's certificate (PEM) for --listen-tcp")
+	f.StringVar(&cfg.API.KeyFile, "tls-key", "", "the agent's key (PEM) for --listen-tcp")
+	f.StringVar(&cfg.API.ClientCAFile, "tls-client-ca", "", "CA certificates (PEM) clients' certificates must chain to, for --listen-tcp")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. :9560); empty: none")
+	f.StringVar(&memLimit, "memory-limit", "48Mi", "the Go runtime's soft memory limit (GOMEMLIMIT, which overrides it): the garbage collector works harder near it, keeping the agent's RSS in its 64 MiB budget; 0 for none")
+	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
+	clix.HostPathFlags(f, &cfg.Host)
+	cmd.AddCommand(statusCmd(), incidentsCmd(), watchCmd(), exportCmd())
+	return cmd
+}
+
+// checkFlags names the flag of a bad trigger, window or retention.
+func checkFlags(cfg agentd.ServeConfig) error {
+	t, w := cfg.Triggers, cfg.Windows
+	switch {
+	case t.RunqStall < time.Microsecond:
+		return fmt.Errorf("--trigger-runq-stall %s: must be at least 1µs", t.RunqStall)
+	case t.DaemonWait < time.Microsecond:
+		return fmt.Errorf("--trigger-daemon-wait %s: must be at least 1µs", t.DaemonWait)
+	case t.MemoryPSIFull <= 0 || t.MemoryPSIFull > 1:
+		return fmt.Errorf("--trigger-memory-psi-full %g: must be a share in (0, 1]", t.MemoryPSIFull)
+	case t.SwapPagesPerSecond <= 0:
+		return fmt.Errorf("--trigger-swap-pages %g: must be more than 0", t.SwapPagesPerSecond)
+	case w.Before < 0:
+		return fmt.Errorf("--incident-before %s: must not be negative", w.Before)
+	case w.After <= 0:
+		return fmt.Errorf("--incident-after %s: must be more than 0", w.After)
+	case w.Baseline <= 0:
+		return fmt.Errorf("--incident-baseline %s: must be more than 0", w.Baseline)
+	case cfg.Retention.MaxBytes < 0:
+		return fmt.Errorf("--retention-size %d: must not be negative", cfg.Retention.MaxBytes)
+	case cfg.Retention.MaxAge < 0:
+		return fmt.Errorf("--retention-age %s: must not be negative", cfg.Retention.MaxAge)
+	}
+	return nil
+}
+
+// setMemoryLimit sets the runtime's soft memory limit unless GOMEMLIMIT does.
+func setMemoryLimit(v string) error {
+	if v == "0" || os.Getenv("GOMEMLIMIT") != "" {
+		return nil
+	}
+	n, err := stress.ParseSize(v)
+	if err != nil {
+		return fmt.Errorf("--memory-limit %q: want a size such as 48Mi, or 0 for none", v)
+	}
+	debug.SetMemoryLimit(n)
+	return nil
+}
+
+func agentDaemons(list string) ([]string, error) {
+	names, err := daemons.Parse(list)
+	if err != nil {
+		return nil, fmt.Errorf("--daemons: %w", err)
+	}
+	return names, nil
+}
+
+// dial connects to the running agent.
+func dial(cmd *cobra.Command, d apiserver.DialConfig) (agentv1.AgentClient, io.Closer, error) {
+	return apiserver.Dial(cmd.Context(), d)
+}
+
+func dialFlags(cmd *cobra.Command, d *apiserver.DialConfig) {
+	f := cmd.Flags()
+	f.StringVar(&d.Socket, "socket", apiserver.DefaultSocket, "the agent's unix socket")
+	f.StringVar(&d.TCP, "agent-tcp", "", "the agent's TCP address (host:port, mTLS) instead of its socket")
+	f.StringVar(&d.CertFile, "tls-cert", "", "client certificate (PEM) for --agent-tcp")
+	f.StringVar(&d.KeyFile, "tls-key", "", "client key (PEM) for --agent-tcp")
+	f.StringVar(&d.CAFile, "tls-ca", "", "CA certificates (PEM) the agent's certificate must chain to, for --agent-tcp")
+}
+
+func statusCmd() *cobra.Command {
+	var d apiserver.DialConfig
+	var output string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "What the running agent traces, what it dropped, its store and incidents",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := clix.CheckOutput(output); err != nil {
+				return err
+			}
+			c, closer, err := dial(cmd, d)
+			if err != nil {
+				return err
+			}
+			defer closer.Close()
+			st, err := c.GetStatus(cmd.Context(), &agentv1.GetStatusRequest{})
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return writeProtoJSON(cmd.OutOrStdout(), st)
+			}
+			return renderStatus(cmd.OutOrStdout(), st)
+		},
+	}
+	dialFlags(cmd, &d)
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	return cmd
+}
+
+func writeProtoJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}
+
+func renderStatus(w io.Writer, st *agentv1.Status) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "agent\t%s on %s (kernel %s), up since %s\n", st.GetVersion(), st.GetNode(), st.GetKernel(), st.GetStartTime().AsTime().Local().Format(time.RFC3339))
+	fmt.Fprintf(tw, "cgroups\t%d tracked, %d beyond --max-cgroups\n", st.GetTrackedCgroups(), st.GetOverflowCgroups())
+	progs := make([]string, 0, len(st.GetTracer()))
+	for p := range st.GetTracer() {
+		progs = append(progs, p)
+	}
+	slices.Sort(progs)
+	for _, p := range progs {
+		fmt.Fprintf(tw, "program %s\t%s\n", p, st.GetTracer()[p])
+	}
+	for _, m := range st.GetMaps() {
+		fmt.Fprintf(tw, "map %s\t%s %.1f%% full\n", m.GetProgram(), m.GetMap(), 100*m.GetFill())
+	}
+	s := st.GetStore()
+	state := "writable"
+	if !s.GetWritable() {
+		state = "NOT WRITABLE: " + s.GetLastError()
+	}
+	fmt.Fprintf(tw, "store\t%s, %d segments, %.1f MiB (%.1f MiB pinned), %d write failures\n", state, s.GetSegments(),
+		float64(s.GetBytes())/(1<<20), float64(s.GetPinnedBytes())/(1<<20), s.GetWriteFailures())
+	if s.GetOldest() != nil {
+		fmt.Fprintf(tw, "data\tfrom %s to %s\n", s.GetOldest().AsTime().Local().Format(time.RFC3339), s.GetNewest().AsTime().Local().Format(time.RFC3339))
+	}
+	for _, d := range st.GetDrops() {
+		if d.GetCount() > 0 {
+			fmt.Fprintf(tw, "dropped\t%d at %s (%s)\n", d.GetCount(), d.GetStage(), d.GetWhat())
+		}
+	}
+	fmt.Fprintf(tw, "memory\t%.1f MiB resident\n", float64(st.GetRssBytes())/(1<<20))
+	fmt.Fprintf(tw, "incidents\t%d open, %d kept\n", st.GetIncidentsOpen(), st.GetIncidentsTotal())
+	return tw.Flush()
+}
+
+func incidentsCmd() *cobra.Command {
+	var src agentsrc.Flags
+	var output, since string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "incidents",
+		Short: "The incidents the agent opened, newest first, with their findings",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := clix.CheckOutput(output); err != nil {
+				return err
+			}
+			if limit < 0 {
+				return fmt.Errorf("--limit %d: must not be negative", limit)
+			}
+			var from time.Time
+			if since != "" {
+				var err error
+				if from, err = agentsrc.ParseTime("since", since, time.Now()); err != nil {
+					return err
+				}
+			}
+			rec, err := agentsrc.Open(cmd.Context(), src)
+			if err != nil {
+				return err
+			}
+			defer rec.Close()
+			list, err := rec.Incidents(cmd.Context(), from, limit)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				if list == nil {
+					list = []agentd.Incident{}
+				}
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(list)
+			}
+			return renderIncidents(cmd.OutOrStdout(), list)
+		},
+	}
+	src.Register(cmd.Flags())
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	cmd.Flags().StringVar(&since, "since", "", "only incidents opened since (RFC 3339, or a duration before now: 24h)")
+	cmd.Flags().IntVar(&limit, "limit", 50, "most incidents listed; 0 for all")
+	return cmd
+}
+
+func renderIncidents(w io.Writer, list []agentd.Incident) error {
+	if len(list) == 0 {
+		_, err := fmt.Fprintln(w, "no incidents")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tOPENED\tTRIGGER\tCGROUP\tSTATE\tFINDINGS")
+	for _, in := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.ID, in.Opened.Local().Format(time.RFC3339), in.Trigger, orNode(in.Cgroup), in.State, findingsLine(in))
+	}
+	return tw.Flush()
+}
+
+func orNode(cg string) string {
+	if cg == "" {
+		return "(node)"
+	}
+	return cg
+}
+
+// findingsLine sums up an incident's findings: id, victim and culprits of each.
+func findingsLine(in agentd.Incident) string {
+	if in.AnalysisError != "" {
+		return "analysis failed: " + in.AnalysisError
+	}
+	if len(in.Report) == 0 {
+		return "-"
+	}
+	var rep analyzer.Report
+	if err := json.Unmarshal(in.Report, &rep); err != nil {
+		return "unreadable report"
+	}
+	if len(rep.Findings) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, f := range rep.Findings {
+		p := f.ID + " " + f.Victim
+		if len(f.Culprits) > 0 {
+			p += " ← " + strings.Join(f.Culprits, ", ")
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func watchCmd() *cobra.Command {
+	var d apiserver.DialConfig
+	var metric, prefix, output string
+	cmd := &cobra.Command{
+		Use:   "watch",
+		Short: "Stream the agent's samples live (Ctrl-C ends it)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := clix.CheckOutput(output); err != nil {
+				return err
+			}
+			c, closer, err := dial(cmd, d)
+			if err != nil {
+				return err
+			}
+			defer closer.Close()
+			ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
+			defer stop()
+			stream, err := c.Watch(ctx, &agentv1.WatchRequest{Metric: metric, CgroupPrefix: prefix})
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			for {
+				b, err := stream.Recv()
+				if err != nil {
+					if ctx.Err() != nil || errors.Is(err, io.EOF) {
+						return nil
+					}
+					return err
+				}
+				if n := b.GetDroppedBatches(); n > 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "nodectl agent watch: %d batches lost (this client was too slow)\n", n)
+				}
+				for _, p := range b.GetRecords() {
+					r, err := apiserver.RecordFromProto(p)
+					if err != nil {
+						return err
+					}
+					if output == "json" {
+						if err := enc.Encode(r); err != nil {
+							return err
+						}
+						continue
+					}
+					fmt.Fprintln(cmd.OutOrStdout(), recordLine(r))
+				}
+			}
+		},
+	}
+	dialFlags(cmd, &d)
+	cmd.Flags().StringVar(&metric, "metric", "", "only this metric (e.g. "+rundir.MetricRunqLatency+")")
+	cmd.Flags().StringVar(&prefix, "cgroup", "", "only cgroups at or below this path")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text, or json (one record per line, as in a run directory)")
+	return cmd
+}
+
+// recordLine is a record on one line for a person.
+func recordLine(r rundir.Record) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", r.Time.Local().Format("15:04:05"), r.Metric+r.Name)
+	if r.Cgroup != "" {
+		fmt.Fprintf(&b, " %s", r.Cgroup)
+	}
+	keys := make([]string, 0, len(r.Labels))
+	for k := range r.Labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%s", k, r.Labels[k])
+	}
+	switch {
+	case r.Value != nil:
+		fmt.Fprintf(&b, " %g", *r.Value)
+	case r.Hist != nil:
+		fmt.Fprintf(&b, " count=%d mean=%s p99=%s", r.Hist.Count, time.Duration(r.Hist.Mean()*1e9), time.Duration(r.Hist.Quantile(0.99)*1e9))
+	case r.Message != "":
+		fmt.Fprintf(&b, " %s", r.Message)
+	}
+	return b.String()
+}
+
+func exportCmd() *cobra.Command {
+	var src agentsrc.Flags
+	var from, to, out, cgroup string
+	var baseline time.Duration
+	cmd := &cobra.Command{
+		Use:   "export --from T1 --to T2 --out DIR",
+		Short: "Write a window of the flight recorder as a run directory for 'analyze' and 'diff'",
+		Long: `Writes the window from --from to --to, with the --baseline before it, as a run directory
+(scenario agent, phases baseline and window) that 'nodectl analyze DIR' and 'nodectl diff'
+read offline.`,
+		Example: `  sudo nodectl agent export --from 30m --to 10m --out /tmp/window
+  nodectl agent export --data-dir /mnt/broken-node/var/lib/nodectl/agent --from 2026-12-01T03:00:00Z --to 2026-12-01T03:10:00Z --out /tmp/w`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return fmt.Errorf("--out is required: the run directory to write")
+			}
+			w, err := agentsrc.ParseWindow(from, to, baseline, cgroup, time.Now())
+			if err != nil {
+				return err
+			}
+			rec, err := agentsrc.Open(cmd.Context(), src)
+			if err != nil {
+				return err
+			}
+			defer rec.Close()
+			if err := rec.Export(cmd.Context(), w, out); err != nil {
+				// A half-written export is no run: leave nothing behind.
+				if _, statErr := os.Stat(out); statErr == nil {
+					os.RemoveAll(out)
+				}
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s; explain it with: nodectl analyze %s\n", out, out)
+			return nil
+		},
+	}
+	src.Register(cmd.Flags())
+	cmd.Flags().StringVar(&from, "from", "", "window start (RFC 3339, or a duration before now: 30m)")
+	cmd.Flags().StringVar(&to, "to", "now", "window end (RFC 3339, now, or a duration before now)")
+	cmd.Flags().DurationVar(&baseline, "baseline", agentd.DefaultWindows.Baseline, "the stretch before --from written as the baseline phase")
+	cmd.Flags().StringVar(&cgroup, "cgroup", "", "the cgroup under examination (written as an observed workload)")
+	cmd.Flags().StringVar(&out, "out", "", "run directory to write (must not exist or be empty)")
+	return cmd
+}

@@ -1,0 +1,119 @@
+// Package postmortem is `nodectl postmortem`: what the kernel saw around a moment or an
+// incident, explained from the agent's flight recorder.
+package postmortem
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodectl/nodectl/agentd"
+	"github.com/nodectl/nodectl/cli/internal/agentsrc"
+	"github.com/nodectl/nodectl/cli/internal/clix"
+)
+
+// New returns the postmortem command.
+func New() *cobra.Command {
+	var src agentsrc.Flags
+	var at, incident, cgroup, output string
+	var window, baseline time.Duration
+	cmd := &cobra.Command{
+		Use:   "postmortem [--at TIME | --incident ID]",
+		Short: "Explain what slowed whom around a moment or an incident, from the agent's flight recorder",
+		Long: `Analyzes a window of the agent's flight recorder against the quiet stretch before it and
+prints the same findings as a stress run, with culprits named by cgroup. With --incident, the
+incident's window and cgroup; with --at, the --window centred on that time (all cgroups, or
+--cgroup); with neither, the latest incident. It asks the running agent, or reads a data
+directory directly with --data-dir (the agent dead, or the disk copied off a broken node).`,
+		Example: `  sudo nodectl postmortem
+  sudo nodectl postmortem --at 2026-12-01T03:00:00Z --window 5m
+  nodectl postmortem --data-dir /mnt/node-disk/var/lib/nodectl/agent --incident 20261201-030012-runq_stall-1 -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := clix.CheckOutput(output); err != nil {
+				return err
+			}
+			if at != "" && incident != "" {
+				return errors.New("--at and --incident: give one, not both")
+			}
+			if window <= 0 {
+				return fmt.Errorf("--window %s: must be more than 0", window)
+			}
+			if baseline <= 0 {
+				return fmt.Errorf("--baseline %s: must be more than 0", baseline)
+			}
+			rec, err := agentsrc.Open(cmd.Context(), src)
+			if err != nil {
+				return err
+			}
+			defer rec.Close()
+			var w agentd.Window
+			if at != "" {
+				t, err := agentsrc.ParseTime("at", at, time.Now())
+				if err != nil {
+					return err
+				}
+				w = agentd.Window{BaselineFrom: t.Add(-window/2 - baseline), From: t.Add(-window / 2), To: t.Add(window / 2), Cgroup: cgroup}
+			} else {
+				in, err := pick(cmd, rec, incident)
+				if err != nil {
+					return err
+				}
+				w = in.Window()
+				if cmd.Flags().Changed("baseline") {
+					w.BaselineFrom = w.From.Add(-baseline)
+				}
+				if cgroup != "" {
+					w.Cgroup = cgroup
+				}
+				if output == "text" {
+					fmt.Fprintf(cmd.OutOrStdout(), "incident %s: %s in %s at %s\n  %s\n\n", in.ID, in.Trigger, orNode(in.Cgroup),
+						in.Opened.Local().Format(time.RFC3339), in.Evidence)
+				}
+			}
+			rep, err := rec.Analyze(cmd.Context(), w)
+			if err != nil {
+				return err
+			}
+			return clix.Render(cmd.OutOrStdout(), rep, output)
+		},
+	}
+	src.Register(cmd.Flags())
+	f := cmd.Flags()
+	f.StringVar(&at, "at", "", "the moment to explain (RFC 3339, or a duration before now: 10m)")
+	f.StringVar(&incident, "incident", "", "the incident to explain (its id, from 'nodectl agent incidents')")
+	f.DurationVar(&window, "window", agentd.DefaultWindows.Before+agentd.DefaultWindows.After, "the window examined, centred on --at")
+	f.DurationVar(&baseline, "baseline", agentd.DefaultWindows.Baseline, "the quiet stretch before the window it is compared with")
+	f.StringVar(&cgroup, "cgroup", "", "the cgroup under examination (default: the incident's, or every cgroup whose waits rose)")
+	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
+	return cmd
+}
+
+// pick is the incident of that id, or the latest.
+func pick(cmd *cobra.Command, rec agentsrc.Recorder, id string) (agentd.Incident, error) {
+	list, err := rec.Incidents(cmd.Context(), time.Time{}, 0)
+	if err != nil {
+		return agentd.Incident{}, err
+	}
+	if len(list) == 0 {
+		return agentd.Incident{}, errors.New("the agent has no incidents: give --at TIME to explain a moment")
+	}
+	if id == "" {
+		return list[0], nil
+	}
+	for _, in := range list {
+		if in.ID == id {
+			return in, nil
+		}
+	}
+	return agentd.Incident{}, fmt.Errorf("--incident %q: no such incident (list them with 'nodectl agent incidents')", id)
+}
+
+func orNode(cg string) string {
+	if cg == "" {
+		return "the node"
+	}
+	return cg
+}
