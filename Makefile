@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/nodectl/nodectl/cli/internal/clix.Version=$(VERSION)
 # The container runtimes the runc and runsc tests start for real, from Debian's packages.
 TEST_PACKAGES := runc runsc containerd
 
-.PHONY: help generate generate-api build deps test bench demo lint
+.PHONY: help generate generate-api build deps test fuzz bench demo lint
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -34,8 +34,20 @@ deps: ## install what the tests need (runc, runsc, containerd from Debian) when 
 	echo "make deps: installing $$missing"; \
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null
 
-test: deps ## run every test (installing what they need first); as root the BPF, cgroup and end-to-end tests run for real
+test: deps ## run every test (installing what they need first); as root the BPF, cgroup and end-to-end tests run for real; then a short fuzz of every fuzz target
 	CGO_ENABLED=0 $(GO) test -count=1 -p 1 -timeout 40m ./...
+	$(MAKE) fuzz
+
+FUZZTIME ?= 5s
+fuzz: ## run each fuzz target for FUZZTIME (the flight recorder's reader, the API's request parsing)
+	@for pkg in ./agent/flightrec ./agent/apiserver; do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "fuzz $$pkg $$f"; \
+			out=$$(mktemp); \
+			if ! $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg >$$out 2>&1; then cat $$out; rm -f $$out; exit 1; fi; \
+			rm -f $$out; \
+		done; \
+	done
 
 bench: build ## tracer overhead (detached vs attached, ns per event); cgroup sampling cost at 100 and 1,000 cgroups
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./bench/...

@@ -121,7 +121,11 @@ func (r *remote) Analyze(ctx context.Context, w agentd.Window) (*analyzer.Report
 }
 
 func (r *remote) Incidents(ctx context.Context, since time.Time, limit int) ([]agentd.Incident, error) {
-	req := &agentv1.ListIncidentsRequest{Limit: uint32(max(limit, 0))}
+	// The API lists at most MaxListLimit at once: "all" asks for that.
+	if limit <= 0 || limit > apiserver.MaxListLimit {
+		limit = apiserver.MaxListLimit
+	}
+	req := &agentv1.ListIncidentsRequest{Limit: uint32(limit)}
 	if !since.IsZero() {
 		req.Since = timestamppb.New(since)
 	}
