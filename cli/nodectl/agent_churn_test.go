@@ -158,8 +158,8 @@ func TestAgentForgetsRemovedCgroups(t *testing.T) {
 		}
 	})
 	// A short interval: the agent looks for removed cgroups every 10 intervals.
-	sock, logPath, stop := startAgent(t, filepath.Join(t.TempDir(), "agent"), "--interval", "200ms", "--metrics-listen", "127.0.0.1:0")
-	metrics := metricsURL(t, logPath)
+	ag := startAgent(t, filepath.Join(t.TempDir(), "agent"), "--interval", "200ms", "--metrics-listen", "127.0.0.1:0")
+	sock, metrics := ag.sock, metricsURL(t, ag.log)
 	time.Sleep(2 * time.Second)
 	before := statusOf(t, sock)
 	n := 10000
@@ -204,5 +204,5 @@ func TestAgentForgetsRemovedCgroups(t *testing.T) {
 	if peakRSS > 64<<20 || after.rss() > 64<<20 {
 		t.Errorf("the agent's RSS peaked at %.1f MiB and is %.1f MiB after the churn: above its 64 MiB budget", peakRSS/(1<<20), after.rss()/(1<<20))
 	}
-	stop()
+	ag.stop(t)
 }

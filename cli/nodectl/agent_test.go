@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,12 +16,20 @@ import (
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agentd"
 	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/rundir"
 )
 
-// startAgent runs `nodectl agent` on a data directory and a socket of the test's own, with
-// short incident windows, and waits until it answers. It is stopped (SIGTERM) at cleanup if the
-// test has not stopped it.
-func startAgent(t *testing.T, dataDir string, extra ...string) (sock, logPath string, stop func()) {
+// agentProc is a `nodectl agent` the test started.
+type agentProc struct {
+	sock, log string
+	cmd       *exec.Cmd
+	done      chan error
+	stopped   bool
+}
+
+// startAgent runs `nodectl agent` on a data directory and a socket of the test's own and waits
+// until it answers. It is stopped (SIGTERM) at cleanup if the test has not stopped it.
+func startAgent(t *testing.T, dataDir string, extra ...string) *agentProc {
 	t.Helper()
 	// Short: a unix socket's path must fit in 108 bytes.
 	dir, err := os.MkdirTemp("", "nodectl-agent-")
@@ -28,49 +37,66 @@ func startAgent(t *testing.T, dataDir string, extra ...string) (sock, logPath st
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock = filepath.Join(dir, "a.sock")
-	logPath = filepath.Join(t.TempDir(), "agent.log")
-	logf, err := os.Create(logPath)
+	return startAgentAt(t, filepath.Join(dir, "a.sock"), dataDir, extra...)
+}
+
+// startAgentAt is startAgent with the socket's path given.
+func startAgentAt(t *testing.T, sock, dataDir string, extra ...string) *agentProc {
+	t.Helper()
+	a := &agentProc{sock: sock, log: filepath.Join(t.TempDir(), "agent.log"), done: make(chan error, 1)}
+	logf, err := os.Create(a.log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"agent", "--data-dir", dataDir, "--socket", sock}, extra...)
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), beMain+"=1")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	defer logf.Close()
+	args := append([]string{"agent", "--data-dir", dataDir, "--socket", a.sock}, extra...)
+	a.cmd = exec.Command(os.Args[0], args...)
+	a.cmd.Env = append(os.Environ(), beMain+"=1")
+	a.cmd.Stdout, a.cmd.Stderr = logf, logf
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("agent exited with %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Errorf("agent did not stop within 30s of SIGTERM")
-		}
-		log, _ := os.ReadFile(logf.Name())
-		t.Logf("agent log:\n%s", log)
-	}
-	t.Cleanup(stop)
+	go func() { a.done <- a.cmd.Wait() }()
+	t.Cleanup(func() { a.stop(t) })
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if _, err := nodectl(t, "agent", "status", "--socket", sock); err == nil {
-			return sock, logPath, stop
+		if _, err := nodectl(t, "agent", "status", "--socket", a.sock); err == nil {
+			return a
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the agent did not answer on %s within 30s", sock)
+			log, _ := os.ReadFile(a.log)
+			t.Fatalf("the agent did not answer on %s within 30s:\n%s", a.sock, log)
 		}
+	}
+}
+
+// stop ends the agent as its service manager would (SIGTERM) and wants a clean exit.
+func (a *agentProc) stop(t *testing.T) {
+	t.Helper()
+	if a.stopped {
+		return
+	}
+	a.stopped = true
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-a.done:
+		if err != nil {
+			t.Errorf("agent exited with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		_ = a.cmd.Process.Kill()
+		t.Errorf("agent did not stop within 30s of SIGTERM")
+	}
+	log, _ := os.ReadFile(a.log)
+	t.Logf("agent log:\n%s", log)
+}
+
+// kill ends the agent with SIGKILL, as an OOM kill or a node's crash would.
+func (a *agentProc) kill() {
+	if !a.stopped {
+		a.stopped = true
+		_ = a.cmd.Process.Kill()
+		<-a.done
 	}
 }
 
@@ -138,8 +164,9 @@ func TestAgentIncidentNamesTheHogs(t *testing.T) {
 	})
 	victim, hogs := root+"/victim", []string{root + "/hog-0", root + "/hog-1"}
 	dataDir := filepath.Join(t.TempDir(), "agent")
-	sock, _, stop := startAgent(t, dataDir, "--incident-before", "4s", "--incident-after", "8s", "--incident-baseline", "8s",
+	ag := startAgent(t, dataDir, "--incident-before", "4s", "--incident-after", "8s", "--incident-baseline", "8s",
 		"--trigger-runq-stall", "500ms")
+	sock := ag.sock
 	spin(t, layout, victim, false)
 	time.Sleep(10 * time.Second) // the quiet baseline
 	for _, h := range hogs {
@@ -173,16 +200,37 @@ func TestAgentIncidentNamesTheHogs(t *testing.T) {
 	}
 	assertNamesHogs(t, "the agent's analysis", live, victim, hogs)
 
-	stop()
-	out, err := nodectl(t, "postmortem", "--data-dir", dataDir, "--incident", in.ID, "-o", "json")
+	// The same window asked for by time, through the agent, and exported for offline analysis.
+	window := []string{"--from", in.WindowFrom.Format(time.RFC3339Nano), "--to", in.WindowTo.Format(time.RFC3339Nano),
+		"--baseline", in.WindowFrom.Sub(in.BaselineFrom).String(), "--cgroup", victim}
+	out, err := nodectl(t, append([]string{"analyze", "--socket", sock, "-o", "json"}, window...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var offline analyzer.Report
-	if err := json.Unmarshal([]byte(out), &offline); err != nil {
+	assertNamesHogs(t, "analyze --from --to", decodeReport(t, out), victim, hogs)
+	exported := filepath.Join(t.TempDir(), "export")
+	if _, err := nodectl(t, append([]string{"agent", "export", "--socket", sock, "--out", exported}, window...)...); err != nil {
 		t.Fatal(err)
 	}
-	assertNamesHogs(t, "postmortem --data-dir", offline, victim, hogs)
+	if out, err = nodectl(t, "analyze", exported, "-o", "json"); err != nil {
+		t.Fatal(err)
+	}
+	assertNamesHogs(t, "analyze of an export", decodeReport(t, out), victim, hogs)
+
+	ag.stop(t)
+	if out, err = nodectl(t, "postmortem", "--data-dir", dataDir, "--incident", in.ID, "-o", "json"); err != nil {
+		t.Fatal(err)
+	}
+	assertNamesHogs(t, "postmortem --data-dir", decodeReport(t, out), victim, hogs)
+}
+
+func decodeReport(t *testing.T, out string) analyzer.Report {
+	t.Helper()
+	var rep analyzer.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	return rep
 }
 
 // assertNamesHogs wants cpu-contention on the victim with a hog among its culprits and no
@@ -216,7 +264,8 @@ func assertNamesHogs(t *testing.T, what string, rep analyzer.Report, victim stri
 // keeps running and answering.
 func TestStressRunBesideTheAgent(t *testing.T) {
 	requireRoot(t)
-	sock, _, stop := startAgent(t, filepath.Join(t.TempDir(), "agent"))
+	ag := startAgent(t, filepath.Join(t.TempDir(), "agent"))
+	sock := ag.sock
 	rep, _ := noisyRun(t, "--hog", "cpu,count=2")
 	i, ok := finding(rep, "cpu-contention")
 	if !ok {
@@ -248,5 +297,129 @@ func TestStressRunBesideTheAgent(t *testing.T) {
 	if !st.Store.Writable {
 		t.Errorf("agent's store not writable after the run: %s", out)
 	}
-	stop()
+	ag.stop(t)
+}
+
+// storeSpan is the flight recorder's span as `agent status -o json` gives it.
+func storeSpan(t *testing.T, sock string) (oldest, newest time.Time, torn int) {
+	t.Helper()
+	out, err := nodectl(t, "agent", "status", "--socket", sock, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Store struct {
+			Oldest, Newest time.Time
+			TornBytes      string `json:"tornBytes"`
+		} `json:"store"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	fmt.Sscan(st.Store.TornBytes, &torn)
+	return st.Store.Oldest, st.Store.Newest, torn
+}
+
+// An agent killed with SIGKILL mid-writes and started again on its data directory keeps what
+// it had recorded, replaces its stale socket, and records on.
+func TestAgentKilledKeepsItsRecord(t *testing.T) {
+	requireRoot(t)
+	dataDir := filepath.Join(t.TempDir(), "agent")
+	first := startAgent(t, dataDir, "--interval", "100ms")
+	time.Sleep(3 * time.Second)
+	oldest, newest, _ := storeSpan(t, first.sock)
+	first.kill()
+	if oldest.IsZero() || !newest.After(oldest) {
+		t.Fatalf("the agent recorded nothing in 3s: %s to %s", oldest, newest)
+	}
+	// The same socket path: the killed agent's socket is stale, the new agent must take it.
+	second := startAgentAt(t, first.sock, dataDir, "--interval", "100ms")
+	time.Sleep(time.Second)
+	oldest2, newest2, torn := storeSpan(t, second.sock)
+	t.Logf("before the kill %s to %s; after the restart %s to %s, %d torn bytes cut", oldest.Format(time.StampMilli),
+		newest.Format(time.StampMilli), oldest2.Format(time.StampMilli), newest2.Format(time.StampMilli), torn)
+	if !oldest2.Equal(oldest) {
+		t.Errorf("after the restart the record starts at %s, not %s", oldest2, oldest)
+	}
+	if !newest2.After(newest) {
+		t.Errorf("after the restart the record ends at %s, not after the kill's %s", newest2, newest)
+	}
+	out, err := nodectl(t, "analyze", "--socket", second.sock, "--from", oldest.Add(time.Second).Format(time.RFC3339Nano),
+		"--to", newest.Format(time.RFC3339Nano), "--baseline", "1s", "-o", "json")
+	if err != nil {
+		t.Fatalf("the window before the kill cannot be analyzed: %v", err)
+	}
+	decodeReport(t, out)
+	second.stop(t)
+}
+
+// storeState is whether the agent's store takes writes, and how many failed.
+func storeState(t *testing.T, sock string) (writable bool, failures int) {
+	t.Helper()
+	out, err := nodectl(t, "agent", "status", "--socket", sock, "-o", "json")
+	if err != nil {
+		t.Fatalf("the agent stopped answering: %v", err)
+	}
+	var st struct {
+		Store struct {
+			Writable      bool   `json:"writable"`
+			WriteFailures string `json:"writeFailures"`
+		} `json:"store"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	fmt.Sscan(st.Store.WriteFailures, &failures)
+	return st.Store.Writable, failures
+}
+
+// On a full disk the agent keeps tracing and answering, says its store is not writable, and
+// writes again once there is room.
+func TestAgentOnAFullDisk(t *testing.T) {
+	requireRoot(t)
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "nodectl-test", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", mnt, err, out)
+		}
+	})
+	ag := startAgent(t, filepath.Join(mnt, "agent"), "--interval", "100ms")
+	filler := filepath.Join(mnt, "filler")
+	// dd stops at ENOSPC: the tmpfs is then full.
+	_ = exec.Command("dd", "if=/dev/zero", "of="+filler, "bs=64k").Run()
+	var failures int
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		writable, n := storeState(t, ag.sock)
+		if !writable && n > 0 {
+			failures = n
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20s on a full disk and the store says writable=%v with %d failures", writable, n)
+		}
+	}
+	// Sampling goes on meanwhile: a watcher gets the samples the store could not keep.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	watch := exec.CommandContext(ctx, os.Args[0], "agent", "watch", "--socket", ag.sock, "--metric", rundir.MetricVmstat)
+	watch.Env = append(os.Environ(), beMain+"=1")
+	if out, _ := watch.Output(); !strings.Contains(string(out), rundir.MetricVmstat) {
+		t.Errorf("on a full disk a watcher got no samples in 2s: %q", out)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if writable, _ := storeState(t, ag.sock); writable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20s after room was made the store still does not write")
+		}
+	}
+	t.Logf("%d write failures while the disk was full; writing again", failures)
+	ag.stop(t)
 }
