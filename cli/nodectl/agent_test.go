@@ -173,27 +173,7 @@ func TestAgentIncidentNamesTheHogs(t *testing.T) {
 		spin(t, layout, h, true)
 	}
 
-	var in agentd.Incident
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(time.Second) {
-		out, err := nodectl(t, "agent", "incidents", "--socket", sock, "-o", "json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var list []agentd.Incident
-		if err := json.Unmarshal([]byte(out), &list); err != nil {
-			t.Fatal(err)
-		}
-		i := slices.IndexFunc(list, func(in agentd.Incident) bool {
-			return in.Trigger == agentd.TriggerRunqStall && in.Cgroup == victim && in.State == agentd.StateClosed
-		})
-		if i >= 0 {
-			in = list[i]
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no analyzed run-queue stall incident on %s within 90s: %s", victim, out)
-		}
-	}
+	in := waitIncident(t, sock, agentd.TriggerRunqStall, victim, 90*time.Second)
 	var live analyzer.Report
 	if err := json.Unmarshal(in.Report, &live); err != nil {
 		t.Fatalf("incident %s: %v (%s)", in.ID, err, in.AnalysisError)
@@ -421,5 +401,71 @@ func TestAgentOnAFullDisk(t *testing.T) {
 		}
 	}
 	t.Logf("%d write failures while the disk was full; writing again", failures)
+	ag.stop(t)
+}
+
+// waitIncident polls the agent until it has an analyzed incident of trigger in cgroup.
+func waitIncident(t *testing.T, sock, trigger, cg string, within time.Duration) agentd.Incident {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(time.Second) {
+		out, err := nodectl(t, "agent", "incidents", "--socket", sock, "-o", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list []agentd.Incident
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(list, func(in agentd.Incident) bool {
+			return in.Trigger == trigger && in.Cgroup == cg && in.State == agentd.StateClosed
+		})
+		if i >= 0 {
+			return list[i]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no analyzed %s incident on %s within %s: %s", trigger, cg, within, out)
+		}
+	}
+}
+
+// A process that outgrows its cgroup's memory limit is OOM-killed: the agent opens an oom_kill
+// incident on that cgroup and its analysis finds the kill.
+func TestAgentOOMKillIncident(t *testing.T) {
+	requireRoot(t)
+	layout, err := cgroup.Detect("/sys/fs/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := testCgroups(t, layout, "test-agent-oom", map[string]cgroup.Limits{"greedy": {MemoryBytes: 32 << 20, NoSwap: true}})
+	greedy := root + "/greedy"
+	ag := startAgent(t, filepath.Join(t.TempDir(), "agent"), "--incident-before", "2s", "--incident-after", "4s", "--incident-baseline", "4s")
+	time.Sleep(5 * time.Second)
+	// A shell string of 64 MiB: twice the limit.
+	cmd := exec.Command("sh", "-c", `read go; x=$(head -c 67108864 /dev/zero | tr '\0' x); echo ${#x}`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := layout.AddProc(greedy, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(stdin)
+	if err := cmd.Wait(); err == nil {
+		t.Fatal("the greedy shell was not OOM-killed")
+	}
+	in := waitIncident(t, ag.sock, agentd.TriggerOOMKill, greedy, 60*time.Second)
+	t.Logf("incident %s: %s", in.ID, in.Evidence)
+	var rep analyzer.Report
+	if err := json.Unmarshal(in.Report, &rep); err != nil {
+		t.Fatalf("%v (%s)", err, in.AnalysisError)
+	}
+	if !slices.ContainsFunc(rep.Findings, func(f analyzer.Finding) bool { return f.ID == analyzer.IDOOMKill }) {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		t.Errorf("the OOM kill incident's analysis has no %s finding:\n%s", analyzer.IDOOMKill, b)
+	}
 	ag.stop(t)
 }
