@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/hist"
+	"github.com/nodectl/nodectl/internal/badvalue"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -36,17 +37,28 @@ type Triggers struct {
 // DefaultTriggers are the bounds nodectl ships with (docs/agent.md says why).
 var DefaultTriggers = Triggers{RunqStall: time.Second, MemoryPSIFull: 0.10, DaemonWait: 100 * time.Millisecond, SwapPagesPerSecond: 256}
 
+// Fields of Triggers and Windows in errors (badvalue.Error's Field); the CLI names its flags.
+const (
+	FieldRunqStall          = "Triggers.RunqStall"
+	FieldDaemonWait         = "Triggers.DaemonWait"
+	FieldMemoryPSIFull      = "Triggers.MemoryPSIFull"
+	FieldSwapPagesPerSecond = "Triggers.SwapPagesPerSecond"
+	FieldBefore             = "Windows.Before"
+	FieldAfter              = "Windows.After"
+	FieldBaseline           = "Windows.Baseline"
+)
+
 // Validate names a bound out of range.
 func (t Triggers) Validate() error {
 	switch {
 	case t.RunqStall < time.Microsecond:
-		return fmt.Errorf("runq stall %v: want at least 1µs", t.RunqStall)
+		return badvalue.Errorf(FieldRunqStall, t.RunqStall.String(), "must be at least 1µs")
 	case t.DaemonWait < time.Microsecond:
-		return fmt.Errorf("daemon wait %v: want at least 1µs", t.DaemonWait)
+		return badvalue.Errorf(FieldDaemonWait, t.DaemonWait.String(), "must be at least 1µs")
 	case t.MemoryPSIFull <= 0 || t.MemoryPSIFull > 1:
-		return fmt.Errorf("memory PSI full %g: want a share in (0, 1]", t.MemoryPSIFull)
+		return badvalue.Errorf(FieldMemoryPSIFull, fmt.Sprint(t.MemoryPSIFull), "must be a share in (0, 1]")
 	case t.SwapPagesPerSecond <= 0:
-		return fmt.Errorf("swap pages per second %g: want more than 0", t.SwapPagesPerSecond)
+		return badvalue.Errorf(FieldSwapPagesPerSecond, fmt.Sprint(t.SwapPagesPerSecond), "must be more than 0")
 	}
 	return nil
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nodectl/nodectl/internal/badvalue"
 )
 
 // Incident states.
@@ -60,11 +62,11 @@ var DefaultWindows = Windows{Before: time.Minute, After: time.Minute, Baseline: 
 func (w Windows) Validate() error {
 	switch {
 	case w.Before < 0:
-		return fmt.Errorf("incident window before %v: negative", w.Before)
+		return badvalue.Errorf(FieldBefore, w.Before.String(), "must not be negative")
 	case w.After <= 0:
-		return fmt.Errorf("incident window after %v: want more than 0", w.After)
+		return badvalue.Errorf(FieldAfter, w.After.String(), "must be more than 0")
 	case w.Baseline <= 0:
-		return fmt.Errorf("incident baseline %v: want more than 0", w.Baseline)
+		return badvalue.Errorf(FieldBaseline, w.Baseline.String(), "must be more than 0")
 	}
 	return nil
 }

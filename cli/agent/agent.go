@@ -29,6 +29,7 @@ import (
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/internal/badvalue"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress"
 )
@@ -56,11 +57,6 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
   sudo nodectl postmortem --incident 20261201-030000-runq_stall-1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := clix.Need("nodectl agent", map[int]string{
-				clix.CapBPF: "loading the eBPF programs", clix.CapPerfmon: "attaching them to tracepoints",
-				clix.CapSysAdmin: "reading every cgroup's and task's cgroup identity"}); err != nil {
-				return err
-			}
 			if cfg.Interval < 100*time.Millisecond {
 				return fmt.Errorf("--interval %s: must be at least 100ms", cfg.Interval)
 			}
@@ -77,6 +73,12 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 			if err := setMemoryLimit(memLimit); err != nil {
 				return err
 			}
+			// The settings first, so that a mistake is told before privileges are asked for.
+			if err := clix.Need("nodectl agent", map[int]string{
+				clix.CapBPF: "loading the eBPF programs", clix.CapPerfmon: "attaching them to tracepoints",
+				clix.CapSysAdmin: "reading every cgroup's and task's cgroup identity"}); err != nil {
+				return err
+			}
 			cfg.Daemons = names
 			cfg.Version = clix.Version
 			cfg.Log = clix.Logger(cmd.ErrOrStderr(), verbose)
@@ -89,7 +91,7 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 				}
 				fmt.Fprintln(cmd.ErrOrStderr())
 			}
-			return agentd.Serve(ctx, cfg)
+			return badvalue.Name(agentd.Serve(ctx, cfg), settingFlags)
 		},
 	}
 	f := cmd.Flags()
@@ -119,30 +121,24 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 	return cmd
 }
 
+// settingFlags maps the agent's settings to the flags that set them, for errors.
+var settingFlags = map[string]string{
+	agentd.FieldRunqStall: "--trigger-runq-stall", agentd.FieldDaemonWait: "--trigger-daemon-wait",
+	agentd.FieldMemoryPSIFull: "--trigger-memory-psi-full", agentd.FieldSwapPagesPerSecond: "--trigger-swap-pages",
+	agentd.FieldBefore: "--incident-before", agentd.FieldAfter: "--incident-after", agentd.FieldBaseline: "--incident-baseline",
+	apiserver.FieldSocket: "--socket", apiserver.FieldTCP: "--listen-tcp", apiserver.FieldCertFile: "--tls-cert",
+	apiserver.FieldKeyFile: "--tls-key", apiserver.FieldClientCAFile: "--tls-client-ca",
+}
+
 // checkFlags names the flag of a bad trigger, window or retention.
 func checkFlags(cfg agentd.ServeConfig) error {
-	t, w := cfg.Triggers, cfg.Windows
 	switch {
-	case t.RunqStall < time.Microsecond:
-		return fmt.Errorf("--trigger-runq-stall %s: must be at least 1µs", t.RunqStall)
-	case t.DaemonWait < time.Microsecond:
-		return fmt.Errorf("--trigger-daemon-wait %s: must be at least 1µs", t.DaemonWait)
-	case t.MemoryPSIFull <= 0 || t.MemoryPSIFull > 1:
-		return fmt.Errorf("--trigger-memory-psi-full %g: must be a share in (0, 1]", t.MemoryPSIFull)
-	case t.SwapPagesPerSecond <= 0:
-		return fmt.Errorf("--trigger-swap-pages %g: must be more than 0", t.SwapPagesPerSecond)
-	case w.Before < 0:
-		return fmt.Errorf("--incident-before %s: must not be negative", w.Before)
-	case w.After <= 0:
-		return fmt.Errorf("--incident-after %s: must be more than 0", w.After)
-	case w.Baseline <= 0:
-		return fmt.Errorf("--incident-baseline %s: must be more than 0", w.Baseline)
 	case cfg.Retention.MaxBytes < 0:
 		return fmt.Errorf("--retention-size %d: must not be negative", cfg.Retention.MaxBytes)
 	case cfg.Retention.MaxAge < 0:
 		return fmt.Errorf("--retention-age %s: must not be negative", cfg.Retention.MaxAge)
 	}
-	return nil
+	return badvalue.Name(errors.Join(cfg.Triggers.Validate(), cfg.Windows.Validate()), settingFlags)
 }
 
 // setMemoryLimit sets the runtime's soft memory limit unless GOMEMLIMIT does.

@@ -520,6 +520,14 @@ func TestCLIErrorsNameTheProblem(t *testing.T) {
 		"missing_run":        {[]string{"analyze", "/nonexistent/run"}, "/nonexistent/run"},
 		"record_without_out": {[]string{"record", "--duration", "2s"}, "--out is required"},
 		"clean_bad_id":       {[]string{"stress", "clean", "../etc"}, "is not a run id"},
+		"agent_bad_trigger":  {[]string{"agent", "--trigger-memory-psi-full", "2"}, "--trigger-memory-psi-full 2: must be a share in (0, 1]"},
+		"agent_bad_window":   {[]string{"agent", "--incident-after", "0s"}, "--incident-after 0s: must be more than 0"},
+		"agent_bad_memory":   {[]string{"agent", "--memory-limit", "lots"}, `--memory-limit "lots"`},
+		"postmortem_both":    {[]string{"postmortem", "--at", "now", "--incident", "x"}, "--at and --incident: give one, not both"},
+		"analyze_bad_from":   {[]string{"analyze", "--from", "yesterday"}, `--from "yesterday": want an RFC 3339 time`},
+		"analyze_run_and_to": {[]string{"analyze", "x", "--from", "10m"}, "give a RUN directory or --from and --to, not both"},
+		"export_without_out": {[]string{"agent", "export", "--from", "10m"}, "--out is required"},
+		"no_agent":           {[]string{"agent", "status", "--socket", "/nonexistent/a.sock"}, "no agent listening on /nonexistent/a.sock"},
 	})
 }
 
