@@ -13,6 +13,11 @@
 // Worst case: a Go ping-pong with both sides pinned to one CPU, a few µs a round trip, where
 // any program at all costs; an empty program on each hook the tracer uses gives that floor.
 //
+// The whole agent, `nodectl agent` as its own process (built from this checkout, or
+// $NODECTL_BIN), runs under perf bench too: its throughput ratio, its process's CPU time and
+// its programs' run time per second of load, at --interval 1s and at 1h (tracing only), which
+// splits its sampling and writing from its tracing.
+//
 // Modes run alternately within each round, so that drift on a shared machine hits every mode
 // alike; the ratio attached/detached is the median over rounds. Mean nanoseconds per event
 // come from the kernel's BPF run-time statistics (kernel.bpf_stats_enabled), in separate runs
@@ -33,6 +38,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nodectl/nodectl/bench/internal/proc"
 )
 
 func main() {
@@ -67,9 +74,9 @@ type options struct {
 	cpu                     int
 }
 
-// defaults keep a whole run, make bench's, under about two minutes and a half on 2 CPUs: the
-// ping-pong varies little from run to run, perf bench a few percent, and per-event costs
-// settle within a few runs.
+// defaults keep a whole run, make bench's, to about four minutes on 2 CPUs (each agent run
+// starts the agent afresh and lets it warm up): the ping-pong varies little from run to run,
+// perf bench a few percent, and per-event costs settle within a few runs.
 var defaults = options{
 	perfRounds: 10, statsRounds: 3, perfDuration: 1500 * time.Millisecond, perfPin: true,
 	pingRounds: 4, pingDuration: time.Second, cpu: runtime.NumCPU() - 1,
@@ -82,6 +89,7 @@ type result struct {
 	nsPerEvent map[string]map[string]float64 // perf bench runs, by tool and hook
 	opNs       float64                       // a detached perf bench op
 	bpfNsPerOp map[string]float64            // all programs' time per perf bench op, by tool
+	agent      map[string]agentCost          // the whole agent's cost under perf bench, by mode
 }
 
 // Workload and tool names as printed.
@@ -92,6 +100,11 @@ const (
 	nodectl   = "nodectl"
 	bpftrace  = "bpftrace"
 	empty     = "empty programs"
+	// The whole agent as its own process, sampling and writing every second as deployed, and
+	// with an interval long enough that it only traces and serves: the difference is what its
+	// sampling, its writer and their garbage cost.
+	agent1s = "agent@1s"
+	agent1h = "agent@1h"
 )
 
 // workload runs once and returns ops per second.
@@ -120,6 +133,16 @@ func run(o options) (result, error) {
 	} else {
 		tools[bpftrace] = bt
 	}
+	scratch, err := os.MkdirTemp("", "nodectl-bench-")
+	if err != nil {
+		return result{}, err
+	}
+	defer os.RemoveAll(scratch)
+	if bin, err := proc.Nodectl(scratch); err != nil {
+		fmt.Printf("nodectl agent left out: %v\n", err)
+	} else {
+		tools[agent1s], tools[agent1h] = agentTool(bin, time.Second), agentTool(bin, time.Hour)
+	}
 	res := result{ratio: map[string]map[string]float64{}, nsPerEvent: map[string]map[string]float64{}}
 
 	perf, err := perfWorkload(o)
@@ -127,13 +150,15 @@ func run(o options) (result, error) {
 		fmt.Printf("%s left out: %v\n", perfBench, err)
 	} else {
 		fmt.Printf("== %s -l %d, %s, %d rounds\n", perfBench, perf.ops, perfPlacement(o.perfPin), o.perfRounds)
-		m, err := compare(o.perfRounds, o.statsRounds, perf, tools, []string{nodectl, bpftrace})
+		m, err := compare(o.perfRounds, o.statsRounds, perf, tools, []string{nodectl, agent1s, agent1h, bpftrace})
 		if err != nil {
 			return result{}, err
 		}
 		res.ratio[perfBench] = m.ratios()
 		res.opNs = 1e9 / median(m.rate[detached])
 		res.nsPerEvent, res.bpfNsPerOp = m.printEvents(res.opNs)
+		res.agent = m.agentCosts()
+		printAgent(res)
 	}
 
 	ping := workload{name: pingPong, run: func() (float64, error) { return pingPongRun(o.pingDuration, o.cpu) }}
@@ -181,7 +206,10 @@ func printSummary(res result) {
 		fmt.Printf(row, "BPF ns per perf bench op", num(res.bpfNsPerOp, nodectl, "%.0f"), num(res.bpfNsPerOp, bpftrace, "%.0f"))
 		fmt.Printf(row, fmt.Sprintf("  %% of a detached op (%.1f µs)", res.opNs/1e3), num(share, nodectl, "%.1f%%"), num(share, bpftrace, "%.1f%%"))
 	}
-	fmt.Println("targets (issue): perf bench ratio >= 0.97 with all programs attached; sched_switch <= 200 ns per event")
+	if r, ok := res.ratio[perfBench][agent1s]; ok {
+		fmt.Printf(row, "throughput ratio, whole agent, "+perfBench, fmt.Sprintf("%.3f", r), num(res.ratio[perfBench], bpftrace, "%.3f"))
+	}
+	fmt.Println("targets (issue): perf bench ratio >= 0.97 with all programs attached and for the whole agent; sched_switch <= 200 ns per event")
 }
 
 func num(m map[string]float64, k, format string) string {
@@ -194,17 +222,21 @@ func num(m map[string]float64, k, format string) string {
 
 // measurements are the rates of each mode, by round, and the statistics gathered.
 type measurements struct {
-	modes  []string
-	rate   map[string][]float64
-	events map[string]map[string]*progStats // by tool, program
-	ops    map[string]float64               // ops run with statistics on, by tool
+	modes     []string
+	rate      map[string][]float64
+	wall      map[string]time.Duration         // the workload's time in the timed runs, by mode
+	toolCPU   map[string]time.Duration         // the tool's own process's CPU time in them
+	events    map[string]map[string]*progStats // by tool, program
+	ops       map[string]float64               // ops run with statistics on, by tool
+	statsWall map[string]time.Duration         // the workload's time in those runs, by tool
 }
 
 // compare runs w detached and under each tool alternately for rounds, printing each round;
 // in the first statsRounds it also runs each tool with BPF statistics on.
 func compare(rounds, statsRounds int, w workload, tools map[string]*tool, names []string) (*measurements, error) {
-	m := &measurements{modes: []string{detached}, rate: map[string][]float64{},
-		events: map[string]map[string]*progStats{}, ops: map[string]float64{}}
+	m := &measurements{modes: []string{detached}, rate: map[string][]float64{}, wall: map[string]time.Duration{},
+		toolCPU: map[string]time.Duration{}, events: map[string]map[string]*progStats{}, ops: map[string]float64{},
+		statsWall: map[string]time.Duration{}}
 	for _, n := range names {
 		if tools[n] != nil {
 			m.modes = append(m.modes, n)
@@ -249,10 +281,13 @@ func compare(rounds, statsRounds int, w workload, tools map[string]*tool, names 
 			}
 			if s.stats {
 				m.ops[s.mode] += float64(w.ops)
+				m.statsWall[s.mode] += v.wall
 				continue
 			}
-			got[s.mode] = v
-			m.rate[s.mode] = append(m.rate[s.mode], v)
+			got[s.mode] = v.rate
+			m.rate[s.mode] = append(m.rate[s.mode], v.rate)
+			m.wall[s.mode] += v.wall
+			m.toolCPU[s.mode] += v.toolCPU
 		}
 		fmt.Printf("%-6d", r+1)
 		for _, mode := range m.modes {
@@ -317,6 +352,57 @@ func (m *measurements) printEvents(opNs float64) (map[string]map[string]float64,
 	}
 	fmt.Printf("a detached op takes %.1f µs\n", opNs/1e3)
 	return perEvent, perOp
+}
+
+// agentCost is what the whole agent costs a workload besides its programs' time per event.
+type agentCost struct {
+	cpu float64 // the agent process's own CPU time per second of the workload (a share of one core)
+	bpf float64 // its programs' run time per second, spent in the workload's tasks; 0 unmeasured
+}
+
+// agentCosts are the agent modes' costs from the timed runs (CPU) and the runs with
+// statistics on (programs).
+func (m *measurements) agentCosts() map[string]agentCost {
+	out := map[string]agentCost{}
+	for _, mode := range []string{agent1s, agent1h} {
+		if m.wall[mode] == 0 {
+			continue
+		}
+		c := agentCost{cpu: m.toolCPU[mode].Seconds() / m.wall[mode].Seconds()}
+		if w := m.statsWall[mode]; w > 0 {
+			var ns time.Duration
+			for _, s := range m.events[mode] {
+				ns += s.runtime
+			}
+			c.bpf = ns.Seconds() / w.Seconds()
+		}
+		out[mode] = c
+	}
+	return out
+}
+
+// printAgent puts the whole agent's figures side by side: throughput, its own CPU time and
+// its programs' time, each per second of the workload.
+func printAgent(res result) {
+	if len(res.agent) == 0 {
+		return
+	}
+	const row = "%-44s %12s %12s\n"
+	fmt.Printf("\n== the whole agent under %s (%s: nodectl agent --interval 1s, its own process; %s: --interval 1h, tracing and serving only)\n",
+		perfBench, agent1s, agent1h)
+	fmt.Printf(row, "", agent1s, agent1h)
+	cost := func(f func(agentCost) float64) map[string]float64 {
+		out := map[string]float64{}
+		for mode, c := range res.agent {
+			out[mode] = 1e3 * f(c)
+		}
+		return out
+	}
+	cpu, bpf := cost(func(c agentCost) float64 { return c.cpu }), cost(func(c agentCost) float64 { return c.bpf })
+	fmt.Printf(row, "throughput ratio to detached (median)", num(res.ratio[perfBench], agent1s, "%.3f"), num(res.ratio[perfBench], agent1h, "%.3f"))
+	fmt.Printf(row, "agent process CPU, ms per s of load", num(cpu, agent1s, "%.2f"), num(cpu, agent1h, "%.2f"))
+	fmt.Printf(row, "its BPF programs, ms per s of load", num(bpf, agent1s, "%.2f"), num(bpf, agent1h, "%.2f"))
+	fmt.Println("(1 ms per s is 0.1% of one core; the programs run in the workload's tasks, the agent's CPU beside them)")
 }
 
 func f0(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }

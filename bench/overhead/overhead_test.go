@@ -38,14 +38,23 @@ func BenchmarkOverhead(b *testing.B) {
 	}
 	for tool, ns := range res.nsPerEvent {
 		if v, ok := ns["sched_switch"]; ok {
-			b.ReportMetric(v, "ns/sched_switch-"+tool)
+			b.ReportMetric(v, "ns/sched_switch-"+metricName(tool))
 		}
+	}
+	for mode, c := range res.agent {
+		b.ReportMetric(1e3*c.cpu, metricName(mode)+"-cpu-ms/s")
+		b.ReportMetric(1e3*c.bpf, metricName(mode)+"-bpf-ms/s")
 	}
 }
 
 func metricName(tool string) string {
-	if tool == empty {
+	switch tool {
+	case empty:
 		return "empty"
+	case agent1s:
+		return "agent-1s"
+	case agent1h:
+		return "agent-1h"
 	}
 	return tool
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nodectl/nodectl/agent/trace"
 	"github.com/nodectl/nodectl/agent/trace/tracefs"
+	"github.com/nodectl/nodectl/bench/internal/proc"
 )
 
 // hooks are the scheduler tracepoints the run-queue tracer uses, as the summary names them.
@@ -69,6 +70,7 @@ type tool struct {
 // attachment is a tool's programs attached.
 type attachment struct {
 	programs func() (map[string]progStats, error) // run-time statistics by program name
+	cpu      func() (time.Duration, error)        // CPU time of the tool's own process; nil when it runs in ours
 	stop     func() error
 }
 
@@ -127,6 +129,34 @@ func emptyTool() *tool {
 	}}
 }
 
+// agentWarmup lets a freshly started agent past its start (loading its programs, the first
+// full reading of every cgroup) before a run, as a long-running agent is.
+const agentWarmup = 2500 * time.Millisecond
+
+// agentTool runs the whole agent, `nodectl agent` (tracers, samplers, flight recorder, API)
+// as its own process at interval, each time in a scratch directory of its own; its CPU time
+// and its programs' statistics are read from its pid.
+func agentTool(bin string, interval time.Duration) *tool {
+	return &tool{start: func() (*attachment, error) {
+		dir, err := os.MkdirTemp("", "nodectl-bench-agent-")
+		if err != nil {
+			return nil, err
+		}
+		a, err := proc.StartAgent(bin, dir, interval)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		time.Sleep(agentWarmup)
+		pid := strconv.Itoa(a.Pid)
+		return &attachment{
+			programs: func() (map[string]progStats, error) { return programs(pid) },
+			cpu:      func() (time.Duration, error) { return proc.CPUTime(a.Pid) },
+			stop:     func() error { return errors.Join(a.Stop(), os.RemoveAll(dir)) },
+		}, nil
+	}}
+}
+
 func bpftraceTool() (*tool, error) {
 	path, err := exec.LookPath("bpftrace")
 	if err != nil {
@@ -138,7 +168,7 @@ func bpftraceTool() (*tool, error) {
 // startBpftrace runs the script until stop, having waited for its probes to be attached.
 func startBpftrace(path string) (*attachment, error) {
 	cmd := exec.Command(path, "-e", bpftraceScript)
-	ready := &lineWatch{line: "ready", seen: make(chan struct{})}
+	ready := proc.NewLineWatch("ready")
 	var stderr bytes.Buffer
 	cmd.Stdout = ready // the maps it prints at exit are discarded
 	cmd.Stderr = &stderr
@@ -148,7 +178,7 @@ func startBpftrace(path string) (*attachment, error) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
-	case <-ready.seen:
+	case <-ready.Seen():
 	case err := <-done:
 		return nil, fmt.Errorf("bpftrace exited before attaching (%v): %s", err, strings.TrimSpace(stderr.String()))
 	case <-time.After(time.Minute):
@@ -174,43 +204,20 @@ func startBpftrace(path string) (*attachment, error) {
 	return &attachment{programs: func() (map[string]progStats, error) { return programs(pid) }, stop: stop}, nil
 }
 
-// lineWatch is a writer that closes seen once a line equal to line has been written, and
-// otherwise discards what it is given. Its writes come from one goroutine.
-type lineWatch struct {
-	line string
-	seen chan struct{}
-	buf  []byte
+// runResult is one measured run of a workload.
+type runResult struct {
+	rate    float64       // ops per second
+	wall    time.Duration // how long the workload ran
+	toolCPU time.Duration // CPU time the tool's own process used meanwhile, when it has one
 }
 
-func (w *lineWatch) Write(p []byte) (int, error) {
-	select {
-	case <-w.seen:
-		return len(p), nil
-	default:
-	}
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			break
-		}
-		if string(w.buf[:i]) == w.line {
-			close(w.seen)
-			w.buf = nil
-			break
-		}
-		w.buf = w.buf[i+1:]
-	}
-	return len(p), nil
-}
-
-// measure runs w once, under t when it is not nil, and returns its ops per second. With acc
-// it turns the BPF run-time statistics on for the run and adds t's programs' share to acc.
-func measure(t *tool, w workload, acc map[string]*progStats) (_ float64, err error) {
+// measure runs w once, under t when it is not nil. With acc it turns the BPF run-time
+// statistics on for the run and adds t's programs' share to acc.
+func measure(t *tool, w workload, acc map[string]*progStats) (_ runResult, err error) {
 	var a *attachment
 	if t != nil {
 		if a, err = t.start(); err != nil {
-			return 0, err
+			return runResult{}, err
 		}
 		defer func() { err = errors.Join(err, a.stop()) }()
 	}
@@ -218,21 +225,36 @@ func measure(t *tool, w workload, acc map[string]*progStats) (_ float64, err err
 	if acc != nil {
 		stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 		if err != nil {
-			return 0, fmt.Errorf("enabling BPF statistics: %w", err)
+			return runResult{}, fmt.Errorf("enabling BPF statistics: %w", err)
 		}
 		defer stats.Close()
 		if before, err = a.programs(); err != nil {
-			return 0, err
+			return runResult{}, err
 		}
 	}
+	var cpu0 time.Duration
+	if a != nil && a.cpu != nil {
+		if cpu0, err = a.cpu(); err != nil {
+			return runResult{}, err
+		}
+	}
+	t0 := time.Now()
 	v, err := w.run()
 	if err != nil {
-		return 0, err
+		return runResult{}, err
+	}
+	r := runResult{rate: v, wall: time.Since(t0)}
+	if a != nil && a.cpu != nil {
+		cpu1, err := a.cpu()
+		if err != nil {
+			return runResult{}, err
+		}
+		r.toolCPU = cpu1 - cpu0
 	}
 	if acc != nil {
 		after, err := a.programs()
 		if err != nil {
-			return 0, err
+			return runResult{}, err
 		}
 		for name, s := range after {
 			if acc[name] == nil {
@@ -242,7 +264,7 @@ func measure(t *tool, w workload, acc map[string]*progStats) (_ float64, err err
 			acc[name].count += s.count - before[name].count
 		}
 	}
-	return v, nil
+	return r, nil
 }
 
 // programs reads the statistics of the BPF programs process pid ("self" for this one) holds,

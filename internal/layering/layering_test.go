@@ -65,7 +65,8 @@ var rules = map[string][]string{
 	// the main package that assembles them.
 	"cli/":        {"agent/", "agentd", "api/agent/v1", "analyzer", "rundir", "stress", "tuner", "cli/internal/"},
 	"cli/nodectl": {"cli/", "agent/", "agentd", "analyzer", "rundir", "stress", "tuner"},
-	"bench/":      {"agent/"},
+	// Benchmarks run the real binary; the post-mortem one also analyzes in process.
+	"bench/": {"agent/", "agentd", "bench/internal/"},
 }
 
 // everyone may import these: they depend on nothing of the module.

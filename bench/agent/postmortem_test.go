@@ -1,0 +1,170 @@
+//go:build linux
+
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodectl/nodectl/agent/flightrec"
+	"github.com/nodectl/nodectl/agentd"
+	"github.com/nodectl/nodectl/bench/internal/proc"
+	"github.com/nodectl/nodectl/rundir"
+)
+
+// postmortemWindow is the window analyzed; the agent's default baseline comes before it.
+const postmortemWindow = time.Hour
+
+// binaryRuns is how many times the binary analyzes the window (odd: their median is reported).
+const binaryRuns = 3
+
+// BenchmarkPostmortem1h writes an hour of 1,000 cgroups at 1 s into a flight recorder, and
+// the default baseline before it, with a meta.json as the agent writes it, then times
+// `nodectl analyze --data-dir DIR --from T1 --to T2` end to end (the real binary) and
+// agentd.AnalyzeWindow in this process on that hour: issue 12 wants at most 5 s. It runs once
+// whatever b.N (use -benchtime 1x).
+func BenchmarkPostmortem1h(b *testing.B) {
+	dir := b.TempDir()
+	bin, err := proc.Nodectl(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	baseline := agentd.DefaultWindows.Baseline
+	to := time.Now().UTC().Truncate(time.Second)
+	w := agentd.Window{BaselineFrom: to.Add(-postmortemWindow - baseline), From: to.Add(-postmortemWindow), To: to}
+	t0 := time.Now()
+	st, err := writeHour(data, w)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("wrote %d ticks of %d series (%.1f MB) in %s", int(w.To.Sub(w.BaselineFrom)/time.Second)+1, st.Series,
+		float64(st.Bytes)/1e6, time.Since(t0).Round(time.Second))
+
+	args := []string{"analyze", "--data-dir", data, "--from", w.From.Format(time.RFC3339), "--to", w.To.Format(time.RFC3339), "-o", "json"}
+	var wall, cpu []float64
+	median := func(v []float64) float64 { return slices.Sorted(slices.Values(v))[len(v)/2] }
+	var rss uint64
+	var findings int
+	for range binaryRuns {
+		var out, stderr bytes.Buffer
+		cmd := exec.Command(bin, args...)
+		cmd.Stdout, cmd.Stderr = &out, &stderr
+		start := time.Now()
+		if err := cmd.Run(); err != nil {
+			b.Fatalf("nodectl %v: %v: %s", args, err, stderr.String())
+		}
+		wall = append(wall, time.Since(start).Seconds())
+		cpu = append(cpu, (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds())
+		rss = max(rss, uint64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss)<<10)
+		if findings, err = countFindings(out.Bytes()); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	inWall, inRSS, inFindings, err := analyzeInProcess(data, w)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	const mib = 1 << 20
+	fmt.Printf("\n== post-mortem over %s of %d cgroups at 1 s (%d series; %.1f MB on disk), %s baseline before it\n",
+		postmortemWindow, liveCgroups, st.Series, float64(st.Bytes)/1e6, baseline)
+	row := "%-52s %s\n"
+	fmt.Printf(row, "nodectl analyze --data-dir --from --to, wall", fmt.Sprintf("median %.2f s, max %.2f s of %d runs  (issue: <= 5 s)",
+		median(wall), slices.Max(wall), binaryRuns))
+	fmt.Printf(row, "  its CPU time (user+sys), peak RSS", fmt.Sprintf("median %.2f s, %.0f MiB", median(cpu), float64(rss)/mib))
+	fmt.Printf(row, "agentd.AnalyzeWindow in process, wall", fmt.Sprintf("%.2f s, peak RSS %.0f MiB", inWall, float64(inRSS)/mib))
+	fmt.Printf(row, "findings (binary, in process)", fmt.Sprintf("%d, %d", findings, inFindings))
+
+	b.ReportMetric(median(wall), "analyze-s")
+	b.ReportMetric(median(cpu), "analyze-cpu-s")
+	b.ReportMetric(float64(rss)/mib, "analyze-rss-MiB")
+	b.ReportMetric(inWall, "inprocess-s")
+	b.ReportMetric(float64(inRSS)/mib, "inprocess-rss-MiB")
+	b.ReportMetric(0, "ns/op")
+}
+
+// writeHour fills dir's flight recorder with the window, a tick a second, and writes the
+// agent's meta.json beside it.
+func writeHour(dir string, w agentd.Window) (flightrec.Status, error) {
+	s, err := flightrec.Open(flightrec.Options{Dir: dir})
+	if err != nil {
+		return flightrec.Status{}, err
+	}
+	n := newNode(liveCgroups, 12)
+	for t := w.BaselineFrom; !t.After(w.To); t = t.Add(time.Second) {
+		if err := s.Append(t, n.next(!t.Before(w.From))); err != nil {
+			s.Close()
+			return flightrec.Status{}, err
+		}
+	}
+	st := s.Status()
+	if err := s.Close(); err != nil {
+		return st, err
+	}
+	// As the agent's: the node, the interval, its tracer's programs and the daemons it follows.
+	meta := rundir.NewMeta(rundir.ScenarioAgent, rundir.ScenarioAgent, "/proc", true, time.Second, []string{"nodectl", "agent"})
+	meta.Start = w.BaselineFrom
+	meta.Tracer = map[string]string{}
+	for _, p := range []string{rundir.ProgramRunq, rundir.ProgramFsync, rundir.ProgramBlkio, rundir.ProgramReclaim} {
+		meta.Tracer[p] = rundir.TracerAttached
+	}
+	meta.Workloads = []rundir.Workload{{Name: "kubelet", Kind: rundir.KindDaemon, Cgroup: kubeletCgroup}}
+	b, err := json.MarshalIndent(meta, "", "  ")
+	if err != nil {
+		return st, err
+	}
+	return st, os.WriteFile(filepath.Join(dir, rundir.MetaFile), b, 0o600)
+}
+
+// analyzeInProcess runs what `nodectl analyze --data-dir` runs, here, and returns its wall
+// time and this process's peak RSS meanwhile (the kernel's high-water mark, reset first).
+func analyzeInProcess(dir string, w agentd.Window) (float64, uint64, int, error) {
+	rd, err := flightrec.OpenReader(dir)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	meta, err := agentd.ReadMeta(dir)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	// Give back what writing the store used, then restart the high-water mark (clear_refs 5).
+	runtime.GC()
+	debug.FreeOSMemory()
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		return 0, 0, 0, err
+	}
+	start := time.Now()
+	rep, err := agentd.AnalyzeWindow(rd, meta, w)
+	elapsed := time.Since(start).Seconds()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	_, peak, err := proc.Memory(os.Getpid())
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	n, err := countFindings(rep)
+	return elapsed, peak, n, err
+}
+
+func countFindings(report []byte) (int, error) {
+	var rep struct {
+		Findings []json.RawMessage `json:"findings"`
+	}
+	if err := json.Unmarshal(report, &rep); err != nil {
+		return 0, fmt.Errorf("reading the report: %w", err)
+	}
+	return len(rep.Findings), nil
+}
