@@ -153,6 +153,20 @@ func appendHistChange(b []byte, cur, next *val) []byte {
 	return b
 }
 
+// histEqual says whether h is the histogram b holds in full.
+func histEqual(b []byte, h *hist.Log2) bool {
+	d := dec{b: b}
+	if d.uvarint() != h.Count || d.uvarint() != h.SumNs || d.uvarint() != uint64(len(h.Buckets)) {
+		return false
+	}
+	for _, c := range h.Buckets {
+		if d.uvarint() != c {
+			return false
+		}
+	}
+	return d.err == nil
+}
+
 // set makes v a copy of o, reusing v's buckets.
 func (v *val) set(o *val) {
 	bkt := append(v.bkt[:0], o.bkt...)
@@ -312,13 +326,20 @@ func (d *dec) change(kind byte, v *val) {
 }
 
 // A catalogue entry names a series: kind, metric, cgroup, workload and the labels sorted by
-// key. Its bytes are the series' identity.
-func appendEntry(b []byte, kind byte, r *rundir.Record) []byte {
-	b = append(b, kind)
-	b = appendStr(b, r.Metric)
-	b = appendStr(b, r.Cgroup)
-	b = appendStr(b, r.Workload)
-	return appendLabels(b, r.Labels)
+// key. Its bytes are the series' identity. The writer keeps the cgroup and workload apart from
+// the rest, its shape (see appendShape), and puts them together with appendEntry.
+func appendEntry(b []byte, sh *shape, cg *wcgroup) []byte {
+	b = append(b, sh.key[:sh.split]...)
+	b = append(b, cg.key...)
+	return append(b, sh.key[sh.split:]...)
+}
+
+// appendShape appends a sample's shape: its kind, metric and labels as its catalogue entry has
+// them. It returns where the labels start.
+func appendShape(b []byte, kind byte, r *rundir.Record) ([]byte, int) {
+	b = appendStr(append(b, kind), r.Metric)
+	n := len(b)
+	return appendLabels(b, r.Labels), n
 }
 
 func appendStr(b []byte, s string) []byte {
@@ -375,6 +396,20 @@ func (d *dec) entry() []byte {
 		return nil
 	}
 	return start[:len(start)-len(d.b)]
+}
+
+// splitEntry splits a catalogue entry into its shape, appended to b with where its labels
+// start, and its cgroup and workload.
+func splitEntry(b []byte, e string) (shape []byte, split int, cgroup, workload string, err error) {
+	d := dec{b: []byte(e)}
+	d.byte()
+	d.skipStr()
+	split = len(e) - len(d.b)
+	cgroup, workload = d.str(), d.str()
+	if d.err != nil {
+		return nil, 0, "", "", d.err
+	}
+	return append(append(b, e[:split]...), d.b...), split, cgroup, workload, nil
 }
 
 // seriesInfo is a decoded catalogue entry; records read share its labels map.
@@ -455,14 +490,28 @@ func (d *dec) record() rundir.Record {
 	return r
 }
 
-// skipRecord steps over an encoded record and returns its bytes and time.
-func (d *dec) skipRecord() ([]byte, time.Time) {
-	start := d.b
-	r := d.record()
-	if d.err != nil {
-		return nil, time.Time{}
+// skipRecord steps over an encoded record, checking it as record does without decoding it,
+// and returns its time.
+func (d *dec) skipRecord() time.Time {
+	t := d.recordTime()
+	for range 7 {
+		d.skipStr()
 	}
-	return start[:len(start)-len(d.b)], r.Time
+	for range d.count(2) {
+		d.skipStr()
+		d.skipStr()
+	}
+	flags := d.byte()
+	if flags&^(recValue|recHist) != 0 {
+		d.fail("bad record flags")
+	}
+	if flags&recValue != 0 {
+		d.bytes(8)
+	}
+	if flags&recHist != 0 {
+		d.skipAbs(kindHist)
+	}
+	return t
 }
 
 // skipAbs steps over a value in full, checking only its shape.

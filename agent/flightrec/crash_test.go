@@ -371,3 +371,96 @@ func TestStaleJournal(t *testing.T) {
 	appendAll(t, s, ticks[k:])
 	same(t, "writer, going on", readAll(t, s, from, to, 0), expect(ticks, from, to, 0))
 }
+
+// A tick defining more series than an entry holds takes several: cut or damaged in any of
+// them, it is dropped whole and the ticks before it read as before; a writer cuts it off and
+// goes on.
+func TestTornLongTick(t *testing.T) {
+	ticks := randomTicks(9, 6, 6)
+	for j := range 5000 {
+		ticks[3].recs = append(ticks[3].recs, rundir.Record{Type: rundir.TypeSample, Metric: fmt.Sprintf("wide_%d", j),
+			Cgroup: "/kubepods/" + strings.Repeat("x", 60), Value: fp(float64(j))})
+	}
+	src := t.TempDir()
+	o := Options{Dir: src, SegmentSpan: time.Hour, Now: func() time.Time { return t0 }}
+	s := open(t, o)
+	appendAll(t, s, ticks)
+	s.Close()
+	j, err := os.ReadFile(filepath.Join(src, journalName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := entryEnds(t, j)
+	if len(ends) < len(ticks)+2 {
+		t.Fatalf("%d entries for %d ticks: the long one is not in several", len(ends), len(ticks))
+	}
+	// whole is how many ticks end at or before n bytes; good is where the last of them ends.
+	whole := func(n int) (k, good int) {
+		good, start := journalHeader, journalHeader
+		for _, e := range ends {
+			if e > n {
+				break
+			}
+			if j[start+entryHeader]&entryMore == 0 {
+				k, good = k+1, e
+			}
+			start = e
+		}
+		return k, good
+	}
+	from, to := t0.Add(-2*time.Hour), t0.Add(time.Hour)
+	dir := t.TempDir()
+	rd, err := OpenReader(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cuts []int
+	for _, e := range ends {
+		cuts = append(cuts, e, e-1, e-entryHeader-3)
+	}
+	for _, n := range cuts {
+		b := j[:n]
+		k, good := whole(n)
+		for _, damaged := range []bool{false, true} {
+			what := fmt.Sprintf("cut at %d", n)
+			if damaged { // the byte before the cut instead, the rest kept
+				b = slices.Clone(j)
+				b[n-1] ^= 0x5a
+				k, good = whole(n - 1)
+				what = fmt.Sprintf("byte %d damaged", n-1)
+			}
+			if err := os.WriteFile(filepath.Join(dir, journalName), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			sp, err := rd.Span()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !damaged && sp.TornBytes != int64(n-good) {
+				t.Fatalf("%s: torn %d bytes, want %d", what, sp.TornBytes, n-good)
+			}
+			same(t, what, readAll(t, rd, from, to, 0), expect(ticks[:k], from, to, 0))
+		}
+	}
+
+	// A writer cuts the long tick's entries off and goes on.
+	for _, n := range cuts {
+		if k, _ := whole(n); k != 3 {
+			continue
+		}
+		wdir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(wdir, journalName), j[:n], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		o.Dir = wdir
+		s := open(t, o)
+		next := tick{t: ticks[3].t, recs: ticks[2].recs}
+		if err := s.Append(next.t, next.recs); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		s = open(t, o)
+		same(t, fmt.Sprintf("cut at %d, then a tick", n), readAll(t, s, from, to, 0), expect(append(slices.Clone(ticks[:3]), next), from, to, 0))
+		s.Close()
+	}
+}

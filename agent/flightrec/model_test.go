@@ -383,3 +383,62 @@ func TestReadMatchesModel(t *testing.T) {
 	defer s.Close()
 	same(t, "after reopen", readAll(t, s, first, last, 0), expect(ticks, first, last, 0))
 }
+
+// A cgroup that sends nothing for a while, a removed pod's or an idle one's, is packed and
+// unpacked when it sends again: reads match the model across seals, silences longer than a
+// segment, and a reopen in the middle of one.
+func TestQuietCgroups(t *testing.T) {
+	ticks := randomTicks(4, 300, 60)
+	quiet := func(cgroup string, i int) bool {
+		var k int
+		fmt.Sscanf(cgroup, "/kubepods/pod%d", &k)
+		start := 30 + 50*k
+		return i >= start && i < start+15+10*k || k == 4 && i >= 250 // pod4 is removed
+	}
+	for i := range ticks {
+		ticks[i].recs = slices.DeleteFunc(ticks[i].recs, func(r rundir.Record) bool {
+			return r.Type == rundir.TypeSample && quiet(r.Cgroup, i)
+		})
+	}
+	dir := t.TempDir()
+	opts := Options{Dir: dir, SegmentSpan: 20 * time.Second, Now: func() time.Time { return ticks[len(ticks)-1].t }}
+	s := open(t, opts)
+	packed := 0
+	for i, tk := range ticks {
+		if i == 140 { // pod2 is quiet, pod1 was
+			s.Close()
+			s = open(t, opts)
+		}
+		if err := s.Append(tk.t, tk.recs); err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(s.c.cgs, func(g wcgroup) bool { return g.cold != nil }) {
+			packed++
+		}
+	}
+	if packed < 100 {
+		t.Fatalf("a cgroup was packed after %d ticks of 300", packed)
+	}
+	rd, err := OpenReader(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, last := ticks[0].t, ticks[len(ticks)-1].t
+	windows := [][2]time.Time{{first, last}, {ticks[299].t, last}}
+	for k := range 4 { // each silence, and from its middle on
+		start := 30 + 50*k
+		windows = append(windows, [2]time.Time{ticks[start-3].t, ticks[start+18+10*k].t}, [2]time.Time{ticks[start+7].t, last})
+	}
+	for i, w := range windows {
+		for _, step := range []time.Duration{0, 3 * time.Second} {
+			want := expect(ticks, w[0], w[1], step)
+			what := fmt.Sprintf("window %d [%v, %v] step %v", i, w[0].Sub(first), w[1].Sub(first), step)
+			same(t, what+" (store)", readAll(t, s, w[0], w[1], step), want)
+			same(t, what+" (reader)", readAll(t, rd, w[0], w[1], step), want)
+		}
+	}
+	alive := slices.DeleteFunc(expect(ticks, last, last, 0), func(r rundir.Record) bool { return r.Type != rundir.TypeSample })
+	if st, n := s.Status(), len(alive); st.Series != n {
+		t.Errorf("%d series followed, want %d", st.Series, n)
+	}
+}

@@ -165,19 +165,6 @@ type view struct {
 	open *segment // nil when the journal holds no tick
 }
 
-// snapshot is g as it is now, for a reader while the writer goes on: the writer only appends,
-// beyond the lengths taken here.
-func (g *segment) snapshot() *segment {
-	if len(g.ticks) == 0 {
-		return nil
-	}
-	c := *g
-	c.ticks = g.ticks[:len(g.ticks):len(g.ticks)]
-	c.cols = slices.Clone(g.cols)
-	c.events = g.events[:len(g.events):len(g.events)]
-	return &c
-}
-
 func (v *view) read(from, to time.Time, step time.Duration, fn func(rundir.Record) error, bad func(segFile, error)) error {
 	if step < 0 || to.Before(from) {
 		return fmt.Errorf("flightrec: bad window [%v, %v] step %v", from, to, step)

@@ -1,8 +1,6 @@
 package flightrec
 
 import (
-	"bufio"
-	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -10,7 +8,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,7 +17,7 @@ import (
 )
 
 // segment is a segment's content: the ticks, one column per series, and the events. A sealed
-// segment is decoded from its file; the open one is built tick by tick from the journal.
+// segment is decoded from its file, the open one from the journal.
 type segment struct {
 	ticks      []int64 // Unix ns, increasing
 	cols       []column
@@ -29,6 +26,11 @@ type segment struct {
 	minT, maxT int64  // over ticks and event times
 	samples    int64  // logical samples: each series at each tick from its first
 	raw        []byte // a sealed segment's decompressed bytes, which cols point into
+
+	// A journal tick whose first entries were applied and its last not yet.
+	inPart   bool
+	partT    int64 // its time
+	partCols int   // the columns before it
 }
 
 // column is one series in a segment: its catalogue entry, the tick of its first value, and
@@ -40,42 +42,45 @@ type column struct {
 	data  []byte
 }
 
-// apply adds one journal tick (see Store.encodeTick) to g. It checks the whole tick before
-// changing anything, so that a tick that does not decode leaves g as it was.
-func (g *segment) apply(p []byte) error {
-	if err := g.applyTick(p, false); err != nil {
-		return err
-	}
-	return g.applyTick(p, true)
+// tickHead is what a journal entry says of its tick besides the columns.
+type tickHead struct {
+	idx        uint64
+	t          int64
+	defs       int // new series
+	changes    int
+	nEvents    int
+	events     []byte // encoded records
+	minT, maxT int64  // over the tick's time and its events'
 }
 
-// applyTick checks a journal tick or, with commit, adds it to g.
-func (g *segment) applyTick(p []byte, commit bool) error {
+// walkTick decodes a journal entry (see Store.writeTick) and checks its shape. ncols columns
+// come before it, and kind gives their kinds. Unless nil, def is called with each new series'
+// column, catalogue entry and value in full, and change with each change's column and bytes,
+// in order; both are given the tick's index. When change returns false, walkTick stops there.
+func walkTick(p []byte, ncols int, kind func(col int) byte, def func(tick int32, col int, key, v []byte), change func(tick int32, col int, ch []byte) bool) (tickHead, error) {
 	d := dec{b: p}
-	idx := d.uvarint()
-	t := d.varint()
-	if d.err == nil && idx != uint64(len(g.ticks)) {
-		d.fail("tick out of sequence")
+	var h tickHead
+	h.idx = d.uvarint()
+	h.t = d.varint()
+	if d.err == nil && h.idx > math.MaxInt32 {
+		d.fail("tick index out of range")
 	}
-	if d.err == nil && len(g.ticks) > 0 && t <= g.ticks[len(g.ticks)-1] {
-		d.fail("tick not after the previous one")
-	}
-	tick := int32(idx)
-	ncols := len(g.cols)
-	for range d.count(3) {
+	tick := int32(h.idx)
+	h.defs = d.count(3)
+	for i := range h.defs {
 		key := d.entry()
 		start := d.b
 		if d.err != nil {
 			break
 		}
 		d.skipAbs(key[0])
-		if commit {
-			data := append([]byte(nil), start[:len(start)-len(d.b)]...)
-			g.cols = append(g.cols, column{key: string(key), first: tick, last: tick, data: data})
+		if def != nil && d.err == nil {
+			def(tick, ncols+i, key, start[:len(start)-len(d.b)])
 		}
 	}
 	prev := -1
-	for range d.count(2) {
+	h.changes = d.count(2)
+	for range h.changes {
 		id := prev + 1 + int(d.uvarint())
 		if d.err == nil && (id < 0 || id >= ncols) {
 			d.fail("change of an unknown series")
@@ -84,38 +89,77 @@ func (g *segment) applyTick(p []byte, commit bool) error {
 			break
 		}
 		prev = id
-		c := &g.cols[id]
 		start := d.b
-		d.skipChange(c.key[0])
-		if commit {
-			c.data = binary.AppendUvarint(c.data, uint64(tick-c.last))
-			c.data = append(c.data, start[:len(start)-len(d.b)]...)
-			c.last = tick
+		d.skipChange(kind(id))
+		if change != nil && d.err == nil && !change(tick, id, start[:len(start)-len(d.b)]) {
+			return h, nil
 		}
 	}
-	minT, maxT := t, t
-	nev := d.count(10)
-	for range nev {
-		rec, rt := d.skipRecord()
-		if commit {
-			g.events = append(g.events, rec...)
-			minT, maxT = min(minT, clampNanos(rt)), max(maxT, clampNanos(rt))
-		}
+	h.minT, h.maxT = h.t, h.t
+	h.nEvents = d.count(10)
+	evStart := d.b
+	for range h.nEvents {
+		rt := clampNanos(d.skipRecord())
+		h.minT, h.maxT = min(h.minT, rt), max(h.maxT, rt)
 	}
+	h.events = evStart[:len(evStart)-len(d.b)]
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("trailing bytes")
 	}
-	if d.err != nil || !commit {
-		return d.err
+	return h, d.err
+}
+
+// apply adds one journal entry to g; last says it ends its tick. It checks the entry before
+// changing anything, so that an entry that does not decode leaves g as it was.
+func (g *segment) apply(p []byte, last bool) error {
+	kind := func(col int) byte { return g.cols[col].key[0] }
+	h, err := walkTick(p, len(g.cols), kind, nil, nil)
+	switch {
+	case err != nil:
+		return err
+	case h.idx != uint64(len(g.ticks)):
+		return fmt.Errorf("%w: tick out of sequence", errCorrupt)
+	case g.inPart && h.t != g.partT:
+		return fmt.Errorf("%w: a tick's entries disagree on its time", errCorrupt)
+	case !g.inPart && len(g.ticks) > 0 && h.t <= g.ticks[len(g.ticks)-1]:
+		return fmt.Errorf("%w: tick not after the previous one", errCorrupt)
+	case !last && h.changes+h.nEvents > 0:
+		return fmt.Errorf("%w: changes or events before a tick's last entry", errCorrupt)
+	}
+	if !g.inPart {
+		g.partCols = len(g.cols)
+	}
+	walkTick(p, len(g.cols), kind, func(tick int32, _ int, key, v []byte) {
+		g.cols = append(g.cols, column{key: string(key), first: tick, last: tick, data: append([]byte(nil), v...)})
+	}, func(tick int32, col int, ch []byte) bool {
+		c := &g.cols[col]
+		c.data = binary.AppendUvarint(c.data, uint64(tick-c.last))
+		c.data = append(c.data, ch...)
+		c.last = tick
+		return true
+	})
+	g.inPart, g.partT = !last, h.t
+	if !last {
+		return nil
 	}
 	if len(g.ticks) == 0 {
-		g.minT, g.maxT = minT, maxT
+		g.minT, g.maxT = h.minT, h.maxT
 	}
-	g.minT, g.maxT = min(g.minT, minT), max(g.maxT, maxT)
-	g.ticks = append(g.ticks, t)
-	g.nEvents += nev
+	g.minT, g.maxT = min(g.minT, h.minT), max(g.maxT, h.maxT)
+	g.ticks = append(g.ticks, h.t)
+	g.events = append(g.events, h.events...)
+	g.nEvents += h.nEvents
 	g.samples += int64(len(g.cols))
 	return nil
+}
+
+// dropPart undoes the entries applied of a tick whose last entry is missing.
+func (g *segment) dropPart() {
+	if g.inPart {
+		clear(g.cols[g.partCols:])
+		g.cols = g.cols[:g.partCols]
+		g.inPart = false
+	}
 }
 
 // clampNanos is t in Unix ns, saturated: an event may carry any time.
@@ -288,7 +332,7 @@ var decoder = sync.OnceValues(func() (*zstd.Decoder, error) {
 		zstd.WithDecodeAllCapLimit(true), zstd.WithDecoderMaxMemory(maxRaw))
 })
 
-// decompress decodes one zstd frame of raw bytes, no more.
+// decompress decodes one zstd frame of raw bytes, no more, into buf when it has room.
 func decompress(src []byte, raw uint64, buf []byte) ([]byte, error) {
 	if raw > maxRaw || raw > uint64(len(src))*maxRatio+64<<10 {
 		return nil, fmt.Errorf("%w: %d bytes would decompress to %d", errCorrupt, len(src), raw)
@@ -298,13 +342,13 @@ func decompress(src []byte, raw uint64, buf []byte) ([]byte, error) {
 		return nil, err
 	}
 	if uint64(cap(buf)) < raw {
-		buf = make([]byte, 0, raw)
+		buf = make([]byte, 0, (raw+64<<10-1)&^(64<<10-1)) // a little more, for the next frame
 	}
 	out, err := d.DecodeAll(src, buf[:0:raw])
 	if err != nil || uint64(len(out)) != raw {
 		return nil, fmt.Errorf("%w: frame does not decompress", errCorrupt)
 	}
-	return out, nil
+	return buf[:raw], nil
 }
 
 // The columns frame: the tick count, the first tick and the later ones as varint
@@ -364,119 +408,6 @@ func decodeCols(raw []byte) (*segment, error) {
 	}
 	g.minT, g.maxT = g.ticks[0], g.ticks[len(g.ticks)-1]
 	return g, nil
-}
-
-// countWriter counts and checksums what goes through it.
-type countWriter struct {
-	w   io.Writer
-	n   uint64
-	crc uint32
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += uint64(n)
-	c.crc = crc32.Update(c.crc, castagnoli, p[:n])
-	return n, err
-}
-
-// writeSegment seals g into dir: a temporary file, synced, renamed into place, and the
-// directory synced, so that a segment file is always whole. The columns go in catalogue order
-// sorted by series (metric first), which puts alike columns side by side for zstd.
-func writeSegment(dir string, g *segment) (sf segFile, err error) {
-	path := filepath.Join(dir, segName(g.ticks[0]))
-	tmp := path + tmpSuffix
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return segFile{}, err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1),
-		zstd.WithEncoderCRC(false), zstd.WithWindowSize(4<<20))
-	if err != nil {
-		return segFile{}, err
-	}
-	bw := bufio.NewWriterSize(f, 256<<10)
-	if _, err := bw.Write(make([]byte, headerSize)); err != nil {
-		return segFile{}, err
-	}
-	order := make([]int, len(g.cols))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(g.cols[a].key, g.cols[b].key) })
-
-	h := header{first: g.ticks[0], last: g.ticks[len(g.ticks)-1], minT: g.minT, maxT: g.maxT,
-		ticks: uint32(len(g.ticks)), series: uint32(len(g.cols)), events: uint32(g.nEvents), samples: uint64(g.samples)}
-	cw := &countWriter{w: bw}
-	enc.Reset(cw)
-	b := binary.AppendUvarint(nil, uint64(len(g.ticks)))
-	var prev, delta int64
-	for i, t := range g.ticks {
-		if i == 0 {
-			b = binary.AppendVarint(b, t)
-		} else {
-			b = binary.AppendVarint(b, t-prev-delta)
-			delta = t - prev
-		}
-		prev = t
-	}
-	b = binary.AppendUvarint(b, uint64(len(g.cols)))
-	for _, i := range order {
-		c := &g.cols[i]
-		b = append(b, c.key...)
-		b = binary.AppendUvarint(b, uint64(c.first))
-		b = binary.AppendUvarint(b, uint64(len(c.data)))
-	}
-	raw := uint64(len(b))
-	if _, err := enc.Write(b); err != nil {
-		return segFile{}, err
-	}
-	for _, i := range order {
-		raw += uint64(len(g.cols[i].data))
-		if _, err := enc.Write(g.cols[i].data); err != nil {
-			return segFile{}, err
-		}
-	}
-	if err := enc.Close(); err != nil {
-		return segFile{}, err
-	}
-	h.colsLen, h.colsRaw, h.colsCRC = cw.n, raw, cw.crc
-	if len(g.events) > 0 {
-		cw = &countWriter{w: bw}
-		enc.Reset(cw)
-		if _, err := enc.Write(g.events); err != nil {
-			return segFile{}, err
-		}
-		if err := enc.Close(); err != nil {
-			return segFile{}, err
-		}
-		h.evLen, h.evRaw, h.evCRC = cw.n, uint64(len(g.events)), cw.crc
-	}
-	if err := bw.Flush(); err != nil {
-		return segFile{}, err
-	}
-	if _, err := f.WriteAt(h.marshal(), 0); err != nil {
-		return segFile{}, err
-	}
-	if err := f.Sync(); err != nil {
-		return segFile{}, err
-	}
-	if err := f.Close(); err != nil {
-		return segFile{}, err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return segFile{}, err
-	}
-	if err := syncDir(dir); err != nil {
-		return segFile{}, err
-	}
-	return segFile{path: path, size: int64(headerSize + h.colsLen + h.evLen), h: h}, nil
 }
 
 func syncDir(dir string) error {

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,6 +33,9 @@ const (
 
 // Store is the writer of a directory. Its methods are safe for concurrent use; Read does not
 // hold up Append while it decodes.
+//
+// The writer keeps the series it follows (see catalogue) and what it has not written yet; the
+// open segment's columns are in the journal, which a seal reads back a few columns at a time.
 type Store struct {
 	o   Options
 	log *slog.Logger
@@ -43,12 +47,14 @@ type Store struct {
 	jlen      int64    // its valid length: where the next entry goes
 	synced    time.Time
 	unsynced  bool
-	open      *segment // what the journal holds
-	series    map[string]*wseries
-	cat       []*wseries // the open segment's series by column; the last one's after a seal
-	dirty     []*wseries // series with a value not yet written
-	pendEv    []byte     // events not yet written, encoded
+	open      openSeg
+	c         catalogue
+	ticks     int64    // Appends staged, for coldTicks
+	staged    []staged // the values not yet written, one per series
+	stagedBkt []uint64 // their histograms' buckets
+	pendEv    []byte   // events not yet written, encoded
 	pendN     int
+	pendT     [2]int64  // their earliest and latest times
 	segs      []segFile // sealed, oldest first
 	pins      []Pin
 	pinsSaved bool
@@ -59,20 +65,32 @@ type Store struct {
 	st        Status
 
 	// reused from tick to tick
-	payload, entry, key []byte
-	defs, changes       []*wseries
+	payload, part, entry, key []byte
+	nPart                     int      // series defined in part
+	defs, colds, changes      []int32  // the tick's new hot series, cold cgroups and changed series
+	changed                   []uint64 // the changed series' columns, a bit each: they go by column
+	lens                      []uint32
+	cur, next                 val
 }
 
-// wseries is a series as the writer follows it.
-type wseries struct {
-	key   string // catalogue entry
-	kind  byte
-	id    int32 // column in the open segment, -1 when not in it
-	seen  int64 // tick of its last sample
-	known bool  // cur was written
-	dirty bool  // next is to be written
-	cur   val   // as written
-	next  val   // as last appended
+// openSeg is what the writer keeps of the open segment besides its columns.
+type openSeg struct {
+	ticks      []int64 // Unix ns
+	colStart   []int32 // by tick: its first column
+	events     []byte  // encoded records
+	nEvents    int
+	minT, maxT int64 // over ticks and event times
+	samples    int64
+}
+
+// staged is a series' latest value appended, which the next tick written holds.
+type staged struct {
+	id         int32  // the series
+	b0, nb, bc uint32 // a histogram's buckets: stagedBkt[b0:b0+nb], room for bc
+	bits       uint64 // a float's
+	count, sum uint64
+	mode       uint8 // a float's encoding, once the tick is encoded
+	m          int64
 }
 
 // Open opens or creates the store in o.Dir, recovering from a crash: a torn journal tail is
@@ -90,14 +108,14 @@ func Open(o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{o: o, log: o.Log, dir: dir, series: map[string]*wseries{}, open: &segment{}, pinsSaved: true}
+	s := &Store{o: o, log: o.Log, dir: dir, c: newCatalogue(), pinsSaved: true}
 	s.st.Dir, s.st.Writable = o.Dir, true
 	if err := s.recover(); err != nil {
 		s.closeFiles()
 		return nil, fmt.Errorf("flightrec: %s: %w", o.Dir, err)
 	}
 	s.jenc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
-		zstd.WithEncoderCRC(false), zstd.WithWindowSize(1<<20), zstd.WithLowerEncoderMem(true))
+		zstd.WithEncoderCRC(false), zstd.WithWindowSize(partBytes), zstd.WithLowerEncoderMem(true))
 	if err != nil {
 		s.closeFiles()
 		return nil, err
@@ -136,15 +154,17 @@ func (s *Store) recover() error {
 	if err != nil {
 		return err
 	}
-	good, cut := replay(b, s.open)
-	if n := len(s.segs); len(s.open.ticks) > 0 && n > 0 && s.open.ticks[0] <= s.segs[n-1].h.last {
+	g := &segment{}
+	good, cut := replay(b, g)
+	if n := len(s.segs); len(g.ticks) > 0 && n > 0 && g.ticks[0] <= s.segs[n-1].h.last {
 		// A crash came between sealing the journal and emptying it.
-		s.open, good, cut = &segment{}, 0, nil
+		g, good, cut = &segment{}, 0, nil
 	} else if cut != nil {
 		s.st.TornBytes = int64(len(b) - good)
-		s.log.Warn("flight recorder: cut the journal's torn tail", "dir", s.o.Dir, "bytes", s.st.TornBytes, "ticks kept", len(s.open.ticks), "why", cut)
+		s.log.Warn("flight recorder: cut the journal's torn tail", "dir", s.o.Dir, "bytes", s.st.TornBytes, "ticks kept", len(g.ticks), "why", cut)
 	}
-	if err := s.follow(); err != nil {
+	b = nil
+	if err := s.follow(g); err != nil {
 		// The checksums passed but the columns do not decode: keep the file for a look and
 		// start afresh rather than build on it.
 		s.log.Error("flight recorder: journal does not decode, set aside", "dir", s.o.Dir, "err", err)
@@ -153,7 +173,7 @@ func (s *Store) recover() error {
 		}
 		s.st.Corrupt = append(s.st.Corrupt, journalName+badSuffix)
 		s.jf.Close()
-		s.open, s.series, good = &segment{}, map[string]*wseries{}, 0
+		s.open, s.c, good = openSeg{}, newCatalogue(), 0
 		if s.jf, err = os.OpenFile(filepath.Join(s.o.Dir, journalName), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600); err != nil {
 			return err
 		}
@@ -164,7 +184,9 @@ func (s *Store) recover() error {
 		}
 		good = journalHeader
 	}
-	if good != len(b) {
+	if fi, err := s.jf.Stat(); err != nil {
+		return err
+	} else if fi.Size() != int64(good) {
 		if err := s.jf.Truncate(int64(good)); err != nil {
 			return err
 		}
@@ -179,22 +201,50 @@ func (s *Store) recover() error {
 	return nil
 }
 
-// follow makes the writer's series those of the replayed journal, with their last values.
-func (s *Store) follow() error {
-	for i := range s.open.cols {
-		c := &s.open.cols[i]
-		ws := &wseries{key: c.key, kind: c.key[0], id: int32(i), seen: s.open.ticks[c.last], known: true}
-		d := dec{b: c.data}
-		d.abs(ws.kind, &ws.cur)
+// follow makes the writer's series those of the replayed journal g, with their last values.
+func (s *Store) follow(g *segment) error {
+	c := &s.c
+	var v val
+	for i := range g.cols {
+		col := &g.cols[i]
+		key, split, cgroup, workload, err := splitEntry(s.key[:0], col.key)
+		if err != nil {
+			return err
+		}
+		s.key = key
+		cg, scratch := c.cgroup(cgroup, workload, s.part)
+		s.part = scratch
+		sh := c.shape(key, split)
+		if c.find(cg, sh) >= 0 {
+			return fmt.Errorf("%w: column %d repeats a series", errCorrupt, i)
+		}
+		id := c.add(cg, sh)
+		ws := c.series(id)
+		ws.col, ws.clen, ws.clast, ws.seen = int32(i), uint32(len(col.data)), col.last, g.ticks[col.last]
+		d := dec{b: col.data}
+		d.abs(key[0], &v)
 		for len(d.b) > 0 && d.err == nil {
 			d.uvarint()
-			d.change(ws.kind, &ws.cur)
+			d.change(key[0], &v)
 		}
 		if d.err != nil {
 			return d.err
 		}
-		s.series[c.key] = ws
-		s.cat = append(s.cat, ws)
+		c.setValue(ws, &v)
+		c.cols = append(c.cols, id)
+		c.cgs[cg].seen = max(c.cgs[cg].seen, ws.seen)
+	}
+	o := &s.open
+	o.ticks, o.events, o.nEvents, o.minT, o.maxT, o.samples = g.ticks, g.events, g.nEvents, g.minT, g.maxT, g.samples
+	i := 0
+	for t := range g.ticks {
+		for i < len(g.cols) && g.cols[i].first < int32(t) {
+			i++
+		}
+		o.colStart = append(o.colStart, int32(i))
+	}
+	if len(g.ticks) > 0 {
+		c.seg = g.ticks[0]
 	}
 	return nil
 }
@@ -232,13 +282,9 @@ func (s *Store) Append(t time.Time, recs []rundir.Record) error {
 			return s.failed("seal segment", err)
 		}
 	}
-	payload := s.encodeTick(tn)
-	if err := s.writeEntry(payload); err != nil {
+	if err := s.writeTick(tn); err != nil {
 		s.st.LostTicks++
 		return s.failed("write journal", err)
-	}
-	if err := s.commit(payload, tn); err != nil {
-		return fmt.Errorf("flightrec: %w", err)
 	}
 	if !s.st.Writable {
 		s.log.Info("flight recorder writing again", "dir", s.o.Dir, "lost ticks", s.st.LostTicks)
@@ -271,6 +317,8 @@ func (s *Store) stage(tn int64, recs []rundir.Record) error {
 			return fmt.Errorf("flightrec: record %d (%s %s): %d buckets, at most %d", i, r.Metric, r.Cgroup, len(r.Hist.Buckets), maxBuckets)
 		}
 	}
+	s.ticks++
+	c := &s.c
 	for i := range recs {
 		r := &recs[i]
 		if r.Type != rundir.TypeSample {
@@ -278,6 +326,11 @@ func (s *Store) stage(tn int64, recs []rundir.Record) error {
 				s.st.LostEvents++
 				continue
 			}
+			rt := clampNanos(r.Time)
+			if s.pendN == 0 {
+				s.pendT = [2]int64{rt, rt}
+			}
+			s.pendT = [2]int64{min(s.pendT[0], rt), max(s.pendT[1], rt)}
 			s.pendEv = appendRecord(s.pendEv, r)
 			s.pendN++
 			continue
@@ -287,100 +340,210 @@ func (s *Store) stage(tn int64, recs []rundir.Record) error {
 		if r.Hist != nil {
 			kind = kindHist
 		}
-		s.key = appendEntry(s.key[:0], kind, r)
-		ws := s.series[string(s.key)]
-		if ws == nil {
-			ws = &wseries{key: string(s.key), kind: kind, id: -1}
-			s.series[ws.key] = ws
-		}
+		var cg int32
+		cg, s.part = c.cgroup(r.Cgroup, r.Workload, s.part)
+		c.cgs[cg].seen, c.cgs[cg].tick = tn, uint32(s.ticks)
+		var id int32
+		id, s.key = c.seriesOf(cg, kind, r, s.key)
+		ws := c.series(id)
 		ws.seen = tn
 		if kind == kindFloat {
 			bits := math.Float64bits(*r.Value)
-			if !ws.dirty && ws.known && bits == ws.cur.bits {
+			if ws.stage < 0 && ws.known && c.value(ws, &s.cur).bits == bits {
 				continue
 			}
-			ws.next.bits = bits
-		} else {
-			h := r.Hist
-			if !ws.dirty && ws.known && h.Count == ws.cur.count && h.SumNs == ws.cur.sum && slices.Equal(h.Buckets, ws.cur.bkt) {
-				continue
-			}
-			ws.next.setHist(h)
+			s.stageOf(ws, id).bits = bits
+			continue
 		}
-		if !ws.dirty {
-			ws.dirty = true
-			s.dirty = append(s.dirty, ws)
+		h := r.Hist
+		if ws.stage < 0 && ws.known && histEqual(c.hists[ws.m], h) {
+			continue
+		}
+		st := s.stageOf(ws, id)
+		st.count, st.sum, st.nb = h.Count, h.SumNs, uint32(len(h.Buckets))
+		if st.nb > st.bc {
+			st.b0, st.bc = uint32(len(s.stagedBkt)), st.nb
+			s.stagedBkt = append(s.stagedBkt, h.Buckets...)
+		} else {
+			copy(s.stagedBkt[st.b0:], h.Buckets)
 		}
 	}
 	return nil
 }
 
-// encodeTick makes the journal payload of tick tn: its index in the segment and time, the new
-// series (catalogue entry and value in full), the changes of the others by column, and the
-// events. The first tick of a segment defines every series alive, so that a segment reads on
-// its own: the last segment's in their order, less those idle for SeriesIdle, then the new.
-func (s *Store) encodeTick(tn int64) []byte {
+// stageOf returns the staged value of series id.
+func (s *Store) stageOf(ws *wseries, id int32) *staged {
+	if ws.stage < 0 {
+		ws.stage = int32(len(s.staged))
+		s.staged = append(s.staged, staged{id: id})
+	}
+	return &s.staged[ws.stage]
+}
+
+// nextVal returns a series' staged value.
+func (s *Store) nextVal(ws *wseries, v *val) *val {
+	st := &s.staged[ws.stage]
+	if s.c.kind(ws) == kindFloat {
+		v.bits, v.mode, v.m = st.bits, st.mode, st.m
+	} else {
+		v.count, v.sum, v.bkt = st.count, st.sum, s.stagedBkt[st.b0:st.b0+st.nb]
+	}
+	return v
+}
+
+// writeTick writes tick tn to the journal: its index in the segment and time, the new series
+// (catalogue entry and value in full), the changes of the others by column, and the events.
+// The first tick of a segment defines every series followed, so that a segment reads on its
+// own. A tick with many new series is written as several entries (partBytes each), changes
+// and events in the last. Once written, it is the writer's state.
+func (s *Store) writeTick(tn int64) error {
 	idx := len(s.open.ticks)
-	s.defs, s.changes = s.defs[:0], s.changes[:0]
+	c := &s.c
+	s.defs, s.colds, s.changes, s.lens = s.defs[:0], s.colds[:0], s.changes[:0], s.lens[:0]
 	if idx == 0 {
-		for _, ws := range s.cat {
-			if !ws.dirty && ws.seen < tn-int64(s.o.SeriesIdle) {
-				delete(s.series, ws.key)
-				continue
-			}
-			s.defs = append(s.defs, ws)
-		}
+		s.defs, s.colds, s.key = c.carry(tn-int64(s.o.SeriesIdle), s.defs, s.colds, s.key)
 	}
-	for _, ws := range s.dirty {
+	for i := range s.staged {
+		id := s.staged[i].id
+		ws := c.series(id)
 		switch {
-		case idx == 0 && ws.known: // in s.cat
-		case ws.id < 0:
-			s.defs = append(s.defs, ws)
-		case !ws.next.equal(ws.kind, &ws.cur):
-			s.changes = append(s.changes, ws)
+		case idx == 0: // carried
+		case ws.col < 0:
+			s.defs = append(s.defs, id)
+		case !c.value(ws, &s.cur).equal(c.kind(ws), s.nextVal(ws, &s.next)):
+			if w := int(ws.col) / 64; w >= len(s.changed) {
+				s.changed = append(s.changed, make([]uint64, w+1-len(s.changed))...)
+			}
+			s.changed[ws.col/64] |= 1 << (ws.col % 64)
 		}
 	}
-	slices.SortFunc(s.changes, func(a, b *wseries) int { return cmp.Compare(a.id, b.id) })
-	b := binary.AppendUvarint(s.payload[:0], uint64(idx))
-	b = binary.AppendVarint(b, tn)
-	b = binary.AppendUvarint(b, uint64(len(s.defs)))
-	for _, ws := range s.defs {
-		b = append(b, ws.key...)
-		v := &ws.cur
-		if ws.dirty {
-			v = &ws.next
-			if ws.kind == kindFloat {
+	for w, set := range s.changed {
+		for ; set != 0; set &= set - 1 {
+			s.changes = append(s.changes, c.cols[w*64+bits.TrailingZeros64(set)])
+		}
+	}
+	clear(s.changed)
+
+	start := s.jlen
+	err := s.writeDefs(idx, tn)
+	if err == nil {
+		err = s.writePart(idx, tn, true)
+	}
+	if err != nil {
+		s.jlen = start
+		s.jf.Truncate(start) // best effort: if it fails, replay still stops at the partial tick
+		return err
+	}
+	s.commit(idx, tn)
+	return nil
+}
+
+// writeDefs writes the tick's new series to the journal, but for the last entry's.
+func (s *Store) writeDefs(idx int, tn int64) error {
+	c := &s.c
+	n := len(s.defs)
+	for _, cg := range s.colds {
+		n += int(c.cgs[cg].n)
+	}
+	s.part, s.nPart = slices.Grow(s.part[:0], min(partBytes, n*256)+4096), 0
+	s.lens = slices.Grow(s.lens, len(s.defs))
+	for _, id := range s.defs {
+		ws := c.series(id)
+		s.part = appendEntry(s.part, &c.shapes[ws.shape], &c.cgs[ws.cg])
+		v0 := len(s.part)
+		if ws.stage < 0 {
+			s.part = c.appendValue(s.part, ws)
+		} else {
+			v := s.nextVal(ws, &s.next)
+			if c.kind(ws) == kindFloat {
 				prefer := uint8(modeRaw)
 				if ws.known {
-					prefer = ws.cur.mode
+					prefer = ws.mode
 				}
-				v.mode, v.m = represent(math.Float64frombits(v.bits), prefer)
+				st := &s.staged[ws.stage]
+				st.mode, st.m = represent(math.Float64frombits(v.bits), prefer)
+				v.mode, v.m = st.mode, st.m
+			}
+			s.part = appendAbs(s.part, c.kind(ws), v)
+		}
+		s.lens = append(s.lens, uint32(len(s.part)-v0))
+		if err := s.defined(idx, tn); err != nil {
+			return err
+		}
+	}
+	for _, cg := range s.colds {
+		it := c.coldSeries(cg)
+		for it.next() {
+			s.part = appendEntry(s.part, &c.shapes[it.cur.shape], &c.cgs[cg])
+			s.part = append(s.part, it.cur.val...)
+			if err := s.defined(idx, tn); err != nil {
+				return err
 			}
 		}
-		b = appendAbs(b, ws.kind, v)
 	}
+	return nil
+}
+
+// defined counts a series defined in s.part, writing it out when full.
+func (s *Store) defined(idx int, tn int64) error {
+	s.nPart++
+	if len(s.part) < partBytes {
+		return nil
+	}
+	return s.writePart(idx, tn, false)
+}
+
+// writePart writes the series defined in s.part as an entry of tick idx; the last entry
+// holds the changes and the events too.
+func (s *Store) writePart(idx int, tn int64, last bool) error {
+	b := slices.Grow(s.payload[:0], len(s.part)+32)
+	if last {
+		b = slices.Grow(b, len(s.part)+32+len(s.pendEv)+8*len(s.changes))
+	}
+	b = binary.AppendUvarint(b, uint64(idx))
+	b = binary.AppendVarint(b, tn)
+	b = binary.AppendUvarint(b, uint64(s.nPart))
+	b = append(b, s.part...)
+	s.part, s.nPart = s.part[:0], 0
+	if !last {
+		b = append(b, 0, 0) // no changes, no events
+	} else {
+		b = s.appendChanges(b)
+		b = binary.AppendUvarint(b, uint64(s.pendN))
+		b = append(b, s.pendEv...)
+	}
+	s.payload = b
+	return s.writeEntry(b, !last)
+}
+
+// appendChanges appends the changes of the tick: the column gap from the previous change, and
+// the change.
+func (s *Store) appendChanges(b []byte) []byte {
+	c := &s.c
 	b = binary.AppendUvarint(b, uint64(len(s.changes)))
 	prev := int32(-1)
-	for _, ws := range s.changes {
-		b = binary.AppendUvarint(b, uint64(ws.id-prev-1))
-		prev = ws.id
-		if ws.kind == kindFloat {
-			b = appendFloatChange(b, &ws.cur, &ws.next)
+	for _, id := range s.changes {
+		ws := c.series(id)
+		b = binary.AppendUvarint(b, uint64(ws.col-prev-1))
+		prev = ws.col
+		n := len(b)
+		cur, next := c.value(ws, &s.cur), s.nextVal(ws, &s.next)
+		if c.kind(ws) == kindFloat {
+			b = appendFloatChange(b, cur, next)
+			st := &s.staged[ws.stage]
+			st.mode, st.m = next.mode, next.m
 		} else {
-			b = appendHistChange(b, &ws.cur, &ws.next)
+			b = appendHistChange(b, cur, next)
 		}
+		s.lens = append(s.lens, uint32(len(b)-n))
 	}
-	b = binary.AppendUvarint(b, uint64(s.pendN))
-	b = append(b, s.pendEv...)
-	s.payload = b
 	return b
 }
 
-// writeEntry appends a tick to the journal. A failed write is cut off again so that the next
-// tick follows the last whole one; when the disk is full, retention frees space and the
-// write is tried once more.
-func (s *Store) writeEntry(payload []byte) error {
-	s.entry = frameEntry(s.entry[:0], payload, s.jenc)
+// writeEntry appends an entry to the journal. When the disk is full, retention frees space
+// and the write is tried once more.
+func (s *Store) writeEntry(payload []byte, more bool) error {
+	s.entry = frameEntry(slices.Grow(s.entry[:0], len(payload)+32), payload, s.jenc, more)
 	if len(s.entry) > maxEntry+entryHeader {
 		return fmt.Errorf("tick of %d bytes, beyond %d", len(s.entry), maxEntry)
 	}
@@ -391,69 +554,98 @@ func (s *Store) writeEntry(payload []byte) error {
 			s.unsynced = true
 			return nil
 		}
-		s.jf.Truncate(s.jlen) // best effort: if it fails, replay still stops at the partial entry
 		if try > 0 || !noSpace(err) || s.retain(int64(len(s.entry))) == 0 {
 			return err
 		}
 	}
 }
 
-// commit makes the written tick the writer's state.
-func (s *Store) commit(payload []byte, tn int64) error {
-	base := int32(len(s.open.cols))
-	// No checking pass: the tick was made by encodeTick.
-	if err := s.open.applyTick(payload, true); err != nil {
-		return fmt.Errorf("journal tick does not decode (a bug): %w", err)
+// commit makes the tick written the writer's state.
+func (s *Store) commit(idx int, tn int64) {
+	c, o := &s.c, &s.open
+	base := int32(len(c.cols))
+	if idx == 0 {
+		c.seg, o.minT, o.maxT = tn, tn, tn
 	}
-	if base == 0 {
-		clear(s.cat)
-		s.cat = s.cat[:0]
-	}
-	s.cat = append(s.cat, s.defs...)
-	for i, ws := range s.defs {
-		ws.id = base + int32(i)
-		s.open.cols[ws.id].key = ws.key // one copy of the string, not two
-		if ws.dirty {
-			ws.cur.set(&ws.next)
+	o.colStart = append(o.colStart, base)
+	for i, id := range s.defs {
+		ws := c.series(id)
+		ws.col, ws.clen, ws.clast = base+int32(i), s.lens[i], int32(idx)
+		c.cols = append(c.cols, id)
+		if ws.stage >= 0 {
+			c.setValue(ws, s.nextVal(ws, &s.next))
 		}
-		ws.known = true
 	}
-	for _, ws := range s.changes {
-		ws.cur.set(&ws.next)
+	for _, cg := range s.colds {
+		g := &c.cgs[cg]
+		g.inSeg, g.col0 = tn, int32(len(c.cols))
+		for range g.n {
+			c.cols = append(c.cols, ^cg)
+		}
 	}
-	for _, ws := range s.dirty {
-		ws.dirty = false
+	for j, id := range s.changes {
+		ws := c.series(id)
+		ws.clen += uint32(uvarintLen(uint64(int32(idx)-ws.clast))) + s.lens[len(s.defs)+j]
+		ws.clast = int32(idx)
+		c.setValue(ws, s.nextVal(ws, &s.next))
 	}
-	s.dirty = s.dirty[:0]
-	s.pendEv, s.pendN = s.pendEv[:0], 0
+	for i := range s.staged {
+		c.series(s.staged[i].id).stage = -1
+	}
+	o.ticks = append(o.ticks, tn)
+	o.samples += int64(len(c.cols))
+	if s.pendN > 0 {
+		o.events = append(o.events, s.pendEv...)
+		o.nEvents += s.pendN
+		o.minT, o.maxT = min(o.minT, s.pendT[0]), max(o.maxT, s.pendT[1])
+	}
+	o.maxT = max(o.maxT, tn)
 	s.lastTick = tn
 	s.st.Ticks++
-	if cap(s.payload) > 1<<20 { // a segment's first tick, which defines every series: rare
-		s.payload, s.entry = nil, nil
+
+	// Buffers a burst grew (a segment's first tick, many new series) go back to the collector.
+	s.staged, s.stagedBkt = shrink(s.staged), shrink(s.stagedBkt)
+	s.defs, s.colds, s.changes, s.lens = shrink(s.defs), shrink(s.colds), shrink(s.changes), shrink(s.lens)
+	s.pendEv, s.pendN = shrink(s.pendEv), 0
+	s.payload, s.entry = shrink(s.payload), shrink(s.entry)
+
+	for cg := range int32(len(c.cgs)) {
+		if g := &c.cgs[cg]; g.n > 0 && g.cold == nil && uint32(s.ticks)-g.tick >= coldTicks {
+			s.key = c.freeze(cg, s.key)
+		}
 	}
-	return nil
 }
+
+// shrink empties b, dropping its array when it is much larger than what b held.
+func shrink[T any](b []T) []T {
+	if cap(b) > 4096 && cap(b) > 4*len(b) {
+		return nil
+	}
+	return b[:0]
+}
+
+func uvarintLen(u uint64) int { return (bits.Len64(u|1) + 6) / 7 }
 
 // seal writes the open segment to its file and empties the journal.
 func (s *Store) seal() error {
-	sf, err := writeSegment(s.o.Dir, s.open)
-	if err != nil && noSpace(err) {
-		var raw int64
-		for i := range s.open.cols {
-			raw += int64(len(s.open.cols[i].data))
-		}
-		if s.retain(raw/2+int64(len(s.open.events))) > 0 {
-			sf, err = writeSegment(s.o.Dir, s.open)
-		}
+	sf, err := s.writeSegment()
+	// The segment takes about what the journal does.
+	if err != nil && noSpace(err) && s.retain(s.jlen) > 0 {
+		sf, err = s.writeSegment()
 	}
 	if err != nil {
 		return err
 	}
 	s.segs = append(s.segs, sf)
-	s.open = &segment{}
-	for _, ws := range s.series {
-		ws.id = -1
+	o := &s.open
+	*o = openSeg{ticks: shrink(o.ticks), colStart: shrink(o.colStart), events: shrink(o.events)}
+	c := &s.c
+	for _, id := range c.cols {
+		if id >= 0 {
+			c.series(id).col = -1
+		}
 	}
+	c.cols, c.seg = shrink(c.cols), 0
 	// If this fails, the next tick overwrites the journal from its start anyway, and replay
 	// stops at the first older tick after it.
 	if err := s.jf.Truncate(journalHeader); err != nil {
@@ -652,8 +844,23 @@ func (s *Store) Read(from, to time.Time, step time.Duration, fn func(rundir.Reco
 		s.mu.Unlock()
 		return ErrClosed
 	}
-	v := &view{segs: slices.Clone(s.segs), open: s.open.snapshot()}
+	v := &view{segs: slices.Clone(s.segs)}
+	var journal []byte
+	if o := &s.open; len(o.ticks) > 0 && o.maxT >= clampNanos(from) && o.minT <= clampNanos(to) {
+		journal = make([]byte, s.jlen)
+		if _, err := s.jf.ReadAt(journal, 0); err != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("flightrec: read journal: %w", err)
+		}
+	}
 	s.mu.Unlock()
+	if journal != nil {
+		g := &segment{}
+		if good, cut := replay(journal, g); cut != nil || good != len(journal) {
+			return fmt.Errorf("flightrec: journal does not decode: %v", cut)
+		}
+		v.open = g
+	}
 	return v.read(from, to, step, fn, s.setAside)
 }
 
@@ -667,7 +874,7 @@ func (s *Store) Status() Status {
 	st.Segments = len(s.segs)
 	st.JournalBytes = s.jlen
 	st.Bytes = s.bytes()
-	st.Series = len(s.series)
+	st.Series = s.c.n
 	st.StoredSamples = s.open.samples
 	for _, f := range s.segs {
 		st.StoredSamples += int64(f.h.samples)

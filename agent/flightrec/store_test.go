@@ -187,13 +187,16 @@ func TestSecondWriter(t *testing.T) {
 }
 
 // A series with no sample for SeriesIdle is left out of the segments after; reads from
-// before still see it.
+// before still see it. So is one of a cgroup gone quiet, which the writer packs meanwhile.
 func TestSeriesIdle(t *testing.T) {
 	s := open(t, Options{Dir: t.TempDir(), SegmentSpan: 10 * time.Second, SeriesIdle: 15 * time.Second, Now: func() time.Time { return t0 }})
 	for i := range 60 {
 		recs := []rundir.Record{{Type: rundir.TypeSample, Metric: "busy", Value: fp(float64(i))}}
 		if i == 0 {
 			recs = append(recs, rundir.Record{Type: rundir.TypeSample, Metric: "gone", Value: fp(1)})
+		}
+		if i <= 5 { // idle from 20 s on, but only just: left out at 30 s
+			recs = append(recs, rundir.Record{Type: rundir.TypeSample, Metric: "removed", Cgroup: "/removed", Value: fp(float64(i))})
 		}
 		if err := s.Append(t0.Add(time.Duration(i)*time.Second), recs); err != nil {
 			t.Fatal(err)
@@ -209,11 +212,42 @@ func TestSeriesIdle(t *testing.T) {
 	if m := metrics(t0.Add(15 * time.Second)); !m["gone"] {
 		t.Errorf("a series idle less than SeriesIdle is not read: %v", m)
 	}
-	if m := metrics(t0.Add(35 * time.Second)); m["gone"] || !m["busy"] {
+	if m := metrics(t0.Add(25 * time.Second)); m["gone"] || !m["removed"] {
+		t.Errorf("from 25 s: %v, want removed and not gone", m)
+	}
+	if m := metrics(t0.Add(35 * time.Second)); m["gone"] || m["removed"] || !m["busy"] {
 		t.Errorf("a series idle more than SeriesIdle is still read: %v", m)
 	}
 	if st := s.Status(); st.Series != 1 {
 		t.Errorf("series followed: %d, want 1", st.Series)
+	}
+}
+
+// The series of a cgroup gone quiet, which the writer packs, are left out each by its own last
+// sample, however many segments carried them packed.
+func TestPackedSeriesIdle(t *testing.T) {
+	s := open(t, Options{Dir: t.TempDir(), SegmentSpan: 10 * time.Second, SeriesIdle: 25 * time.Second, Now: func() time.Time { return t0 }})
+	for i := range 60 {
+		recs := []rundir.Record{{Type: rundir.TypeSample, Metric: "busy", Value: fp(float64(i))}}
+		for _, m := range []string{"early", "later"} {
+			if i <= 1 || i <= 5 && m == "later" {
+				recs = append(recs, rundir.Record{Type: rundir.TypeSample, Metric: m, Cgroup: "/removed", Value: fp(float64(i))})
+			}
+		}
+		if err := s.Append(t0.Add(time.Duration(i)*time.Second), recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for from, want := range map[time.Duration]string{25 * time.Second: "busy early later", 35 * time.Second: "busy later", 45 * time.Second: "busy"} {
+		var got []string
+		for _, r := range readAll(t, s, t0.Add(from), t0.Add(time.Hour), 0) {
+			if !slices.Contains(got, r.Metric) {
+				got = append(got, r.Metric)
+			}
+		}
+		if slices.Sort(got); strings.Join(got, " ") != want {
+			t.Errorf("from %v: %v, want %s", from, got, want)
+		}
 	}
 }
 
