@@ -19,15 +19,17 @@ type Window struct {
 	// Cgroup, if set, is the cgroup under examination (an incident's): a workload of kind
 	// observed. Without it the analyzer examines every cgroup whose waits rose.
 	Cgroup string
-	// Step reads the recorder at ticks at least this far apart; 0 picks one from the span
-	// (every tick up to maxFullTicks of them).
+	// Step reads the recorder at ticks at least this far apart; 0 reads every tick for an
+	// export and at most analysisTicks a phase for the analyzer.
 	Step time.Duration
 }
 
-// maxFullTicks bounds the ticks a window is read at by default: a longer span is read every
-// span/maxFullTicks, which keeps counters exact at each tick read and an hour of 1,000 cgroups
-// within the post-mortem's budget.
-const maxFullTicks = 1200
+// analysisTicks bounds the ticks each phase (the baseline, the window) is read at for the
+// analyzer: a longer phase is read every phase/analysisTicks. Counters stay exact at every tick
+// read and at both edges of each phase, which is what the rules compare; gauges are read that
+// much more coarsely, still 60 readings a phase. It keeps an hour of 1,000 cgroups within the
+// post-mortem's budget. An export reads every tick unless told a step.
+const analysisTicks = 60
 
 // Validate names the bound a window breaks.
 func (w Window) Validate() error {
@@ -44,15 +46,15 @@ func (w Window) Validate() error {
 	return nil
 }
 
-func (w Window) step(interval time.Duration) time.Duration {
+// step is the step a phase of that span is read at, for at most ticks ticks (0: every tick).
+func (w Window) step(span, interval time.Duration, ticks int) time.Duration {
 	if w.Step > 0 {
 		return w.Step
 	}
-	span := w.To.Sub(w.BaselineFrom)
-	if interval <= 0 || span <= maxFullTicks*interval {
+	if ticks == 0 || interval <= 0 || span <= time.Duration(ticks)*interval {
 		return 0
 	}
-	return (span / maxFullTicks).Round(interval)
+	return (span / time.Duration(ticks)).Round(interval)
 }
 
 // meta is the agent's meta for this window: scenario agent, the observed cgroup and the
@@ -76,57 +78,77 @@ func (w Window) meta(agent rundir.Meta) rundir.Meta {
 	return m
 }
 
-// read streams the window's records with its phase records: the baseline from the first tick
-// read (so that every series has its reference there) to From, then the window to To.
-func (w Window) read(src Source, interval time.Duration, fn func(rundir.Record) error) error {
+// read streams the window's records with its phase records: the baseline from its first tick
+// read (so that every series has its reference there) to From, then the window to To. Each
+// phase is read on its own, so that both of its edges are ticks read whatever its step.
+func (w Window) read(src Source, interval time.Duration, ticks int, fn func(rundir.Record) error) error {
 	if err := w.Validate(); err != nil {
 		return err
 	}
-	started := false
-	phase := func(t time.Time, name, event string) error {
-		return fn(rundir.Record{Type: rundir.TypePhase, Time: t, Name: name, Event: event})
-	}
-	err := src.Read(w.BaselineFrom, w.To, w.step(interval), func(r rundir.Record) error {
-		if !started {
-			started = true
-			start := r.Time
-			if start.Before(w.BaselineFrom) {
-				start = w.BaselineFrom
-			}
-			if start.After(w.From) {
-				start = w.From
-			}
-			if err := phase(start, rundir.PhaseBaseline, rundir.EventStart); err != nil {
-				return err
-			}
+	var first time.Time
+	var baseline []rundir.Record
+	// The baseline is held until its first tick is known: its phase record comes first.
+	err := src.Read(w.BaselineFrom, w.From, w.step(w.From.Sub(w.BaselineFrom), interval, ticks), func(r rundir.Record) error {
+		if first.IsZero() || r.Time.Before(first) {
+			first = r.Time
 		}
-		return fn(r)
+		baseline = append(baseline, r)
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	if !started {
-		return fmt.Errorf("the flight recorder has nothing from %s to %s", w.BaselineFrom.Format(time.RFC3339), w.To.Format(time.RFC3339))
+	if len(baseline) == 0 {
+		return fmt.Errorf("the flight recorder has nothing from %s to %s", w.BaselineFrom.Format(time.RFC3339), w.From.Format(time.RFC3339))
 	}
+	if first.Before(w.BaselineFrom) {
+		first = w.BaselineFrom
+	}
+	if err := fn(rundir.Record{Type: rundir.TypePhase, Time: first, Name: rundir.PhaseBaseline, Event: rundir.EventStart}); err != nil {
+		return err
+	}
+	for _, r := range baseline {
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	baseline = nil
 	for _, p := range []rundir.Record{
 		{Type: rundir.TypePhase, Time: w.From, Name: rundir.PhaseBaseline, Event: rundir.EventEnd},
 		{Type: rundir.TypePhase, Time: w.From, Name: rundir.PhaseWindow, Event: rundir.EventStart},
-		{Type: rundir.TypePhase, Time: w.To, Name: rundir.PhaseWindow, Event: rundir.EventEnd},
 	} {
 		if err := fn(p); err != nil {
 			return err
 		}
 	}
-	return nil
+	// The window's read starts with every series' state at its first tick; its changes since
+	// the baseline's last tick (at or before From) count in the window.
+	if err := src.Read(w.From, w.To, w.step(w.To.Sub(w.From), interval, ticks), fn); err != nil {
+		return err
+	}
+	return fn(rundir.Record{Type: rundir.TypePhase, Time: w.To, Name: rundir.PhaseWindow, Event: rundir.EventEnd})
 }
 
 // Run reads the window into memory, for the analyzer.
 func (w Window) Run(src Source, agent rundir.Meta) (*rundir.Run, error) {
-	run := &rundir.Run{Meta: w.meta(agent)}
-	err := w.read(src, time.Duration(agent.Interval), func(r rundir.Record) error {
-		run.Records = append(run.Records, r)
+	// Gathered in blocks and joined once: growing one slice of millions of records copies it
+	// again and again under the garbage collector.
+	const block = 1 << 16
+	var blocks [][]rundir.Record
+	n := 0
+	err := w.read(src, time.Duration(agent.Interval), analysisTicks, func(r rundir.Record) error {
+		if len(blocks) == 0 || len(blocks[len(blocks)-1]) == block {
+			blocks = append(blocks, make([]rundir.Record, 0, block))
+		}
+		blocks[len(blocks)-1] = append(blocks[len(blocks)-1], r)
+		n++
 		return nil
 	})
+	run := &rundir.Run{Meta: w.meta(agent), Records: make([]rundir.Record, 0, n)}
+	for i := range blocks {
+		run.Records = append(run.Records, blocks[i]...)
+		blocks[i] = nil
+	}
 	return run, err
 }
 
@@ -138,7 +160,7 @@ func (w Window) Export(src Source, agent rundir.Meta, dir string) error {
 	}
 	const batch = 4096
 	buf := make([]rundir.Record, 0, batch)
-	err = w.read(src, time.Duration(agent.Interval), func(r rundir.Record) error {
+	err = w.read(src, time.Duration(agent.Interval), 0, func(r rundir.Record) error {
 		if buf = append(buf, r); len(buf) == batch {
 			err := out.Append(buf...)
 			buf = buf[:0]

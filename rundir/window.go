@@ -134,23 +134,69 @@ func (r *Run) Series(metric string) SeriesSet {
 	return r.series[metric]
 }
 
+// indexKey identifies a series without building a string: most series have at most two
+// labels, held in order; more fall back to SeriesKey in rest.
+type indexKey struct {
+	metric, cgroup string
+	k1, v1, k2, v2 string
+	rest           string
+}
+
+func keyOf(rec *Record) indexKey {
+	k := indexKey{metric: rec.Metric, cgroup: rec.Cgroup}
+	switch len(rec.Labels) {
+	case 0:
+	case 1:
+		for lk, lv := range rec.Labels {
+			k.k1, k.v1 = lk, lv
+		}
+	case 2:
+		i := 0
+		for lk, lv := range rec.Labels {
+			if i == 0 {
+				k.k1, k.v1 = lk, lv
+			} else {
+				k.k2, k.v2 = lk, lv
+			}
+			i++
+		}
+		if k.k2 < k.k1 {
+			k.k1, k.v1, k.k2, k.v2 = k.k2, k.v2, k.k1, k.v1
+		}
+	default:
+		k.rest = SeriesKey("", "", rec.Labels)
+	}
+	return k
+}
+
 func indexSeries(recs []Record) map[string]SeriesSet {
-	byKey := map[string]*Series{}
-	for _, rec := range recs {
+	byKey := map[indexKey]*Series{}
+	for i := range recs {
+		rec := &recs[i]
 		if rec.Type != TypeSample || rec.Metric == "" {
 			continue
 		}
-		key := SeriesKey(rec.Metric, rec.Cgroup, rec.Labels)
+		key := keyOf(rec)
 		s, ok := byKey[key]
 		if !ok {
 			s = &Series{Metric: rec.Metric, Cgroup: rec.Cgroup, Labels: rec.Labels}
 			byKey[key] = s
 		}
-		s.Samples = append(s.Samples, rec)
+		s.Samples = append(s.Samples, *rec)
 	}
+	// Ordered by cgroup and labels, as SeriesKey orders them: one key per series.
+	type keyed struct {
+		key string
+		s   *Series
+	}
+	all := make([]keyed, 0, len(byKey))
+	for _, s := range byKey {
+		all = append(all, keyed{SeriesKey(s.Metric, s.Cgroup, s.Labels), s})
+	}
+	slices.SortFunc(all, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
 	index := map[string]SeriesSet{}
-	for _, key := range slices.Sorted(maps.Keys(byKey)) {
-		s := byKey[key]
+	for _, ks := range all {
+		s := ks.s
 		// Producers append concurrently, so samples may be slightly out of order.
 		slices.SortStableFunc(s.Samples, func(a, b Record) int { return a.Time.Compare(b.Time) })
 		index[s.Metric] = append(index[s.Metric], s)
