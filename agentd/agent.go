@@ -341,9 +341,22 @@ func ReadMeta(dataDir string) (rundir.Meta, error) {
 }
 
 // analyzeWindow runs the analyzer on a window of the flight recorder.
+//
+// The analysis holds the window's records in the agent's memory: it reads each phase at as many
+// ticks as keep them within analysisRecords (every series changing at every tick read), at
+// least 2 (the phase's edges, where counters are exact), so that a node of thousands of series
+// costs the agent a bounded transient, at the price of coarser gauges. Close stops it.
 func (a *Agent) analyzeWindow(w Window) (json.RawMessage, error) {
+	if series := a.store.Status().Series; series > 0 {
+		w.Ticks = min(analysisTicks, max(2, analysisRecords/(2*series)))
+	}
+	w.Stop = a.stop
 	return AnalyzeWindow(a.store, a.Meta(), w)
 }
+
+// analysisRecords bounds the records an incident's analysis reads into the agent's memory
+// (about 200 bytes each).
+const analysisRecords = 150_000
 
 // AnalyzeWindow reads a window from src and returns the analyzer's JSON report.
 func AnalyzeWindow(src Source, meta rundir.Meta, w Window) (json.RawMessage, error) {

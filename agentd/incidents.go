@@ -244,6 +244,10 @@ func (m *incidents) analyzeLoop(done <-chan struct{}) {
 				continue
 			}
 			report, err := m.analyze(w)
+			if errors.Is(err, ErrStopped) {
+				// The agent is stopping: the next one analyzes it (load reopens it).
+				return
+			}
 			m.mu.Lock()
 			in.State, in.Report = StateClosed, report
 			if err != nil {

@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -20,9 +21,16 @@ type Window struct {
 	// observed. Without it the analyzer examines every cgroup whose waits rose.
 	Cgroup string
 	// Step reads the recorder at ticks at least this far apart; 0 reads every tick for an
-	// export and at most analysisTicks a phase for the analyzer.
+	// export and at most Ticks a phase for the analyzer.
 	Step time.Duration
+	// Ticks bounds the ticks each phase is read at for the analyzer; 0 is analysisTicks.
+	Ticks int
+	// Stop, if set, ends a read under way when it is closed (an agent shutting down).
+	Stop <-chan struct{}
 }
+
+// ErrStopped is a window's read ended by its Stop.
+var ErrStopped = errors.New("reading the window: stopped")
 
 // analysisTicks bounds the ticks each phase (the baseline, the window) is read at for the
 // analyzer: a longer phase is read every phase/analysisTicks. Counters stay exact at every tick
@@ -129,6 +137,15 @@ func (w Window) read(src Source, interval time.Duration, ticks int, fn func(rund
 	return fn(rundir.Record{Type: rundir.TypePhase, Time: w.To, Name: rundir.PhaseWindow, Event: rundir.EventEnd})
 }
 
+func (w Window) stopped() bool {
+	select {
+	case <-w.Stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // Run reads the window into memory, for the analyzer.
 func (w Window) Run(src Source, agent rundir.Meta) (*rundir.Run, error) {
 	// Gathered in blocks and joined once: growing one slice of millions of records copies it
@@ -136,7 +153,14 @@ func (w Window) Run(src Source, agent rundir.Meta) (*rundir.Run, error) {
 	const block = 1 << 16
 	var blocks [][]rundir.Record
 	n := 0
-	err := w.read(src, time.Duration(agent.Interval), analysisTicks, func(r rundir.Record) error {
+	ticks := w.Ticks
+	if ticks <= 0 {
+		ticks = analysisTicks
+	}
+	err := w.read(src, time.Duration(agent.Interval), ticks, func(r rundir.Record) error {
+		if n%4096 == 0 && w.stopped() {
+			return ErrStopped
+		}
 		if len(blocks) == 0 || len(blocks[len(blocks)-1]) == block {
 			blocks = append(blocks, make([]rundir.Record, 0, block))
 		}

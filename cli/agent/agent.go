@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -37,7 +40,7 @@ import (
 // New returns the agent command and its subcommands.
 func New() *cobra.Command {
 	cfg := agentd.ServeConfig{Config: agentd.Config{Host: host.Default(), Triggers: agentd.DefaultTriggers, Windows: agentd.DefaultWindows}}
-	var daemonList, memLimit string
+	var daemonList, memLimit, pprofListen string
 	var verbose bool
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -84,6 +87,13 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 			cfg.Log = clix.Logger(cmd.ErrOrStderr(), verbose)
 			ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
 			defer stop()
+			if pprofListen != "" {
+				srv, err := servePprof(pprofListen)
+				if err != nil {
+					return err
+				}
+				defer srv.Close()
+			}
 			cfg.Ready = func(_ *agentd.Agent, api *apiserver.Server, metrics *metricserver.Server) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "nodectl agent: recording to %s; API on %s", cfg.DataDir, cfg.API.Socket)
 				if metrics != nil {
@@ -115,6 +125,7 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 	f.StringVar(&cfg.API.ClientCAFile, "tls-client-ca", "", "CA certificates (PEM) clients' certificates must chain to, for --listen-tcp")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. :9560); empty: none")
 	f.StringVar(&memLimit, "memory-limit", "48Mi", "the Go runtime's soft memory limit (GOMEMLIMIT, which overrides it): the garbage collector works harder near it, keeping the agent's RSS in its 64 MiB budget; 0 for none")
+	f.StringVar(&pprofListen, "pprof-listen", "", "serve Go's profiles (net/http/pprof) at http://HOST:PORT/debug/pprof/, for finding where the agent's CPU and memory go; keep it on loopback")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
 	clix.HostPathFlags(f, &cfg.Host)
 	cmd.AddCommand(statusCmd(), incidentsCmd(), watchCmd(), exportCmd())
@@ -139,6 +150,20 @@ func checkFlags(cfg agentd.ServeConfig) error {
 		return fmt.Errorf("--retention-age %s: must not be negative", cfg.Retention.MaxAge)
 	}
 	return badvalue.Name(errors.Join(cfg.Triggers.Validate(), cfg.Windows.Validate()), settingFlags)
+}
+
+// servePprof serves the runtime's profiles on addr.
+func servePprof(addr string) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof-listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	return srv, nil
 }
 
 // setMemoryLimit sets the runtime's soft memory limit unless GOMEMLIMIT does.
