@@ -143,6 +143,9 @@ func testCgroups(t *testing.T, layout *cgroup.Layout, name string, leaves map[st
 				t.Error(err)
 			}
 		}
+		if err := layout.Remove(root); err != nil {
+			t.Error(err)
+		}
 		if err := layout.Prune(cgroup.Parent); err != nil {
 			t.Error(err)
 		}
