@@ -192,15 +192,6 @@ func dial(cmd *cobra.Command, d apiserver.DialConfig) (agentv1.AgentClient, io.C
 	return apiserver.Dial(cmd.Context(), d)
 }
 
-func dialFlags(cmd *cobra.Command, d *apiserver.DialConfig) {
-	f := cmd.Flags()
-	f.StringVar(&d.Socket, "socket", apiserver.DefaultSocket, "the agent's unix socket")
-	f.StringVar(&d.TCP, "agent-tcp", "", "the agent's TCP address (host:port, mTLS) instead of its socket")
-	f.StringVar(&d.CertFile, "tls-cert", "", "client certificate (PEM) for --agent-tcp")
-	f.StringVar(&d.KeyFile, "tls-key", "", "client key (PEM) for --agent-tcp")
-	f.StringVar(&d.CAFile, "tls-ca", "", "CA certificates (PEM) the agent's certificate must chain to, for --agent-tcp")
-}
-
 func statusCmd() *cobra.Command {
 	var d apiserver.DialConfig
 	var output string
@@ -227,7 +218,7 @@ func statusCmd() *cobra.Command {
 			return renderStatus(cmd.OutOrStdout(), st)
 		},
 	}
-	dialFlags(cmd, &d)
+	agentsrc.DialFlags(cmd.Flags(), &d)
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	return cmd
 }
@@ -421,7 +412,7 @@ func watchCmd() *cobra.Command {
 			}
 		},
 	}
-	dialFlags(cmd, &d)
+	agentsrc.DialFlags(cmd.Flags(), &d)
 	cmd.Flags().StringVar(&metric, "metric", "", "only this metric (e.g. "+rundir.MetricRunqLatency+")")
 	cmd.Flags().StringVar(&prefix, "cgroup", "", "only cgroups at or below this path")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text, or json (one record per line, as in a run directory)")

@@ -32,11 +32,16 @@ type Flags struct {
 // Register adds the flags.
 func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.DataDir, "data-dir", "", "read the agent's data directory directly (the agent dead, or a copy off a broken node) instead of asking the running agent")
-	fs.StringVar(&f.Dial.Socket, "socket", apiserver.DefaultSocket, "the agent's unix socket")
-	fs.StringVar(&f.Dial.TCP, "agent-tcp", "", "the agent's TCP address (host:port, mTLS) instead of its socket")
-	fs.StringVar(&f.Dial.CertFile, "tls-cert", "", "client certificate (PEM) for --agent-tcp")
-	fs.StringVar(&f.Dial.KeyFile, "tls-key", "", "client key (PEM) for --agent-tcp")
-	fs.StringVar(&f.Dial.CAFile, "tls-ca", "", "CA certificates (PEM) the agent's certificate must chain to, for --agent-tcp")
+	DialFlags(fs, &f.Dial)
+}
+
+// DialFlags adds the flags that say where the running agent is.
+func DialFlags(fs *pflag.FlagSet, d *apiserver.DialConfig) {
+	fs.StringVar(&d.Socket, "socket", apiserver.DefaultSocket, "the agent's unix socket")
+	fs.StringVar(&d.TCP, "agent-tcp", "", "the agent's TCP address (host:port, mTLS) instead of its socket")
+	fs.StringVar(&d.CertFile, "tls-cert", "", "client certificate (PEM) for --agent-tcp")
+	fs.StringVar(&d.KeyFile, "tls-key", "", "client key (PEM) for --agent-tcp")
+	fs.StringVar(&d.CAFile, "tls-ca", "", "CA certificates (PEM) the agent's certificate must chain to, for --agent-tcp")
 }
 
 // Recorder is the flight recorder, however reached.
