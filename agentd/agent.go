@@ -218,7 +218,7 @@ func tickTime(batch []rundir.Record) time.Time {
 }
 
 // reapEvery is how many intervals pass between two looks for removed cgroups: a stat each.
-const reapEvery = 10
+const reapEvery = 30
 
 // reap notes the cgroups batch names and, every reapEvery intervals, forgets those removed
 // since: the detector's references and the exporter's series go with them. It knows every

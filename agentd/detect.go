@@ -22,13 +22,16 @@ const (
 // Triggers are the bounds past which the agent opens an incident.
 type Triggers struct {
 	// RunqStall: a run-queue wait this long. The histogram knows a wait only to its log2
-	// bucket: a wait in the bucket holding RunqStall or above fires, so waits from the power of
-	// two at or below it count (0.54 s for 1 s).
+	// bucket: a wait fires in the first bucket whose waits are all at least RunqStall, or
+	// above (from 1.07 s for 1 s), so that no shorter wait does: on a virtual machine whose
+	// host holds a vCPU for half a second now and then, the bucket holding 1 s (from 0.54 s)
+	// opened an incident every minute or two on an idle node.
 	RunqStall time.Duration
 	// MemoryPSIFull: the share of an interval all of a cgroup's tasks (or the node's) were
 	// stalled on memory (PSI memory full), 0..1.
 	MemoryPSIFull float64
-	// DaemonWait: a run-queue wait of a system daemon this long (same bucket rule as RunqStall).
+	// DaemonWait: a run-queue wait of a system daemon this long (same bucket rule as RunqStall:
+	// from 134 ms for 100 ms).
 	DaemonWait time.Duration
 	// SwapPagesPerSecond: the node swapping at least this many pages a second both in and out.
 	SwapPagesPerSecond float64
@@ -89,7 +92,7 @@ type detector struct {
 }
 
 func newDetector(cfg Triggers, daemon func(string) (string, bool)) *detector {
-	return &detector{cfg: cfg, stallBucket: bucketOf(cfg.RunqStall), daemonBucket: bucketOf(cfg.DaemonWait), daemon: daemon,
+	return &detector{cfg: cfg, stallBucket: bucketFrom(cfg.RunqStall), daemonBucket: bucketFrom(cfg.DaemonWait), daemon: daemon,
 		long: map[string]uint64{}, daemonW: map[string]uint64{}, psiFull: map[string]reading{}, vm: map[string]float64{}}
 }
 
@@ -101,6 +104,9 @@ type reading struct {
 
 // bucketOf is the log2 bucket holding d.
 func bucketOf(d time.Duration) int { return bits.Len64(uint64(d)) - 1 }
+
+// bucketFrom is the first log2 bucket whose values are all at least d.
+func bucketFrom(d time.Duration) int { return bits.Len64(uint64(d) - 1) }
 
 // atOrAbove counts h's values in bucket k or above.
 func atOrAbove(h *hist.Log2, k int) uint64 {

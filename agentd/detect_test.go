@@ -53,14 +53,16 @@ func TestDetectorFiresOnceOnEachNewEvidence(t *testing.T) {
 		{[]rundir.Record{runq("/a", 2*time.Second), runq("/kubelet", ms),
 			value(rundir.MetricCgroupPressure, "/a", 1, rundir.LabelResource, rundir.ResourceMemory, rundir.LabelKind, rundir.PressureFull),
 			value(rundir.MetricVmstat, "", 100, rundir.LabelName, vmSwapIn), value(rundir.MetricVmstat, "", 100, rundir.LabelName, vmSwapOut)}, nil},
-		// A wait of 600 ms is in 1 s's bucket [2^29, 2^30) ns: a stall; the kubelet's 150 ms is past
-		// its 100 ms bound; memory full 0.5 s of 1 s; swapping 300 pages/s each way.
-		{[]rundir.Record{runq("/a", 2*time.Second, 600*ms), runq("/kubelet", ms, 150*ms),
+		// A wait of 1.2 s is in [2^30, 2^31) ns, the first bucket of waits all at least 1 s: a
+		// stall; the kubelet's 150 ms is past its 100 ms bound ([2^27, 2^28) ns, from 134 ms);
+		// memory full 0.5 s of 1 s; swapping 300 pages/s each way.
+		{[]rundir.Record{runq("/a", 2*time.Second, 1200*ms), runq("/kubelet", ms, 150*ms),
 			value(rundir.MetricCgroupPressure, "/a", 1.5, rundir.LabelResource, rundir.ResourceMemory, rundir.LabelKind, rundir.PressureFull),
 			value(rundir.MetricVmstat, "", 400, rundir.LabelName, vmSwapIn), value(rundir.MetricVmstat, "", 400, rundir.LabelName, vmSwapOut)},
 			[]string{"runq_stall /a", "daemon_late /kubelet", "memory_pressure /a", "swap_thrashing "}},
-		// Nothing new: nothing fires; a wait of 400 ms is below the stall's bucket; swapping in only.
-		{[]rundir.Record{runq("/a", 2*time.Second, 600*ms, 400*ms), runq("/kubelet", ms, 150*ms, 50*ms),
+		// Nothing new: nothing fires; a wait of 600 ms is below the stall's bucket (it holds 1 s
+		// but begins at 0.54 s); swapping in only.
+		{[]rundir.Record{runq("/a", 2*time.Second, 1200*ms, 600*ms), runq("/kubelet", ms, 150*ms, 50*ms),
 			value(rundir.MetricCgroupPressure, "/a", 1.51, rundir.LabelResource, rundir.ResourceMemory, rundir.LabelKind, rundir.PressureFull),
 			value(rundir.MetricVmstat, "", 1000, rundir.LabelName, vmSwapIn), value(rundir.MetricVmstat, "", 410, rundir.LabelName, vmSwapOut)}, nil},
 		{[]rundir.Record{{Type: rundir.TypeEvent, Name: rundir.EventOOMKill, Cgroup: "/b", Time: tick(3), Message: "OOM kill"}},

@@ -72,6 +72,16 @@ struct {
 	__type(value, struct pair_val);
 } pairs SEC(".maps");
 
+/* The cgroup of the task each CPU switched to last (0: the idle task). User space reads it
+ * with the maps: a cgroup on a CPU then may run on for long without a switch, which the
+ * latency map would not show, so its counters are read at the next interval too. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} oncpu SEC(".maps");
+
 /* Keep the enums in BTF so that bpf2go generates their Go constants. */
 const enum drop_reason *unused_drop_reason __attribute__((unused));
 const enum wait_kind *unused_wait_kind __attribute__((unused));
@@ -173,15 +183,22 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 		}
 	}
 
-	if (!next->pid)
+	__u32 zero = 0;
+	__u64 *cur = bpf_map_lookup_elem(&oncpu, &zero);
+	if (!next->pid) {
+		if (cur)
+			*cur = 0;
 		return 0;
+	}
+	__u64 cg = cgroup_of(next);
+	if (cur)
+		*cur = cg;
 	s = bpf_task_storage_get(&stamps, next, 0, 0);
 	if (!s || !s->ts)
 		return 0;
 	__u64 delta = now - s->ts;
 	s->ts = 0;
 
-	__u64 cg = cgroup_of(next);
 	struct hist *h = hist_get(&latency, &cg);
 	if (h)
 		hist_add(h, delta);

@@ -20,33 +20,51 @@ const fileIDKernfs = 0xfe
 // returns its path below root. errGone means there is no such cgroup; other errors mean the
 // kernel would not say (no CAP_DAC_READ_SEARCH, no export support, outside this mount).
 func byHandle(root string, id uint64) (string, error) {
+	var out string
+	err := openByHandle(root, id, func(mfd, fd int) error {
+		// Both through /proc/self/fd, so symlinks in root (cpu -> cpu,cpuacct) resolve alike.
+		top, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", mfd))
+		if err != nil {
+			return err
+		}
+		p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(top, p)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+			return fmt.Errorf("cgroup %d at %s is outside %s", id, p, top)
+		}
+		out = filepath.Join("/", rel)
+		return nil
+	})
+	return out, err
+}
+
+// byHandleExists is byHandle without the path: whether the kernel knows the cgroup, in two
+// opens, where the path takes two readlinks more (a churning node's forget sweep asks it of
+// every id its maps hold).
+func byHandleExists(root string, id uint64) error {
+	return openByHandle(root, id, func(int, int) error { return nil })
+}
+
+// openByHandle opens root and, by file handle, the cgroup with id below it, and calls fn with
+// both descriptors, which it closes after.
+func openByHandle(root string, id uint64, fn func(mfd, fd int) error) error {
 	mfd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer unix.Close(mfd)
-	b := make([]byte, 8)
-	binary.NativeEndian.PutUint64(b, id)
-	fd, err := unix.OpenByHandleAt(mfd, unix.NewFileHandle(fileIDKernfs, b), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], id)
+	fd, err := unix.OpenByHandleAt(mfd, unix.NewFileHandle(fileIDKernfs, b[:]), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
 	if errors.Is(err, unix.ESTALE) || errors.Is(err, unix.ENOENT) {
-		return "", errGone
+		return errGone
 	}
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer unix.Close(fd)
-	// Both through /proc/self/fd, so symlinks in root (cpu -> cpu,cpuacct) resolve alike.
-	top, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", mfd))
-	if err != nil {
-		return "", err
-	}
-	p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
-	if err != nil {
-		return "", err
-	}
-	rel, err := filepath.Rel(top, p)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return "", fmt.Errorf("cgroup %d at %s is outside %s", id, p, top)
-	}
-	return filepath.Join("/", rel), nil
+	return fn(mfd, fd)
 }

@@ -6,3 +6,5 @@ import "errors"
 
 // byHandle needs Linux; the resolver walks instead.
 func byHandle(string, uint64) (string, error) { return "", errors.ErrUnsupported }
+
+func byHandleExists(string, uint64) error { return errors.ErrUnsupported }

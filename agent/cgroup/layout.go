@@ -93,6 +93,9 @@ func DetectProcfs(root, procfsDir string) (*Layout, error) {
 // Dir is the directory of path in controller's hierarchy, "" when there is none.
 func (l *Layout) Dir(controller, path string) string {
 	if m, ok := l.Mounts[controller]; ok {
+		if path == "/" { // a hierarchy's root, asked for on every id resolved
+			return filepath.Clean(m)
+		}
 		return filepath.Join(m, path)
 	}
 	if l.Unified != "" {

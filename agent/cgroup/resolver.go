@@ -115,7 +115,7 @@ func (r *Resolver) Live(controller string, id uint64) bool {
 		return false
 	}
 	if r.handles {
-		_, err := byHandle(root, id)
+		err := byHandleExists(root, id)
 		if err == nil || errors.Is(err, errGone) {
 			return err == nil
 		}

@@ -1,41 +1,88 @@
 package collect
 
-import "github.com/nodectl/nodectl/rundir"
+import (
+	"math"
+
+	"github.com/nodectl/nodectl/rundir"
+)
 
 // Changes compacts cumulative series for a recording: of each batch of full snapshots it
 // passes on only the samples whose value changed since the previous batch (every one the first
 // time). A reader loses nothing: the value of a cumulative series at T is its last sample at or
 // before T (docs/run-format.md). Gauges must not go through it: their readings are the data.
+//
+// It runs on every interval over every traced series (tens of thousands on a node of a
+// thousand cgroups), so it tells series apart by a comparable key of the strings they already
+// hold and keeps its two maps from one batch to the next: a batch allocates nothing once warm.
 type Changes struct {
-	last map[string]rundir.Record // by series key, as last passed on
+	last, next map[seriesID]value
 }
 
 // Filter returns the samples of snapshot that changed. A series absent from snapshot is
 // forgotten (its cgroup was removed, or its producer failed this time): should it come back,
 // it is passed on again, which costs a line and loses nothing.
 func (c *Changes) Filter(snapshot []rundir.Record) []rundir.Record {
-	current := make(map[string]rundir.Record, len(snapshot))
+	if c.next == nil {
+		c.next = make(map[seriesID]value, len(snapshot))
+	}
 	var out []rundir.Record
-	for _, r := range snapshot {
-		k := rundir.SeriesKey(r.Metric, r.Cgroup, r.Labels)
-		current[k] = r
-		if old, ok := c.last[k]; ok && sameValue(old, r) {
+	for i := range snapshot {
+		r := &snapshot[i]
+		id, v := idOf(r), valueOf(r)
+		c.next[id] = v
+		if old, ok := c.last[id]; ok && old == v && v.known {
 			continue
 		}
-		out = append(out, r)
+		out = append(out, *r)
 	}
-	c.last = current
+	c.last, c.next = c.next, c.last
+	clear(c.next)
 	return out
 }
 
-// sameValue says whether two samples of one series carry the same value. Cumulative
-// histograms only change by gaining events, so count and sum tell.
-func sameValue(a, b rundir.Record) bool {
-	switch {
-	case a.Hist != nil || b.Hist != nil:
-		return a.Hist != nil && b.Hist != nil && a.Hist.Count == b.Hist.Count && a.Hist.SumNs == b.Hist.SumNs
-	case a.Value != nil && b.Value != nil:
-		return *a.Value == *b.Value
+// maxInline is how many labels a seriesID holds inline; more go through rundir.SeriesKey.
+const maxInline = 3
+
+// seriesID is a series' identity: metric, cgroup and labels in key order.
+type seriesID struct {
+	metric, cgroup string
+	labels         [maxInline][2]string
+	more           string // rundir.SeriesKey when there are more labels than fit
+}
+
+func idOf(r *rundir.Record) seriesID {
+	id := seriesID{metric: r.Metric, cgroup: r.Cgroup}
+	if len(r.Labels) > maxInline {
+		id.more = rundir.SeriesKey(r.Metric, r.Cgroup, r.Labels)
+		return id
 	}
-	return false
+	n := 0
+	for k, v := range r.Labels {
+		// Insertion into key order: a map's own order varies.
+		i := n
+		for ; i > 0 && id.labels[i-1][0] > k; i-- {
+			id.labels[i] = id.labels[i-1]
+		}
+		id.labels[i] = [2]string{k, v}
+		n++
+	}
+	return id
+}
+
+// value is what tells two samples of one series apart. Cumulative histograms only change by
+// gaining events, so count and sum tell.
+type value struct {
+	known bool // a value or a histogram; a sample with neither never compares equal
+	hist  bool
+	a, b  uint64
+}
+
+func valueOf(r *rundir.Record) value {
+	switch {
+	case r.Hist != nil:
+		return value{known: true, hist: true, a: r.Hist.Count, b: r.Hist.SumNs}
+	case r.Value != nil:
+		return value{known: true, a: math.Float64bits(*r.Value)}
+	}
+	return value{}
 }

@@ -56,3 +56,25 @@ func TestChangesTellsSeriesApartByLabels(t *testing.T) {
 		t.Errorf("two label sets of one metric passed on as %d series", len(got))
 	}
 }
+
+// A series is the same whatever order its labels were set in, with few labels or many.
+func TestChangesKeysLabelsInAnyOrder(t *testing.T) {
+	for _, keys := range [][]string{{"a", "b", "c"}, {"a", "b", "c", "d", "e"}} {
+		var c Changes
+		first, second := counter(rundir.MetricBlkBytes, "/a", 1), counter(rundir.MetricBlkBytes, "/a", 1)
+		first.Labels, second.Labels = map[string]string{}, map[string]string{}
+		for i, k := range keys {
+			first.Labels[k] = k
+			second.Labels[keys[len(keys)-1-i]] = keys[len(keys)-1-i]
+		}
+		c.Filter([]rundir.Record{first})
+		if got := c.Filter([]rundir.Record{second}); len(got) != 0 {
+			t.Errorf("%d labels: the same series with its labels set in another order passed on again", len(keys))
+		}
+		other := counter(rundir.MetricBlkBytes, "/a", 1)
+		other.Labels = map[string]string{"a": "a"}
+		if got := c.Filter([]rundir.Record{other}); len(got) != 1 {
+			t.Errorf("%d labels: a series with fewer labels taken for the same", len(keys))
+		}
+	}
+}

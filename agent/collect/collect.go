@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,6 +45,7 @@ type Collector struct {
 	interval time.Duration
 	log      *slog.Logger
 
+	order    []string   // source names in the order they are sampled
 	mu       sync.Mutex // serialises snapshots: sources are not safe for concurrent use
 	failures map[string]int
 	observe  func([]rundir.Record)
@@ -51,7 +54,18 @@ type Collector struct {
 // New returns a collector; observe, if not nil, sees every batch appended (progress display,
 // discovering cgroups to sample).
 func New(sources map[string]Source, out Appender, interval time.Duration, observe func([]rundir.Record), log *slog.Logger) *Collector {
-	return &Collector{sources: sources, out: out, interval: interval, log: log, failures: map[string]int{}, observe: observe}
+	return &Collector{sources: sources, order: slices.Sorted(maps.Keys(sources)), out: out, interval: interval, log: log,
+		failures: map[string]int{}, observe: observe}
+}
+
+// First makes the source named name sample first in every collection, the others following
+// in name order, so that what it reads can steer them in the same collection (the tracer
+// tells the cgroup sampler which cgroups ran). It returns c.
+func (c *Collector) First(name string) *Collector {
+	if i := slices.Index(c.order, name); i > 0 {
+		c.order = slices.Insert(slices.Delete(c.order, i, i+1), 0, name)
+	}
+	return c
 }
 
 // Snapshot samples every source now and appends the result. A source that fails is logged and
@@ -64,7 +78,8 @@ func (c *Collector) collect(now time.Time, full bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var batch []rundir.Record
-	for name, s := range c.sources {
+	for _, name := range c.order {
+		s := c.sources[name]
 		sample := s.Sample
 		if f, ok := s.(FullSampler); ok && full {
 			sample = f.SampleFull

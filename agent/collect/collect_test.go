@@ -3,6 +3,7 @@ package collect
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -74,5 +75,27 @@ func TestSnapshotFullTicksPart(t *testing.T) {
 	// Run has returned: the counters are no longer written.
 	if ts.full != 1 || ts.part < 3 || plain != ts.part+1 {
 		t.Fatalf("after ticks: %d full, %d partial, %d plain samples; want 1 full, at least 3 partial, plain one more than partial", ts.full, ts.part, plain)
+	}
+}
+
+// First puts one source before the others, which follow in name order, in every collection.
+func TestFirstSamplesBeforeTheOthers(t *testing.T) {
+	var got []string
+	src := func(name string) Source {
+		return SourceFunc(func(now time.Time) ([]rundir.Record, error) {
+			got = append(got, name)
+			return nil, nil
+		})
+	}
+	c := New(map[string]Source{"cgroups": src("cgroups"), "node": src("node"), "trace": src("trace")}, &appended{}, time.Second, nil,
+		slog.New(slog.DiscardHandler)).First("trace")
+	for range 3 {
+		got = got[:0]
+		if err := c.Snapshot(time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"trace", "cgroups", "node"}; !slices.Equal(got, want) {
+			t.Fatalf("sampled in order %v, want %v", got, want)
+		}
 	}
 }

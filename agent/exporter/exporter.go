@@ -17,9 +17,9 @@ import (
 const DefaultMaxSeries = 1000
 
 // DefaultForgetGrace is how many batches a forgotten cgroup's records are dropped for: the
-// tracer reports a removed cgroup's last values until it forgets its entries, every 10
+// tracer reports a removed cgroup's last values until it forgets its entries, every 30
 // snapshots (agent/trace.DefaultForgetEvery); adding them again would restart its series.
-const DefaultForgetGrace = 20
+const DefaultForgetGrace = 40
 
 // Overflow is the workload label of the series of the cgroups beyond Config.MaxSeries.
 const Overflow = "_overflow"

@@ -22,9 +22,11 @@ const retryAbsent = 16
 
 // slowBudget is about how many cgroups a Sample reads the slow tier of. At 1,000 cgroups on a
 // v1 hybrid host, every file every second took 3.3-3.9% of a core, the fast tier alone about
-// 0.45%, and each cgroup's slow tier read 30-40 µs more: 64 a collection keep it under 1% with
-// some room (BenchmarkCgroupSampling; 100 measured 0.83-0.90%).
-const slowBudget = 64
+// 0.45%, and each cgroup's slow tier read 30-40 µs more (BenchmarkCgroupSampling). 64 kept the
+// sampler under 1%; once the agent read only the fast tier of the cgroups that ran (Active),
+// the turns were most of what it read, and 32 halve them: a slow series of each of 1,000
+// cgroups every 32 s (BenchmarkAgent1000Cgroups).
+const slowBudget = 32
 
 // Cgroups samples per-cgroup counters.
 //
@@ -38,11 +40,19 @@ const slowBudget = 64
 // hits, pressure) is too, up to slowBudget cgroups; past that a Sample reads it for a staggered
 // share of about slowBudget cgroups, each in turn, plus the priority ones. SampleFull reads
 // everything, for the exact window edges.
+//
+// With an Active function, past slowBudget cgroups a Sample reads the fast tier only of the
+// cgroups that may have changed: those Active names (the tracer saw them run since the last
+// collection) and those whose turn of the slow tier it is. An idle cgroup's counters do not
+// move, and its memory only by reclaim from outside, which its turn catches. A fast file that
+// read all zeros after the cgroup had used CPU (cpu.stat without a CPU limit) is read on the
+// cgroup's turns only: it moves only once a limit is set.
 type Cgroups struct {
 	l          *cgroup.Layout
 	paths      func() []string
 	files      []cgFile
 	priority   func(path string) bool
+	active     func(path string) bool
 	slowBudget int
 
 	mu    sync.Mutex
@@ -64,6 +74,7 @@ type cgOpen struct {
 	fd     []int
 	absent []uint64 // the sample a file was found missing at; 0: not missing
 	round  uint64   // the last sample that listed the cgroup
+	quiet  []bool   // a fast file read all zeros at its last read, the cgroup having run
 }
 
 // cgFile is one file sampled in every cgroup: in controller's hierarchy, parsed by read; slow
@@ -91,6 +102,13 @@ func NewCgroups(l *cgroup.Layout, paths func() []string) *Cgroups {
 		}
 	}
 	runtime.AddCleanup(s, func(o *openFiles) { o.closeAll() }, s.open)
+	return s
+}
+
+// Active makes a Sample of many cgroups read the fast tier of a cgroup only when f names it or
+// its slow tier is read (see Cgroups); it returns s.
+func (s *Cgroups) Active(f func(path string) bool) *Cgroups {
+	s.active = f
 	return s
 }
 
@@ -155,6 +173,9 @@ func (s *Cgroups) sample(now time.Time, full bool) ([]rundir.Record, error) {
 	every := uint64(max(1, (len(paths)+s.slowBudget-1)/s.slowBudget))
 	for i, p := range paths {
 		slow := full || (s.round+uint64(i))%every == 0 || s.priority != nil && s.priority(p)
+		if !slow && s.active != nil && every > 1 && !s.active(p) && s.open.keep(p, s.round) {
+			continue
+		}
 		var err error
 		// A cgroup removed and made again under the same path reads ENODEV through the old
 		// descriptors: forget them and read the new one.
@@ -184,7 +205,7 @@ func (s *Cgroups) sample(now time.Time, full bool) ([]rundir.Record, error) {
 func (s *Cgroups) read(out []rundir.Record, now time.Time, path string, slow bool) (_ []rundir.Record, gone bool, err error) {
 	o := s.open.by[path]
 	if o == nil {
-		o = &cgOpen{fd: make([]int, len(s.files)), absent: make([]uint64, len(s.files))}
+		o = &cgOpen{fd: make([]int, len(s.files)), absent: make([]uint64, len(s.files)), quiet: make([]bool, len(s.files))}
 		for i := range o.fd {
 			o.fd[i] = -1
 		}
@@ -192,8 +213,9 @@ func (s *Cgroups) read(out []rundir.Record, now time.Time, path string, slow boo
 	}
 	o.round = s.round
 	n := len(out)
+	ran := false // the first fast file (CPU usage) is not all zeros
 	for i, f := range s.files {
-		if f.slow && !slow {
+		if f.slow && !slow || !slow && o.quiet[i] {
 			continue
 		}
 		fd, transient := o.fd[i], false
@@ -235,6 +257,13 @@ func (s *Cgroups) read(out []rundir.Record, now time.Time, path string, slow boo
 		case err != nil:
 			return out[:n], false, fmt.Errorf("reading %s: %w", f.name, err)
 		}
+		if !f.slow {
+			if i == 0 {
+				ran = !zeros(b)
+			} else {
+				o.quiet[i] = ran && zeros(b)
+			}
+		}
 		if out, err = f.read(out, now, path, b); err != nil {
 			return out[:n], false, fmt.Errorf("parsing %s: %w", f.name, err)
 		}
@@ -254,6 +283,17 @@ func (s *Cgroups) pread(fd int) ([]byte, error) {
 		}
 		s.buf = make([]byte, 2*len(s.buf))
 	}
+}
+
+// keep marks path as listed at round, though not read, so that its descriptors stay open; it
+// reports false for a cgroup never read, which is to be read now.
+func (o *openFiles) keep(path string, round uint64) bool {
+	c := o.by[path]
+	if c == nil {
+		return false
+	}
+	c.round = round
+	return true
 }
 
 func (o *openFiles) forget(path string) {
@@ -289,4 +329,20 @@ func (o *openFiles) closeAll() {
 	for p := range o.by {
 		o.forget(p)
 	}
+}
+
+// zeros says whether every number in a cgroup file's text is 0.
+func zeros(b []byte) bool {
+	for i, c := range b {
+		if c >= '1' && c <= '9' && (i == 0 || !isWordByte(b[i-1])) {
+			return false
+		}
+	}
+	return true
+}
+
+// isWordByte says whether c may be in a key (nr_periods, pgpgin): a digit after one is part
+// of the key, not a number.
+func isWordByte(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -184,4 +186,84 @@ func TestCgroupRotationFindsLateFile(t *testing.T) {
 		}
 	}
 	t.Fatalf("no pressure %d samples after the v2 cgroup was made", retryAbsent+every)
+}
+
+// With Active, past the budget a Sample reads the fast tier of the cgroups named active and of
+// those whose slow turn it is, and no other. A cgroup that used CPU with cpu.stat all zeros
+// (no CPU limit) has cpu.stat read on its turns only.
+func TestCgroupActiveReadsWhatMayHaveChanged(t *testing.T) {
+	l, paths := makeCgroups(t, 6)
+	spinning := path.Dir(paths[0]) + "/spin" // no CPU limit: cpu.stat stays all zeros
+	if err := l.Create(spinning, cgroup.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	paths = append(paths, spinning)
+	named := paths[1]
+	spin := exec.Command("sh", "-c", "while :; do :; done")
+	if err := spin.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { spin.Process.Kill(); spin.Wait() })
+	if err := l.AddProc(spinning, spin.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // it has used CPU
+	s := NewCgroups(l, func() []string { return paths }).Active(func(p string) bool { return p == named || p == spinning })
+	s.slowBudget = 2
+	const every = 4                                 // ceil(7/2)
+	if _, err := s.Sample(time.Now()); err != nil { // the first read of each: all of them
+		t.Fatal(err)
+	}
+	fastReads, periodReads := map[string]int{}, map[string]int{}
+	const ticks = 3 * every
+	for tick := 1; tick <= ticks; tick++ {
+		recs, err := s.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, slow := tiers(recs)
+		for _, p := range paths {
+			if len(fast[p]) > 0 {
+				fastReads[p]++
+			}
+			if slices.Contains(fast[p], rundir.MetricCPUPeriods) {
+				periodReads[p]++
+			}
+			if len(slow[p]) > 0 && len(fast[p]) == 0 {
+				t.Fatalf("tick %d: %s's slow tier read without its fast tier", tick, p)
+			}
+		}
+	}
+	turns := ticks / every
+	for _, p := range paths {
+		want := turns
+		if p == named || p == spinning {
+			want = ticks
+		}
+		if fastReads[p] != want {
+			t.Errorf("%s: fast tier read at %d of %d ticks, want %d", p, fastReads[p], ticks, want)
+		}
+	}
+	if !l.V1 {
+		return // v2's cpu.stat has the CPU usage: never quiet
+	}
+	if periodReads[named] != ticks || periodReads[spinning] != turns {
+		t.Errorf("cpu.stat read at %d ticks of the limited cgroup named active (want %d), at %d of the unlimited one (want its %d turns)",
+			periodReads[named], ticks, periodReads[spinning], turns)
+	}
+}
+
+func TestZeros(t *testing.T) {
+	for in, want := range map[string]bool{
+		"0\n": true,
+		"nr_periods 0\nnr_throttled 0\nthrottled_time 0\nnr_bursts 0\nburst_time 0\n": true,
+		"nr_periods 10\nnr_throttled 0\n":                                             false,
+		"pgpgin2 0\n":                                                                 true, // a digit in a key is no number
+		"usage 3\n":                                                                   false,
+		"":                                                                            true,
+	} {
+		if got := zeros([]byte(in)); got != want {
+			t.Errorf("zeros(%q) = %v, want %v", in, got, want)
+		}
+	}
 }

@@ -84,6 +84,7 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 		cfg.MaxCgroups = DefaultMaxCgroups
 	}
 	s := &Session{status: map[string]string{}}
+	var ran map[string]bool // cgroups the tracer saw run since the last collection; nil: no tracer
 	sources := maps.Clone(cfg.Sources)
 	if sources == nil {
 		sources = map[string]collect.Source{}
@@ -100,15 +101,35 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 		}
 		s.tracer = t
 		s.status = t.Status()
+		ran = map[string]bool{}
 		if cfg.Programs != nil {
 			// A program left out on purpose is no missing evidence.
 			maps.DeleteFunc(s.status, func(prog, _ string) bool { return !slices.Contains(cfg.Programs, prog) })
 		}
-		// The tracer's snapshots are full; the recording keeps what changed.
+		// The tracer's snapshots are full; the recording keeps what changed. The cgroups that
+		// may have used CPU since the last collection are those a task of which was switched
+		// to (their run-queue histogram changed) and those on a CPU at the last one: the tracer
+		// samples first, and the cgroup sampler reads the CPU and memory counters of those.
 		var changes collect.Changes
-		sources[sourceTrace] = collect.SourceFunc(func(now time.Time) ([]rundir.Record, error) {
-			snap, err := t.Snapshot(now)
-			return append(changes.Filter(snap.Samples), snap.Events...), err
+		var running []string
+		sources[sourceTrace] = traceSource(func(now time.Time, full bool) ([]rundir.Record, error) {
+			snapshot := t.Snapshot
+			if full {
+				snapshot = t.SnapshotFull
+			}
+			snap, err := snapshot(now)
+			changed := changes.Filter(snap.Samples)
+			clear(ran)
+			for _, r := range changed {
+				if r.Metric == rundir.MetricRunqLatency {
+					ran[r.Cgroup] = true
+				}
+			}
+			for _, cg := range running {
+				ran[cg] = true
+			}
+			running = snap.Running
+			return append(changed, snap.Events...), err
 		})
 	}
 	observe := cfg.Observe
@@ -128,11 +149,21 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 	if cfg.Priority != nil {
 		cs = cs.Priority(cfg.Priority)
 	}
+	if ran != nil && s.status[trace.ProgramRunq] == rundir.TracerAttached {
+		cs = cs.Active(func(path string) bool { return ran[path] })
+	}
 	sources[sourceCgroups] = cs
 	sources[sourceNode] = sample.NewSystem(cfg.Host.Procfs, cfg.Host.Sysfs, cfg.Devices)
-	s.collector = collect.New(sources, out, cfg.Interval, observe, cfg.Log.With("component", "collect"))
+	s.collector = collect.New(sources, out, cfg.Interval, observe, cfg.Log.With("component", "collect")).First(sourceTrace)
 	return s, nil
 }
+
+// traceSource is the tracer as a collect.FullSampler: an interval reads part of the run-queue
+// pairs when they are many, a window's edge reads all of them.
+type traceSource func(now time.Time, full bool) ([]rundir.Record, error)
+
+func (f traceSource) Sample(now time.Time) ([]rundir.Record, error)     { return f(now, false) }
+func (f traceSource) SampleFull(now time.Time) ([]rundir.Record, error) { return f(now, true) }
 
 // TracerStatus maps each requested program to rundir.TracerAttached or why it does not run;
 // empty without tracing.
@@ -228,7 +259,7 @@ type follower struct {
 }
 
 // pruneEvery is how many batches pass between two looks for removed cgroups: a stat each.
-const pruneEvery = 10
+const pruneEvery = 30
 
 func (f *follower) observe(batch []rundir.Record) {
 	f.mu.Lock()

@@ -38,9 +38,13 @@ var Programs = []string{ProgramRunq, ProgramFsync, ProgramBlkio, ProgramReclaim}
 // StatusAttached is Status's value for a program that runs.
 const StatusAttached = rundir.TracerAttached
 
+// earlyGrowth is how much fuller (of its capacity) a map past ForgetFill must grow to be
+// looked at again before ForgetEvery reads.
+const earlyGrowth = 0.05
+
 // Defaults for Config's zero values.
 const (
-	DefaultForgetEvery = 10
+	DefaultForgetEvery = 30
 	DefaultForgetFill  = 0.5
 )
 
@@ -63,9 +67,9 @@ type Config struct {
 	// the host has mounted it nowhere; "" means /sys/kernel/tracing.
 	Tracefs string
 	// Removed cgroups' entries are looked for every ForgetEvery collections, or at the first
-	// collection that finds a map fuller than ForgetFill (0..1): each look walks every key of
-	// the maps and asks the resolver about each id. 0 means DefaultForgetEvery and
-	// DefaultForgetFill.
+	// collection that finds a map fuller than ForgetFill (0..1), and early again only once it
+	// grew by earlyGrowth: each look walks every key of the maps and asks the resolver about
+	// each id. 0 means DefaultForgetEvery and DefaultForgetFill.
 	ForgetEvery int
 	ForgetFill  float64
 }
@@ -75,10 +79,14 @@ type source struct {
 	program    string
 	controller string // v1 hierarchy its cgroup ids are from
 	// read returns the series and the fill of the concern's fullest map keyed by cgroup.
-	read   func(n namer) ([]series, float64, error)
-	forget func(live func(uint64) bool) (int, error)
-	close  func() error
-	reads  int // successful reads since the last forget
+	read func(n namer) ([]series, float64, error)
+	// readPart, when set, is what an interval's Snapshot reads instead of read: part of
+	// what the concern holds, the rest at later intervals (the run-queue pairs past a budget).
+	readPart func(n namer) ([]series, float64, error)
+	forget   func(live func(uint64) bool) (int, error)
+	close    func() error
+	reads    int     // successful reads since the last forget
+	forgot   float64 // the fill that made the last forget happen early; 0 if none did
 }
 
 // namer turns a cgroup id of the source's hierarchy into a path.
@@ -94,6 +102,8 @@ type series struct {
 	// event, when set, is a discrete happening to record as it is (an OOM kill): it is
 	// emitted once, at its own time, and none of the other fields apply.
 	event *rundir.Record
+	// running: no sample, but cgroup had a task on a CPU at the read (Snapshot.Running).
+	running bool
 }
 
 // Tracer runs the loaded concerns. It is safe for concurrent use.
@@ -190,17 +200,24 @@ type loaded[S any] interface {
 // newSource wraps a concern's tracer, whose cgroup ids are from controller's hierarchy on v1
 // hosts, with the functions that turn its snapshots into series and tell its maps' fill.
 func newSource[S any](program, controller string, tr loaded[S], toSeries func(S, namer) []series, fill func(S) float64) source {
-	return source{program: program, controller: controller, forget: tr.Forget, close: tr.Close,
+	src := source{program: program, controller: controller, forget: tr.Forget, close: tr.Close,
 		read: func(n namer) ([]series, float64, error) {
 			st, err := tr.Read()
 			return toSeries(st, n), fill(st), err
 		}}
+	if p, ok := tr.(interface{ ReadPart() (S, error) }); ok {
+		src.readPart = func(n namer) ([]series, float64, error) {
+			st, err := p.ReadPart()
+			return toSeries(st, n), fill(st), err
+		}
+	}
+	return src
 }
 
 func load(program string, cfg Config, log *slog.Logger) (source, error) {
 	switch program {
 	case ProgramRunq:
-		tr, err := runq.New(runq.Config{CgroupV1: cfg.CgroupV1}, log)
+		tr, err := runq.New(runq.Config{CgroupV1: cfg.CgroupV1, ChangedOnly: true}, log)
 		if err != nil {
 			return source{}, err
 		}
@@ -246,18 +263,30 @@ func (t *Tracer) Fill() map[string]float64 {
 type Snapshot struct {
 	// Samples has every series in full, cumulative since the tracer started: a sample record
 	// each (metric, cgroup, labels, and a value or a histogram) at the snapshot's time. Which
-	// of them changed is for the consumer to decide (collect.Changes for a recording).
+	// of them changed is for the consumer to decide (collect.Changes for a recording). The
+	// run-queue series are the exception: they are thousands on a node of a thousand cgroups
+	// (one per pair of cgroups that preempted each other), so only those that changed since
+	// the previous Snapshot are in it, every one at the first.
 	Samples []rundir.Record
 	// Events are the discrete happenings (OOM kills) read since the previous snapshot, each at
 	// its own time: they are drained from the kernel, so every snapshot has new ones only.
 	Events []rundir.Record
+	// Running are the cgroups with a task on a CPU at the snapshot (when the run-queue program
+	// runs): with those whose run-queue series changed, what may have used CPU until the next.
+	Running []string
 }
 
-// Snapshot reads every map at time now. Every ForgetEvery snapshots, or when a map is fuller
-// than ForgetFill, it then forgets the cgroups the resolver no longer knows, whose last values
-// are in this snapshot. On a partial failure it returns what it could read and an error naming
-// what failed.
-func (t *Tracer) Snapshot(now time.Time) (Snapshot, error) {
+// Snapshot reads the maps at time now, as an interval does: the run-queue pairs past a budget
+// only every few calls (runq.Tracer.ReadPart). Every ForgetEvery snapshots, or when a map is
+// fuller than ForgetFill, it then forgets the cgroups the resolver no longer knows, whose last
+// values are in this snapshot. On a partial failure it returns what it could read and an error
+// naming what failed.
+func (t *Tracer) Snapshot(now time.Time) (Snapshot, error) { return t.snapshot(now, false) }
+
+// SnapshotFull is Snapshot reading every map whole: a window's exact edge.
+func (t *Tracer) SnapshotFull(now time.Time) (Snapshot, error) { return t.snapshot(now, true) }
+
+func (t *Tracer) snapshot(now time.Time, full bool) (Snapshot, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var snap Snapshot
@@ -267,7 +296,11 @@ func (t *Tracer) Snapshot(now time.Time) (Snapshot, error) {
 	var errs []error
 	for i := range t.sources {
 		src := &t.sources[i]
-		ss, fill, err := src.read(func(id uint64) string { return t.path(src.controller, id) })
+		read := src.read
+		if src.readPart != nil && !full {
+			read = src.readPart
+		}
+		ss, fill, err := read(func(id uint64) string { return t.path(src.controller, id) })
 		if err != nil {
 			// Nothing new is known: keep the entries for the next try.
 			errs = append(errs, fmt.Errorf("reading %s: %w", src.program, err))
@@ -278,6 +311,10 @@ func (t *Tracer) Snapshot(now time.Time) (Snapshot, error) {
 		}
 		t.fill[src.program] = fill
 		for _, s := range ss {
+			if s.running {
+				snap.Running = append(snap.Running, s.cgroup)
+				continue
+			}
 			if s.event != nil {
 				snap.Events = append(snap.Events, *s.event)
 				continue
@@ -285,10 +322,16 @@ func (t *Tracer) Snapshot(now time.Time) (Snapshot, error) {
 			snap.Samples = append(snap.Samples, s.record(now))
 		}
 
-		if src.reads++; src.reads < t.forgetEvery && fill <= t.forgetFill {
+		// Past ForgetFill, early again only once the map grew: a map full of live cgroups'
+		// entries would otherwise be walked at every read for nothing.
+		early := fill > t.forgetFill && fill > src.forgot+earlyGrowth
+		if src.reads++; src.reads < t.forgetEvery && !early {
 			continue
 		}
-		src.reads = 0
+		src.reads, src.forgot = 0, 0
+		if early {
+			src.forgot = fill
+		}
 		n, err := src.forget(t.live(src.controller))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("forgetting removed cgroups in %s: %w", src.program, err))
@@ -311,7 +354,16 @@ type liveResolver interface {
 // than when the resolver's cache lets them go.
 func (t *Tracer) live(controller string) func(uint64) bool {
 	if l, ok := t.res.(liveResolver); ok {
-		return func(id uint64) bool { return l.Live(controller, id) }
+		// A cgroup's id is in many keys (its pairs with each preemptor): ask once a sweep.
+		known := map[uint64]bool{}
+		return func(id uint64) bool {
+			live, ok := known[id]
+			if !ok {
+				live = l.Live(controller, id)
+				known[id] = live
+			}
+			return live
+		}
 	}
 	return func(id uint64) bool {
 		_, ok := t.res.Path(controller, id)
@@ -397,6 +449,9 @@ func runqSeries(st runq.Stats, name namer) []series {
 		out = append(out,
 			series{metric: count, cgroup: victim, labels: labels, value: float64(p.Count)},
 			series{metric: wait, cgroup: victim, labels: labels, value: seconds(p.WaitNs)})
+	}
+	for _, id := range st.OnCPU {
+		out = append(out, series{cgroup: name(id), running: true})
 	}
 	return append(out, dropSeries(ProgramRunq, st.Drops)...)
 }

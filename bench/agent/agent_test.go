@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -68,7 +69,9 @@ func BenchmarkAgent1000Cgroups(b *testing.B) {
 	}
 	b.Logf("%d cgroups with a process each in %s", liveCgroups, time.Since(t0).Round(100*time.Millisecond))
 
-	a, err := proc.StartAgent(bin, dir, time.Second)
+	// NODECTL_AGENT_ARGS adds flags to the agent's, e.g. "--pprof-listen 127.0.0.1:6061" to
+	// profile it while it is measured.
+	a, err := proc.StartAgent(bin, dir, time.Second, strings.Fields(os.Getenv("NODECTL_AGENT_ARGS"))...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -104,6 +107,11 @@ func BenchmarkAgent1000Cgroups(b *testing.B) {
 		b.Fatal(err)
 	}
 	end := must(b, a.Status)
+	var incidents string
+	if end.IncidentsTotal > st.IncidentsTotal {
+		// Their analysis is part of the agent's cost: say what it ran on.
+		incidents = must(b, a.Incidents)
+	}
 	if err := a.Stop(); err != nil {
 		b.Fatal(err)
 	}
@@ -125,6 +133,10 @@ func BenchmarkAgent1000Cgroups(b *testing.B) {
 	fmt.Printf(row, "flight recorder: bytes per sample", fmt.Sprintf("%.2f (the open segment's journal; sealed segments are smaller)", bytesPerSample))
 	fmt.Printf(row, "flight recorder: written per hour", fmt.Sprintf("%.1f MB (the journal's growth while measured)", perHour/1e6))
 	fmt.Printf(row, "the sleepers' own load, % of one core", fmt.Sprintf("%.2f%% (%d processes waking every 5 s)", sleepShare, liveCgroups))
+	fmt.Printf(row, "incidents opened while measured", fmt.Sprintf("%d (each analyzed by the agent, in its CPU time)", end.IncidentsTotal-st.IncidentsTotal))
+	if incidents != "" {
+		fmt.Print(incidents)
+	}
 
 	b.ReportMetric(cpuShare, "agent-cpu-%")
 	b.ReportMetric(float64(rssPeak)/mib, "agent-rss-peak-MiB")

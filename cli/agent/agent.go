@@ -110,7 +110,7 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 	f.IntVar(&cfg.MaxCgroups, "max-cgroups", session.DefaultMaxCgroups, "most cgroups followed by the samplers and given series of their own in the metrics; more are counted as overflow")
 	f.Int64Var(&cfg.Retention.MaxBytes, "retention-size", flightrec.DefaultMaxBytes, "most bytes the flight recorder keeps; the oldest segments go first (pinned incidents stay)")
 	f.DurationVar(&cfg.Retention.MaxAge, "retention-age", flightrec.DefaultMaxAge, "oldest data the flight recorder keeps")
-	f.DurationVar(&cfg.Triggers.RunqStall, "trigger-runq-stall", cfg.Triggers.RunqStall, "a run-queue wait at least this long opens an incident (known to its power of two)")
+	f.DurationVar(&cfg.Triggers.RunqStall, "trigger-runq-stall", cfg.Triggers.RunqStall, "a run-queue wait at least this long opens an incident (waits are known to a power of two: from the first at or above this)")
 	f.Float64Var(&cfg.Triggers.MemoryPSIFull, "trigger-memory-psi-full", cfg.Triggers.MemoryPSIFull, "a cgroup's or the node's memory PSI full share of an interval (0..1) that opens an incident")
 	f.DurationVar(&cfg.Triggers.DaemonWait, "trigger-daemon-wait", cfg.Triggers.DaemonWait, "a system daemon's run-queue wait at least this long opens an incident")
 	f.Float64Var(&cfg.Triggers.SwapPagesPerSecond, "trigger-swap-pages", cfg.Triggers.SwapPagesPerSecond, "the node swapping this many pages a second both in and out opens an incident")

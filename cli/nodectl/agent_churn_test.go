@@ -157,7 +157,7 @@ func TestAgentForgetsRemovedCgroups(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	// A short interval: the agent looks for removed cgroups every 10 intervals.
+	// A short interval: the agent looks for removed cgroups every 30 intervals.
 	ag := startAgent(t, filepath.Join(t.TempDir(), "agent"), "--interval", "200ms", "--metrics-listen", "127.0.0.1:0")
 	sock, metrics := ag.sock, metricsURL(t, ag.log)
 	time.Sleep(2 * time.Second)
@@ -180,8 +180,8 @@ func TestAgentForgetsRemovedCgroups(t *testing.T) {
 	if peakTracked <= before.tracked() || peakSeries == 0 {
 		t.Fatalf("the agent never followed the churned cgroups (peak %d tracked, before %d; peak %d series)", peakTracked, before.tracked(), peakSeries)
 	}
-	// Removed cgroups are looked for every 10 intervals, the tracer forgets every 10 reads and
-	// the exporter drops late values for 20 batches: 8 s at 200 ms, with room to spare. The
+	// Removed cgroups are looked for every 30 intervals, the tracer forgets every 30 reads and
+	// the exporter drops late values for 40 batches: 14 s at 200 ms, with room to spare. The
 	// node's own series may grow meanwhile (a device or a syscall seen for the first time);
 	// the churned cgroups' must all go.
 	var after agentStatus

@@ -168,7 +168,7 @@ func TestAgentIncidentNamesTheHogs(t *testing.T) {
 	victim, hogs := root+"/victim", []string{root + "/hog-0", root + "/hog-1"}
 	dataDir := filepath.Join(t.TempDir(), "agent")
 	ag := startAgent(t, dataDir, "--incident-before", "4s", "--incident-after", "8s", "--incident-baseline", "8s",
-		"--trigger-runq-stall", "500ms")
+		"--trigger-runq-stall", "250ms") // fires from 268 ms
 	sock := ag.sock
 	spin(t, layout, victim, false)
 	time.Sleep(10 * time.Second) // the quiet baseline

@@ -53,6 +53,7 @@ type Tracer struct {
 	links []link.Link
 	sweep *ebpf.Program // nil on a kernel without what it needs
 	sysfs string
+	io    loader.Batch[blkioBlkKey, blkioBlkStats]
 }
 
 // New loads the programs and attaches them to block_rq_insert, block_rq_issue,
@@ -124,11 +125,8 @@ func (t *Tracer) Read() (Stats, error) {
 		IO:      map[Key]Counters{},
 	}
 
-	var k blkioBlkKey
-	var vs []blkioBlkStats
 	entries := 0
-	it := t.objs.Io.Iterate()
-	for it.Next(&k, &vs) {
+	err := t.io.Each(t.objs.Io, func(k blkioBlkKey, vs []blkioBlkStats) {
 		entries++
 		var queue, service loader.HistSum
 		var c Counters
@@ -144,13 +142,12 @@ func (t *Tracer) Read() (Stats, error) {
 		st.Service[key] = st.Service[key].Add(service.Log2())
 		prev := st.IO[key]
 		st.IO[key] = Counters{Bytes: prev.Bytes + c.Bytes, Requests: prev.Requests + c.Requests, Untimed: prev.Untimed + c.Untimed}
-	}
-	if err := it.Err(); err != nil {
+	})
+	if err != nil {
 		return Stats{}, fmt.Errorf("reading blkio io map: %w", err)
 	}
 	st.Fill = loader.Fill(entries, t.objs.Io)
 
-	var err error
 	if st.Drops, err = loader.Drops(t.objs.Drops, dropReasons); err != nil {
 		return Stats{}, fmt.Errorf("reading blkio maps: %w", err)
 	}
@@ -171,7 +168,7 @@ func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
 	if t.objs.Io == nil {
 		return 0, errors.New("forgetting blkio entries: tracer closed")
 	}
-	n, err := loader.DeleteIf(t.objs.Io, func(k blkioBlkKey) bool { return !live(k.Cgroup) })
+	n, err := t.io.DeleteIf(t.objs.Io, func(k blkioBlkKey) bool { return !live(k.Cgroup) })
 	if err != nil {
 		return n, fmt.Errorf("forgetting blkio entries: %w", err)
 	}

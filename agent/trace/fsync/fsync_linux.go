@@ -29,9 +29,10 @@ var dropReasons = map[fsyncDropReason]string{
 
 // Tracer owns the loaded programs, their maps and links. It is not safe for concurrent use.
 type Tracer struct {
-	objs  fsyncObjects
-	links []link.Link
-	sysfs string
+	objs    fsyncObjects
+	links   []link.Link
+	sysfs   string
+	latency loader.Batch[fsyncFsyncKey, fsyncHist]
 }
 
 // New loads the programs and attaches them to the enter and exit tracepoints of the three
@@ -76,11 +77,8 @@ func (t *Tracer) Read() (Stats, error) {
 	}
 	st := Stats{Latency: map[Key]hist.Log2{}}
 
-	var k fsyncFsyncKey
-	var hs []fsyncHist
 	entries := 0
-	it := t.objs.Latency.Iterate()
-	for it.Next(&k, &hs) {
+	err := t.latency.Each(t.objs.Latency, func(k fsyncFsyncKey, hs []fsyncHist) {
 		entries++
 		var sum loader.HistSum
 		for _, h := range hs {
@@ -88,13 +86,12 @@ func (t *Tracer) Read() (Stats, error) {
 		}
 		key := Key{Cgroup: k.Cgroup, Dev: t.disk(k.Dev), Syscall: syscallNames[k.Syscall]}
 		st.Latency[key] = st.Latency[key].Add(sum.Log2())
-	}
-	if err := it.Err(); err != nil {
+	})
+	if err != nil {
 		return Stats{}, fmt.Errorf("reading fsync latency map: %w", err)
 	}
 	st.Fill = loader.Fill(entries, t.objs.Latency)
 
-	var err error
 	if st.Drops, err = loader.Drops(t.objs.Drops, dropReasons); err != nil {
 		return Stats{}, fmt.Errorf("reading fsync maps: %w", err)
 	}
@@ -116,7 +113,7 @@ func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
 	if t.objs.Latency == nil {
 		return 0, errors.New("forgetting fsync entries: tracer closed")
 	}
-	n, err := loader.DeleteIf(t.objs.Latency, func(k fsyncFsyncKey) bool { return !live(k.Cgroup) })
+	n, err := t.latency.DeleteIf(t.objs.Latency, func(k fsyncFsyncKey) bool { return !live(k.Cgroup) })
 	if err != nil {
 		return n, fmt.Errorf("forgetting fsync latency entries: %w", err)
 	}

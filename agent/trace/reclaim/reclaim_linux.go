@@ -39,6 +39,8 @@ type Tracer struct {
 	links    []link.Link
 	ring     *ringbuf.Reader
 	pageSize uint64
+	stalls   loader.Batch[reclaimStallKey, reclaimStallVal]
+	kills    loader.Batch[uint64, uint64]
 }
 
 // New loads the programs and attaches them to the vmscan reclaim and kswapd tracepoints, the
@@ -92,10 +94,7 @@ func (t *Tracer) Read() (Stats, error) {
 	}
 	st := Stats{Stalls: map[Key]Stall{}, OOMKills: map[uint64]uint64{}}
 
-	var k reclaimStallKey
-	var vs []reclaimStallVal
-	it := t.objs.Stalls.Iterate()
-	for it.Next(&k, &vs) {
+	err := t.stalls.Each(t.objs.Stalls, func(k reclaimStallKey, vs []reclaimStallVal) {
 		var sum loader.HistSum
 		var pages uint64
 		for _, v := range vs {
@@ -103,21 +102,16 @@ func (t *Tracer) Read() (Stats, error) {
 			pages += v.Pages
 		}
 		kind, ok := kinds[reclaimStallKind(k.Kind)]
-		if !ok {
-			continue
+		if ok {
+			st.Stalls[Key{Cgroup: k.Cgroup, Kind: kind}] = Stall{Time: sum.Log2(), Pages: pages}
 		}
-		st.Stalls[Key{Cgroup: k.Cgroup, Kind: kind}] = Stall{Time: sum.Log2(), Pages: pages}
-	}
-	if err := it.Err(); err != nil {
+	})
+	if err != nil {
 		return Stats{}, fmt.Errorf("reading reclaim stalls map: %w", err)
 	}
 
-	var id, n uint64
-	it = t.objs.Kills.Iterate()
-	for it.Next(&id, &n) {
-		st.OOMKills[id] = n
-	}
-	if err := it.Err(); err != nil {
+	err = t.kills.Each(t.objs.Kills, func(id uint64, n []uint64) { st.OOMKills[id] = n[0] })
+	if err != nil {
 		return Stats{}, fmt.Errorf("reading reclaim kills map: %w", err)
 	}
 
@@ -135,7 +129,6 @@ func (t *Tracer) Read() (Stats, error) {
 	}
 
 	st.Fill = max(loader.Fill(len(st.Stalls), t.objs.Stalls), loader.Fill(len(st.OOMKills), t.objs.Kills))
-	var err error
 	if st.Drops, err = loader.Drops(t.objs.Drops, dropReasons); err != nil {
 		return Stats{}, fmt.Errorf("reading reclaim maps: %w", err)
 	}
@@ -183,11 +176,11 @@ func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
 	if t.objs.Stalls == nil {
 		return 0, errors.New("forgetting reclaim entries: tracer closed")
 	}
-	n, err := loader.DeleteIf(t.objs.Stalls, func(k reclaimStallKey) bool { return !live(k.Cgroup) })
+	n, err := t.stalls.DeleteIf(t.objs.Stalls, func(k reclaimStallKey) bool { return !live(k.Cgroup) })
 	if err != nil {
 		return n, fmt.Errorf("forgetting reclaim stalls: %w", err)
 	}
-	m, err := loader.DeleteIf(t.objs.Kills, func(id uint64) bool { return !live(id) })
+	m, err := t.kills.DeleteIf(t.objs.Kills, func(id uint64) bool { return !live(id) })
 	if err != nil {
 		return n + m, fmt.Errorf("forgetting reclaim kills: %w", err)
 	}

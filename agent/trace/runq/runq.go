@@ -18,6 +18,10 @@ const (
 const (
 	DefaultMaxCgroups = 4096
 	DefaultMaxPairs   = 16384
+	// DefaultPairsBudget: a node of 1,000 cgroups whose tasks wake each other holds thousands
+	// of pairs (each victim with every cgroup that happened to run before it), and reading
+	// them was most of the agent's tracer cost (BenchmarkAgent1000Cgroups).
+	DefaultPairsBudget = 2048
 )
 
 // Config configures the tracer.
@@ -25,6 +29,13 @@ type Config struct {
 	CgroupV1   bool   // ids from the cpu hierarchy instead of the unified one
 	MaxCgroups uint32 // latency map capacity; 0 means DefaultMaxCgroups
 	MaxPairs   uint32 // pairs map capacity; 0 means DefaultMaxPairs
+	// ChangedOnly makes Read return the latency and pairs entries that changed since the
+	// previous Read (all of them at the first): on a node of thousands of cgroups most are
+	// idle in any interval. Drops and Fill are always whole.
+	ChangedOnly bool
+	// PairsBudget is about how many pairs ReadPart reads at a call: past it, it reads the
+	// pairs map every ceil(pairs / PairsBudget) calls. 0 means DefaultPairsBudget.
+	PairsBudget int
 }
 
 // Pair is what one cgroup's preemptions of another cost it, cumulative; or, Woken, what
@@ -47,4 +58,7 @@ type Stats struct {
 	Pairs   []Pair
 	Drops   map[string]uint64 // by reason, every reason present
 	Fill    float64           // entries over capacity of the fuller map, latency or pairs
+	// OnCPU are the cgroups of the tasks on a CPU at the read (idle CPUs left out), each
+	// once: they may run on without a switch, which Latency would not show.
+	OnCPU []uint64
 }

@@ -63,6 +63,7 @@ const (
 const (
 	runqMapDrops            = "drops"
 	runqMapLatency          = "latency"
+	runqMapOncpu            = "oncpu"
 	runqMapPairs            = "pairs"
 	runqMapStamps           = "stamps"
 	runqProgRunqSwitch      = "runq_switch"
@@ -126,6 +127,7 @@ type runqProgramSpecs struct {
 type runqMapSpecs struct {
 	Drops   *ebpf.MapSpec `ebpf:"drops"`
 	Latency *ebpf.MapSpec `ebpf:"latency"`
+	Oncpu   *ebpf.MapSpec `ebpf:"oncpu"`
 	Pairs   *ebpf.MapSpec `ebpf:"pairs"`
 	Stamps  *ebpf.MapSpec `ebpf:"stamps"`
 }
@@ -161,6 +163,7 @@ func (o *runqObjects) Close() error {
 type runqMaps struct {
 	Drops   *ebpf.Map `ebpf:"drops"`
 	Latency *ebpf.Map `ebpf:"latency"`
+	Oncpu   *ebpf.Map `ebpf:"oncpu"`
 	Pairs   *ebpf.Map `ebpf:"pairs"`
 	Stamps  *ebpf.Map `ebpf:"stamps"`
 }
@@ -169,6 +172,7 @@ func (m *runqMaps) Close() error {
 	return _RunqClose(
 		m.Drops,
 		m.Latency,
+		m.Oncpu,
 		m.Pairs,
 		m.Stamps,
 	)

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"github.com/nodectl/nodectl/rundir"
 	"log/slog"
+	"slices"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/nodectl/nodectl/agent/hist"
@@ -23,8 +25,14 @@ var dropReasons = map[runqDropReason]string{
 
 // Tracer owns the loaded programs, their maps and links. It is not safe for concurrent use.
 type Tracer struct {
-	objs  runqObjects
-	links []link.Link
+	objs    runqObjects
+	links   []link.Link
+	latency loader.Batch[uint64, runqHist]
+	pairs   loader.Batch[runqPairKey, runqPairVal]
+	changed bool // Config.ChangedOnly
+	budget  int  // Config.PairsBudget
+	parts   int  // ReadPart calls since the pairs were last read
+	held    int  // pairs the map held at the last read of them
 }
 
 // New loads the programs and attaches them to sched_wakeup, sched_wakeup_new and
@@ -40,7 +48,10 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading runq spec: %w", err)
 	}
-	t := &Tracer{}
+	if cfg.PairsBudget <= 0 {
+		cfg.PairsBudget = DefaultPairsBudget
+	}
+	t := &Tracer{changed: cfg.ChangedOnly, budget: cfg.PairsBudget}
 	opts := loader.Options{CgroupV1: cfg.CgroupV1, PerCgroup: map[string]uint32{
 		runqMapLatency: cfg.MaxCgroups,
 		runqMapPairs:   cfg.MaxPairs,
@@ -60,45 +71,63 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	return t, nil
 }
 
-// Read sums the per-CPU values of every map.
-func (t *Tracer) Read() (Stats, error) {
+// Read sums the per-CPU values of every map (with Config.ChangedOnly, of the entries that
+// changed since the previous Read).
+func (t *Tracer) Read() (Stats, error) { return t.read(true) }
+
+// ReadPart is Read for every interval: while the pairs map holds more than Config.PairsBudget
+// entries it reads them only every ceil(pairs / PairsBudget) calls, and Pairs is empty in
+// between. With ChangedOnly nothing is lost: the next read has every pair that changed since.
+func (t *Tracer) ReadPart() (Stats, error) {
+	t.parts++
+	every := max(1, (t.held+t.budget-1)/t.budget)
+	return t.read(t.parts >= every)
+}
+
+func (t *Tracer) read(pairs bool) (Stats, error) {
 	if t.objs.Latency == nil {
 		return Stats{}, errors.New("reading runq maps: tracer closed")
 	}
 	st := Stats{Latency: map[uint64]hist.Log2{}}
 
-	var id uint64
-	var hs []runqHist
-	it := t.objs.Latency.Iterate()
-	for it.Next(&id, &hs) {
+	latencies, err := each(t.changed, &t.latency, t.objs.Latency, func(h runqHist) uint64 { return h.Count }, func(id uint64, hs []runqHist) {
 		var sum loader.HistSum
 		for _, h := range hs {
 			sum.Add(h.Slots[:], h.Count, h.SumNs)
 		}
 		st.Latency[id] = sum.Log2()
-	}
-	if err := it.Err(); err != nil {
+	})
+	if err != nil {
 		return Stats{}, fmt.Errorf("reading runq latency map: %w", err)
 	}
 
-	var k runqPairKey
-	var vs []runqPairVal
-	it = t.objs.Pairs.Iterate()
-	for it.Next(&k, &vs) {
-		p := Pair{Victim: k.Victim, Preemptor: k.Preemptor, Woken: runqWaitKind(k.Kind) == runqWaitKindWAIT_WOKEN}
-		for _, v := range vs {
-			p.Count += v.Count
-			p.WaitNs += v.WaitNs
+	if pairs {
+		n, err := each(t.changed, &t.pairs, t.objs.Pairs, func(v runqPairVal) uint64 { return v.Count }, func(k runqPairKey, vs []runqPairVal) {
+			p := Pair{Victim: k.Victim, Preemptor: k.Preemptor, Woken: runqWaitKind(k.Kind) == runqWaitKindWAIT_WOKEN}
+			for _, v := range vs {
+				p.Count += v.Count
+				p.WaitNs += v.WaitNs
+			}
+			st.Pairs = append(st.Pairs, p)
+		})
+		if err != nil {
+			return Stats{}, fmt.Errorf("reading runq pairs map: %w", err)
 		}
-		st.Pairs = append(st.Pairs, p)
-	}
-	if err := it.Err(); err != nil {
-		return Stats{}, fmt.Errorf("reading runq pairs map: %w", err)
+		t.held, t.parts = n, 0
 	}
 
-	st.Fill = max(loader.Fill(len(st.Latency), t.objs.Latency), loader.Fill(len(st.Pairs), t.objs.Pairs))
+	st.Fill = max(loader.Fill(latencies, t.objs.Latency), loader.Fill(t.held, t.objs.Pairs))
 
-	var err error
+	var cur []uint64
+	if err := t.objs.Oncpu.Lookup(uint32(0), &cur); err != nil {
+		return Stats{}, fmt.Errorf("reading runq oncpu map: %w", err)
+	}
+	for _, id := range cur {
+		if id != 0 && !slices.Contains(st.OnCPU, id) {
+			st.OnCPU = append(st.OnCPU, id)
+		}
+	}
+
 	if st.Drops, err = loader.Drops(t.objs.Drops, dropReasons); err != nil {
 		return Stats{}, fmt.Errorf("reading runq maps: %w", err)
 	}
@@ -111,11 +140,11 @@ func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
 	if t.objs.Latency == nil {
 		return 0, errors.New("forgetting runq entries: tracer closed")
 	}
-	n, err := loader.DeleteIf(t.objs.Latency, func(id uint64) bool { return !live(id) })
+	n, err := t.latency.DeleteIf(t.objs.Latency, func(id uint64) bool { return !live(id) })
 	if err != nil {
 		return n, fmt.Errorf("forgetting runq latency entries: %w", err)
 	}
-	m, err := loader.DeleteIf(t.objs.Pairs, func(k runqPairKey) bool {
+	m, err := t.pairs.DeleteIf(t.objs.Pairs, func(k runqPairKey) bool {
 		return !live(k.Victim) || !special(k.Preemptor) && !live(k.Preemptor)
 	})
 	if err != nil {
@@ -134,4 +163,15 @@ func (t *Tracer) Close() error {
 // special reports whether a preemptor id stands for no cgroup.
 func special(preemptor uint64) bool {
 	return preemptor == PreemptorIdle || preemptor == PreemptorThrottled || preemptor == PreemptorKernel
+}
+
+// each reads m through b, whole or its changes (told by sig) as configured, and returns how
+// many entries m holds.
+func each[K, V comparable](changed bool, b *loader.Batch[K, V], m *ebpf.Map, sig func(V) uint64, fn func(K, []V)) (int, error) {
+	if changed {
+		return b.Changed(m, sig, fn)
+	}
+	n := 0
+	err := b.Each(m, func(k K, vs []V) { n++; fn(k, vs) })
+	return n, err
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -412,4 +413,89 @@ func TestDropsWhenFull(t *testing.T) {
 
 func TestCloseTwice(t *testing.T) {
 	cgtest.CheckClose(t, newTracer(t, Config{}))
+}
+
+// A busy loop's cgroup is on its CPU at a read, however long since its last switch; a cgroup
+// whose tasks sleep is not.
+func TestOnCPU(t *testing.T) {
+	tr := newTracer(t, Config{})
+	g := cgtest.Make(t, "cpu", "busy", "sleeper")
+	cpu := cgtest.LastCPU(t)
+	g["busy"].Busy(t, cpu)
+	startSleeper(t, g["sleeper"], cpu)
+	busy, sleeper := g["busy"].ID, g["sleeper"].ID
+	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return slices.Contains(st.OnCPU, busy) })
+	if !slices.Contains(st.OnCPU, busy) {
+		t.Fatalf("on CPU %v, want the busy loop's cgroup %d among them", st.OnCPU, busy)
+	}
+	if slices.Contains(st.OnCPU, sleeper) {
+		t.Errorf("on CPU %v: the sleeper's cgroup %d is among them", st.OnCPU, sleeper)
+	}
+	if slices.Contains(st.OnCPU, 0) {
+		t.Errorf("on CPU %v: an idle CPU is among them", st.OnCPU)
+	}
+}
+
+// With ChangedOnly a read returns the entries that changed since the previous one, with their
+// totals: a cgroup gone quiet's are in no read, and come back, counting on, when it runs again.
+func TestChangedOnly(t *testing.T) {
+	tr := newTracer(t, Config{ChangedOnly: true})
+	g := cgtest.Make(t, "cpu", "a", "b")
+	cpu := cgtest.LastCPU(t)
+	la := g["a"].Busy(t, cpu)
+	g["b"].Busy(t, cpu)
+	a, b := g["a"].ID, g["b"].ID
+	if st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return pair(st, a, b).Count > 0 }); pair(st, a, b).Count == 0 {
+		t.Fatal("a was never preempted by b")
+	}
+	la.Process.Kill()
+	la.Wait()
+	before := read(t, tr).Latency[a].Count // a's last waits, if any since
+	time.Sleep(100 * time.Millisecond)
+	st := read(t, tr)
+	if _, ok := st.Latency[a]; ok || pair(st, a, b).Count != 0 {
+		t.Errorf("a, stopped: its histogram and pair are in a read after they stopped changing")
+	}
+	if st.Fill == 0 {
+		t.Errorf("fill 0: it counts every entry, changed or not")
+	}
+	g["a"].Busy(t, cpu)
+	st = waitFor(t, tr, 15*time.Second, func(st Stats) bool { _, ok := st.Latency[a]; return ok })
+	if h, ok := st.Latency[a]; !ok || h.Count <= before {
+		t.Errorf("a, busy again: histogram %+v, want a total above the %d waits before it stopped", h, before)
+	}
+}
+
+// Past the budget ReadPart reads the pairs every ceil(pairs / budget) calls, Read every time.
+func TestReadPartSpreadsPairs(t *testing.T) {
+	tr := newTracer(t, Config{ChangedOnly: true, PairsBudget: 1})
+	g := cgtest.Make(t, "cpu", "a", "b")
+	cpu := cgtest.LastCPU(t)
+	g["a"].Busy(t, cpu)
+	g["b"].Busy(t, cpu)
+	a, b := g["a"].ID, g["b"].ID
+	if st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return pair(st, a, b).Count > 0 && pair(st, b, a).Count > 0 }); pair(st, a, b).Count == 0 {
+		t.Fatal("a and b never preempted each other")
+	}
+	held := tr.held
+	if held < 2 {
+		t.Fatalf("the pairs map held %d pairs, want at least a's and b's", held)
+	}
+	var withPairs int
+	for range 2 * held {
+		time.Sleep(10 * time.Millisecond)
+		st, err := tr.ReadPart()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Pairs) > 0 {
+			withPairs++
+		}
+		if _, ok := st.Latency[a]; !ok {
+			t.Fatal("a busy loop's histogram missing from a ReadPart: the latency map is read at every call")
+		}
+	}
+	if withPairs < 1 || withPairs > 3 {
+		t.Errorf("%d of %d ReadPart calls read the pairs of a map of %d, budget 1: want about 2", withPairs, 2*held, held)
+	}
 }

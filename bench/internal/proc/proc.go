@@ -119,7 +119,17 @@ type Status struct {
 		Bytes    uint64 `json:"bytes,string"`
 		Writable bool   `json:"writable"`
 	} `json:"store"`
-	Tracer map[string]string `json:"tracer"`
+	Tracer         map[string]string `json:"tracer"`
+	IncidentsTotal uint64            `json:"incidentsTotal,string"`
+}
+
+// Incidents lists the agent's incidents as `nodectl agent incidents` prints them.
+func (a *Agent) Incidents() (string, error) {
+	out, err := exec.Command(a.bin, "agent", "incidents", "--socket", a.socket).Output()
+	if err != nil {
+		return "", fmt.Errorf("nodectl agent incidents: %w", err)
+	}
+	return string(out), nil
 }
 
 // Status asks the agent through the CLI, as an operator would.

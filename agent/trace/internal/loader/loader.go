@@ -5,6 +5,7 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"sync"
@@ -163,26 +164,145 @@ func Fill(entries int, m *ebpf.Map) float64 {
 	return 0
 }
 
-// DeleteIf deletes the keys of a hash map for which gone holds and returns how many it
-// deleted. Keys added meanwhile may be missed.
-func DeleteIf[K any](m *ebpf.Map, gone func(K) bool) (int, error) {
-	var doomed []K
-	var prev any // nil asks for the first key
-	for {
-		var k K
-		err := m.NextKey(prev, &k)
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			break
-		}
+// batchKeys is how many entries a batched read asks the kernel for at once: a few syscalls read
+// a map of thousands of cgroups, where walking it took two per entry (BenchmarkBatchRead).
+const batchKeys = 256
+
+// Batch reads whole hash maps with BPF_MAP_LOOKUP_BATCH into buffers it keeps between reads,
+// so that reading a map every interval allocates nothing once warm. V is one CPU's value for
+// a per-CPU map. The zero Batch is ready; it is not safe for concurrent use.
+type Batch[K, V comparable] struct {
+	keys []K
+	vals []V
+	// last and next hold each key's signature as Changed last saw it; pointer-free, so the
+	// collector never scans them.
+	last, next map[K]uint64
+	seed       maphash.Seed
+}
+
+// Each calls fn with every key of m and its values (one per possible CPU for a per-CPU map,
+// else one), which fn must not keep. Entries added or deleted meanwhile may be missed; none
+// is seen twice. Kernels without batched lookups (before 5.6) are walked key by key.
+//
+// Reading and deleting in one (BPF_MAP_LOOKUP_AND_DELETE_BATCH, keeping the totals here) was
+// tried for the run-queue maps: freeing and reallocating per-CPU values made each read cost
+// several times a plain one. Changed reads everything and passes on only what changed.
+func (b *Batch[K, V]) Each(m *ebpf.Map, fn func(K, []V)) error {
+	cpus := 1
+	if perCPU(m.Type()) {
+		n, err := ebpf.PossibleCPU()
 		if err != nil {
-			return 0, fmt.Errorf("listing keys: %w", err)
+			return err
 		}
+		cpus = n
+	}
+	if len(b.keys) == 0 {
+		b.keys = make([]K, batchKeys)
+	}
+	var cursor ebpf.MapBatchCursor
+	for {
+		if len(b.vals) != len(b.keys)*cpus {
+			b.vals = make([]V, len(b.keys)*cpus)
+		}
+		n, err := m.BatchLookup(&cursor, b.keys, b.vals, nil)
+		switch {
+		case errors.Is(err, unix.ENOSPC):
+			// A hash bucket holds more entries than the batch: ask for more at once.
+			b.keys = make([]K, 2*len(b.keys))
+			continue
+		case errors.Is(err, ebpf.ErrNotSupported):
+			return b.walk(m, fn)
+		case err != nil && !errors.Is(err, ebpf.ErrKeyNotExist):
+			return err
+		}
+		for i := range n {
+			fn(b.keys[i], b.vals[i*cpus:(i+1)*cpus])
+		}
+		if err != nil { // ErrKeyNotExist: the last batch
+			return nil
+		}
+	}
+}
+
+// Changed is Each for the entries whose values differ from what the previous Changed saw of
+// their key (every entry at the first, and a key that left and came back): the conversions and
+// records of a map of thousands of cgroups, most of them idle in any one interval, then cost
+// what its busy ones do. sig is a counter of one CPU's value that grows whenever the value
+// changes (an event count); nil hashes the whole value. It returns how many entries m holds.
+func (b *Batch[K, V]) Changed(m *ebpf.Map, sig func(V) uint64, fn func(K, []V)) (int, error) {
+	if b.next == nil {
+		b.seed = maphash.MakeSeed()
+		b.next = map[K]uint64{}
+	}
+	err := b.Each(m, func(k K, vs []V) {
+		var h uint64
+		for _, v := range vs {
+			if sig != nil {
+				h += sig(v) // counters only grow: their sum changes when one does
+			} else {
+				h = h*31 + maphash.Comparable(b.seed, v)
+			}
+		}
+		b.next[k] = h
+		if old, ok := b.last[k]; ok && old == h {
+			return
+		}
+		fn(k, vs)
+	})
+	if err != nil {
+		// Nothing is known of what this read missed: see everything as new next time.
+		clear(b.next)
+		clear(b.last)
+		return 0, err
+	}
+	n := len(b.next)
+	b.last, b.next = b.next, b.last
+	if b.next == nil {
+		b.next = map[K]uint64{}
+	}
+	clear(b.next)
+	return n, nil
+}
+
+// walk is Each key by key.
+func (b *Batch[K, V]) walk(m *ebpf.Map, fn func(K, []V)) error {
+	var k K
+	var vs []V
+	it := m.Iterate()
+	if !perCPU(m.Type()) {
+		var v V
+		for it.Next(&k, &v) {
+			fn(k, []V{v})
+		}
+		return it.Err()
+	}
+	for it.Next(&k, &vs) {
+		fn(k, vs)
+	}
+	return it.Err()
+}
+
+// perCPU says whether a map of type t holds a value per possible CPU.
+func perCPU(t ebpf.MapType) bool {
+	switch t {
+	case ebpf.PerCPUHash, ebpf.PerCPUArray, ebpf.LRUCPUHash, ebpf.PerCPUCGroupStorage:
+		return true
+	}
+	return false
+}
+
+// DeleteIf deletes the keys of hash map m for which gone holds and returns how many it
+// deleted. Keys added meanwhile may be missed.
+func (b *Batch[K, V]) DeleteIf(m *ebpf.Map, gone func(K) bool) (int, error) {
+	var doomed []K
+	err := b.Each(m, func(k K, _ []V) {
 		if gone(k) {
 			doomed = append(doomed, k)
 		}
-		prev = k
+	})
+	if err != nil {
+		return 0, fmt.Errorf("listing keys: %w", err)
 	}
-	// Deleting while walking would restart the walk from the first key.
 	n := 0
 	for _, k := range doomed {
 		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
