@@ -86,6 +86,11 @@ type Series struct {
 	Cgroup  string
 	Labels  map[string]string
 	Samples []Record
+	// Before says the counter counted before the recording first read it: in an agent window
+	// the cgroup and node samplers' counters run from the cgroup's creation or the node's
+	// boot, and a cgroup is read from when the agent follows it. With no sample at or before a
+	// window's start, Delta then starts at the series' first sample in the window, not at zero.
+	Before bool
 }
 
 // at returns the last sample at or before t, nil if there is none.
@@ -98,10 +103,17 @@ func (s *Series) at(t time.Time) *Record {
 }
 
 // Delta is how much a cumulative counter grew over w: the last value at or before w.End minus
-// the last value at or before w.Start, a missing value counting as zero. A counter that went
-// backwards (its producer restarted) yields zero.
+// the last value at or before w.Start, a missing value counting as zero (a counter the run
+// made, as its cgroups' are) or, for a series counting from Before, as its first value in w.
+// A counter that went backwards (its producer restarted) yields zero.
 func (s *Series) Delta(w Window) float64 {
-	return max(0, value(s.at(w.End))-value(s.at(w.Start)))
+	start := s.at(w.Start)
+	if start == nil && s.Before {
+		if i := sort.Search(len(s.Samples), func(i int) bool { return s.Samples[i].Time.After(w.Start) }); i < len(s.Samples) && !s.Samples[i].Time.After(w.End) {
+			start = &s.Samples[i]
+		}
+	}
+	return max(0, value(s.at(w.End))-value(start))
 }
 
 // HistDelta is the events a cumulative histogram gained over w, by the rule of Delta.
@@ -130,8 +142,25 @@ type SeriesSet []*Series
 func (r *Run) Series(metric string) SeriesSet {
 	if r.series == nil {
 		r.series = indexSeries(r.Records)
+		if r.Meta.Scenario == ScenarioAgent {
+			for m := range sampledCounters {
+				for _, s := range r.series[m] {
+					s.Before = true
+				}
+			}
+		}
 	}
 	return r.series[metric]
+}
+
+// sampledCounters are the cumulative series of the cgroup and node samplers, which count from
+// a cgroup's creation or the node's boot; the tracers' count from when they attached.
+var sampledCounters = map[string]bool{
+	MetricCPUUsage: true, MetricCPUPeriods: true, MetricCPUThrottled: true, MetricCPUThrottledTime: true,
+	MetricCgroupPressure: true, MetricMemoryLimitEvents: true, MetricMemoryMajorFaults: true,
+	MetricMemoryOOMKills: true, MetricMemoryRefaults: true, MetricMemorySwapPages: true,
+	MetricSystemPressure: true, MetricVmstat: true, MetricDiskBytes: true, MetricDiskIOs: true,
+	MetricDiskIOTime: true, MetricDiskWeightedIOTime: true,
 }
 
 // indexKey identifies a series without building a string: most series have at most two

@@ -100,6 +100,32 @@ func TestDelta(t *testing.T) {
 	}
 }
 
+// In an agent window the samplers' counters count from before the agent read them: with no
+// sample at or before a window's start, Delta starts at the first one in it (a cgroup the
+// agent began to follow mid-window is not credited with its whole life); the tracers' count
+// from zero, and a stress run's from zero too.
+func TestDeltaCountingFromBefore(t *testing.T) {
+	recs := []Record{
+		counter(4, MetricCPUUsage, "/old", 1000), // CPU time since the cgroup was made
+		counter(6, MetricCPUUsage, "/old", 1003),
+		counter(4, MetricRunqPreemptWait, "/old", 2, LabelPreemptor, "/hog"), // since the tracer attached
+		counter(6, MetricRunqPreemptWait, "/old", 5, LabelPreemptor, "/hog"),
+	}
+	w := Window{Start: at(0), End: at(6)}
+	for scenario, want := range map[string][2]float64{ScenarioAgent: {3, 5}, ScenarioNoisy: {1003, 5}} {
+		run := openRecords(t, Meta{Scenario: scenario}, recs...)
+		if got := run.Series(MetricCPUUsage).Delta(w); got != want[0] {
+			t.Errorf("%s: CPU usage delta %v, want %v", scenario, got, want[0])
+		}
+		if got := run.Series(MetricRunqPreemptWait).Delta(w); got != want[1] {
+			t.Errorf("%s: preemption wait delta %v, want %v", scenario, got, want[1])
+		}
+		if got := run.Series(MetricCPUUsage).Delta(Window{Start: at(0), End: at(3)}); got != 0 {
+			t.Errorf("%s: delta %v over a window before the first sample, want 0", scenario, got)
+		}
+	}
+}
+
 func TestHistDelta(t *testing.T) {
 	h := func(slots ...uint64) *hist.Log2 {
 		var count, sum uint64

@@ -32,7 +32,7 @@ import (
 type Backend interface {
 	// Status is the agent's view of itself.
 	Status(ctx context.Context) (*agentv1.Status, error)
-	// Query calls fn with the records of [from, to), oldest first, in as many calls as it
+	// Query calls fn with the records of [from, to], oldest first, in as many calls as it
 	// likes, down-sampled to one record per series and step when step is not zero, and kept to
 	// metric and to the cgroups CgroupUnder cgroupPrefix when they are not empty. The server
 	// keeps fn's records until the RPC ends: their labels and histograms must not be reused.
@@ -40,7 +40,7 @@ type Backend interface {
 	Query(ctx context.Context, from, to time.Time, step time.Duration, metric, cgroupPrefix string, fn func([]rundir.Record) error) error
 	// Meta describes the agent's recording as a run directory's meta.json would.
 	Meta() rundir.Meta
-	// Analyze is the analyzer's JSON report of [from, to), compared with the baseline
+	// Analyze is the analyzer's JSON report of [from, to], compared with the baseline
 	// before from (the agent's default when zero), for the victim cgroup (every cgroup when
 	// empty).
 	Analyze(ctx context.Context, from, to time.Time, baseline time.Duration, cgroup string) ([]byte, error)

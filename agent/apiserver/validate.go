@@ -59,7 +59,7 @@ func duration(field string, d *durationpb.Duration, max time.Duration) (time.Dur
 	return v, nil
 }
 
-// window is a required [from, to) of at most max.
+// window is a required [from, to] of at most max.
 func window(from, to *timestamppb.Timestamp, max time.Duration) (time.Time, time.Time, error) {
 	f, err := timestamp("from", from)
 	if err != nil {
