@@ -44,9 +44,11 @@ const slowBudget = 32
 // With an Active function, past slowBudget cgroups a Sample reads the fast tier only of the
 // cgroups that may have changed: those Active names (the tracer saw them run since the last
 // collection) and those whose turn of the slow tier it is. An idle cgroup's counters do not
-// move, and its memory only by reclaim from outside, which its turn catches. A fast file that
-// read all zeros after the cgroup had used CPU (cpu.stat without a CPU limit) is read on the
-// cgroup's turns only: it moves only once a limit is set.
+// move, and its memory only by reclaim from outside, which its turn catches.
+//
+// Past slowBudget cgroups, with or without Active, a fast file that read all zeros after the
+// cgroup had used CPU (cpu.stat without a CPU limit) is read on the cgroup's turns only: it
+// moves only once a limit is set.
 type Cgroups struct {
 	l          *cgroup.Layout
 	paths      func() []string
