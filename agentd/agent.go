@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -254,7 +255,16 @@ func (a *Agent) reap(batch []rundir.Record) {
 		fn(gone)
 	}
 	a.det.forget(gone)
+	if len(gone) >= releaseAfter {
+		// A churn's state is garbage now; the runtime would keep its pages for minutes.
+		debug.FreeOSMemory()
+	}
 }
+
+// releaseAfter is how many cgroups forgotten in one look make the agent hand its freed memory
+// back to the kernel at once: a node that churned through thousands of sandboxes, not the
+// odd pod that went.
+const releaseAfter = 100
 
 func (a *Agent) daemon(cg string) (string, bool) {
 	a.mu.Lock()

@@ -201,8 +201,9 @@ func TestAgentForgetsRemovedCgroups(t *testing.T) {
 		}
 	}
 	t.Logf("after: %d tracked, RSS %.1f MiB, fill %v", after.tracked(), after.rss()/(1<<20), after.fill())
-	// The RSS is logged, not asserted: under this churn it is not yet within the agent's 64 MiB
-	// budget (docs/agent.md, "Cost"), which BenchmarkAgent1000Cgroups measures at rest.
+	// The RSS is logged, not asserted: it is back within the agent's 64 MiB budget after the
+	// churn (docs/agent.md, "Cost"), but by a few MiB only, not yet at its baseline: the maps
+	// sized for the churn's series keep their room.
 	t.Logf("RSS peaked at %.1f MiB during the churn and is %.1f MiB after it", peakRSS/(1<<20), after.rss()/(1<<20))
 	ag.stop(t)
 }
