@@ -86,7 +86,7 @@ type source struct {
 	forget   func(live func(uint64) bool) (int, error)
 	close    func() error
 	reads    int     // successful reads since the last forget
-	forgot   float64 // the fill that made the last forget happen early; 0 if none did
+	forgot   float64 // the fill at the last forget if past ForgetFill, else 0
 }
 
 // namer turns a cgroup id of the source's hierarchy into a path.
@@ -329,7 +329,7 @@ func (t *Tracer) snapshot(now time.Time, full bool) (Snapshot, error) {
 			continue
 		}
 		src.reads, src.forgot = 0, 0
-		if early {
+		if fill > t.forgetFill {
 			src.forgot = fill
 		}
 		n, err := src.forget(t.live(src.controller))

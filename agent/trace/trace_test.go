@@ -350,10 +350,20 @@ func TestCollectForgetSchedule(t *testing.T) {
 	if _, ok := f.asked[ProgramRunq]; !ok || len(f.asked) != 1 {
 		t.Errorf("runq %.0f%% full: forgot %v, want runq alone", 100*f.fill[ProgramRunq], f.asked)
 	}
+	// Still as full (of live cgroups): not swept again at every collection, only once fuller.
+	if collect(6); f.asked[ProgramRunq] != nil {
+		t.Errorf("runq still 90%% full: forgot %v again, want runq left until it grows", f.asked)
+	}
+	f.fill[ProgramRunq] = 0.96
+	collect(7)
+	if _, ok := f.asked[ProgramRunq]; !ok {
+		t.Errorf("runq grew to 96%%: forgot %v, want runq", f.asked)
+	}
 	f.fill[ProgramRunq] = 0.1
-	collect(6) // the others' third since their last sweep
+	collect(8)
+	collect(9) // the others' third since their last sweep, runq's second
 	if _, ok := f.asked[ProgramRunq]; ok || len(f.asked) != 2 {
-		t.Errorf("collect 6: forgot %v, want fsync and blkio only", f.asked)
+		t.Errorf("collect 9: forgot %v, want fsync and blkio only", f.asked)
 	}
 }
 
