@@ -49,7 +49,7 @@ fuzz: ## run each fuzz target for FUZZTIME (the flight recorder's reader, the AP
 		done; \
 	done
 
-bench: build ## tracer and whole-agent overhead (detached vs attached, ns per event); the agent at 1,000 live cgroups (RSS, CPU, flight recorder); a post-mortem over 1 h of 1,000 cgroups; cgroup sampling cost at 100 and 1,000 cgroups
+bench: build ## tracer and whole-agent overhead (detached vs attached, ns per event); the agent at 1,000 live cgroups (RSS, CPU, flight recorder); an incident's analysis at 1,000 cgroups; a post-mortem over 1 h of 1,000 cgroups; cgroup sampling cost at 100 and 1,000 cgroups
 	NODECTL_BIN=$(abspath $(BIN)) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
 	$(GO) test -run '^$$' -bench BenchmarkCgroupSampling -benchtime 2s -timeout 10m ./agent/sample/
 

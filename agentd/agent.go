@@ -357,11 +357,25 @@ func ReadMeta(dataDir string) (rundir.Meta, error) {
 // least 2 (the phase's edges, where counters are exact), so that a node of thousands of series
 // costs the agent a bounded transient, at the price of coarser gauges. Close stops it.
 func (a *Agent) analyzeWindow(w Window) (json.RawMessage, error) {
-	if series := a.store.Status().Series; series > 0 {
+	w.Stop = a.stop
+	w, err := w.Incident(a.store, a.Meta(), a.store.Status().Series)
+	if err != nil {
+		return nil, err
+	}
+	defer debug.FreeOSMemory() // the transient back to the kernel, not held as the agent's RSS
+	return AnalyzeWindow(a.store, a.Meta(), w)
+}
+
+// Incident is w read as the agent reads an incident's window from src, a recorder of that many
+// series: each phase at as many ticks as keep the records within analysisRecords, and on a
+// node of many cgroups only those in focus (see focus).
+func (w Window) Incident(src Source, meta rundir.Meta, series int) (Window, error) {
+	if series > 0 {
 		w.Ticks = min(analysisTicks, max(2, analysisRecords/(2*series)))
 	}
-	w.Stop = a.stop
-	return AnalyzeWindow(a.store, a.Meta(), w)
+	keep, err := w.focus(src, meta)
+	w.Cgroups = keep
+	return w, err
 }
 
 // analysisRecords bounds the records an incident's analysis reads into the agent's memory

@@ -27,6 +27,9 @@ type Window struct {
 	Ticks int
 	// Stop, if set, ends a read under way when it is closed (an agent shutting down).
 	Stop <-chan struct{}
+	// Cgroups, if set, are the cgroups whose samples the analyzer's read keeps (an incident's
+	// focus); the node's samples and every event are kept whatever it says.
+	Cgroups map[string]bool
 }
 
 // ErrStopped is a window's read ended by its Stop.
@@ -89,16 +92,31 @@ func (w Window) meta(agent rundir.Meta) rundir.Meta {
 // read streams the window's records with its phase records: the baseline from its first tick
 // read (so that every series has its reference there) to From, then the window to To. Each
 // phase is read on its own, so that both of its edges are ticks read whatever its step.
-func (w Window) read(src Source, interval time.Duration, ticks int, fn func(rundir.Record) error) error {
+//
+// The baseline's start record is timed at its first tick, known once the baseline is read. With
+// a patch function, it is passed first timed at BaselineFrom and patch gets the first tick's
+// time at the end of the baseline, for a caller that holds the records to correct it in place;
+// without, the baseline is held until then.
+func (w Window) read(src Source, interval time.Duration, ticks int, fn func(rundir.Record) error, patch func(first time.Time)) error {
 	if err := w.Validate(); err != nil {
 		return err
 	}
+	start := rundir.Record{Type: rundir.TypePhase, Time: w.BaselineFrom, Name: rundir.PhaseBaseline, Event: rundir.EventStart}
+	if patch != nil {
+		if err := fn(start); err != nil {
+			return err
+		}
+	}
 	var first time.Time
 	var baseline []rundir.Record
-	// The baseline is held until its first tick is known: its phase record comes first.
+	n := 0
 	err := src.Read(w.BaselineFrom, w.From, w.step(w.From.Sub(w.BaselineFrom), interval, ticks), func(r rundir.Record) error {
 		if first.IsZero() || r.Time.Before(first) {
 			first = r.Time
+		}
+		n++
+		if patch != nil {
+			return fn(r)
 		}
 		baseline = append(baseline, r)
 		return nil
@@ -106,21 +124,26 @@ func (w Window) read(src Source, interval time.Duration, ticks int, fn func(rund
 	if err != nil {
 		return err
 	}
-	if len(baseline) == 0 {
+	if n == 0 {
 		return fmt.Errorf("the flight recorder has nothing from %s to %s", w.BaselineFrom.Format(time.RFC3339), w.From.Format(time.RFC3339))
 	}
 	if first.Before(w.BaselineFrom) {
 		first = w.BaselineFrom
 	}
-	if err := fn(rundir.Record{Type: rundir.TypePhase, Time: first, Name: rundir.PhaseBaseline, Event: rundir.EventStart}); err != nil {
-		return err
-	}
-	for _, r := range baseline {
-		if err := fn(r); err != nil {
+	if patch != nil {
+		patch(first)
+	} else {
+		start.Time = first
+		if err := fn(start); err != nil {
 			return err
 		}
+		for _, r := range baseline {
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		baseline = nil
 	}
-	baseline = nil
 	for _, p := range []rundir.Record{
 		{Type: rundir.TypePhase, Time: w.From, Name: rundir.PhaseBaseline, Event: rundir.EventEnd},
 		{Type: rundir.TypePhase, Time: w.From, Name: rundir.PhaseWindow, Event: rundir.EventStart},
@@ -146,10 +169,12 @@ func (w Window) stopped() bool {
 	}
 }
 
-// Run reads the window into memory, for the analyzer.
+// Run reads the window into memory, for the analyzer. The records are gathered in blocks and
+// joined once: growing one slice of millions of records copies it again and again under the
+// garbage collector. (Sizing one slice from the recorder's series was tried for the agent:
+// after a churn of cgroups the series counted were many times those a window reads, and the
+// room reserved made the agent's RSS 320 MiB.)
 func (w Window) Run(src Source, agent rundir.Meta) (*rundir.Run, error) {
-	// Gathered in blocks and joined once: growing one slice of millions of records copies it
-	// again and again under the garbage collector.
 	const block = 1 << 16
 	var blocks [][]rundir.Record
 	n := 0
@@ -157,9 +182,12 @@ func (w Window) Run(src Source, agent rundir.Meta) (*rundir.Run, error) {
 	if ticks <= 0 {
 		ticks = analysisTicks
 	}
-	err := w.read(src, time.Duration(agent.Interval), ticks, func(r rundir.Record) error {
+	add := func(r rundir.Record) error {
 		if n%4096 == 0 && w.stopped() {
 			return ErrStopped
+		}
+		if w.Cgroups != nil && r.Type == rundir.TypeSample && r.Cgroup != "" && !w.Cgroups[r.Cgroup] {
+			return nil
 		}
 		if len(blocks) == 0 || len(blocks[len(blocks)-1]) == block {
 			blocks = append(blocks, make([]rundir.Record, 0, block))
@@ -167,7 +195,10 @@ func (w Window) Run(src Source, agent rundir.Meta) (*rundir.Run, error) {
 		blocks[len(blocks)-1] = append(blocks[len(blocks)-1], r)
 		n++
 		return nil
-	})
+	}
+	// The baseline's start record is the first of all.
+	patch := func(first time.Time) { blocks[0][0].Time = first }
+	err := w.read(src, time.Duration(agent.Interval), ticks, add, patch)
 	run := &rundir.Run{Meta: w.meta(agent), Records: make([]rundir.Record, 0, n)}
 	for i := range blocks {
 		run.Records = append(run.Records, blocks[i]...)
@@ -191,7 +222,7 @@ func (w Window) Export(src Source, agent rundir.Meta, dir string) error {
 			return err
 		}
 		return nil
-	})
+	}, nil)
 	if err == nil {
 		err = out.Append(buf...)
 	}

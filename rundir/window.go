@@ -1,6 +1,7 @@
 package rundir
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"sort"
@@ -198,34 +199,60 @@ func keyOf(rec *Record) indexKey {
 	return k
 }
 
+// compare orders keys as SeriesKey orders their series: by metric, cgroup, then labels.
+func (k indexKey) compare(o indexKey) int {
+	return cmp.Or(strings.Compare(k.metric, o.metric), strings.Compare(k.cgroup, o.cgroup),
+		strings.Compare(k.k1, o.k1), strings.Compare(k.v1, o.v1), strings.Compare(k.k2, o.k2),
+		strings.Compare(k.v2, o.v2), strings.Compare(k.rest, o.rest))
+}
+
+// indexSeries groups recs' samples by series. It counts each series' samples first and gives
+// them one backing array: appending record by record doubled an incident's analysis's memory
+// (BenchmarkIncidentAnalysis).
 func indexSeries(recs []Record) map[string]SeriesSet {
-	byKey := map[indexKey]*Series{}
+	type building struct {
+		key indexKey
+		s   *Series
+		n   int
+	}
+	byKey := map[indexKey]*building{}
+	of := make([]*building, len(recs))
+	total := 0
 	for i := range recs {
 		rec := &recs[i]
 		if rec.Type != TypeSample || rec.Metric == "" {
 			continue
 		}
 		key := keyOf(rec)
-		s, ok := byKey[key]
+		b, ok := byKey[key]
 		if !ok {
-			s = &Series{Metric: rec.Metric, Cgroup: rec.Cgroup, Labels: rec.Labels}
-			byKey[key] = s
+			b = &building{key: key, s: &Series{Metric: rec.Metric, Cgroup: rec.Cgroup, Labels: rec.Labels}}
+			byKey[key] = b
 		}
-		s.Samples = append(s.Samples, *rec)
+		b.n++
+		of[i] = b
+		total++
 	}
-	// Ordered by cgroup and labels, as SeriesKey orders them: one key per series.
-	type keyed struct {
-		key string
-		s   *Series
+	all := make([]*building, 0, len(byKey))
+	for _, b := range byKey {
+		all = append(all, b)
 	}
-	all := make([]keyed, 0, len(byKey))
-	for _, s := range byKey {
-		all = append(all, keyed{SeriesKey(s.Metric, s.Cgroup, s.Labels), s})
+	// Ordered by cgroup and labels, as SeriesKey orders them.
+	slices.SortFunc(all, func(a, b *building) int { return a.key.compare(b.key) })
+	backing := make([]Record, total)
+	off := 0
+	for _, b := range all {
+		b.s.Samples = backing[off : off : off+b.n]
+		off += b.n
 	}
-	slices.SortFunc(all, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	for i, b := range of {
+		if b != nil {
+			b.s.Samples = append(b.s.Samples, recs[i])
+		}
+	}
 	index := map[string]SeriesSet{}
-	for _, ks := range all {
-		s := ks.s
+	for _, b := range all {
+		s := b.s
 		// Producers append concurrently, so samples may be slightly out of order.
 		slices.SortStableFunc(s.Samples, func(a, b Record) int { return a.Time.Compare(b.Time) })
 		index[s.Metric] = append(index[s.Metric], s)

@@ -16,7 +16,12 @@ import (
 // hold and keeps its two maps from one batch to the next: a batch allocates nothing once warm.
 type Changes struct {
 	last, next map[seriesID]value
+	passed     int // records the previous Filter passed on, to size the next
+	room       int // the most series the maps have held since they were last made
 }
+
+// shrinkFloor: maps of fewer entries than this are never made again smaller.
+const shrinkFloor = 1024
 
 // Filter returns the samples of snapshot that changed. A series absent from snapshot is
 // forgotten (its cgroup was removed, or its producer failed this time): should it come back,
@@ -25,7 +30,7 @@ func (c *Changes) Filter(snapshot []rundir.Record) []rundir.Record {
 	if c.next == nil {
 		c.next = make(map[seriesID]value, len(snapshot))
 	}
-	var out []rundir.Record
+	out := make([]rundir.Record, 0, c.passed+c.passed/8)
 	for i := range snapshot {
 		r := &snapshot[i]
 		id, v := idOf(r), valueOf(r)
@@ -36,7 +41,19 @@ func (c *Changes) Filter(snapshot []rundir.Record) []rundir.Record {
 		out = append(out, *r)
 	}
 	c.last, c.next = c.next, c.last
-	clear(c.next)
+	// A cleared map keeps the room of its largest size: after a churn of thousands of cgroups
+	// that was megabytes of the agent's RSS (TestAgentForgetsRemovedCgroups). One grown far
+	// beyond what a snapshot holds now is made again.
+	if c.room = max(c.room, len(snapshot)); c.room > 2*len(snapshot)+shrinkFloor {
+		last := make(map[seriesID]value, len(c.last))
+		for id, v := range c.last {
+			last[id] = v
+		}
+		c.last, c.next, c.room = last, make(map[seriesID]value, len(snapshot)), len(snapshot)
+	} else {
+		clear(c.next)
+	}
+	c.passed = len(out)
 	return out
 }
 

@@ -1,6 +1,7 @@
 package collect
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -76,5 +77,29 @@ func TestChangesKeysLabelsInAnyOrder(t *testing.T) {
 		if got := c.Filter([]rundir.Record{other}); len(got) != 1 {
 			t.Errorf("%d labels: a series with fewer labels taken for the same", len(keys))
 		}
+	}
+}
+
+// After a churn the maps are made again at the size of what is left, and still tell what
+// changed.
+func TestChangesShrinkAfterAChurn(t *testing.T) {
+	var c Changes
+	var churn []rundir.Record
+	for i := range 5000 {
+		churn = append(churn, counter(rundir.MetricBlkBytes, fmt.Sprintf("/c%d", i), 1))
+	}
+	c.Filter(churn)
+	c.Filter(churn)
+	left := churn[:10]
+	c.Filter(left)
+	if c.room != len(left) || len(c.last) != len(left) {
+		t.Fatalf("after the churn: room %d, %d series remembered; want %d", c.room, len(c.last), len(left))
+	}
+	if got := c.Filter(left); len(got) != 0 {
+		t.Errorf("an unchanged batch after the shrink passed on %d samples", len(got))
+	}
+	changed := append([]rundir.Record{counter(rundir.MetricBlkBytes, "/c0", 2)}, left[1:]...)
+	if got := c.Filter(changed); len(got) != 1 || got[0].Cgroup != "/c0" {
+		t.Errorf("after the shrink: passed on %+v, want /c0's change", got)
 	}
 }

@@ -49,6 +49,7 @@ type Collector struct {
 	mu       sync.Mutex // serialises snapshots: sources are not safe for concurrent use
 	failures map[string]int
 	observe  func([]rundir.Record)
+	last     int // records in the previous batch
 }
 
 // New returns a collector; observe, if not nil, sees every batch appended (progress display,
@@ -77,7 +78,8 @@ func (c *Collector) Snapshot(now time.Time) error { return c.collect(now, true) 
 func (c *Collector) collect(now time.Time, full bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var batch []rundir.Record
+	// Sized as the previous batch: appending to a growing one copied every record a few times.
+	batch := make([]rundir.Record, 0, c.last)
 	for _, name := range c.order {
 		s := c.sources[name]
 		sample := s.Sample
@@ -93,6 +95,7 @@ func (c *Collector) collect(now time.Time, full bool) error {
 		}
 		batch = append(batch, recs...)
 	}
+	c.last = len(batch)
 	if len(batch) == 0 {
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/rundir"
@@ -419,11 +420,50 @@ type seriesInfo struct {
 	labels                   map[string]string
 }
 
-func parseEntry(e string) (seriesInfo, error) {
-	d := dec{b: []byte(e)}
-	s := seriesInfo{kind: d.byte(), metric: d.str(), cgroup: d.str(), workload: d.str()}
-	s.labels = d.labels()
+func parseEntry(e string, in *interner) (seriesInfo, error) {
+	// Read in place: the decoder only reads, and what it returns is copied out by the interner.
+	d := dec{b: unsafe.Slice(unsafe.StringData(e), len(e))}
+	s := seriesInfo{kind: d.byte(), metric: in.str(&d), cgroup: in.str(&d), workload: in.str(&d)}
+	s.labels = in.labels(&d)
 	return s, d.err
+}
+
+// interner hands out one copy of each string and label set a read decodes: a cgroup's path is
+// in each of its tens of series, a label set such as kind=anon in a series of every cgroup.
+// Decoding a copy of each was most of what reading a window of 1,000 cgroups allocated
+// (BenchmarkIncidentAnalysis). Label sets are shared: never modify one.
+type interner struct {
+	strs map[string]string
+	sets map[string]map[string]string // label sets by their encoding
+}
+
+func newInterner() *interner {
+	return &interner{strs: map[string]string{}, sets: map[string]map[string]string{}}
+}
+
+func (in *interner) str(d *dec) string {
+	b := d.bytes(d.uvarint())
+	if s, ok := in.strs[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	in.strs[s] = s
+	return s
+}
+
+func (in *interner) labels(d *dec) map[string]string {
+	start := d.b
+	for range d.count(2) {
+		d.skipStr()
+		d.skipStr()
+	}
+	raw := start[:len(start)-len(d.b)]
+	if m, ok := in.sets[string(raw)]; ok || d.err != nil {
+		return m
+	}
+	m := (&dec{b: raw}).labels()
+	in.sets[string(raw)] = m
+	return m
 }
 
 // Events and phases, and any record that is not a sample, are kept whole.

@@ -169,7 +169,7 @@ func (v *view) read(from, to time.Time, step time.Duration, fn func(rundir.Recor
 	if step < 0 || to.Before(from) {
 		return fmt.Errorf("flightrec: bad window [%v, %v] step %v", from, to, step)
 	}
-	r := &reading{from: clampNanos(from), to: clampNanos(to), step: int64(step), fn: fn, known: map[string]*rseries{}}
+	r := &reading{from: clampNanos(from), to: clampNanos(to), step: int64(step), fn: fn, known: map[string]*rseries{}, intern: newInterner()}
 	// Events first: they are few, and their times need not fall in their tick's segment.
 	skip := map[string]bool{}
 	for _, f := range v.segs {
@@ -251,10 +251,11 @@ type reading struct {
 	fnErr          error
 
 	known   map[string]*rseries // by catalogue entry
-	carry   []*rseries          // changed after the last tick emitted
-	started bool                // the window's first tick was emitted
-	nextSel int64               // with a step, the time from which the next tick is emitted
-	lastT   int64               // the last tick of the window seen
+	intern  *interner
+	carry   []*rseries // changed after the last tick emitted
+	started bool       // the window's first tick was emitted
+	nextSel int64      // with a step, the time from which the next tick is emitted
+	lastT   int64      // the last tick of the window seen
 	nseg    int
 
 	events []rundir.Record
@@ -316,7 +317,7 @@ func (r *reading) lookup(key string) (*rseries, error) {
 	if rs := r.known[key]; rs != nil {
 		return rs, nil
 	}
-	info, err := parseEntry(key)
+	info, err := parseEntry(key, r.intern)
 	if err != nil {
 		return nil, err
 	}

@@ -28,6 +28,17 @@ const retryAbsent = 16
 // cgroups every 32 s (BenchmarkAgent1000Cgroups).
 const slowBudget = 32
 
+// With Active, an active cgroup that used less than lightCPU of a core since its previous read
+// (a millisecond a second) is light: its fast tier is read again only lightEvery samples later (or on
+// its turn). A thousand sandboxes that wake now and then to do next to nothing were each read
+// at every wake-up (BenchmarkAgent1000Cgroups); their CPU usage stays exact, as counters,
+// over the longer span, and a cgroup whose usage rises above a millisecond a second is read
+// at every sample again from its next read.
+const (
+	lightCPU   = 1e-3 // of a core
+	lightEvery = 4
+)
+
 // Cgroups samples per-cgroup counters.
 //
 // Each cgroup's files are opened once and re-read with pread at offset 0, which makes kernfs
@@ -48,7 +59,8 @@ const slowBudget = 32
 //
 // Past slowBudget cgroups, with or without Active, a fast file that read all zeros after the
 // cgroup had used CPU (cpu.stat without a CPU limit) is read on the cgroup's turns only: it
-// moves only once a limit is set.
+// moves only once a limit is set. With Active, a light cgroup (lightCPU) is read every
+// lightEvery samples at most.
 type Cgroups struct {
 	l          *cgroup.Layout
 	paths      func() []string
@@ -77,6 +89,12 @@ type cgOpen struct {
 	absent []uint64 // the sample a file was found missing at; 0: not missing
 	round  uint64   // the last sample that listed the cgroup
 	quiet  []bool   // a fast file read all zeros at its last read, the cgroup having run
+	// readAt is the sample the fast tier was last read at, and when; cpu the CPU usage (s)
+	// it read then; light that it rose by less than lightCPU of a core since the read before.
+	readAt   uint64
+	readTime time.Time
+	cpu      float64
+	light    bool
 }
 
 // cgFile is one file sampled in every cgroup: in controller's hierarchy, parsed by read; slow
@@ -175,7 +193,7 @@ func (s *Cgroups) sample(now time.Time, full bool) ([]rundir.Record, error) {
 	every := uint64(max(1, (len(paths)+s.slowBudget-1)/s.slowBudget))
 	for i, p := range paths {
 		slow := full || (s.round+uint64(i))%every == 0 || s.priority != nil && s.priority(p)
-		if !slow && s.active != nil && every > 1 && !s.active(p) && s.open.keep(p, s.round) {
+		if !slow && s.active != nil && every > 1 && (!s.active(p) || s.open.light(p, s.round)) && s.open.keep(p, s.round) {
 			continue
 		}
 		var err error
@@ -215,6 +233,11 @@ func (s *Cgroups) read(out []rundir.Record, now time.Time, path string, slow boo
 	}
 	o.round = s.round
 	n := len(out)
+	defer func() {
+		if !gone && err == nil {
+			o.noteCPU(out[n:], s.round, now)
+		}
+	}()
 	ran := false // the first fast file (CPU usage) is not all zeros
 	for i, f := range s.files {
 		if f.slow && !slow || !slow && o.quiet[i] {
@@ -284,6 +307,28 @@ func (s *Cgroups) pread(fd int) ([]byte, error) {
 			return s.buf[:n], nil
 		}
 		s.buf = make([]byte, 2*len(s.buf))
+	}
+}
+
+// light says whether path is a light cgroup (see lightCPU) read fewer than lightEvery samples
+// before round.
+func (o *openFiles) light(path string, round uint64) bool {
+	c := o.by[path]
+	return c != nil && c.light && round-c.readAt < lightEvery
+}
+
+// noteCPU notes the CPU usage among recs, a fast-tier read at round and now, and whether the
+// cgroup was light since the previous one.
+func (c *cgOpen) noteCPU(recs []rundir.Record, round uint64, now time.Time) {
+	for _, r := range recs {
+		if r.Metric != rundir.MetricCPUUsage || r.Value == nil {
+			continue
+		}
+		if c.readAt > 0 {
+			c.light = *r.Value-c.cpu < lightCPU*now.Sub(c.readTime).Seconds()
+		}
+		c.readAt, c.readTime, c.cpu = round, now, *r.Value
+		return
 	}
 }
 

@@ -189,8 +189,9 @@ func TestCgroupRotationFindsLateFile(t *testing.T) {
 }
 
 // With Active, past the budget a Sample reads the fast tier of the cgroups named active and of
-// those whose slow turn it is, and no other. A cgroup that used CPU with cpu.stat all zeros
-// (no CPU limit) has cpu.stat read on its turns only.
+// those whose slow turn it is, and no other; a named one that uses no CPU (light) every
+// lightEvery samples, one that spins at every sample. A cgroup that used CPU with cpu.stat all
+// zeros (no CPU limit) has cpu.stat read on its turns only.
 func TestCgroupActiveReadsWhatMayHaveChanged(t *testing.T) {
 	l, paths := makeCgroups(t, 6)
 	spinning := path.Dir(paths[0]) + "/spin" // no CPU limit: cpu.stat stays all zeros
@@ -217,6 +218,9 @@ func TestCgroupActiveReadsWhatMayHaveChanged(t *testing.T) {
 	fastReads, periodReads := map[string]int{}, map[string]int{}
 	const ticks = 3 * every
 	for tick := 1; tick <= ticks; tick++ {
+		// The kernel charges CPU time at its ticks and switches: samples a few milliseconds
+		// apart could see the spinning cgroup's usage stand still, and call it light.
+		time.Sleep(50 * time.Millisecond)
 		recs, err := s.Sample(time.Now())
 		if err != nil {
 			t.Fatal(err)
@@ -236,20 +240,27 @@ func TestCgroupActiveReadsWhatMayHaveChanged(t *testing.T) {
 	}
 	turns := ticks / every
 	for _, p := range paths {
+		if p == named {
+			continue
+		}
 		want := turns
-		if p == named || p == spinning {
+		if p == spinning {
 			want = ticks
 		}
 		if fastReads[p] != want {
 			t.Errorf("%s: fast tier read at %d of %d ticks, want %d", p, fastReads[p], ticks, want)
 		}
 	}
+	// The named cgroup has no process: light, it is read every lightEvery ticks or on its turn.
+	if n := fastReads[named]; n < ticks/lightEvery || n > ticks/lightEvery+turns {
+		t.Errorf("%s (light): fast tier read at %d of %d ticks, want %d to %d", named, n, ticks, ticks/lightEvery, ticks/lightEvery+turns)
+	}
 	if !l.V1 {
 		return // v2's cpu.stat has the CPU usage: never quiet
 	}
-	if periodReads[named] != ticks || periodReads[spinning] != turns {
-		t.Errorf("cpu.stat read at %d ticks of the limited cgroup named active (want %d), at %d of the unlimited one (want its %d turns)",
-			periodReads[named], ticks, periodReads[spinning], turns)
+	if periodReads[named] != fastReads[named] || periodReads[spinning] != turns {
+		t.Errorf("cpu.stat read at %d ticks of the limited cgroup named active (want its %d fast reads), at %d of the unlimited one (want its %d turns)",
+			periodReads[named], fastReads[named], periodReads[spinning], turns)
 	}
 }
 

@@ -1,10 +1,12 @@
 package sample
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +18,16 @@ import (
 
 	"github.com/nodectl/nodectl/rundir"
 )
+
+// meminfoLabels are the /proc/meminfo lines sampled (memory and swap totals, for how much room
+// the workloads had), each with its labels.
+var meminfoLabels = map[string]map[string]string{}
+
+func init() {
+	for _, name := range []string{"MemTotal", "MemAvailable", "SwapTotal", "SwapFree"} {
+		meminfoLabels[name] = map[string]string{rundir.LabelName: name}
+	}
+}
 
 // vmstatPrefixes and vmstatNames select the /proc/vmstat counters that explain memory
 // trouble: reclaim scans and steals, direct-reclaim stalls, refaults, swap, major faults,
@@ -29,9 +41,15 @@ var (
 type System struct {
 	procfs  string
 	devices func() []string
-	proc    procfs.FS
 	block   blockdevice.FS
-	err     error // opening either filesystem failed: every Sample returns it
+	err     error // opening the block devices failed: every Sample returns it
+	files   *systemFiles
+}
+
+// systemFiles are the files System keeps open, apart from it so that a cleanup can close them.
+type systemFiles struct {
+	meminfo, vmstat procFile
+	pressure        map[string]*procFile // by resource
 }
 
 // NewSystem samples node-wide PSI, memory and swap totals of /proc/meminfo, selected
@@ -41,11 +59,23 @@ func NewSystem(procfsDir, sysfsDir string, devices func() []string) *System {
 	if sysfsDir == "" {
 		sysfsDir = "/sys"
 	}
-	s := &System{procfs: procfsDir, devices: devices}
+	s := &System{procfs: procfsDir, devices: devices, files: &systemFiles{
+		meminfo:  procFile{path: filepath.Join(procfsDir, "meminfo")},
+		vmstat:   procFile{path: filepath.Join(procfsDir, "vmstat")}, //rundir:other: the file
+		pressure: map[string]*procFile{},
+	}}
+	for _, res := range pressureResources {
+		s.files.pressure[res] = &procFile{path: filepath.Join(procfsDir, "pressure", res)}
+	}
+	runtime.AddCleanup(s, func(f *systemFiles) {
+		f.meminfo.close()
+		f.vmstat.close()
+		for _, p := range f.pressure {
+			p.close()
+		}
+	}, s.files)
 	var err error
-	if s.proc, err = procfs.NewFS(procfsDir); err != nil {
-		s.err = fmt.Errorf("opening procfs %s: %w", procfsDir, err)
-	} else if s.block, err = blockdevice.NewFS(procfsDir, sysfsDir); err != nil {
+	if s.block, err = blockdevice.NewFS(procfsDir, sysfsDir); err != nil {
 		s.err = fmt.Errorf("opening block devices in %s and %s: %w", procfsDir, sysfsDir, err)
 	}
 	return s
@@ -58,20 +88,20 @@ func (s *System) Sample(now time.Time) ([]rundir.Record, error) {
 	}
 	var out []rundir.Record
 	for _, res := range pressureResources {
-		st, err := s.proc.PSIStatsForResource(res)
+		b, err := s.files.pressure[res].read()
 		if vanished(err) || errors.Is(err, syscall.EOPNOTSUPP) {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("reading %s pressure: %w", res, err)
 		}
-		for kind, line := range map[string]*procfs.PSILine{rundir.PressureSome: st.Some, rundir.PressureFull: st.Full} {
-			if line != nil {
-				out = append(out, sample(now, "", rundir.MetricSystemPressure, float64(line.Total)/1e6, map[string]string{
-					rundir.LabelResource: res, rundir.LabelKind: kind,
-				}))
-			}
+		// The node's PSI files read as a cgroup's do.
+		if out, err = readPressure(res)(out, now, "", b); err != nil {
+			return nil, fmt.Errorf("parsing %s pressure: %w", res, err)
 		}
+	}
+	for i := range out { // all PSI so far
+		out[i].Metric = rundir.MetricSystemPressure
 	}
 	var err error
 	if out, err = s.meminfo(out, now); err != nil {
@@ -88,26 +118,34 @@ func (s *System) Sample(now time.Time) ([]rundir.Record, error) {
 
 // meminfo appends the node's memory and swap totals, for how much room the workloads had.
 func (s *System) meminfo(out []rundir.Record, now time.Time) ([]rundir.Record, error) {
-	mi, err := s.proc.Meminfo()
+	b, err := s.files.meminfo.read()
 	if err != nil {
 		return nil, fmt.Errorf("reading meminfo: %w", err)
 	}
-	for _, f := range []struct {
-		name string
-		v    *uint64
-	}{
-		{"MemTotal", mi.MemTotalBytes}, {"MemAvailable", mi.MemAvailableBytes},
-		{"SwapTotal", mi.SwapTotalBytes}, {"SwapFree", mi.SwapFreeBytes},
-	} {
-		if f.v != nil {
-			out = append(out, sample(now, "", rundir.MetricMeminfo, float64(*f.v), map[string]string{rundir.LabelName: f.name}))
+	// "MemTotal:       16303436 kB" lines.
+	for len(b) > 0 {
+		var line []byte
+		line, b, _ = bytes.Cut(b, []byte{'\n'})
+		name, rest, ok := bytes.Cut(line, []byte{':'})
+		labels := meminfoLabels[string(name)]
+		if !ok || labels == nil {
+			continue
 		}
+		num, unit, _ := bytes.Cut(bytes.TrimSpace(rest), []byte{' '})
+		v, err := strconv.ParseUint(string(num), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("parsing meminfo %s: %w", name, err)
+		}
+		if string(unit) == "kB" {
+			v *= 1024
+		}
+		out = append(out, sample(now, "", rundir.MetricMeminfo, float64(v), labels))
 	}
 	return out, nil
 }
 
 func (s *System) vmstat(out []rundir.Record, now time.Time) ([]rundir.Record, error) {
-	b, err := os.ReadFile(filepath.Join(s.procfs, "vmstat")) //rundir:other: the file
+	b, err := s.files.vmstat.read()
 	if err != nil {
 		return nil, fmt.Errorf("reading vmstat: %w", err)
 	}

@@ -19,10 +19,11 @@ import (
 // cgroup in ten waits longer for a CPU, preempted by a neighbour, so that a window has cgroups
 // whose waits rose for the analyzer to examine.
 type node struct {
-	rng     *rand.Rand
-	series  []*genSeries
-	batch   []rundir.Record
-	seconds int
+	rng       *rand.Rand
+	contended []string // the cgroups whose waits rise when contended
+	series    []*genSeries
+	batch     []rundir.Record
+	seconds   int
 }
 
 // genSeries is one series: a counter (raw integer, step added when it changes, scale to the
@@ -70,6 +71,9 @@ func newNode(cgroups int, seed uint64) *node {
 				n.rng.Uint64(), n.rng.Uint64(), n.rng.Uint64())
 		}
 		busy, contended := c%5 == 0, c%50 == 10
+		if contended {
+			n.contended = append(n.contended, cg)
+		}
 		counters := []counter{
 			{rundir.MetricCPUUsage, nil, 1e6, 5e8, 1e-9}, // cpuacct.usage, ns
 			{rundir.MetricCPUPeriods, nil, 5, 10, 1},

@@ -44,7 +44,7 @@ func BenchmarkPostmortem1h(b *testing.B) {
 	to := time.Now().UTC().Truncate(time.Second)
 	w := agentd.Window{BaselineFrom: to.Add(-postmortemWindow - baseline), From: to.Add(-postmortemWindow), To: to}
 	t0 := time.Now()
-	st, err := writeHour(data, w)
+	st, err := writeWindow(data, w)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -95,14 +95,17 @@ func BenchmarkPostmortem1h(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// writeHour fills dir's flight recorder with the window, a tick a second, and writes the
+// windowSeed seeds the node writeWindow records.
+const windowSeed = 12
+
+// writeWindow fills dir's flight recorder with the window, a tick a second, and writes the
 // agent's meta.json beside it.
-func writeHour(dir string, w agentd.Window) (flightrec.Status, error) {
+func writeWindow(dir string, w agentd.Window) (flightrec.Status, error) {
 	s, err := flightrec.Open(flightrec.Options{Dir: dir})
 	if err != nil {
 		return flightrec.Status{}, err
 	}
-	n := newNode(liveCgroups, 12)
+	n := newNode(liveCgroups, windowSeed)
 	for t := w.BaselineFrom; !t.After(w.To); t = t.Add(time.Second) {
 		if err := s.Append(t, n.next(!t.Before(w.From))); err != nil {
 			s.Close()

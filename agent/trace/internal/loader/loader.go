@@ -177,6 +177,7 @@ type Batch[K, V comparable] struct {
 	// last and next hold each key's signature as Changed last saw it; pointer-free, so the
 	// collector never scans them.
 	last, next map[K]uint64
+	room       int // the most entries they have held since they were last made
 	seed       maphash.Seed
 }
 
@@ -257,10 +258,18 @@ func (b *Batch[K, V]) Changed(m *ebpf.Map, sig func(V) uint64, fn func(K, []V)) 
 	}
 	n := len(b.next)
 	b.last, b.next = b.next, b.last
-	if b.next == nil {
-		b.next = map[K]uint64{}
+	// A cleared map keeps the room of its largest size: after a churn of thousands of cgroups
+	// the pairs' signatures held megabytes (TestAgentForgetsRemovedCgroups). Maps grown far
+	// beyond what the map holds now are made again.
+	if b.room = max(b.room, n); b.next == nil || b.room > 2*n+1024 {
+		last := make(map[K]uint64, n) // not maps.Clone, which keeps the room
+		for k, h := range b.last {
+			last[k] = h
+		}
+		b.last, b.next, b.room = last, make(map[K]uint64, n), n
+	} else {
+		clear(b.next)
 	}
-	clear(b.next)
 	return n, nil
 }
 
