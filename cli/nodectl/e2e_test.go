@@ -250,7 +250,9 @@ func TestNoisyQuietRunHasNoContention(t *testing.T) {
 // startNoisy starts a long run in the background and waits until its stress phase runs.
 // startNoisy starts a long run with every kind of hog (a memory hog of memory, which must leave
 // room for a gVisor Sentry when extra picks runsc) and returns once its stress phase runs.
-func startNoisy(t *testing.T, memory string, extra ...string) (*exec.Cmd, string) {
+// startNoisy starts a noisy run with every hog and returns once its stress phase is going: the
+// command, the run's id and the run's stderr so far and to come (for a test's failure message).
+func startNoisy(t *testing.T, memory string, extra ...string) (*exec.Cmd, string, *bytes.Buffer) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "run")
 	args := append([]string{"stress", "noisy", "--trace", "--baseline", "2s", "--duration", "5m",
@@ -275,27 +277,27 @@ func startNoisy(t *testing.T, memory string, extra ...string) (*exec.Cmd, string
 			for _, r := range run.Records {
 				if r.Type == rundir.TypePhase && r.Name == "stress" && r.Event == "start" {
 					time.Sleep(2 * time.Second) // let every hog get going
-					return cmd, run.Meta.ID
+					return cmd, run.Meta.ID, &errb
 				}
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("the run never reached its stress phase:\n%s", errb.String())
-	return nil, ""
+	return nil, "", nil
 }
 
 func TestInterruptedRunLeavesNothing(t *testing.T) {
 	requireRoot(t)
 	mounts := tracefsMounts(t)
-	cmd, id := startNoisy(t, "64Mi")
+	cmd, id, stderr := startNoisy(t, "64Mi")
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	err := cmd.Wait()
 	var ee *exec.ExitError
 	if err == nil || !errors.As(err, &ee) || ee.ExitCode() != 130 {
-		t.Errorf("interrupted run exited with %v, want exit status 130", err)
+		t.Errorf("interrupted run exited with %v, want exit status 130; its stderr:\n%s", err, stderr)
 	}
 	assertClean(t, id)
 	if after := tracefsMounts(t); after != mounts {
@@ -325,7 +327,7 @@ func TestKilledSandboxRunIsCleanedByStressClean(t *testing.T) {
 
 func testKilledRunIsCleaned(t *testing.T, memory string, extra ...string) {
 	mounts := tracefsMounts(t)
-	cmd, id := startNoisy(t, memory, extra...)
+	cmd, id, _ := startNoisy(t, memory, extra...)
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
