@@ -33,7 +33,8 @@ var focusMetrics = map[string]bool{
 // (BenchmarkIncidentAnalysis). It returns nil, for all, on a node of fewer than focusFrom.
 func (w Window) focus(src Source, agent rundir.Meta) (map[string]bool, error) {
 	type span struct{ first, last float64 }
-	rises := map[string]map[string]*span{} // metric and kind -> cgroup (the preemptor, for pairs) -> its span
+	type ranking struct{ metric, kind string }
+	rises := map[ranking]map[string]*span{} // -> cgroup (the preemptor, for pairs) -> its span
 	all := map[string]bool{}
 	inWindow := false
 	err := w.read(src, time.Duration(agent.Interval), 2, func(r rundir.Record) error {
@@ -57,7 +58,7 @@ func (w Window) focus(src Source, agent rundir.Meta) (map[string]bool, error) {
 		default:
 			return nil
 		}
-		metric, cg := r.Metric+"/"+r.Labels[rundir.LabelKind], r.Cgroup
+		metric, cg := ranking{r.Metric, r.Labels[rundir.LabelKind]}, r.Cgroup
 		if p := r.Labels[rundir.LabelPreemptor]; p != "" {
 			if cg != w.Cgroup {
 				return nil
