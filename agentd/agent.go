@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"runtime/metrics"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/nodectl/nodectl/agent/host"
 	"github.com/nodectl/nodectl/agent/session"
 	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/internal/maproom"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -68,6 +70,7 @@ type Agent struct {
 
 	// known and batches are the reaper's, on the collector's path only.
 	known   map[string]struct{}
+	room    maproom.Room // known's
 	batches int
 	exists  func(string) bool
 
@@ -238,7 +241,9 @@ func (a *Agent) reap(batch []rundir.Record) {
 	if a.batches++; a.batches%reapEvery != 0 {
 		return
 	}
+	defer releaseFreeHeap()
 	var gone []string
+	a.room.Saw(len(a.known))
 	for cg := range a.known {
 		if !a.exists(cg) {
 			gone = append(gone, cg)
@@ -248,6 +253,7 @@ func (a *Agent) reap(batch []rundir.Record) {
 	if len(gone) == 0 {
 		return
 	}
+	a.known = maproom.Fit(&a.room, a.known)
 	a.mu.Lock()
 	fns := a.forget
 	a.mu.Unlock()
@@ -265,6 +271,25 @@ func (a *Agent) reap(batch []rundir.Record) {
 // back to the kernel at once: a node that churned through thousands of sandboxes, not the
 // odd pod that went.
 const releaseAfter = 100
+
+// releaseFreeHeap hands the heap's free pages back to the kernel when they are more than
+// freeHeapFloor and than the live heap: what a churn's state leaves behind after the recorder
+// compacted its tables and the maps were made again, minutes after the cgroups went, which the
+// runtime's scavenger would otherwise return over minutes more. In a steady agent the free
+// heap stays below the live one (the collector's pacing) and this costs a metrics read.
+func releaseFreeHeap() {
+	m := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}, {Name: "/gc/heap/live:bytes"}}
+	metrics.Read(m)
+	if m[0].Value.Kind() != metrics.KindUint64 || m[1].Value.Kind() != metrics.KindUint64 {
+		return
+	}
+	if free := m[0].Value.Uint64(); free > freeHeapFloor && free > m[1].Value.Uint64() {
+		debug.FreeOSMemory()
+	}
+}
+
+// freeHeapFloor: less free heap than this is left to the runtime.
+const freeHeapFloor = 8 << 20
 
 func (a *Agent) daemon(cg string) (string, bool) {
 	a.mu.Lock()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/internal/badvalue"
+	"github.com/nodectl/nodectl/internal/maproom"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -89,6 +90,8 @@ type detector struct {
 	last     time.Time
 	vm       map[string]float64 // pswpin, pswpout
 	vmBefore map[string]float64
+	// rooms of long, daemonW and psiFull, made again after a churn
+	longRoom, daemonRoom, psiRoom maproom.Room
 }
 
 func newDetector(cfg Triggers, daemon func(string) (string, bool)) *detector {
@@ -207,9 +210,14 @@ func (d *detector) swapping(t time.Time, elapsed float64) (firing, bool) {
 
 // forget drops removed cgroups' references.
 func (d *detector) forget(cgroups []string) {
+	d.longRoom.Saw(len(d.long))
+	d.daemonRoom.Saw(len(d.daemonW))
+	d.psiRoom.Saw(len(d.psiFull))
 	for _, c := range cgroups {
 		delete(d.long, c)
 		delete(d.daemonW, c)
 		delete(d.psiFull, c)
 	}
+	d.long, d.daemonW = maproom.Fit(&d.longRoom, d.long), maproom.Fit(&d.daemonRoom, d.daemonW)
+	d.psiFull = maproom.Fit(&d.psiRoom, d.psiFull)
 }

@@ -24,6 +24,9 @@ var focusMetrics = map[string]bool{
 	rundir.MetricRunqPreemptWait: true, rundir.MetricRunqWakeupWait: true,
 }
 
+// pairMetrics are the focusMetrics of a victim's wait per preemptor.
+var pairMetrics = map[string]bool{rundir.MetricRunqPreemptWait: true, rundir.MetricRunqWakeupWait: true}
+
 // focus returns the cgroups an incident's analysis reads in full on a node of many: the
 // incident's own, the daemons', the preemptors of the incident's cgroup, and the cgroups that
 // rank among the focusEach first by each of focusMetrics' rises in the window. It reads the
@@ -37,7 +40,11 @@ func (w Window) focus(src Source, agent rundir.Meta) (map[string]bool, error) {
 	rises := map[ranking]map[string]*span{} // -> cgroup (the preemptor, for pairs) -> its span
 	all := map[string]bool{}
 	inWindow := false
-	err := w.read(src, time.Duration(agent.Interval), 2, func(r rundir.Record) error {
+	// Only the rankings' series are read, and of the pairs only the incident cgroup's.
+	keep := func(cgroup, metric string) bool {
+		return focusMetrics[metric] && (!pairMetrics[metric] || cgroup == w.Cgroup)
+	}
+	err := w.read(src, time.Duration(agent.Interval), 2, keep, func(r rundir.Record) error {
 		if r.Type == rundir.TypePhase {
 			inWindow = r.Name == rundir.PhaseWindow && r.Event == rundir.EventStart
 			return nil
@@ -80,9 +87,9 @@ func (w Window) focus(src Source, agent rundir.Meta) (map[string]bool, error) {
 	if err != nil || len(all) < focusFrom {
 		return nil, err
 	}
-	keep := map[string]bool{w.Cgroup: true}
+	kept := map[string]bool{w.Cgroup: true}
 	for _, d := range agent.Workloads {
-		keep[d.Cgroup] = true
+		kept[d.Cgroup] = true
 	}
 	for _, byCg := range rises {
 		ranked := slices.SortedFunc(maps.Keys(byCg), func(a, b string) int {
@@ -90,9 +97,9 @@ func (w Window) focus(src Source, agent rundir.Meta) (map[string]bool, error) {
 		})
 		for _, cg := range ranked[:min(focusEach, len(ranked))] {
 			if byCg[cg].last > byCg[cg].first {
-				keep[cg] = true
+				kept[cg] = true
 			}
 		}
 	}
-	return keep, nil
+	return kept, nil
 }

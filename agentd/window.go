@@ -5,12 +5,36 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nodectl/nodectl/agent/flightrec"
 	"github.com/nodectl/nodectl/rundir"
 )
 
 // Source is the flight recorder read: the live store, or a data directory read offline.
 type Source interface {
 	Read(from, to time.Time, step time.Duration, fn func(rundir.Record) error) error
+}
+
+// seriesSource is a Source that leaves out, undecoded, the series a read does not keep (the
+// flight recorder): an incident's reads then cost what they keep, not what the node's churn
+// left in the window.
+type seriesSource interface {
+	ReadSeries(from, to time.Time, step time.Duration, keep flightrec.Keep, fn func(rundir.Record) error) error
+}
+
+// readSeries reads src's samples that keep admits (nil: all) and every event.
+func readSeries(src Source, from, to time.Time, step time.Duration, keep flightrec.Keep, fn func(rundir.Record) error) error {
+	if keep == nil {
+		return src.Read(from, to, step, fn)
+	}
+	if s, ok := src.(seriesSource); ok {
+		return s.ReadSeries(from, to, step, keep, fn)
+	}
+	return src.Read(from, to, step, func(r rundir.Record) error {
+		if r.Type == rundir.TypeSample && !keep(r.Cgroup, r.Metric) {
+			return nil
+		}
+		return fn(r)
+	})
 }
 
 // Window is a stretch of the flight recorder to analyze or export: the window examined, from
@@ -97,7 +121,7 @@ func (w Window) meta(agent rundir.Meta) rundir.Meta {
 // a patch function, it is passed first timed at BaselineFrom and patch gets the first tick's
 // time at the end of the baseline, for a caller that holds the records to correct it in place;
 // without, the baseline is held until then.
-func (w Window) read(src Source, interval time.Duration, ticks int, fn func(rundir.Record) error, patch func(first time.Time)) error {
+func (w Window) read(src Source, interval time.Duration, ticks int, keep flightrec.Keep, fn func(rundir.Record) error, patch func(first time.Time)) error {
 	if err := w.Validate(); err != nil {
 		return err
 	}
@@ -110,7 +134,7 @@ func (w Window) read(src Source, interval time.Duration, ticks int, fn func(rund
 	var first time.Time
 	var baseline []rundir.Record
 	n := 0
-	err := src.Read(w.BaselineFrom, w.From, w.step(w.From.Sub(w.BaselineFrom), interval, ticks), func(r rundir.Record) error {
+	err := readSeries(src, w.BaselineFrom, w.From, w.step(w.From.Sub(w.BaselineFrom), interval, ticks), keep, func(r rundir.Record) error {
 		if first.IsZero() || r.Time.Before(first) {
 			first = r.Time
 		}
@@ -154,7 +178,7 @@ func (w Window) read(src Source, interval time.Duration, ticks int, fn func(rund
 	}
 	// The window's read starts with every series' state at its first tick; its changes since
 	// the baseline's last tick (at or before From) count in the window.
-	if err := src.Read(w.From, w.To, w.step(w.To.Sub(w.From), interval, ticks), fn); err != nil {
+	if err := readSeries(src, w.From, w.To, w.step(w.To.Sub(w.From), interval, ticks), keep, fn); err != nil {
 		return err
 	}
 	return fn(rundir.Record{Type: rundir.TypePhase, Time: w.To, Name: rundir.PhaseWindow, Event: rundir.EventEnd})
@@ -186,9 +210,6 @@ func (w Window) Run(src Source, agent rundir.Meta) (*rundir.Run, error) {
 		if n%4096 == 0 && w.stopped() {
 			return ErrStopped
 		}
-		if w.Cgroups != nil && r.Type == rundir.TypeSample && r.Cgroup != "" && !w.Cgroups[r.Cgroup] {
-			return nil
-		}
 		if len(blocks) == 0 || len(blocks[len(blocks)-1]) == block {
 			blocks = append(blocks, make([]rundir.Record, 0, block))
 		}
@@ -198,7 +219,11 @@ func (w Window) Run(src Source, agent rundir.Meta) (*rundir.Run, error) {
 	}
 	// The baseline's start record is the first of all.
 	patch := func(first time.Time) { blocks[0][0].Time = first }
-	err := w.read(src, time.Duration(agent.Interval), ticks, add, patch)
+	var keep flightrec.Keep
+	if w.Cgroups != nil {
+		keep = func(cgroup, _ string) bool { return cgroup == "" || w.Cgroups[cgroup] }
+	}
+	err := w.read(src, time.Duration(agent.Interval), ticks, keep, add, patch)
 	run := &rundir.Run{Meta: w.meta(agent), Records: make([]rundir.Record, 0, n)}
 	for i := range blocks {
 		run.Records = append(run.Records, blocks[i]...)
@@ -215,7 +240,7 @@ func (w Window) Export(src Source, agent rundir.Meta, dir string) error {
 	}
 	const batch = 4096
 	buf := make([]rundir.Record, 0, batch)
-	err = w.read(src, time.Duration(agent.Interval), 0, func(r rundir.Record) error {
+	err = w.read(src, time.Duration(agent.Interval), 0, nil, func(r rundir.Record) error {
 		if buf = append(buf, r); len(buf) == batch {
 			err := out.Append(buf...)
 			buf = buf[:0]

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/nodectl/nodectl/internal/maproom"
 )
 
 const (
@@ -16,6 +18,10 @@ const (
 	// keepGone is how long a resolved path is trusted without asking the kernel again, so
 	// samples read just after a workload's cgroup went away are still attributed.
 	keepGone = 10 * time.Minute
+	// keepConfirmedGone is how long a path stays once Live found its cgroup removed: by then
+	// the tracer has forgotten the id, and a churn's thousands of paths would otherwise stay
+	// for keepGone.
+	keepConfirmedGone = time.Minute
 )
 
 // errGone says the kernel knows no cgroup with that id (any more).
@@ -34,13 +40,15 @@ type Resolver struct {
 
 type tree struct {
 	byID   map[uint64]entry
+	room   maproom.Room // byID's
 	walked time.Time
 	pruned time.Time
 }
 
 type entry struct {
 	path string
-	seen time.Time // when the kernel last confirmed it
+	seen time.Time // when the kernel last confirmed it, or that it is gone
+	gone bool      // Live found it removed
 }
 
 // NewResolver returns a resolver over l's hierarchies.
@@ -64,7 +72,7 @@ func (r *Resolver) Path(controller string, id uint64) (string, bool) {
 		t = &tree{byID: map[uint64]entry{}, pruned: now}
 		r.trees[root] = t
 	}
-	if now.Sub(t.pruned) > keepGone {
+	if now.Sub(t.pruned) > keepConfirmedGone {
 		t.prune(now)
 	}
 	if e, ok := t.byID[id]; ok && now.Sub(e.seen) < keepGone {
@@ -116,6 +124,9 @@ func (r *Resolver) Live(controller string, id uint64) bool {
 	}
 	if r.handles {
 		err := byHandleExists(root, id)
+		if errors.Is(err, errGone) {
+			r.confirmGone(root, id)
+		}
 		if err == nil || errors.Is(err, errGone) {
 			return err == nil
 		}
@@ -156,12 +167,27 @@ func (t *tree) walk(root string, now time.Time) {
 	t.prune(now)
 }
 
-// prune forgets what the kernel has not confirmed for keepGone.
+// confirmGone notes that the cgroup with id in the hierarchy at root was removed: its path
+// is kept keepConfirmedGone from now.
+func (r *Resolver) confirmGone(root string, id uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t := r.trees[root]; t != nil {
+		if e, ok := t.byID[id]; ok && !e.gone {
+			t.byID[id] = entry{path: e.path, seen: time.Now(), gone: true}
+		}
+	}
+}
+
+// prune forgets what the kernel has not confirmed for keepGone, and what Live found removed
+// keepConfirmedGone ago.
 func (t *tree) prune(now time.Time) {
 	t.pruned = now
+	t.room.Saw(len(t.byID))
 	for id, e := range t.byID {
-		if now.Sub(e.seen) > keepGone {
+		if age := now.Sub(e.seen); age > keepGone || e.gone && age > keepConfirmedGone {
 			delete(t.byID, id)
 		}
 	}
+	t.byID = maproom.Fit(&t.room, t.byID)
 }

@@ -1,6 +1,9 @@
 package cgroup
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // A cgroup noted while it existed still resolves after it is gone: the tracer collects once a
 // second, and a churned sandbox's cgroup can come and go in between.
@@ -28,6 +31,24 @@ func TestResolverNoteOutlivesTheCgroup(t *testing.T) {
 	}
 	if r.Live(controller, id) {
 		t.Error("Live says a removed cgroup lives")
+	}
+	// Found removed, its path still answers a while, then a prune forgets it, where an
+	// unconfirmed one would stay keepGone.
+	if got, ok := r.Path(controller, id); !ok || got != path {
+		t.Errorf("Path of a cgroup Live found removed = %q, %v; want %s for a while", got, ok, path)
+	}
+	tr := r.trees[l.Dir(controller, "/")]
+	e := tr.byID[id]
+	if !e.gone {
+		t.Fatal("Live did not note the cgroup removed")
+	}
+	tr.prune(e.seen.Add(keepConfirmedGone / 2))
+	if _, ok := tr.byID[id]; !ok {
+		t.Error("a prune forgot a removed cgroup before keepConfirmedGone")
+	}
+	tr.prune(e.seen.Add(keepConfirmedGone + time.Second))
+	if _, ok := tr.byID[id]; ok {
+		t.Error("a prune kept a removed cgroup past keepConfirmedGone")
 	}
 	// Without the note, the id of a removed cgroup resolves to nothing.
 	if got, ok := NewResolver(l).Path(controller, id); ok {

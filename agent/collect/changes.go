@@ -3,6 +3,7 @@ package collect
 import (
 	"math"
 
+	"github.com/nodectl/nodectl/internal/maproom"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -17,11 +18,8 @@ import (
 type Changes struct {
 	last, next map[seriesID]value
 	passed     int // records the previous Filter passed on, to size the next
-	room       int // the most series the maps have held since they were last made
+	room       maproom.Room
 }
-
-// shrinkFloor: maps of fewer entries than this are never made again smaller.
-const shrinkFloor = 1024
 
 // Filter returns the samples of snapshot that changed. A series absent from snapshot is
 // forgotten (its cgroup was removed, or its producer failed this time): should it come back,
@@ -41,15 +39,9 @@ func (c *Changes) Filter(snapshot []rundir.Record) []rundir.Record {
 		out = append(out, *r)
 	}
 	c.last, c.next = c.next, c.last
-	// A cleared map keeps the room of its largest size: after a churn of thousands of cgroups
-	// that was megabytes of the agent's RSS (TestAgentForgetsRemovedCgroups). One grown far
-	// beyond what a snapshot holds now is made again.
-	if c.room = max(c.room, len(snapshot)); c.room > 2*len(snapshot)+shrinkFloor {
-		last := make(map[seriesID]value, len(c.last))
-		for id, v := range c.last {
-			last[id] = v
-		}
-		c.last, c.next, c.room = last, make(map[seriesID]value, len(snapshot)), len(snapshot)
+	// After a churn of thousands of cgroups the maps would keep megabytes of room.
+	if c.room.Oversized(len(snapshot)) {
+		c.last, c.next = maproom.Fit(&c.room, c.last), make(map[seriesID]value, len(snapshot))
 	} else {
 		clear(c.next)
 	}

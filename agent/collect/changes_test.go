@@ -92,8 +92,8 @@ func TestChangesShrinkAfterAChurn(t *testing.T) {
 	c.Filter(churn)
 	left := churn[:10]
 	c.Filter(left)
-	if c.room != len(left) || len(c.last) != len(left) {
-		t.Fatalf("after the churn: room %d, %d series remembered; want %d", c.room, len(c.last), len(left))
+	if c.room.Oversized(len(left)) || len(c.last) != len(left) {
+		t.Fatalf("after the churn: %d series remembered, want %d, and maps made again at that size", len(c.last), len(left))
 	}
 	if got := c.Filter(left); len(got) != 0 {
 		t.Errorf("an unchanged batch after the shrink passed on %d samples", len(got))

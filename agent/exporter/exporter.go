@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/nodectl/nodectl/agent/hist"
+	"github.com/nodectl/nodectl/internal/maproom"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -58,6 +59,8 @@ type Exporter struct {
 	gone      map[string]uint64
 	goneOrder []tombstone
 	batch     uint64 // Observe calls so far
+	// The rooms of cgroups, workloads, preempted and gone: a churn's maps are made again.
+	cgRoom, wlRoom, preRoom, goneRoom maproom.Room
 }
 
 type tombstone struct {
@@ -142,6 +145,7 @@ func (e *Exporter) Observe(batch []rundir.Record) {
 	}
 	if len(e.goneOrder) == 0 {
 		e.goneOrder = nil // let the backing array go after a burst
+		e.gone = maproom.Fit(&e.goneRoom, e.gone)
 	}
 	for i := range batch {
 		r := &batch[i]
@@ -316,6 +320,13 @@ func (src *source) addHist(h *hist.Log2) {
 func (e *Exporter) Forget(cgroup string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.cgRoom.Saw(len(e.cgroups))
+	e.wlRoom.Saw(len(e.workloads))
+	e.preRoom.Saw(len(e.preempted))
+	defer func() {
+		e.cgroups, e.workloads = maproom.Fit(&e.cgRoom, e.cgroups), maproom.Fit(&e.wlRoom, e.workloads)
+		e.preempted = maproom.Fit(&e.preRoom, e.preempted)
+	}()
 	if st := e.cgroups[cgroup]; st != nil {
 		for key, src := range st.sources {
 			e.dropSource(st, key, src)
@@ -342,6 +353,7 @@ func (e *Exporter) Forget(cgroup string) {
 	}
 	until := e.batch + uint64(e.cfg.ForgetGrace) + 1
 	e.gone[cgroup] = until
+	e.goneRoom.Saw(len(e.gone))
 	e.goneOrder = append(e.goneOrder, tombstone{cgroup, until})
 }
 

@@ -102,14 +102,14 @@ func FuzzDecode(f *testing.F) {
 		discard := func(rundir.Record) error { return nil }
 		g := &segment{}
 		if g.apply(b, true) == nil && len(g.ticks) > 0 {
-			(&view{open: g}).read(fuzzFrom, fuzzTo, 0, discard, nil)
+			(&view{open: g}).read(fuzzFrom, fuzzTo, 0, nil, discard, nil)
 		}
 		if g := (&segment{}); g.apply(b, false) == nil { // a tick's entry but its last
 			g.dropPart()
 		}
-		if g, err := decodeCols(b); err == nil {
-			(&view{open: g}).read(fuzzFrom, fuzzTo, 0, discard, nil)
-			(&view{open: g}).read(fuzzFrom, fuzzTo, 2*time.Second, discard, nil)
+		if g, err := decodeCols(b, nil); err == nil {
+			(&view{open: g}).read(fuzzFrom, fuzzTo, 0, nil, discard, nil)
+			(&view{open: g}).read(fuzzFrom, fuzzTo, 2*time.Second, func(_, metric string) bool { return len(metric)%2 == 0 }, discard, nil)
 		}
 		replay(b, &segment{})
 		d := dec{b: b}

@@ -442,3 +442,39 @@ func TestQuietCgroups(t *testing.T) {
 		t.Errorf("%d series followed, want %d", st.Series, n)
 	}
 }
+
+// A read of some series (ReadSeries) gives what the model gives of those series, events
+// whole, from the writer and from a reader.
+func TestReadSeriesMatchesModel(t *testing.T) {
+	ticks := randomTicks(5, 200, 60)
+	dir := t.TempDir()
+	s := open(t, Options{Dir: dir, SegmentSpan: 20 * time.Second, Now: func() time.Time { return ticks[len(ticks)-1].t }})
+	appendAll(t, s, ticks)
+	rd, err := OpenReader(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := func(cgroup, metric string) bool { return cgroup == "/kubepods/pod1" || metric == "metric_2" }
+	kept := make([]tick, len(ticks))
+	for i, tk := range ticks {
+		kept[i] = tick{t: tk.t, recs: slices.DeleteFunc(slices.Clone(tk.recs), func(r rundir.Record) bool {
+			return r.Type == rundir.TypeSample && !keep(r.Cgroup, r.Metric)
+		})}
+	}
+	first, last := ticks[0].t, ticks[len(ticks)-1].t
+	for _, w := range [][2]time.Time{{first, last}, {ticks[30].t, ticks[90].t}, {ticks[150].t, last}} {
+		for _, step := range []time.Duration{0, 5 * time.Second} {
+			want := expect(kept, w[0], w[1], step)
+			what := fmt.Sprintf("[%v, %v] step %v", w[0].Sub(first), w[1].Sub(first), step)
+			for name, src := range map[string]interface {
+				ReadSeries(from, to time.Time, step time.Duration, keep Keep, fn func(rundir.Record) error) error
+			}{"store": s, "reader": rd} {
+				var got []rundir.Record
+				if err := src.ReadSeries(w[0], w[1], step, keep, func(r rundir.Record) error { got = append(got, r); return nil }); err != nil {
+					t.Fatal(err)
+				}
+				same(t, what+" ("+name+")", got, want)
+			}
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/rundir"
@@ -41,11 +42,16 @@ func OpenReader(dir string) (*Reader, error) {
 // Read is Store.Read on the directory: sealed segments and the journal up to its last whole
 // tick. Damaged segments are skipped and listed by Span.
 func (r *Reader) Read(from, to time.Time, step time.Duration, fn func(rundir.Record) error) error {
+	return r.ReadSeries(from, to, step, nil, fn)
+}
+
+// ReadSeries is Read of the series keep admits (see Store.ReadSeries).
+func (r *Reader) ReadSeries(from, to time.Time, step time.Duration, keep Keep, fn func(rundir.Record) error) error {
 	v, _, err := r.scan()
 	if err != nil {
 		return err
 	}
-	return v.read(from, to, step, fn, func(f segFile, err error) {
+	return v.read(from, to, step, keep, fn, func(f segFile, err error) {
 		r.mu.Lock()
 		r.bad[f.path] = err.Error()
 		r.mu.Unlock()
@@ -165,11 +171,11 @@ type view struct {
 	open *segment // nil when the journal holds no tick
 }
 
-func (v *view) read(from, to time.Time, step time.Duration, fn func(rundir.Record) error, bad func(segFile, error)) error {
+func (v *view) read(from, to time.Time, step time.Duration, keep Keep, fn func(rundir.Record) error, bad func(segFile, error)) error {
 	if step < 0 || to.Before(from) {
 		return fmt.Errorf("flightrec: bad window [%v, %v] step %v", from, to, step)
 	}
-	r := &reading{from: clampNanos(from), to: clampNanos(to), step: int64(step), fn: fn, known: map[string]*rseries{}, intern: newInterner()}
+	r := &reading{from: clampNanos(from), to: clampNanos(to), step: int64(step), keep: keep, fn: fn, known: map[string]*rseries{}, intern: newInterner()}
 	// Events first: they are few, and their times need not fall in their tick's segment.
 	skip := map[string]bool{}
 	for _, f := range v.segs {
@@ -204,7 +210,7 @@ func (v *view) read(from, to time.Time, step time.Duration, fn func(rundir.Recor
 			r.forget()
 			continue
 		}
-		g, err := f.load(buf)
+		g, err := f.load(buf, r.keep)
 		if err == nil {
 			buf = g.raw
 			err = r.segment(g)
@@ -247,6 +253,7 @@ const chunkTicks = 60
 
 type reading struct {
 	from, to, step int64
+	keep           Keep // nil: every series
 	fn             func(rundir.Record) error
 	fnErr          error
 
@@ -312,18 +319,35 @@ func (r *reading) forget() {
 	r.carry = nil
 }
 
-// lookup returns the read's series of a catalogue entry.
+// lookup returns the read's series of a catalogue entry, nil when keep leaves it out. The key
+// may be in a segment's buffer: the read keeps a copy.
 func (r *reading) lookup(key string) (*rseries, error) {
 	if rs := r.known[key]; rs != nil {
 		return rs, nil
+	}
+	if !keeps(r.keep, unsafe.Slice(unsafe.StringData(key), len(key))) {
+		return nil, nil
 	}
 	info, err := parseEntry(key, r.intern)
 	if err != nil {
 		return nil, err
 	}
 	rs := &rseries{info: info}
-	r.known[key] = rs
+	r.known[strings.Clone(key)] = rs
 	return rs, nil
+}
+
+// keeps says whether keep (nil: all) admits the series of catalogue entry key, reading its
+// metric and cgroup in place. An entry that does not parse is admitted, for the read to report.
+func keeps(keep Keep, key []byte) bool {
+	if keep == nil {
+		return true
+	}
+	d := dec{b: key}
+	d.byte()
+	metric := d.bytes(d.uvarint())
+	cgroup := d.bytes(d.uvarint())
+	return d.err != nil || keep(unsafe.String(unsafe.SliceData(cgroup), len(cgroup)), unsafe.String(unsafe.SliceData(metric), len(metric)))
 }
 
 func (r *reading) segment(g *segment) error {
@@ -361,6 +385,10 @@ func (r *reading) segment(g *segment) error {
 		rs, err := r.lookup(c.key)
 		if err != nil {
 			return err
+		}
+		if rs == nil { // left out: never decoded
+			r.cols[i] = rcol{pending: -1}
+			continue
 		}
 		rs.seg = r.nseg
 		r.cols[i] = rcol{rs: rs, rest: c.data, first: c.first, next: c.first, pending: -1}
@@ -429,6 +457,9 @@ func (r *reading) chunk(g *segment, end, chunk, last int32) error {
 	for c := range r.cols {
 		col := &r.cols[c]
 		rs := col.rs
+		if rs == nil {
+			continue
+		}
 		kind := rs.info.kind
 		for col.next <= end {
 			i := col.next

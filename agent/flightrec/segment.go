@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -26,6 +27,7 @@ type segment struct {
 	minT, maxT int64  // over ticks and event times
 	samples    int64  // logical samples: each series at each tick from its first
 	raw        []byte // a sealed segment's decompressed bytes, which cols point into
+	series     int    // a sealed segment's series, cols holding those a read keeps
 
 	// A journal tick whose first entries were applied and its last not yet.
 	inPart   bool
@@ -306,17 +308,17 @@ func (f *segFile) frame(off, n, raw uint64, sum uint32, buf []byte) ([]byte, err
 }
 
 // load decodes the whole segment; buf is reused for its bytes, which the segment then holds.
-func (f *segFile) load(buf []byte) (*segment, error) {
+func (f *segFile) load(buf []byte, keep Keep) (*segment, error) {
 	raw, err := f.frame(headerSize, f.h.colsLen, f.h.colsRaw, f.h.colsCRC, buf)
 	if err != nil {
 		return nil, err
 	}
-	g, err := decodeCols(raw)
+	g, err := decodeCols(raw, keep)
 	if err != nil {
 		return nil, err
 	}
 	g.raw = raw
-	if len(g.ticks) != int(f.h.ticks) || len(g.cols) != int(f.h.series) || g.ticks[0] != f.h.first || g.ticks[len(g.ticks)-1] != f.h.last {
+	if len(g.ticks) != int(f.h.ticks) || g.series != int(f.h.series) || g.ticks[0] != f.h.first || g.ticks[len(g.ticks)-1] != f.h.last {
 		return nil, fmt.Errorf("%w: body does not match the header", errCorrupt)
 	}
 	return g, nil
@@ -354,7 +356,7 @@ func decompress(src []byte, raw uint64, buf []byte) ([]byte, error) {
 // The columns frame: the tick count, the first tick and the later ones as varint
 // delta-of-deltas; the series count, then each series' catalogue entry, first tick and data
 // length; then the data of every series, back to back.
-func decodeCols(raw []byte) (*segment, error) {
+func decodeCols(raw []byte, keep Keep) (*segment, error) {
 	d := dec{b: raw}
 	g := &segment{}
 	n := d.count(1)
@@ -377,8 +379,9 @@ func decodeCols(raw []byte) (*segment, error) {
 		g.ticks = append(g.ticks, t)
 	}
 	ns := d.count(6)
-	g.cols = make([]column, 0, ns)
+	g.series = ns
 	lens := make([]uint64, 0, ns)
+	kept := make([]bool, 0, ns)
 	for range ns {
 		key := d.entry()
 		first := d.uvarint()
@@ -390,14 +393,25 @@ func decodeCols(raw []byte) (*segment, error) {
 			d.fail("first tick beyond the segment")
 			break
 		}
-		g.cols = append(g.cols, column{key: string(key), first: int32(first)})
 		lens = append(lens, l)
 		g.samples += int64(len(g.ticks)) - int64(first)
+		kept = append(kept, keeps(keep, key))
+		if !kept[len(kept)-1] {
+			continue
+		}
+		// In place: a read copies the keys it keeps, and a churned window's segments hold
+		// hundreds of thousands of series a read may leave out.
+		g.cols = append(g.cols, column{key: unsafe.String(unsafe.SliceData(key), len(key)), first: int32(first)})
 	}
+	j := 0
 	for i, l := range lens {
-		g.cols[i].data = d.bytes(l)
+		data := d.bytes(l)
 		if d.err == nil && l == 0 {
 			d.fail("empty column")
+		}
+		if kept[i] {
+			g.cols[j].data = data
+			j++
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {

@@ -614,6 +614,9 @@ func (s *Store) commit(idx int, tn int64) {
 			s.key = c.freeze(cg, s.key)
 		}
 	}
+	if idx == 0 {
+		c.compact()
+	}
 }
 
 // shrink empties b, dropping its array when it is much larger than what b held.
@@ -839,6 +842,17 @@ func (s *Store) setAsideLocked(path string, err error) {
 // their own time. Records share their Labels map with the others of their series: fn must
 // not change it. A damaged segment is set aside and skipped.
 func (s *Store) Read(from, to time.Time, step time.Duration, fn func(rundir.Record) error) error {
+	return s.ReadSeries(from, to, step, nil, fn)
+}
+
+// Keep says whether a read wants the series of a cgroup ("" for the node's) and metric. The
+// strings are the reader's: valid during the call only.
+type Keep func(cgroup, metric string) bool
+
+// ReadSeries is Read of the series keep admits (nil: all); events come whatever it says. The
+// others are skipped undecoded, so a read of a few cgroups' series costs what they hold,
+// whatever the node's churn left in the window.
+func (s *Store) ReadSeries(from, to time.Time, step time.Duration, keep Keep, fn func(rundir.Record) error) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -861,7 +875,7 @@ func (s *Store) Read(from, to time.Time, step time.Duration, fn func(rundir.Reco
 		}
 		v.open = g
 	}
-	return v.read(from, to, step, fn, s.setAside)
+	return v.read(from, to, step, keep, fn, s.setAside)
 }
 
 // Status says what the store holds and how writing goes.

@@ -110,6 +110,8 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 	f.IntVar(&cfg.MaxCgroups, "max-cgroups", session.DefaultMaxCgroups, "most cgroups followed by the samplers and given series of their own in the metrics; more are counted as overflow")
 	f.Int64Var(&cfg.Retention.MaxBytes, "retention-size", flightrec.DefaultMaxBytes, "most bytes the flight recorder keeps; the oldest segments go first (pinned incidents stay)")
 	f.DurationVar(&cfg.Retention.MaxAge, "retention-age", flightrec.DefaultMaxAge, "oldest data the flight recorder keeps")
+	f.DurationVar(&cfg.Retention.SegmentSpan, "segment-span", flightrec.DefaultSegmentSpan, "time covered by one flight recorder segment: retention removes and incidents pin whole segments (at least "+minRecorderSpan.String()+")")
+	f.DurationVar(&cfg.Retention.SeriesIdle, "series-idle", flightrec.DefaultSeriesIdle, "a series with no sample for this long (its cgroup removed) is left out of the next segments and forgotten; shorter gives a churn's memory back sooner, but a counter unchanged that long is then not read until it changes (at least "+minRecorderSpan.String()+")")
 	f.DurationVar(&cfg.Triggers.RunqStall, "trigger-runq-stall", cfg.Triggers.RunqStall, "a run-queue wait at least this long opens an incident (waits are known to a power of two: from the first at or above this)")
 	f.Float64Var(&cfg.Triggers.MemoryPSIFull, "trigger-memory-psi-full", cfg.Triggers.MemoryPSIFull, "a cgroup's or the node's memory PSI full share of an interval (0..1) that opens an incident")
 	f.DurationVar(&cfg.Triggers.DaemonWait, "trigger-daemon-wait", cfg.Triggers.DaemonWait, "a system daemon's run-queue wait at least this long opens an incident")
@@ -141,6 +143,9 @@ var settingFlags = map[string]string{
 	apiserver.FieldKeyFile: "--tls-key", apiserver.FieldClientCAFile: "--tls-client-ca",
 }
 
+// minRecorderSpan is the shortest segment span and series idle time the agent takes.
+const minRecorderSpan = 10 * time.Second
+
 // checkFlags names the flag of a bad trigger, window or retention.
 func checkFlags(cfg agentd.ServeConfig) error {
 	switch {
@@ -148,6 +153,10 @@ func checkFlags(cfg agentd.ServeConfig) error {
 		return fmt.Errorf("--retention-size %d: must not be negative", cfg.Retention.MaxBytes)
 	case cfg.Retention.MaxAge < 0:
 		return fmt.Errorf("--retention-age %s: must not be negative", cfg.Retention.MaxAge)
+	case cfg.Retention.SegmentSpan < minRecorderSpan:
+		return fmt.Errorf("--segment-span %s: must be at least %s (each segment is a file, compressed when sealed)", cfg.Retention.SegmentSpan, minRecorderSpan)
+	case cfg.Retention.SeriesIdle < minRecorderSpan:
+		return fmt.Errorf("--series-idle %s: must be at least %s", cfg.Retention.SeriesIdle, minRecorderSpan)
 	}
 	return badvalue.Name(errors.Join(cfg.Triggers.Validate(), cfg.Windows.Validate()), settingFlags)
 }

@@ -19,6 +19,7 @@ const module = "github.com/nodectl/nodectl/"
 var rules = map[string][]string{
 	// Errors of a bad setting, shared by every package below the CLI.
 	"internal/badvalue": {},
+	"internal/maproom":  {},
 
 	// The run format is the contract: it depends on nothing but the histogram it stores.
 	"rundir": {"agent/hist"},
@@ -70,7 +71,7 @@ var rules = map[string][]string{
 }
 
 // everyone may import these: they depend on nothing of the module.
-var everyone = []string{"internal/badvalue"}
+var everyone = []string{"internal/badvalue", "internal/maproom"}
 
 // ruleFor is the rule of the longest prefix matching pkg.
 func ruleFor(pkg string) (string, []string, bool) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/agent/trace/internal/features"
+	"github.com/nodectl/nodectl/internal/maproom"
 )
 
 // Options are set on a collection before it loads.
@@ -177,7 +178,7 @@ type Batch[K, V comparable] struct {
 	// last and next hold each key's signature as Changed last saw it; pointer-free, so the
 	// collector never scans them.
 	last, next map[K]uint64
-	room       int // the most entries they have held since they were last made
+	room       maproom.Room
 	seed       maphash.Seed
 }
 
@@ -258,15 +259,9 @@ func (b *Batch[K, V]) Changed(m *ebpf.Map, sig func(V) uint64, fn func(K, []V)) 
 	}
 	n := len(b.next)
 	b.last, b.next = b.next, b.last
-	// A cleared map keeps the room of its largest size: after a churn of thousands of cgroups
-	// the pairs' signatures held megabytes (TestAgentForgetsRemovedCgroups). Maps grown far
-	// beyond what the map holds now are made again.
-	if b.room = max(b.room, n); b.next == nil || b.room > 2*n+1024 {
-		last := make(map[K]uint64, n) // not maps.Clone, which keeps the room
-		for k, h := range b.last {
-			last[k] = h
-		}
-		b.last, b.next, b.room = last, make(map[K]uint64, n), n
+	// After a churn of thousands of cgroups the pairs' signatures would keep megabytes.
+	if b.room.Oversized(n) || b.next == nil {
+		b.last, b.next = maproom.Fit(&b.room, b.last), make(map[K]uint64, n)
 	} else {
 		clear(b.next)
 	}
