@@ -53,6 +53,23 @@ func makeCgroups(t *testing.T, n int) (*cgroup.Layout, []string) {
 	return l, paths
 }
 
+// spinIn makes cgroup cg, with no limit, and a shell spinning in it until the test ends.
+func spinIn(t *testing.T, l *cgroup.Layout, cg string) string {
+	t.Helper()
+	if err := l.Create(cg, cgroup.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	spin := exec.Command("sh", "-c", "while :; do :; done")
+	if err := spin.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { spin.Process.Kill(); spin.Wait() })
+	if err := l.AddProc(cg, spin.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	return cg
+}
+
 // Past the budget, each Sample reads every cgroup's fast tier and a staggered share's slow
 // tier, each cgroup's at least once in every `every` samples and the priority one's always;
 // SampleFull reads everything.
@@ -194,20 +211,9 @@ func TestCgroupRotationFindsLateFile(t *testing.T) {
 // zeros (no CPU limit) has cpu.stat read on its turns only.
 func TestCgroupActiveReadsWhatMayHaveChanged(t *testing.T) {
 	l, paths := makeCgroups(t, 6)
-	spinning := path.Dir(paths[0]) + "/spin" // no CPU limit: cpu.stat stays all zeros
-	if err := l.Create(spinning, cgroup.Limits{}); err != nil {
-		t.Fatal(err)
-	}
+	spinning := spinIn(t, l, path.Dir(paths[0])+"/spin") // no CPU limit: cpu.stat stays all zeros
 	paths = append(paths, spinning)
 	named := paths[1]
-	spin := exec.Command("sh", "-c", "while :; do :; done")
-	if err := spin.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { spin.Process.Kill(); spin.Wait() })
-	if err := l.AddProc(spinning, spin.Process.Pid); err != nil {
-		t.Fatal(err)
-	}
 	time.Sleep(20 * time.Millisecond) // it has used CPU
 	s := NewCgroups(l, func() []string { return paths }).Active(func(p string) bool { return p == named || p == spinning })
 	s.slowBudget = 2
@@ -261,6 +267,48 @@ func TestCgroupActiveReadsWhatMayHaveChanged(t *testing.T) {
 	if periodReads[named] != fastReads[named] || periodReads[spinning] != turns {
 		t.Errorf("cpu.stat read at %d ticks of the limited cgroup named active (want its %d fast reads), at %d of the unlimited one (want its %d turns)",
 			periodReads[named], fastReads[named], periodReads[spinning], turns)
+	}
+}
+
+// With Active, a cgroup quiet since its last slow read has its slow tier read on one turn in
+// quietEvery; a busy one at each of its turns, and SampleFull reads everything.
+func TestCgroupQuietTurnsPassedOver(t *testing.T) {
+	l, paths := makeCgroups(t, 4)
+	spinning := spinIn(t, l, path.Dir(paths[0])+"/spin")
+	paths = append(paths, spinning)
+	s := NewCgroups(l, func() []string { return paths }).Active(func(p string) bool { return p == spinning })
+	s.slowBudget = 1
+	const every, turns = 5, 2 * quietEvery // ceil(5/1)
+	if _, err := s.Sample(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	slowReads := map[string]int{}
+	for range every * turns {
+		time.Sleep(20 * time.Millisecond) // the spinning cgroup's usage moves between samples
+		recs, err := s.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, slow := tiers(recs)
+		for p := range slow {
+			slowReads[p]++
+		}
+	}
+	for _, p := range paths {
+		want := turns / quietEvery // the first turn, then one in quietEvery
+		if p == spinning {
+			want = turns
+		}
+		if slowReads[p] != want {
+			t.Errorf("%s: slow tier read at %d of its %d turns, want %d", p, slowReads[p], turns, want)
+		}
+	}
+	recs, err := s.SampleFull(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, slow := tiers(recs); len(slow) != len(paths) {
+		t.Errorf("SampleFull read the slow tier of %d cgroups of %d", len(slow), len(paths))
 	}
 }
 

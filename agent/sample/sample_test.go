@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs/blockdevice"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
@@ -300,6 +301,53 @@ func TestCgroupV2Tree(t *testing.T) {
 		}
 		if r.Cgroup != path {
 			t.Fatalf("record for %q: the missing cgroup must be skipped", r.Cgroup)
+		}
+	}
+}
+
+// parseDiskstat reads this machine's /proc/diskstats as procfs does, and refuses short lines.
+func TestParseDiskstatAsProcfs(t *testing.T) {
+	fs, err := blockdevice.NewFS("/proc", "/sys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := fs.ProcDiskstats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/diskstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []diskstat
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		d, ok := parseDiskstat([]byte(line))
+		if !ok {
+			t.Fatalf("%q did not parse", line)
+		}
+		got = append(got, d)
+	}
+	if len(got) != len(want) || len(got) == 0 {
+		t.Fatalf("%d lines parsed, procfs %d", len(got), len(want))
+	}
+	for i, w := range want {
+		// The counters move between the two reads: compare those of idle devices exactly, and
+		// the identity of all.
+		g := got[i]
+		if g.dev != fmt.Sprintf("%d:%d", w.MajorNumber, w.MinorNumber) || g.name != w.DeviceName {
+			t.Fatalf("line %d: %s %s, procfs %d:%d %s", i, g.dev, g.name, w.MajorNumber, w.MinorNumber, w.DeviceName)
+		}
+		if g.readIOs < w.ReadIOs || g.writeIOs < w.WriteIOs || g.readSectors < w.ReadSectors || g.writeSectors < w.WriteSectors ||
+			g.ioTicks < w.IOsTotalTicks || g.weightedTicks < w.WeightedIOTicks {
+			t.Errorf("%s: %+v, below procfs's earlier %+v", g.name, g, w)
+		}
+		if w.ReadIOs+w.WriteIOs == 0 && (g.readIOs != 0 || g.writeIOs != 0 || g.ioTicks != 0) {
+			t.Errorf("%s: idle per procfs, %+v here", g.name, g)
+		}
+	}
+	for _, bad := range []string{"", "8 0 sda 1 2 3", "8 0 sda 1 2 3 4 5 6 7 8 9 x 11"} {
+		if _, ok := parseDiskstat([]byte(bad)); ok {
+			t.Errorf("%q parsed", bad)
 		}
 	}
 }
