@@ -91,7 +91,7 @@ func BenchmarkIncidentAnalysis(b *testing.B) {
 }
 
 // agentMemoryLimit is the agent's default --memory-limit.
-const agentMemoryLimit = 48 << 20
+const agentMemoryLimit = 40 << 20
 
 // cpuTime is this process's CPU time so far.
 func cpuTime(b *testing.B) time.Duration {

@@ -126,7 +126,7 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 	f.StringVar(&cfg.API.KeyFile, "tls-key", "", "the agent's key (PEM) for --listen-tcp")
 	f.StringVar(&cfg.API.ClientCAFile, "tls-client-ca", "", "CA certificates (PEM) clients' certificates must chain to, for --listen-tcp")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. :9560); empty: none")
-	f.StringVar(&memLimit, "memory-limit", "48Mi", "the Go runtime's soft memory limit (GOMEMLIMIT, which overrides it): the garbage collector works harder near it, keeping the agent's RSS in its 64 MiB budget; 0 for none")
+	f.StringVar(&memLimit, "memory-limit", "40Mi", "the Go runtime's soft memory limit (GOMEMLIMIT, which overrides it): the garbage collector works harder near it; the agent's RSS is about this plus its binary's pages (12 MiB), within its 64 MiB budget; 0 for none")
 	f.StringVar(&pprofListen, "pprof-listen", "", "serve Go's profiles (net/http/pprof) at http://HOST:PORT/debug/pprof/, for finding where the agent's CPU and memory go; keep it on loopback")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
 	clix.HostPathFlags(f, &cfg.Host)
@@ -182,7 +182,7 @@ func setMemoryLimit(v string) error {
 	}
 	n, err := stress.ParseSize(v)
 	if err != nil {
-		return fmt.Errorf("--memory-limit %q: want a size such as 48Mi, or 0 for none", v)
+		return fmt.Errorf("--memory-limit %q: want a size such as 40Mi, or 0 for none", v)
 	}
 	debug.SetMemoryLimit(n)
 	return nil
