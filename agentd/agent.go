@@ -13,10 +13,12 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"runtime/metrics"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/agent/collect"
 	"github.com/nodectl/nodectl/agent/daemons"
 	"github.com/nodectl/nodectl/agent/flightrec"
 	"github.com/nodectl/nodectl/agent/host"
@@ -45,6 +47,8 @@ type Config struct {
 	Daemons    []string
 	Version    string
 	Log        *slog.Logger
+	// Kube, if set, names pods and follows the node's Lease and Ready condition.
+	Kube *Kube
 }
 
 // Agent is a running agent. Start it with Start, stop it with Close.
@@ -58,6 +62,7 @@ type Agent struct {
 	sess    *session.Session
 	inc     *incidents
 	det     *detector
+	kube    *kubeSide // nil off Kubernetes
 
 	// Consumers of every interval's batch besides the store: the exporter, the API's watchers.
 	mu          sync.Mutex
@@ -124,10 +129,17 @@ func Start(cfg Config) (a *Agent, err error) {
 		return nil, err
 	}
 	a.det = newDetector(cfg.Triggers, a.daemon)
+	a.det.name = a.workloadName
 	a.findDaemons()
+	var sources map[string]collect.Source
+	if cfg.Kube != nil {
+		a.kube = startKube(*cfg.Kube, cfg.Log.With("component", "kube"), a.kubeletCgroup)
+		sources = map[string]collect.Source{"kube": a.kube}
+	}
 	a.sess, err = session.New(session.Config{
 		Host: cfg.Host, Layout: layout, Interval: cfg.Interval, Trace: true, MaxCgroups: cfg.MaxCgroups,
 		Priority: func(cg string) bool { _, ok := a.daemon(cg); return ok },
+		Sources:  sources,
 		Log:      cfg.Log.With("component", "session"),
 	}, appender{a})
 	if err != nil {
@@ -231,6 +243,9 @@ const reapEvery = 30
 func (a *Agent) reap(batch []rundir.Record) {
 	for i := range batch {
 		if cg := batch[i].Cgroup; cg != "" && cg[0] != '<' {
+			if _, seen := a.known[cg]; !seen && a.kube != nil {
+				a.kube.ids.Identify(cg) // named when first seen, for windows and incidents
+			}
 			a.known[cg] = struct{}{}
 		}
 		// A preemptor is a cgroup too, whose series in others' the exporter drops with it.
@@ -261,6 +276,9 @@ func (a *Agent) reap(batch []rundir.Record) {
 		fn(gone)
 	}
 	a.det.forget(gone)
+	if a.kube != nil {
+		a.kube.ids.Forget(gone)
+	}
 	if len(gone) >= releaseAfter {
 		// A churn's state is garbage now; the runtime would keep its pages for minutes.
 		debug.FreeOSMemory()
@@ -296,6 +314,32 @@ func (a *Agent) daemon(cg string) (string, bool) {
 	defer a.mu.Unlock()
 	n, ok := a.daemons[cg]
 	return n, ok
+}
+
+// workloadName is how incidents name a cgroup: its daemon's name, its pod's
+// (namespace/pod[/container]), or "" for a cgroup nothing names.
+func (a *Agent) workloadName(cg string) string {
+	if n, ok := a.daemon(cg); ok {
+		return n
+	}
+	if a.kube != nil {
+		if id, ok := a.kube.ids.Identify(cg); ok {
+			return id.Name
+		}
+	}
+	return ""
+}
+
+// kubeletCgroup is the cgroup of the daemon named kubelet, "" when none was found.
+func (a *Agent) kubeletCgroup() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for cg, n := range a.daemons {
+		if n == "kubelet" || strings.HasPrefix(n, "kubelet+") || strings.Contains(n, "+kubelet") {
+			return cg
+		}
+	}
+	return ""
 }
 
 // daemonsEvery is how often the agent looks for the system daemons again (a restarted kubelet
@@ -341,9 +385,12 @@ func (a *Agent) housekeeping() {
 // Meta is the agent's description of the node, for a window's run directory.
 func (a *Agent) Meta() rundir.Meta {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	m := a.meta
 	m.Workloads = append([]rundir.Workload(nil), a.meta.Workloads...)
+	a.mu.Unlock()
+	if a.kube != nil {
+		m.Pods, m.Booking = a.kube.windowPods(nil), a.kube.booking()
+	}
 	return m
 }
 
@@ -444,6 +491,9 @@ func (a *Agent) Close() error {
 	}
 	if a.sess != nil {
 		errs = append(errs, a.sess.Close())
+	}
+	if a.kube != nil {
+		a.kube.close()
 	}
 	a.wg.Wait()
 	if a.store != nil {

@@ -121,7 +121,7 @@ func (b backend) Incident(id string) (*agentv1.Incident, bool) {
 // IncidentToProto is the API's form of an incident.
 func IncidentToProto(in Incident) *agentv1.Incident {
 	return &agentv1.Incident{Id: in.ID, Opened: timestamppb.New(in.Opened), Trigger: in.Trigger, Cgroup: in.Cgroup,
-		Evidence: in.Evidence, WindowFrom: timestamppb.New(in.WindowFrom), WindowTo: timestamppb.New(in.WindowTo),
+		Workload: in.Workload, Evidence: in.Evidence, WindowFrom: timestamppb.New(in.WindowFrom), WindowTo: timestamppb.New(in.WindowTo),
 		BaselineFrom: timestamppb.New(in.BaselineFrom), BaselineTo: timestamppb.New(in.WindowFrom), State: in.State,
 		ReportJson: string(in.Report), AnalysisError: in.AnalysisError, Repeats: uint32(in.Repeats)}
 }
@@ -129,7 +129,7 @@ func IncidentToProto(in Incident) *agentv1.Incident {
 // IncidentFromProto is an incident read from the API.
 func IncidentFromProto(p *agentv1.Incident) Incident {
 	in := Incident{ID: p.GetId(), Opened: p.GetOpened().AsTime(), Trigger: p.GetTrigger(), Cgroup: p.GetCgroup(),
-		Evidence: p.GetEvidence(), WindowFrom: p.GetWindowFrom().AsTime(), WindowTo: p.GetWindowTo().AsTime(),
+		Workload: p.GetWorkload(), Evidence: p.GetEvidence(), WindowFrom: p.GetWindowFrom().AsTime(), WindowTo: p.GetWindowTo().AsTime(),
 		BaselineFrom: p.GetBaselineFrom().AsTime(), State: p.GetState(), AnalysisError: p.GetAnalysisError(), Repeats: int(p.GetRepeats())}
 	if p.GetReportJson() != "" {
 		in.Report = []byte(p.GetReportJson())

@@ -18,7 +18,11 @@ const (
 	TriggerRunqStall      = "runq_stall"        // a task waited on the run queue at least Triggers.RunqStall
 	TriggerDaemonWait     = "daemon_late"       // a system daemon waited on the run queue at least Triggers.DaemonWait
 	TriggerSwapThrashing  = "swap_thrashing"    // the node swapped in and out at once
+	TriggerLeaseLate      = "lease_late"        // the node's Lease was renewed later than its interval by Triggers.LeaseLate
 )
+
+// TriggerNames lists every trigger, in the order the docs give them.
+var TriggerNames = []string{TriggerOOMKill, TriggerMemoryPressure, TriggerRunqStall, TriggerDaemonWait, TriggerSwapThrashing, TriggerLeaseLate}
 
 // Triggers are the bounds past which the agent opens an incident.
 type Triggers struct {
@@ -36,10 +40,14 @@ type Triggers struct {
 	DaemonWait time.Duration
 	// SwapPagesPerSecond: the node swapping at least this many pages a second both in and out.
 	SwapPagesPerSecond float64
+	// LeaseLate: a renewal of the node's Lease this much later than the kubelet's renew
+	// interval (a quarter of leaseDurationSeconds: 10 s of 40 s) after the previous one.
+	LeaseLate time.Duration
 }
 
 // DefaultTriggers are the bounds nodectl ships with (docs/agent.md says why).
-var DefaultTriggers = Triggers{RunqStall: time.Second, MemoryPSIFull: 0.10, DaemonWait: 100 * time.Millisecond, SwapPagesPerSecond: 256}
+var DefaultTriggers = Triggers{RunqStall: time.Second, MemoryPSIFull: 0.10, DaemonWait: 100 * time.Millisecond, SwapPagesPerSecond: 256,
+	LeaseLate: 3 * time.Second}
 
 // Fields of Triggers and Windows in errors (badvalue.Error's Field); the CLI names its flags.
 const (
@@ -47,6 +55,7 @@ const (
 	FieldDaemonWait         = "Triggers.DaemonWait"
 	FieldMemoryPSIFull      = "Triggers.MemoryPSIFull"
 	FieldSwapPagesPerSecond = "Triggers.SwapPagesPerSecond"
+	FieldLeaseLate          = "Triggers.LeaseLate"
 	FieldBefore             = "Windows.Before"
 	FieldAfter              = "Windows.After"
 	FieldBaseline           = "Windows.Baseline"
@@ -63,6 +72,8 @@ func (t Triggers) Validate() error {
 		return badvalue.Errorf(FieldMemoryPSIFull, fmt.Sprint(t.MemoryPSIFull), "must be a share in (0, 1]")
 	case t.SwapPagesPerSecond <= 0:
 		return badvalue.Errorf(FieldSwapPagesPerSecond, fmt.Sprint(t.SwapPagesPerSecond), "must be more than 0")
+	case t.LeaseLate < 100*time.Millisecond:
+		return badvalue.Errorf(FieldLeaseLate, t.LeaseLate.String(), "must be at least 100ms")
 	}
 	return nil
 }
@@ -71,6 +82,7 @@ func (t Triggers) Validate() error {
 type firing struct {
 	Trigger  string
 	Cgroup   string // "" for the node
+	Workload string // the cgroup's daemon or pod, "" when nothing names it
 	Time     time.Time
 	Evidence string
 }
@@ -83,6 +95,7 @@ type detector struct {
 	stallBucket  int
 	daemonBucket int
 	daemon       func(cgroup string) (name string, ok bool)
+	name         func(cgroup string) string // a firing's workload; nil names none
 
 	long     map[string]uint64  // cgroup → run-queue waits at or above stallBucket so far
 	daemonW  map[string]uint64  // daemon cgroup → waits at or above daemonBucket so far
@@ -139,6 +152,10 @@ func (d *detector) observe(t time.Time, batch []rundir.Record) []firing {
 		switch {
 		case r.Type == rundir.TypeEvent && r.Name == rundir.EventOOMKill:
 			out = append(out, firing{Trigger: TriggerOOMKill, Cgroup: r.Cgroup, Time: r.Time, Evidence: r.Message})
+		case r.Type == rundir.TypeEvent && r.Name == rundir.EventLeaseRenewal:
+			if f, ok := d.leaseLate(r); ok {
+				out = append(out, f)
+			}
 		case r.Type != rundir.TypeSample:
 		case r.Metric == rundir.MetricRunqLatency && r.Hist != nil && r.Cgroup != "":
 			if f, ok := d.waits(d.long, r, d.stallBucket, d.cfg.RunqStall); ok {
@@ -178,7 +195,39 @@ func (d *detector) observe(t time.Time, batch []rundir.Record) []firing {
 		out = append(out, f)
 	}
 	d.last = t
+	if d.name != nil {
+		for i := range out {
+			if out[i].Cgroup != "" {
+				out[i].Workload = d.name(out[i].Cgroup)
+			}
+		}
+	}
 	return out
+}
+
+// LeaseRenewInterval is how often a kubelet renews its node Lease: a quarter of the Lease's
+// duration (the kubelet's nodeLeaseRenewIntervalFraction, 0.25: 10 s of the default 40 s).
+func LeaseRenewInterval(leaseDuration time.Duration) time.Duration { return leaseDuration / 4 }
+
+// leaseLate fires for a renewal that came later than the renew interval by the bound. Its
+// cgroup is the kubelet's (the renewal event's), so that the window examines the kubelet.
+func (d *detector) leaseLate(r *rundir.Record) (firing, bool) {
+	l, ok := rundir.ParseLeaseRenewal(*r)
+	// A renewal the re-made watch's Get saw may follow one the agent missed: its gap says
+	// nothing of the kubelet.
+	if !ok || l.Gap <= 0 || l.LeaseDuration <= 0 || l.Resync {
+		return firing{}, false
+	}
+	bound := LeaseRenewInterval(l.LeaseDuration) + d.cfg.LeaseLate
+	if l.Gap < bound {
+		return firing{}, false
+	}
+	ev := fmt.Sprintf("node Lease renewed %v after the previous renewal (renew interval %v, bound %v; lease duration %v)",
+		l.Gap.Round(10*time.Millisecond), LeaseRenewInterval(l.LeaseDuration), bound, l.LeaseDuration)
+	if l.Gap >= l.LeaseDuration {
+		ev += ": past the lease duration, the node controller may mark the node NotReady"
+	}
+	return firing{Trigger: TriggerLeaseLate, Cgroup: r.Cgroup, Time: r.Time, Evidence: ev}, true
 }
 
 // waits fires when the cgroup's histogram gained values at or above bucket k.

@@ -1,6 +1,7 @@
 package agentd
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -96,5 +97,27 @@ func TestDetectorPressureRateOverItsOwnReadings(t *testing.T) {
 	// 0.3 s in 5 s is 6%, under 10%, though it is 30% of one interval.
 	if got := d.observe(tick(5), psi(0.3)); len(got) != 0 {
 		t.Errorf("fired %v", triggers(got))
+	}
+}
+
+func TestLeaseLateFires(t *testing.T) {
+	const kubelet = "/system.slice/kubelet.service"
+	d := newDetector(DefaultTriggers, func(cg string) (string, bool) { return "kubelet", cg == kubelet })
+	d.name = func(cg string) string { n, _ := d.daemon(cg); return n }
+	renewal := func(gap time.Duration) rundir.Record {
+		return rundir.LeaseRenewal{RenewTime: tick(0), Gap: gap, LeaseDuration: 40 * time.Second, Holder: "node-a"}.Record(tick(0), kubelet)
+	}
+	// On time (10 s), within the margin (12.9 s), and none for the first renewal seen.
+	for _, gap := range []time.Duration{0, 10 * time.Second, 12900 * time.Millisecond} {
+		if fs := d.observe(tick(1), []rundir.Record{renewal(gap)}); len(fs) != 0 {
+			t.Errorf("a renewal %v after the previous fired %v", gap, triggers(fs))
+		}
+	}
+	fs := d.observe(tick(2), []rundir.Record{renewal(16 * time.Second)})
+	if len(fs) != 1 || fs[0].Trigger != TriggerLeaseLate || fs[0].Cgroup != kubelet || fs[0].Workload != "kubelet" {
+		t.Fatalf("a renewal 16s after the previous fired %+v, want lease_late for the kubelet", fs)
+	}
+	if fs = d.observe(tick(3), []rundir.Record{renewal(45 * time.Second)}); len(fs) != 1 || !strings.Contains(fs[0].Evidence, "NotReady") {
+		t.Errorf("a renewal past the Lease's duration: %+v, want evidence saying the node may go NotReady", fs)
 	}
 }

@@ -30,8 +30,9 @@ type Incident struct {
 	ID       string    `json:"id"`
 	Opened   time.Time `json:"opened"`
 	Trigger  string    `json:"trigger"`
-	Cgroup   string    `json:"cgroup,omitempty"` // empty for the node
-	Evidence string    `json:"evidence"`         // the first evidence
+	Cgroup   string    `json:"cgroup,omitempty"`   // empty for the node
+	Workload string    `json:"workload,omitempty"` // the cgroup's daemon or pod (namespace/pod[/container]), when known
+	Evidence string    `json:"evidence"`           // the first evidence
 	// Repeats counts the same trigger in the same cgroup again while the window was open.
 	Repeats      int       `json:"repeats,omitempty"`
 	BaselineFrom time.Time `json:"baseline_from"`
@@ -41,6 +42,18 @@ type Incident struct {
 	// Report is the analyzer's JSON report of the window against the baseline.
 	Report        json.RawMessage `json:"report,omitempty"`
 	AnalysisError string          `json:"analysis_error,omitempty"`
+}
+
+// Where names what the incident fired for: its workload (a daemon, a pod) with its cgroup, else
+// its cgroup's path, else the node.
+func (in *Incident) Where() string {
+	switch {
+	case in.Workload != "" && in.Cgroup != "":
+		return in.Workload + " (" + in.Cgroup + ")"
+	case in.Cgroup == "":
+		return "the node"
+	}
+	return in.Cgroup
 }
 
 // Window is the incident's window for the analyzer and exports.
@@ -159,7 +172,7 @@ func (m *incidents) fire(fs []firing) {
 			m.opened = map[string]uint64{}
 		}
 		m.opened[f.Trigger]++
-		m.log.Info("incident opened", "id", in.ID, "trigger", in.Trigger, "cgroup", in.Cgroup, "evidence", in.Evidence)
+		m.log.Info("incident opened", "id", in.ID, "trigger", in.Trigger, "cgroup", in.Cgroup, "workload", in.Workload, "evidence", in.Evidence)
 		m.save(in)
 		m.publish(*in)
 	}
@@ -192,7 +205,7 @@ func (m *incidents) open(f firing) *Incident {
 		m.seq++
 		id = fmt.Sprintf("%s-%s-%d", f.Time.UTC().Format("20060102-150405"), f.Trigger, m.seq)
 	}
-	in := &Incident{ID: id, Opened: f.Time, Trigger: f.Trigger, Cgroup: f.Cgroup, Evidence: f.Evidence, State: StateOpen,
+	in := &Incident{ID: id, Opened: f.Time, Trigger: f.Trigger, Cgroup: f.Cgroup, Workload: f.Workload, Evidence: f.Evidence, State: StateOpen,
 		WindowFrom: f.Time.Add(-m.windows.Before), WindowTo: f.Time.Add(m.windows.After)}
 	in.BaselineFrom = in.WindowFrom.Add(-m.windows.Baseline)
 	// The quiet stretch before is what the agent has: it may have started just before.

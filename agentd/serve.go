@@ -45,7 +45,11 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 
 	var metrics *metricserver.Server
 	if cfg.MetricsListen != "" {
-		exp := exporter.New(exporter.Config{MaxSeries: cfg.MaxCgroups, Self: func() exporter.Self { return a.selfMetrics(api.Dropped()) }})
+		ecfg := exporter.Config{MaxSeries: cfg.MaxCgroups, Self: func() exporter.Self { return a.selfMetrics(api.Dropped()) }}
+		if a.kube != nil {
+			ecfg.Classify = a.kube.classify
+		}
+		exp := exporter.New(ecfg)
 		reg := prometheus.NewRegistry()
 		if err := reg.Register(exp); err != nil {
 			return fmt.Errorf("registering the agent's metrics: %w", err)
@@ -97,8 +101,11 @@ func (a *Agent) selfMetrics(watchDrops uint64) exporter.Self {
 	}
 	self.Lost = exporter.Lost{KernelMapFull: sum(StageMapFull), RingBuffer: sum(StageRingBuffer), Store: sum(StageStore), Watch: sum(StageWatch)}
 	opened, open := a.inc.byTrigger()
-	for _, trig := range []string{TriggerOOMKill, TriggerMemoryPressure, TriggerRunqStall, TriggerDaemonWait, TriggerSwapThrashing} {
+	for _, trig := range TriggerNames {
 		self.Incidents[trig] = exporter.Incidents{Total: opened[trig], Open: open[trig]}
+	}
+	if a.kube != nil {
+		a.kube.self(&self)
 	}
 	return self
 }

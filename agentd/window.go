@@ -100,9 +100,24 @@ func (w Window) meta(agent rundir.Meta) rundir.Meta {
 	m.Scenario = rundir.ScenarioAgent
 	m.ID = "agent-" + w.From.UTC().Format("20060102-150405")
 	m.Start = w.BaselineFrom
+	if w.Cgroups != nil {
+		// The focus's pods only: the analyzer names what it reads.
+		m.Pods = nil
+		for _, p := range agent.Pods {
+			if w.Cgroups[p.Cgroup] {
+				m.Pods = append(m.Pods, p)
+			}
+		}
+	}
 	var wl []rundir.Workload
 	if w.Cgroup != "" {
-		wl = append(wl, rundir.Workload{Name: w.Cgroup, Kind: rundir.KindObserved, Cgroup: w.Cgroup})
+		name := w.Cgroup
+		for _, p := range agent.Pods {
+			if p.Cgroup == w.Cgroup {
+				name = p.Name
+			}
+		}
+		wl = append(wl, rundir.Workload{Name: name, Kind: rundir.KindObserved, Cgroup: w.Cgroup})
 	}
 	for _, d := range agent.Workloads {
 		if d.Kind == rundir.KindDaemon && d.Cgroup != w.Cgroup {

@@ -36,7 +36,7 @@ var registry = map[string]scenarioRules{
 	rundir.ScenarioAgent: {byKind: map[string][]workloadRule{
 		rundir.KindObserved: observedRules,
 		rundir.KindDaemon:   {(*analysis).daemonStarvation},
-	}, run: []runRule{(*analysis).observedRule}},
+	}, run: []runRule{(*analysis).observedRule, (*analysis).leaseLate, (*analysis).bookingCeiling}},
 }
 
 var commonRules = []runRule{

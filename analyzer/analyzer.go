@@ -113,6 +113,12 @@ func newAnalysis(run *rundir.Run) *analysis {
 	for _, w := range run.Meta.Workloads {
 		a.names[w.Cgroup] = w.Name
 	}
+	// An agent window on a Kubernetes node names pods' cgroups after them.
+	for _, p := range run.Meta.Pods {
+		if _, ok := a.names[p.Cgroup]; !ok {
+			a.names[p.Cgroup] = p.Name
+		}
+	}
 	b, okB := run.Phase(rundir.PhaseBaseline)
 	s, okS := run.Phase(rundir.PhaseStress)
 	if !okS {

@@ -87,7 +87,7 @@ func stretch(wait, cpu float64) float64 {
 
 // observedCandidates are the cgroups an agent window without an observed workload examines:
 // those whose run-queue wait rose over the baseline's rate, most first, at most
-// observedMaxCandidates, as workloads named by their path.
+// observedMaxCandidates, as workloads named by their pod, else their path.
 func (a *analysis) observedCandidates() []rundir.Workload {
 	if !a.compare {
 		return nil
@@ -107,7 +107,7 @@ func (a *analysis) observedCandidates() []rundir.Workload {
 	})
 	var out []rundir.Workload
 	for _, r := range rises[:min(len(rises), observedMaxCandidates)] {
-		out = append(out, rundir.Workload{Name: r.cgroup, Kind: rundir.KindObserved, Cgroup: r.cgroup})
+		out = append(out, rundir.Workload{Name: a.name(r.cgroup), Kind: rundir.KindObserved, Cgroup: r.cgroup})
 	}
 	return out
 }

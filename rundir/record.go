@@ -106,6 +106,10 @@ type Meta struct {
 	Workloads []Workload        `json:"workloads,omitempty"`
 	Tracer    map[string]string `json:"tracer,omitempty"`  // program -> TracerAttached or why not
 	Runtime   string            `json:"runtime,omitempty"` // how workloads ran, e.g. "runsc (platform ptrace, network none)"
+	// Pods names the cgroups of Kubernetes pods an agent window holds; Booking is what the
+	// API server booked on the node (agent windows on a Kubernetes node only).
+	Pods    []Pod    `json:"pods,omitempty"`
+	Booking *Booking `json:"booking,omitempty"`
 }
 
 // Duration marshals as a Go duration string.

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
+	"github.com/nodectl/nodectl/internal/badvalue"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -78,6 +79,10 @@ type Config struct {
 	CertFile, KeyFile string
 	// ClientCAFile holds the CA certificates (PEM) that clients' certificates must chain to.
 	ClientCAFile string
+	// Health is an optional host:port serving the health service alone, in plaintext: the
+	// kubelet's gRPC probe can neither dial a unix socket nor do TLS. It answers what the API's
+	// health service answers and nothing else.
+	Health string
 	// Log receives the server's events; slog.Default() when nil.
 	Log *slog.Logger
 }
@@ -91,16 +96,18 @@ const (
 	FieldKeyFile      = "KeyFile"
 	FieldClientCAFile = "ClientCAFile"
 	FieldCAFile       = "CAFile"
+	FieldHealth       = "Health"
 )
 
 // Server is the API server. New listens; Serve serves until its context ends or Close.
 type Server struct {
-	log     *slog.Logger
-	health  *health.Server
-	svc     *service
-	servers []*grpc.Server // one per listener: the unix socket's has no TLS, TCP's requires it
-	lis     []net.Listener
-	tcp     net.Addr
+	log        *slog.Logger
+	health     *health.Server
+	svc        *service
+	servers    []*grpc.Server // one per listener: the unix socket's has no TLS, TCP's requires it
+	lis        []net.Listener
+	tcp        net.Addr
+	healthAddr net.Addr // the health-only listener's
 
 	closeOnce sync.Once
 }
@@ -147,8 +154,24 @@ func New(cfg Config, backend Backend) (*Server, error) {
 		s.tcp = tcp.Addr()
 		s.add(tcp, tcpOpt)
 	}
+	if cfg.Health != "" {
+		l, err := net.Listen("tcp", cfg.Health)
+		if err != nil {
+			s.Close()
+			return nil, badvalue.New(FieldHealth, cfg.Health, err)
+		}
+		s.healthAddr = l.Addr()
+		g := grpc.NewServer()
+		healthpb.RegisterHealthServer(g, s.health)
+		s.servers = append(s.servers, g)
+		s.lis = append(s.lis, l)
+	}
 	return s, nil
 }
+
+// HealthAddr is the address of the health-only listener (its port when Config.Health asked
+// for port 0), nil without one.
+func (s *Server) HealthAddr() net.Addr { return s.healthAddr }
 
 // add serves the API and the health service on l.
 func (s *Server) add(l net.Listener, opts ...grpc.ServerOption) {

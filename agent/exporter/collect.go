@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +23,25 @@ type Self struct {
 	WriteFailures uint64
 	// Incidents by trigger (a bounded set: the agent's triggers).
 	Incidents map[string]Incidents
+	// Kubernetes: the pods and containers the agent named (one info series each, bounded by
+	// the exporter's MaxSeries), the cgroups of the kubelet's tree or of a container id that
+	// nothing named, and the node's Lease as the agent last saw it (nil off Kubernetes).
+	Pods        []PodInfo
+	UnknownPods int
+	Lease       *Lease
+}
+
+// PodInfo is one named pod or container, the labels of nodectl_pod_info.
+type PodInfo struct {
+	Workload, Kind, Namespace, Pod, Container, QoS, RuntimeClass string
+	Sandbox                                                      bool
+}
+
+// Lease is the node's Lease as the agent last saw it renewed.
+type Lease struct {
+	Renewals uint64
+	LastGap  time.Duration // between the last two renewals seen
+	LastSeen time.Time     // zero before the first
 }
 
 // Lost counts the events lost since the agent started, by where they were lost.
@@ -44,6 +64,8 @@ const (
 	labelState    = "state"
 	stateTracked  = "tracked"
 	stateOverflow = "overflow"
+	stateNamed    = "named"
+	stateUnknown  = "unknown"
 	labelMap      = "map"
 	labelTrigger  = "trigger"
 
@@ -74,6 +96,17 @@ var (
 		"Incidents the agent opened, by trigger.", labelTrigger)
 	agentOpenIncidents = newDesc("nodectl_agent_open_incidents",
 		"Incidents open now, by trigger.", labelTrigger)
+	agentPodCgroups = newDesc("nodectl_agent_pod_cgroups",
+		"Cgroups of pods and containers: named after their pod (named), or in the kubelet's tree or of a container id that the runtime and the API server did not name (unknown).", labelState)
+	podInfo = newDesc("nodectl_pod_info",
+		"1 for each pod and container the agent names: its workload label value and what it stands for.",
+		LabelWorkload, LabelKind, "namespace", "pod", "container", "qos", "runtime_class", "sandbox") //rundir:other: a label
+	leaseRenewals = newDesc("nodectl_node_lease_renewals_total",
+		"Renewals of this node's Lease in kube-node-lease the agent saw.")
+	leaseGap = newDesc("nodectl_node_lease_renewal_gap_seconds",
+		"Time between the last two renewals of this node's Lease the agent saw.")
+	leaseAge = newDesc("nodectl_node_lease_age_seconds",
+		"Time since the agent last saw this node's Lease renewed.")
 
 	exporterCgroups = newDesc("nodectl_exporter_cgroups",
 		"Cgroups the exporter holds: with series of their workload's (tracked) or in the _overflow workload's (overflow).", labelState)
@@ -190,6 +223,21 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 		for trigger, n := range self.Incidents {
 			value(agentIncidents, prometheus.CounterValue, float64(n.Total), trigger)
 			value(agentOpenIncidents, prometheus.GaugeValue, float64(n.Open), trigger)
+		}
+		if self.Lease != nil {
+			value(agentPodCgroups, prometheus.GaugeValue, float64(len(self.Pods)), stateNamed)
+			value(agentPodCgroups, prometheus.GaugeValue, float64(self.UnknownPods), stateUnknown)
+			for i, p := range self.Pods {
+				if i == e.cfg.MaxSeries {
+					break
+				}
+				value(podInfo, prometheus.GaugeValue, 1, p.Workload, p.Kind, p.Namespace, p.Pod, p.Container, p.QoS, p.RuntimeClass, strconv.FormatBool(p.Sandbox))
+			}
+			value(leaseRenewals, prometheus.CounterValue, float64(self.Lease.Renewals))
+			if !self.Lease.LastSeen.IsZero() {
+				value(leaseGap, prometheus.GaugeValue, self.Lease.LastGap.Seconds())
+				value(leaseAge, prometheus.GaugeValue, time.Since(self.Lease.LastSeen).Seconds())
+			}
 		}
 	}
 	value(exporterCgroups, prometheus.GaugeValue, float64(tracked), stateTracked)

@@ -34,6 +34,9 @@ type Config struct {
 	// ForgetGrace is how many batches, after Forget, the cgroup's records are dropped for.
 	// 0 = DefaultForgetGrace.
 	ForgetGrace int
+	// Classify names the workload of a cgroup (its workload and kind labels) when it is first
+	// seen; nil is Classify, by the cgroup's path. The agent names pods through it.
+	Classify func(cgroup string) (workload, kind string)
 	// Self, if set, returns the agent's own figures at each scrape. It is called without the
 	// exporter's lock held and must not call the exporter.
 	Self func() Self
@@ -117,6 +120,9 @@ func New(cfg Config) *Exporter {
 	if cfg.MaxSeries <= 0 {
 		cfg.MaxSeries = DefaultMaxSeries
 	}
+	if cfg.Classify == nil {
+		cfg.Classify = Classify
+	}
 	if cfg.ForgetGrace <= 0 {
 		cfg.ForgetGrace = DefaultForgetGrace
 	}
@@ -184,7 +190,7 @@ func (e *Exporter) cgroup(path string) *cgroupState {
 	if _, ok := e.gone[path]; ok {
 		return nil
 	}
-	name, kind := Classify(path)
+	name, kind := e.cfg.Classify(path)
 	k := workloadKey{name, kind}
 	w := e.workloads[k]
 	if w == nil {
@@ -256,7 +262,7 @@ func (e *Exporter) preemptorClass(st *cgroupState, by string) string {
 		return PreemptorOwn
 	}
 	// Another cgroup of the same workload (a container's sub-cgroup) is the workload's own.
-	if name, kind := Classify(by); st.w.key == (workloadKey{name, kind}) {
+	if name, kind := e.cfg.Classify(by); st.w.key == (workloadKey{name, kind}) {
 		return PreemptorOwn
 	}
 	return PreemptorNeighbour

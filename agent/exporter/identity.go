@@ -1,6 +1,10 @@
 package exporter
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/nodectl/nodectl/agent/kubeid"
+)
 
 // Workload kinds: the kind label of every per-cgroup series.
 const (
@@ -38,10 +42,10 @@ func Classify(cgroup string) (workload, kind string) {
 	if path == "" {
 		return "/", KindSystem
 	}
-	elems := strings.Split(path, "/")
-	if id, kind, ok := kubepods(elems); ok {
+	if id, kind, ok := kubepods(path); ok {
 		return id, kind
 	}
+	elems := strings.Split(path, "/")
 	if elems[0] == KindNodectl {
 		switch len(elems) {
 		case 1:
@@ -74,73 +78,23 @@ func isUnit(elem string) bool {
 	return false
 }
 
-// Kubernetes QoS classes as pod cgroups are grouped; guaranteed pods sit directly below
-// kubepods.
-const (
-	qosBurstable  = "burstable"
-	qosBestEffort = "besteffort"
-	qosGuaranteed = "guaranteed"
-	kubepodsRoot  = "kubepods"
-)
-
-// kubepods identifies a cgroup at or below the kubelet's kubepods cgroup, wherever that sits
-// (a kind node nests it below another cgroup; the systemd driver may prefix the slices' names,
-// kubelet-kubepods-burstable.slice).
-func kubepods(elems []string) (id, kind string, ok bool) {
-	i := 0
-	for i < len(elems) && kubeName(elems[i]) != kubepodsRoot {
-		i++
-	}
-	if i == len(elems) {
-		return "", "", false
-	}
-	rest := elems[i+1:]
-	qos := qosGuaranteed
-	if len(rest) > 0 {
-		if q := kubeName(rest[0]); q == qosBurstable || q == qosBestEffort {
-			qos, rest = q, rest[1:]
+// kubepods identifies a cgroup at or below the kubelet's kubepods cgroup (kubeid.ParsePath).
+func kubepods(cgroup string) (id, kind string, ok bool) {
+	r := kubeid.ParsePath(cgroup)
+	switch r.Level {
+	case kubeid.LevelRoot:
+		return kubepodsRoot, KindOther, true
+	case kubeid.LevelQoS:
+		return kubepodsRoot + "/" + r.QoS, KindOther, true
+	case kubeid.LevelPod:
+		return kubepodsRoot + "/" + r.QoS + "/pod" + r.PodUID, KindPod, true
+	case kubeid.LevelContainer:
+		if r.PodUID == "" {
+			return "", "", false // a bare container id: named by its path
 		}
+		return kubepodsRoot + "/" + r.QoS + "/pod" + r.PodUID + "/" + r.ContainerID[:min(len(r.ContainerID), 12)], KindContainer, true
 	}
-	if len(rest) == 0 {
-		if qos == qosGuaranteed {
-			return kubepodsRoot, KindOther, true
-		}
-		return kubepodsRoot + "/" + qos, KindOther, true
-	}
-	pod, isPod := strings.CutPrefix(kubeName(rest[0]), "pod")
-	if !isPod || pod == "" {
-		return "", "", false
-	}
-	id = kubepodsRoot + "/" + qos + "/pod" + strings.ReplaceAll(pod, "_", "-")
-	if len(rest) == 1 {
-		return id, KindPod, true
-	}
-	return id + "/" + containerID(rest[1]), KindContainer, true
+	return "", "", false
 }
 
-// kubeName is the last part of a kubepods cgroup's name, as the cgroupfs driver writes it:
-// kubepods, burstable, pod<uid>. The systemd driver's kubepods-burstable-pod<uid>.slice (the uid's
-// dashes made underscores) reads as pod<uid> with underscores.
-func kubeName(elem string) string {
-	name, isSlice := strings.CutSuffix(elem, ".slice")
-	if !isSlice {
-		return elem
-	}
-	if i := strings.LastIndexByte(name, '-'); i >= 0 {
-		return name[i+1:]
-	}
-	return name
-}
-
-// containerID is the first 12 characters of the container id a runtime names a container's
-// cgroup after: <id> (cgroupfs), cri-containerd-<id>.scope, crio-<id>.scope, docker-<id>.scope.
-func containerID(elem string) string {
-	id := strings.TrimSuffix(elem, ".scope")
-	if i := strings.LastIndexByte(id, '-'); i >= 0 {
-		id = id[i+1:]
-	}
-	if len(id) > 12 {
-		id = id[:12]
-	}
-	return id
-}
+const kubepodsRoot = "kubepods"

@@ -41,6 +41,7 @@ import (
 func New() *cobra.Command {
 	cfg := agentd.ServeConfig{Config: agentd.Config{Host: host.Default(), Triggers: agentd.DefaultTriggers, Windows: agentd.DefaultWindows}}
 	var daemonList, memLimit, pprofListen string
+	var kc kubeFlags
 	var verbose bool
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -76,15 +77,19 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 			if err := setMemoryLimit(memLimit); err != nil {
 				return err
 			}
+			cfg.Log = clix.Logger(cmd.ErrOrStderr(), verbose)
+			if cfg.Kube, err = kc.kube(cfg.Log); err != nil {
+				return err
+			}
 			// The settings first, so that a mistake is told before privileges are asked for.
+			// The least set, measured (docs/deploy.md): the rest only makes some parts
+			// better, and the agent says what it lacks.
 			if err := clix.Need("nodectl agent", map[int]string{
-				clix.CapBPF: "loading the eBPF programs", clix.CapPerfmon: "attaching them to tracepoints",
-				clix.CapSysAdmin: "reading every cgroup's and task's cgroup identity"}); err != nil {
+				clix.CapBPF: "loading the eBPF programs", clix.CapPerfmon: "loading and attaching tracing programs"}); err != nil {
 				return err
 			}
 			cfg.Daemons = names
 			cfg.Version = clix.Version
-			cfg.Log = clix.Logger(cmd.ErrOrStderr(), verbose)
 			ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
 			defer stop()
 			if pprofListen != "" {
@@ -116,6 +121,7 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 	f.Float64Var(&cfg.Triggers.MemoryPSIFull, "trigger-memory-psi-full", cfg.Triggers.MemoryPSIFull, "a cgroup's or the node's memory PSI full share of an interval (0..1) that opens an incident")
 	f.DurationVar(&cfg.Triggers.DaemonWait, "trigger-daemon-wait", cfg.Triggers.DaemonWait, "a system daemon's run-queue wait at least this long opens an incident")
 	f.Float64Var(&cfg.Triggers.SwapPagesPerSecond, "trigger-swap-pages", cfg.Triggers.SwapPagesPerSecond, "the node swapping this many pages a second both in and out opens an incident")
+	f.DurationVar(&cfg.Triggers.LeaseLate, "trigger-lease-late", cfg.Triggers.LeaseLate, "a renewal of the node's Lease this much later than the kubelet's renew interval (10s of a 40s Lease) opens an incident (Kubernetes only)")
 	f.DurationVar(&cfg.Windows.Before, "incident-before", cfg.Windows.Before, "an incident's window starts this long before its trigger")
 	f.DurationVar(&cfg.Windows.After, "incident-after", cfg.Windows.After, "and ends this long after; then it is analyzed")
 	f.DurationVar(&cfg.Windows.Baseline, "incident-baseline", cfg.Windows.Baseline, "the quiet stretch before the window that it is compared with")
@@ -125,11 +131,13 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 	f.StringVar(&cfg.API.CertFile, "tls-cert", "", "the agent's certificate (PEM) for --listen-tcp")
 	f.StringVar(&cfg.API.KeyFile, "tls-key", "", "the agent's key (PEM) for --listen-tcp")
 	f.StringVar(&cfg.API.ClientCAFile, "tls-client-ca", "", "CA certificates (PEM) clients' certificates must chain to, for --listen-tcp")
+	f.StringVar(&cfg.API.Health, "health-listen", "", "also serve the gRPC health service alone, in plaintext, on this host:port (for the kubelet's grpc probe, which cannot dial the socket or do TLS); empty: none")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. :9560); empty: none")
 	f.StringVar(&memLimit, "memory-limit", "40Mi", "the Go runtime's soft memory limit (GOMEMLIMIT, which overrides it): the garbage collector works harder near it; the agent's RSS is about this plus its binary's pages (12 MiB), within its 64 MiB budget; 0 for none")
 	f.StringVar(&pprofListen, "pprof-listen", "", "serve Go's profiles (net/http/pprof) at http://HOST:PORT/debug/pprof/, for finding where the agent's CPU and memory go; keep it on loopback")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
 	clix.HostPathFlags(f, &cfg.Host)
+	kc.register(f)
 	cmd.AddCommand(statusCmd(), incidentsCmd(), watchCmd(), exportCmd())
 	return cmd
 }
@@ -138,9 +146,11 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 var settingFlags = map[string]string{
 	agentd.FieldRunqStall: "--trigger-runq-stall", agentd.FieldDaemonWait: "--trigger-daemon-wait",
 	agentd.FieldMemoryPSIFull: "--trigger-memory-psi-full", agentd.FieldSwapPagesPerSecond: "--trigger-swap-pages",
-	agentd.FieldBefore: "--incident-before", agentd.FieldAfter: "--incident-after", agentd.FieldBaseline: "--incident-baseline",
+	agentd.FieldLeaseLate: "--trigger-lease-late",
+	agentd.FieldBefore:    "--incident-before", agentd.FieldAfter: "--incident-after", agentd.FieldBaseline: "--incident-baseline",
 	apiserver.FieldSocket: "--socket", apiserver.FieldTCP: "--listen-tcp", apiserver.FieldCertFile: "--tls-cert",
 	apiserver.FieldKeyFile: "--tls-key", apiserver.FieldClientCAFile: "--tls-client-ca",
+	apiserver.FieldHealth: "--health-listen",
 }
 
 // minRecorderSpan is the shortest segment span and series idle time the agent takes.
@@ -331,18 +341,11 @@ func renderIncidents(w io.Writer, list []agentd.Incident) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tOPENED\tTRIGGER\tCGROUP\tSTATE\tFINDINGS")
+	fmt.Fprintln(tw, "ID\tOPENED\tTRIGGER\tWHERE\tSTATE\tFINDINGS")
 	for _, in := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.ID, in.Opened.Local().Format(time.RFC3339), in.Trigger, orNode(in.Cgroup), in.State, findingsLine(in))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", in.ID, in.Opened.Local().Format(time.RFC3339), in.Trigger, in.Where(), in.State, findingsLine(in))
 	}
 	return tw.Flush()
-}
-
-func orNode(cg string) string {
-	if cg == "" {
-		return "(node)"
-	}
-	return cg
 }
 
 // findingsLine sums up an incident's findings: id, victim and culprits of each.

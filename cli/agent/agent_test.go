@@ -22,6 +22,10 @@ func TestAgentRefusesBadSettings(t *testing.T) {
 		"stall trigger":       {[]string{"--trigger-runq-stall", "0s"}, "--trigger-runq-stall"},
 		"window after":        {[]string{"--incident-after", "-1s"}, "--incident-after"},
 		"psi share above one": {[]string{"--trigger-memory-psi-full", "2"}, "--trigger-memory-psi-full"},
+		"lease trigger":       {[]string{"--trigger-lease-late", "1ms"}, "--trigger-lease-late 1ms: must be at least 100ms"},
+		"no node name":        {[]string{"--kubeconfig", "/dev/null", "--node-name", ""}, "--node-name: required"},
+		"no kubeconfig":       {[]string{"--kubeconfig", "/nonexistent/kubeconfig", "--node-name", "n1"}, "--kubeconfig /nonexistent/kubeconfig"},
+		"cri socket":          {[]string{"--kubeconfig", "/dev/null", "--node-name", "n1", "--cri-socket", "/dev/null"}, "--cri-socket /dev/null: not a socket"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cmd := New()

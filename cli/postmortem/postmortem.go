@@ -69,7 +69,7 @@ directory directly with --data-dir (the agent dead, or the disk copied off a bro
 					w.Cgroup = cgroup
 				}
 				if output == "text" {
-					fmt.Fprintf(cmd.OutOrStdout(), "incident %s: %s in %s at %s\n  %s\n\n", in.ID, in.Trigger, orNode(in.Cgroup),
+					fmt.Fprintf(cmd.OutOrStdout(), "incident %s: %s in %s at %s\n  %s\n\n", in.ID, in.Trigger, in.Where(),
 						in.Opened.Local().Format(time.RFC3339), in.Evidence)
 				}
 			}
@@ -109,11 +109,4 @@ func pick(cmd *cobra.Command, rec agentsrc.Recorder, id string) (agentd.Incident
 		}
 	}
 	return agentd.Incident{}, fmt.Errorf("--incident %q: no such incident (list them with 'nodectl agent incidents')", id)
-}
-
-func orNode(cg string) string {
-	if cg == "" {
-		return "the node"
-	}
-	return cg
 }

@@ -26,10 +26,13 @@ var rules = map[string][]string{
 
 	// The node side, bottom up: shared plumbing, then the kernel's readers (tracers and
 	// samplers), then the session that assembles them and the collector it feeds.
-	"agent/hist":      {},
-	"agent/host":      {},
-	"agent/blockdev":  {},
-	"agent/swapfile":  {},
+	"agent/hist":     {},
+	"agent/host":     {},
+	"agent/blockdev": {},
+	"agent/swapfile": {},
+	// Which pod and container a cgroup is: path forms, and the names the CRI and the API
+	// server give their ids.
+	"agent/kubeid":    {},
 	"agent/cgroup":    {"agent/host"},
 	"agent/daemons":   {"agent/cgroup", "agent/host"},
 	"agent/trace":     {"agent/trace", "agent/hist", "agent/blockdev", "agent/cgroup", "rundir"},
@@ -39,14 +42,19 @@ var rules = map[string][]string{
 	"agent/recording": {"agent/session", "agent/cgroup", "agent/host", "rundir"},
 	// Exporters serve what the session reads; the flight recorder stores it.
 	"agent/metricserver": {},
-	"agent/exporter":     {"agent/hist", "rundir"},
+	"agent/exporter":     {"agent/hist", "agent/kubeid", "rundir"},
 	"agent/flightrec":    {"agent/hist", "rundir"},
 	// The agent's API: its protobufs depend on nothing; its server and client on the records.
 	"api/agent/v1":    {},
 	"agent/apiserver": {"agent/hist", "rundir", "api/agent/v1"},
+	// Kubernetes' view of the node: the CRI (containers to pods) and the API server (pods,
+	// the node's Lease and Node). Readers of their own, for the agent to join with cgroups.
+	"agent/cri":  {},
+	"agent/kube": {},
 
 	// The always-on agent assembles the node side, the flight recorder, the API and the
-	// exporter, and runs the analyzer on its incidents.
+	// exporter, and runs the analyzer on its incidents; it names pods through agent/cri and
+	// agent/kube.
 	"agentd": {"agent/", "analyzer", "rundir", "api/agent/v1"},
 
 	// The analyzer reads runs offline: never the node.
@@ -68,6 +76,14 @@ var rules = map[string][]string{
 	"cli/nodectl": {"cli/", "agent/", "agentd", "analyzer", "rundir", "stress", "tuner"},
 	// Benchmarks run the real binary; the post-mortem one also analyzes in process.
 	"bench/": {"agent/", "agentd", "bench/internal/"},
+
+	// The cluster tests' harness (a real control plane and kubelet) stands apart: it runs
+	// Kubernetes, not nodectl, so the code under test cannot lean on it.
+	"testcluster": {},
+	// Build tools (make image) wrap the binary; they import nothing of nodectl's.
+	"build/": {},
+	// deploy/ holds manifests; its test renders them with kustomize.
+	"deploy": {},
 }
 
 // everyone may import these: they depend on nothing of the module.

@@ -1,0 +1,60 @@
+// Package kube reads what the API server says about this node: its pods (an informer restricted
+// to the node), its Lease in kube-node-lease (the kubelet's heartbeats) and its Node object
+// (allocatable, the Ready condition). Every reader is bounded to the node and never trusts that
+// it saw every event: informers relist, a lease watch that ends is rebuilt from a Get, the Node
+// is polled.
+package kube
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+// userAgent names nodectl in the API server's audit log and metrics.
+const userAgent = "nodectl"
+
+// Client is a clientset from kubeconfig, or from the in-cluster config (the pod's service
+// account) when kubeconfig is "".
+func Client(kubeconfig string) (kubernetes.Interface, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		where := kubeconfig
+		if where == "" {
+			where = "the in-cluster config"
+		}
+		return nil, fmt.Errorf("loading the API server's address from %s: %w", where, err)
+	}
+	cfg.UserAgent = userAgent
+	// One node's agent asks little: a get every few seconds at most, one list per relist.
+	cfg.QPS, cfg.Burst = 5, 10
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("making the API client for %s: %w", cfg.Host, err)
+	}
+	return cs, nil
+}
+
+var klogOnce sync.Once
+
+// bridgeKlog sends client-go's own logging (klog: reflector errors, relists) to log, once per
+// process: klog's logger is global, so the first logger given wins.
+func bridgeKlog(log *slog.Logger) {
+	if log == nil {
+		return
+	}
+	klogOnce.Do(func() { klog.SetSlogLogger(log.With("component", "client-go")) })
+}

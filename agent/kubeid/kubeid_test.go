@@ -1,0 +1,174 @@
+package kubeid
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+const (
+	uid  = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"
+	usid = "0a1b2c3d_4e5f_6789_abcd_ef0123456789" // as the systemd driver writes it
+	cid  = "3f2a9c0d1e4b5a693f2a9c0d1e4b5a693f2a9c0d1e4b5a693f2a9c0d1e4b5a69"
+	sid  = "aaaa9c0d1e4b5a69aaaa9c0d1e4b5a69aaaa9c0d1e4b5a69aaaa9c0d1e4b5a69"
+)
+
+func TestParsePath(t *testing.T) {
+	for _, c := range []struct {
+		name, path string
+		want       Ref
+	}{
+		{"root", "/", Ref{}},
+		{"system_unit", "/system.slice/kubelet.service", Ref{}},
+		{"nodectl", "/nodectl/r1/victim", Ref{}},
+		{"short_hex_leaf", "/docker/abc", Ref{}},
+		// cgroupfs driver, v1 or v2 alike.
+		{"cgroupfs_kubepods", "/kubepods", Ref{Level: LevelRoot, QoS: QoSGuaranteed}},
+		{"cgroupfs_qos", "/kubepods/burstable", Ref{Level: LevelQoS, QoS: QoSBurstable}},
+		{"cgroupfs_pod", "/kubepods/besteffort/pod" + uid, Ref{Level: LevelPod, QoS: QoSBestEffort, PodUID: uid}},
+		{"cgroupfs_guaranteed_container", "/kubepods/pod" + uid + "/" + cid, Ref{Level: LevelContainer, QoS: QoSGuaranteed, PodUID: uid, ContainerID: cid}},
+		{"cgroupfs_crio", "/kubepods/burstable/pod" + uid + "/crio-" + cid, Ref{Level: LevelContainer, QoS: QoSBurstable, PodUID: uid, ContainerID: cid}},
+		{"cgroupfs_crio_conmon", "/kubepods/burstable/pod" + uid + "/crio-conmon-" + cid, Ref{Level: LevelContainer, QoS: QoSBurstable, PodUID: uid, ContainerID: cid}},
+		{"cgroupfs_below_container", "/kubepods/burstable/pod" + uid + "/" + cid + "/init", Ref{Level: LevelContainer, QoS: QoSBurstable, PodUID: uid, ContainerID: cid}},
+		{"cgroup_root_prefix", "/nodectl/testcluster/kubepods/besteffort/pod" + uid, Ref{Level: LevelPod, QoS: QoSBestEffort, PodUID: uid}},
+		// systemd driver.
+		{"systemd_containerd", "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + usid + ".slice/cri-containerd-" + cid + ".scope",
+			Ref{Level: LevelContainer, QoS: QoSBurstable, PodUID: uid, ContainerID: cid}},
+		{"systemd_crio", "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + usid + ".slice/crio-" + cid + ".scope",
+			Ref{Level: LevelContainer, QoS: QoSBestEffort, PodUID: uid, ContainerID: cid}},
+		{"systemd_guaranteed_pod", "/kubepods.slice/kubepods-pod" + usid + ".slice", Ref{Level: LevelPod, QoS: QoSGuaranteed, PodUID: uid}},
+		{"systemd_kind_prefix", "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod" + usid + ".slice",
+			Ref{Level: LevelPod, QoS: QoSBestEffort, PodUID: uid}},
+		{"not_a_pod", "/kubepods/not-a-pod", Ref{}},
+		// Outside kubepods: only the id.
+		{"containerd_namespace", "/k8s.io/" + cid, Ref{Level: LevelContainer, ContainerID: cid}},
+		{"containerd_below", "/nodectl/testcluster/k8s.io/" + cid + "/sub", Ref{Level: LevelContainer, ContainerID: cid}},
+		{"docker_scope", "/system.slice/docker-" + cid + ".scope", Ref{Level: LevelContainer, ContainerID: cid}},
+	} {
+		if got := ParsePath(c.path); got != c.want {
+			t.Errorf("%s: ParsePath(%q) = %+v, want %+v", c.name, c.path, got, c.want)
+		}
+	}
+}
+
+// fakeSources answer from maps and count the runtime's listings.
+type fakeSources struct {
+	containers map[string]Container
+	pods       map[string]Pod
+	lists      int
+	err        error
+}
+
+func (f *fakeSources) sources() Sources {
+	return Sources{
+		Containers: func(context.Context) (Lookup, error) {
+			f.lists++
+			if f.err != nil {
+				return nil, f.err
+			}
+			listed := map[string]Container{}
+			for k, v := range f.containers {
+				listed[k] = v
+			}
+			return func(id string) (Container, bool) { c, ok := listed[id]; return c, ok }, nil
+		},
+		Pod: func(uid string) (Pod, bool) { p, ok := f.pods[uid]; return p, ok },
+	}
+}
+
+func TestResolverNamesPodsAndContainers(t *testing.T) {
+	f := &fakeSources{
+		containers: map[string]Container{
+			sid: {Sandbox: true, PodUID: uid, PodName: "web-0", PodNamespace: "shop", Handler: "runc"},
+			cid: {Name: "app", PodUID: uid, PodName: "web-0", PodNamespace: "shop", Handler: "runc"},
+		},
+		pods: map[string]Pod{uid: {Namespace: "shop", Name: "web-0", QoS: QoSBurstable, Owner: "StatefulSet/web"}},
+	}
+	r := NewResolver(f.sources())
+	for _, c := range []struct {
+		name, cgroup string
+		want         Identity
+	}{
+		{"container", "/kubepods/burstable/pod" + uid + "/" + cid,
+			Identity{Name: "shop/web-0/app", Kind: KindContainer, Namespace: "shop", Pod: "web-0", UID: uid, Container: "app", QoS: QoSBurstable, Handler: "runc", Owner: "StatefulSet/web"}},
+		{"sandbox_is_the_pod", "/k8s.io/" + sid,
+			Identity{Name: "shop/web-0", Kind: KindPod, Namespace: "shop", Pod: "web-0", UID: uid, QoS: QoSBurstable, Handler: "runc", Owner: "StatefulSet/web"}},
+		{"pod_cgroup_from_the_informer", "/kubepods/burstable/pod" + uid,
+			Identity{Name: "shop/web-0", Kind: KindPod, Namespace: "shop", Pod: "web-0", UID: uid, QoS: QoSBurstable, Owner: "StatefulSet/web"}},
+	} {
+		got, ok := r.Identify(c.cgroup)
+		if !ok || got != c.want {
+			t.Errorf("%s: Identify = %+v, %v; want %+v", c.name, got, ok, c.want)
+		}
+	}
+	if f.lists != 1 {
+		t.Errorf("the runtime was listed %d times, want once", f.lists)
+	}
+	if _, ok := r.Identify("/system.slice/kubelet.service"); ok {
+		t.Error("a system unit was named as a pod")
+	}
+	named, unknown, _ := r.Stats()
+	if named != 3 || unknown != 0 {
+		t.Errorf("Stats = %d named, %d unknown; want 3, 0", named, unknown)
+	}
+}
+
+func TestResolverGVisorSandboxIsThePod(t *testing.T) {
+	f := &fakeSources{containers: map[string]Container{
+		sid: {Sandbox: true, PodUID: uid, PodName: "agent-7", PodNamespace: "sbx", Handler: "runsc"},
+		cid: {Name: "tool", PodUID: uid, PodName: "agent-7", PodNamespace: "sbx", Handler: "runsc"},
+	}}
+	r := NewResolver(f.sources())
+	for _, cg := range []string{"/k8s.io/" + sid, "/kubepods/besteffort/pod" + uid + "/" + cid} {
+		got, ok := r.Identify(cg)
+		if !ok || got.Name != "sbx/agent-7" || got.Kind != KindPod || !got.Sandbox || got.Container != "" {
+			t.Errorf("Identify(%s) = %+v, %v; want the pod sbx/agent-7 as a sandbox", cg, got, ok)
+		}
+	}
+}
+
+func TestResolverListsAgainOnlyAfterAWhile(t *testing.T) {
+	f := &fakeSources{containers: map[string]Container{}}
+	r := NewResolver(f.sources())
+	cg := "/k8s.io/" + cid
+	for range 5 {
+		if _, ok := r.Identify(cg); ok {
+			t.Fatal("named a container the runtime does not list")
+		}
+	}
+	if f.lists != 1 {
+		t.Fatalf("listed %d times in a burst of misses, want 1", f.lists)
+	}
+	_, unknown, _ := r.Stats()
+	if unknown != 1 {
+		t.Errorf("unknown = %d, want 1", unknown)
+	}
+	// The container appears; once the miss is older than refreshEvery it is listed again.
+	f.containers[cid] = Container{Name: "app", PodUID: uid, PodName: "p", PodNamespace: "ns", Handler: "runc"}
+	r.mu.Lock()
+	r.listed = r.listed.Add(-refreshEvery)
+	e := r.cache[cg]
+	e.at = e.at.Add(-refreshEvery)
+	r.cache[cg] = e
+	r.mu.Unlock()
+	if got, ok := r.Identify(cg); !ok || got.Name != "ns/p/app" {
+		t.Errorf("after the container appeared: %+v, %v", got, ok)
+	}
+	r.Forget([]string{cg})
+	if named, unknown, _ := r.Stats(); named != 0 || unknown != 0 {
+		t.Errorf("after Forget: %d named, %d unknown", named, unknown)
+	}
+}
+
+func TestResolverRuntimeDown(t *testing.T) {
+	f := &fakeSources{err: errors.New("connection refused")}
+	r := NewResolver(f.sources())
+	// The pod's cgroup is still named once the API server knows it.
+	f.pods = map[string]Pod{uid: {Namespace: "ns", Name: "p", QoS: QoSBestEffort}}
+	if got, ok := r.Identify("/kubepods/besteffort/pod" + uid + "/" + cid); !ok || got.Name != "ns/p" {
+		t.Errorf("Identify with the runtime down = %+v, %v; want the pod ns/p", got, ok)
+	}
+	if _, _, err := r.Stats(); err == nil {
+		t.Error("Stats does not report the listing's error")
+	}
+}

@@ -1,0 +1,249 @@
+package kubeid
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nodectl/nodectl/internal/maproom"
+)
+
+// Kinds of an identity: the kind label of the agent's metrics and the kind of a window's pod.
+const (
+	KindPod       = "pod"       // a pod's cgroup, its sandbox's, or a gVisor sandbox's containers
+	KindContainer = "container" // one container of a runc (or other host-kernel) pod
+)
+
+// Identity is the pod, and where the host can tell, the container a cgroup belongs to.
+type Identity struct {
+	// Name is how findings, incidents and metrics call it: namespace/pod/container for a
+	// container, namespace/pod for a pod (its own cgroup, its sandbox's, a gVisor sandbox).
+	Name                string
+	Kind                string // KindPod or KindContainer
+	Namespace, Pod, UID string
+	Container           string // "" for a pod
+	QoS                 string // guaranteed, burstable, besteffort; "" when unknown
+	RuntimeClass        string // the pod's runtimeClassName, from the API server
+	Handler             string // the runtime handler that runs it, from the CRI
+	Owner               string // Kind/name of the pod's controller, from the API server
+	// Sandbox: the pod runs in a gVisor sandbox, whose Sentry, gofer and stubs are charged to
+	// the pod as a whole. The host sees only the sandbox's processes: which container's task
+	// the Sentry ran is known inside the sandbox alone, so there is no per-container figure.
+	Sandbox bool
+}
+
+// Container is what the container runtime says of a container or pod sandbox id.
+type Container struct {
+	Name                          string // the container's name in its pod; "" for a pod sandbox
+	Sandbox                       bool   // the id is the pod sandbox's (pause, or a gVisor sandbox's root)
+	PodUID, PodName, PodNamespace string
+	Handler                       string // the pod's runtime handler: runc, runsc, ...
+}
+
+// Lookup finds a container or pod sandbox by id in one listing of the runtime's.
+type Lookup func(id string) (Container, bool)
+
+// Pod is what the API server says of a pod on this node.
+type Pod struct {
+	Namespace, Name, QoS, RuntimeClass, Owner string
+}
+
+// Sources are where a Resolver asks; either may be nil.
+type Sources struct {
+	// Containers lists what the runtime runs (one CRI ListContainers and ListPodSandbox) and
+	// returns a lookup by container or sandbox id into that listing.
+	Containers func(ctx context.Context) (Lookup, error)
+	// Pod looks a pod up by uid (the node's pod informer).
+	Pod func(uid string) (Pod, bool)
+}
+
+// refreshEvery bounds how often a container id the last listing lacked lists the runtime's
+// containers again: a new pod's cgroups appear a moment before the CRI lists them, and a
+// cgroup of no container must not turn every lookup into a call.
+const refreshEvery = 2 * time.Second
+
+// listTimeout bounds one listing; the agent's interval waits for it at worst.
+const listTimeout = time.Second
+
+// Resolver names cgroups after their pods. It caches by cgroup path (Forget drops removed ones)
+// and is safe for concurrent use.
+type Resolver struct {
+	src Sources
+
+	mu         sync.Mutex
+	containers Lookup
+	listed     time.Time
+	listErr    error
+	cache      map[string]entry // by cgroup; misses too
+	room       maproom.Room
+}
+
+// entry is a cgroup's identity (Name "": a miss) and when it was made.
+type entry struct {
+	id Identity
+	at time.Time
+}
+
+// complete: nothing more to learn (a pod the API server described, or a cgroup of no pod).
+func (e entry) complete(now time.Time, informer bool) bool {
+	if e.id.Name == "" {
+		return now.Sub(e.at) < refreshEvery
+	}
+	return e.id.Owner != "" || e.id.QoS != "" && !informer || now.Sub(e.at) < refreshEvery
+}
+
+// NewResolver returns a resolver asking src.
+func NewResolver(src Sources) *Resolver {
+	return &Resolver{src: src, cache: map[string]entry{}}
+}
+
+// Identify names cgroup's pod (and container), or reports false for a cgroup no source names
+// (not Kubernetes', or a pod the runtime and the API server do not know yet). A pod the API
+// server does not know yet (its informer lags) is named by the runtime alone, without QoS or
+// owner; once it does, Refresh names it fully.
+func (r *Resolver) Identify(cgroup string) (Identity, bool) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.cache[cgroup]; ok && e.complete(now, r.src.Pod != nil) {
+		return e.id, e.id.Name != ""
+	}
+	id, known := r.identify(cgroup)
+	r.cache[cgroup] = entry{id: id, at: now}
+	return id, known
+}
+
+func (r *Resolver) identify(cgroup string) (Identity, bool) {
+	ref := ParsePath(cgroup)
+	var id Identity
+	switch {
+	case ref.ContainerID != "":
+		c, ok := r.container(ref.ContainerID)
+		if !ok {
+			if ref.PodUID == "" {
+				return Identity{}, false
+			}
+			// Known to the API server perhaps, not (yet) to the runtime: the pod.
+			id.UID = ref.PodUID
+			break
+		}
+		id = Identity{UID: c.PodUID, Namespace: c.PodNamespace, Pod: c.PodName, Handler: c.Handler, Sandbox: isGVisor(c.Handler)}
+		if !c.Sandbox && !id.Sandbox {
+			id.Container = c.Name
+		}
+	case ref.PodUID != "":
+		id.UID = ref.PodUID
+	default:
+		return Identity{}, false
+	}
+	if r.src.Pod != nil {
+		if p, ok := r.src.Pod(id.UID); ok {
+			id.Namespace, id.Pod, id.QoS, id.RuntimeClass, id.Owner = p.Namespace, p.Name, p.QoS, p.RuntimeClass, p.Owner
+		}
+	}
+	if id.QoS == "" {
+		id.QoS = ref.QoS
+	}
+	if id.Pod == "" {
+		return Identity{}, false
+	}
+	id.Kind, id.Name = KindPod, id.Namespace+"/"+id.Pod
+	if id.Container != "" {
+		id.Kind, id.Name = KindContainer, id.Name+"/"+id.Container
+	}
+	return id, true
+}
+
+// container looks id up in the runtime's last listing, listing again when it lacks id and the
+// last listing is older than refreshEvery.
+func (r *Resolver) container(id string) (Container, bool) {
+	if r.containers != nil {
+		if c, ok := r.containers(id); ok {
+			return c, true
+		}
+	}
+	if r.src.Containers == nil {
+		return Container{}, false
+	}
+	if time.Since(r.listed) < refreshEvery {
+		return Container{}, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), listTimeout)
+	defer cancel()
+	cs, err := r.src.Containers(ctx)
+	r.listed, r.listErr = time.Now(), err
+	if err == nil {
+		r.containers = cs
+	}
+	if r.containers == nil {
+		return Container{}, false
+	}
+	return r.containers(id)
+}
+
+// isGVisor tells a gVisor runtime handler by name (runsc, gvisor, and the like).
+func isGVisor(handler string) bool {
+	h := strings.ToLower(handler)
+	return strings.Contains(h, "runsc") || strings.Contains(h, "gvisor")
+}
+
+// Forget drops removed cgroups from the cache.
+func (r *Resolver) Forget(cgroups []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.room.Saw(len(r.cache))
+	for _, c := range cgroups {
+		delete(r.cache, c)
+	}
+	r.cache = maproom.Fit(&r.room, r.cache)
+}
+
+// Refresh forgets every cached identity, so that the next lookups ask the sources again (the
+// API server's pods synced, a pod's QoS or owner learnt).
+func (r *Resolver) Refresh() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.room.Saw(len(r.cache))
+	clear(r.cache)
+	r.cache = maproom.Fit(&r.room, r.cache)
+}
+
+// Stats: the cgroups named, those in the kubelet's tree that nothing names, and the last
+// listing's error.
+func (r *Resolver) Stats() (named, unknown int, listErr error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for c, e := range r.cache {
+		switch {
+		case e.id.Name != "":
+			named++
+		case ParsePath(c).Level >= LevelPod:
+			unknown++
+		}
+	}
+	return named, unknown, r.listErr
+}
+
+// Named returns the identities of the cgroups keep admits (nil: all), by cgroup, asking the
+// sources again for those a lookup left unnamed or incomplete a while ago.
+func (r *Resolver) Named(keep func(cgroup string) bool) map[string]Identity {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]Identity{}
+	for c, e := range r.cache {
+		if keep != nil && !keep(c) {
+			continue
+		}
+		if !e.complete(now, r.src.Pod != nil) {
+			e.id, _ = r.identify(c)
+			e.at = now
+			r.cache[c] = e
+		}
+		if e.id.Name != "" {
+			out[c] = e.id
+		}
+	}
+	return out
+}
