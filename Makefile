@@ -7,8 +7,12 @@ LDFLAGS := -X github.com/nodectl/nodectl/cli/internal/clix.Version=$(VERSION)
 
 # The container runtimes the runc and runsc tests start for real, from Debian's packages.
 TEST_PACKAGES := runc runsc containerd
+# What make test-cluster adds: etcd for kube-apiserver, the CNI plugins (bridge, host-local,
+# loopback) for the kubelet's pods, ip to remove the bridge.
+CLUSTER_PACKAGES := etcd-server containernetworking-plugins iproute2
+KUBE_VERSION ?= 1.37.2
 
-.PHONY: help generate generate-api build deps test fuzz bench demo lint
+.PHONY: help generate generate-api build image deps deps-cluster test test-cluster fuzz bench demo lint
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -24,6 +28,10 @@ generate-api: ## regenerate the agent API's Go code from api/agent/v1/agent.prot
 build: ## build bin/nodectl (static, no clang needed: generated BPF objects are committed)
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cli/nodectl
 
+IMAGE ?= bin/nodectl-image.tar
+image: build ## the agent's container image: bin/nodectl-image.tar, tagged nodectl:VERSION, a docker-archive for `ctr -n k8s.io images import` (no Docker daemon; docs/deploy.md)
+	$(GO) run ./build/mkimage -binary $(BIN) -tag nodectl:$(VERSION) -version $(VERSION) -out $(IMAGE)
+
 deps: ## install what the tests need (runc, runsc, containerd from Debian) when missing; idempotent
 	@missing=$$(for p in $(TEST_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	if [ -z "$$missing" ]; then exit 0; fi; \
@@ -37,6 +45,22 @@ deps: ## install what the tests need (runc, runsc, containerd from Debian) when 
 test: deps ## run every test (installing what they need first); as root the BPF, cgroup and end-to-end tests run for real; then a short fuzz of every fuzz target
 	CGO_ENABLED=0 $(GO) test -count=1 -p 1 -timeout 40m ./...
 	$(MAKE) fuzz
+	$(MAKE) test-cluster
+
+deps-cluster: ## install what test-cluster needs (etcd-server, containernetworking-plugins, iproute2 from Debian) when missing; idempotent
+	@missing=$$(for p in $(CLUSTER_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	missing=$$(echo $$missing); \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+		echo "make deps-cluster: $$missing not installed; the cluster tests need them (apt-get install $$missing, as root)" >&2; exit 1; \
+	fi; \
+	echo "make deps-cluster: installing $$missing"; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null
+
+test-cluster: deps deps-cluster image ## a real control plane (etcd, kube-apiserver) and kubelet node (private containerd, runc and gVisor pods), as root, with the agent's DaemonSet of deploy/ on it; builds kube-apiserver and the kubelet once into /var/cache/nodectl (202 MB)
+	KUBE_VERSION=$(KUBE_VERSION) ./testcluster/build-kube.sh
+	NODECTL_TEST_CLUSTER=1 NODECTL_BIN=$(abspath $(BIN)) NODECTL_IMAGE=$(abspath $(IMAGE)) NODECTL_IMAGE_TAG=$(VERSION) \
+		CGO_ENABLED=0 $(GO) test -count=1 -p 1 -timeout 30m ./testcluster/... ./agent/kube/
 
 FUZZTIME ?= 5s
 fuzz: ## run each fuzz target for FUZZTIME (the flight recorder's reader, the API's request parsing)

@@ -116,9 +116,10 @@ func Start(cfg Config) (a *Agent, err error) {
 	if a.store, err = flightrec.Open(opts); err != nil {
 		return nil, err
 	}
+	started := a // a failed return below sets a to nil
 	defer func() {
 		if err != nil {
-			a.Close()
+			started.Close()
 		}
 	}()
 	a.meta = rundir.NewMeta(rundir.ScenarioAgent, rundir.ScenarioAgent, cfg.Host.Procfs, layout.V1, cfg.Interval, os.Args)

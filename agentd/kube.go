@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodectl/nodectl/agent/cri"
 	"github.com/nodectl/nodectl/agent/exporter"
@@ -20,8 +19,8 @@ import (
 // Kube makes the agent a Kubernetes citizen: pods named in findings, incidents and metrics,
 // the node's Lease and Ready condition recorded. Nil in Config on a node without Kubernetes.
 type Kube struct {
-	Client kubernetes.Interface
-	Node   string // this node's name (the DaemonSet's NODE_NAME)
+	Client kube.API // kube.Client
+	Node   string   // this node's name (the DaemonSet's NODE_NAME)
 	// CRISocket is the container runtime's CRI socket; "" names pods from the API server and
 	// the cgroup paths alone (no container names, no runtime handler).
 	CRISocket string

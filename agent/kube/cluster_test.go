@@ -4,15 +4,19 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/nodectl/nodectl/testcluster"
 )
@@ -33,10 +37,8 @@ func TestAgainstARealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cp.Stop)
-	admin, err := Client(cp.KubeconfigPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The admin writes with client-go's clientset; the agent reads through Client alone.
+	admin := cp.Client
 	const node = "it-node"
 	agent := agentClient(ctx, t, cp, admin)
 
@@ -145,6 +147,14 @@ func TestAgainstARealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the pod's deletion", func() bool { _, ok := pods.ByUID(string(mine.UID)); return !ok })
+
+	// The API server's errors decode with the package's own scheme.
+	if _, err := agent.GetLease(ctx, NodeLeaseNamespace, "no-such-node"); !apierrors.IsNotFound(err) {
+		t.Errorf("getting a missing lease: %v, want NotFound", err)
+	}
+	if _, err := agent.GetNode(ctx, "no-such-node"); !apierrors.IsNotFound(err) {
+		t.Errorf("getting a missing node: %v, want NotFound", err)
+	}
 }
 
 func ptrMicro(t time.Time) *metav1.MicroTime { m := metav1.NewMicroTime(t); return &m }
@@ -165,8 +175,9 @@ func itPod(name, node string, r corev1.ResourceRequirements) *corev1.Pod {
 	}
 }
 
-// agentClient is a client acting as a ServiceAccount with the agent's RBAC and nothing else.
-func agentClient(ctx context.Context, t *testing.T, cp *testcluster.ControlPlane, admin kubernetes.Interface) kubernetes.Interface {
+// agentClient is the production API (Client, from a kubeconfig) acting as a ServiceAccount
+// with the agent's RBAC and nothing else, authenticated by a token of its own.
+func agentClient(ctx context.Context, t *testing.T, cp *testcluster.ControlPlane, admin kubernetes.Interface) API {
 	t.Helper()
 	const ns, sa = "default", "nodectl-it"
 	rules := []rbacv1.PolicyRule{
@@ -189,17 +200,32 @@ func agentClient(ctx context.Context, t *testing.T, cp *testcluster.ControlPlane
 			t.Fatalf("setting up the agent's RBAC: %v", err)
 		}
 	}
-	cfg := cp.ImpersonateServiceAccount(ns, sa)
-	cfg.UserAgent = userAgent
-	cs, err := kubernetes.NewForConfig(cfg)
+	cfg, err := cp.ServiceAccountConfig(ctx, ns, sa)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The rules hold: no list of leases.
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := cs.CoordinationV1().Leases(NodeLeaseNamespace).List(ctx, metav1.ListOptions{}); err == nil {
 		t.Fatal("the agent's ServiceAccount may list leases: the test's RBAC is wrong")
 	}
-	return cs
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["it"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts["it"] = &clientcmdapi.Context{Cluster: "it", AuthInfo: sa}
+	kc.CurrentContext = "it"
+	path := filepath.Join(t.TempDir(), "agent.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	api, err := Client(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api
 }
 
 func ignore[T any](_ T, err error) error { return err }

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"sync"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -19,9 +18,9 @@ import (
 // userAgent names nodectl in the API server's audit log and metrics.
 const userAgent = "nodectl"
 
-// Client is a clientset from kubeconfig, or from the in-cluster config (the pod's service
+// Client is the API server from kubeconfig, or from the in-cluster config (the pod's service
 // account) when kubeconfig is "".
-func Client(kubeconfig string) (kubernetes.Interface, error) {
+func Client(kubeconfig string) (API, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -41,11 +40,11 @@ func Client(kubeconfig string) (kubernetes.Interface, error) {
 	cfg.UserAgent = userAgent
 	// One node's agent asks little: a get every few seconds at most, one list per relist.
 	cfg.QPS, cfg.Burst = 5, 10
-	cs, err := kubernetes.NewForConfig(cfg)
+	a, err := newRESTAPI(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("making the API client for %s: %w", cfg.Host, err)
 	}
-	return cs, nil
+	return a, nil
 }
 
 var klogOnce sync.Once

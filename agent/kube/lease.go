@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 )
 
 // NodeLeaseNamespace holds one Lease per node, renewed by its kubelet.
@@ -52,17 +51,17 @@ type Renewal struct {
 // a watch that ends or fails is rebuilt from a new Get, and a renewal is reported once however
 // often it is seen. out is called from WatchLease's goroutine and must not block: a slow out
 // delays the renewals after it and so inflates their Lag.
-func WatchLease(ctx context.Context, cs kubernetes.Interface, node string, out func(Renewal), log *slog.Logger) {
+func WatchLease(ctx context.Context, api API, node string, out func(Renewal), log *slog.Logger) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	bridgeKlog(log)
-	w := &leaseWatch{cs: cs, node: node, out: out, log: log.With("component", "lease", "node", node)}
+	w := &leaseWatch{api: api, node: node, out: out, log: log.With("component", "lease", "node", node)}
 	w.run(ctx)
 }
 
 type leaseWatch struct {
-	cs   kubernetes.Interface
+	api  API
 	node string
 	out  func(Renewal)
 	log  *slog.Logger
@@ -104,7 +103,7 @@ func (w *leaseWatch) run(ctx context.Context) {
 func (w *leaseWatch) get(ctx context.Context, resync bool) (string, error) {
 	gctx, cancel := context.WithTimeout(ctx, getTimeout)
 	defer cancel()
-	l, err := w.cs.CoordinationV1().Leases(NodeLeaseNamespace).Get(gctx, w.node, metav1.GetOptions{})
+	l, err := w.api.GetLease(gctx, NodeLeaseNamespace, w.node)
 	if apierrors.IsNotFound(err) {
 		return "", fmt.Errorf("getting lease %s/%s: not found (has the kubelet registered the node?)", NodeLeaseNamespace, w.node)
 	}
@@ -120,7 +119,7 @@ func (w *leaseWatch) get(ctx context.Context, resync bool) (string, error) {
 func (w *leaseWatch) watch(ctx context.Context, rv string) error {
 	// Jittered so that a fleet's agents do not all come back at once.
 	timeout := int64((watchTimeout - time.Duration(rand.Int64N(int64(watchTimeout/5)))).Seconds())
-	wi, err := w.cs.CoordinationV1().Leases(NodeLeaseNamespace).Watch(ctx, metav1.ListOptions{
+	wi, err := w.api.WatchLeases(ctx, NodeLeaseNamespace, metav1.ListOptions{
 		FieldSelector:   fields.OneTermEqualSelector("metadata.name", w.node).String(),
 		ResourceVersion: rv,
 		TimeoutSeconds:  &timeout,

@@ -8,7 +8,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
 
@@ -27,7 +26,7 @@ func nodeLease(node string, renew time.Time) *coordinationv1.Lease {
 // repeated renewTime, a watch closed by the server and one ended by 410 Gone, each rebuilt
 // from a Get whose renewal is reported only when it is new.
 func TestWatchLeaseReportsEachRenewalOnce(t *testing.T) {
-	cs := fake.NewClientset(nodeLease("node1", t0))
+	cs := newFake(nodeLease("node1", t0))
 	watches := make(chan *watch.FakeWatcher, 8)
 	cs.PrependWatchReactor("leases", func(a k8stesting.Action) (bool, watch.Interface, error) {
 		if f := a.(k8stesting.WatchActionImpl).GetWatchRestrictions().Fields.String(); f != "metadata.name=node1" {
@@ -126,7 +125,7 @@ func TestWatchLeaseReportsEachRenewalOnce(t *testing.T) {
 }
 
 func TestWatchLeaseWaitsForTheLease(t *testing.T) {
-	cs := fake.NewClientset()
+	cs := newFake()
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan Renewal, 4)
 	done := make(chan struct{})

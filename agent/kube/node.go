@@ -8,8 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // defaultPoll is PollReady's interval when given none: the node controller's own monitor
@@ -29,10 +27,10 @@ type Node struct {
 }
 
 // GetNode gets the Node named name (RBAC allows get on nodes, not list or watch).
-func GetNode(ctx context.Context, cs kubernetes.Interface, name string) (Node, error) {
+func GetNode(ctx context.Context, api API, name string) (Node, error) {
 	ctx, cancel := context.WithTimeout(ctx, getTimeout)
 	defer cancel()
-	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	n, err := api.GetNode(ctx, name)
 	if err != nil {
 		return Node{}, fmt.Errorf("getting node %s: %w", name, err)
 	}
@@ -67,7 +65,7 @@ func FromNode(n *corev1.Node) Node {
 // is a new status or a new lastTransitionTime: a flap between two polls (True, False, True)
 // still shows as a new transition time. Failed gets are logged and retried at the next tick.
 // out is called from PollReady's goroutine.
-func PollReady(ctx context.Context, cs kubernetes.Interface, name string, every time.Duration, out func(old, new Node), log *slog.Logger) {
+func PollReady(ctx context.Context, api API, name string, every time.Duration, out func(old, new Node), log *slog.Logger) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -84,7 +82,7 @@ func PollReady(ctx context.Context, cs kubernetes.Interface, name string, every 
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		n, err := GetNode(ctx, cs, name)
+		n, err := GetNode(ctx, api, name)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			failed++

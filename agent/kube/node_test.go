@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
 func testNode(ready corev1.ConditionStatus, since time.Time, reason string) *corev1.Node {
@@ -30,7 +29,7 @@ func testNode(ready corev1.ConditionStatus, since time.Time, reason string) *cor
 }
 
 func TestGetNode(t *testing.T) {
-	cs := fake.NewClientset(testNode(corev1.ConditionTrue, t0, "KubeletReady"))
+	cs := newFake(testNode(corev1.ConditionTrue, t0, "KubeletReady"))
 	n, err := GetNode(context.Background(), cs, "node1")
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +49,7 @@ func TestGetNode(t *testing.T) {
 }
 
 func TestPollReadyReportsTransitions(t *testing.T) {
-	cs := fake.NewClientset(testNode(corev1.ConditionTrue, t0, "KubeletReady"))
+	cs := newFake(testNode(corev1.ConditionTrue, t0, "KubeletReady"))
 	type change struct{ old, new Node }
 	got := make(chan change, 16)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodectl/nodectl/internal/maproom"
@@ -59,7 +58,7 @@ type Pods struct {
 }
 
 // NewPods makes the informer; Run starts it.
-func NewPods(cs kubernetes.Interface, node string, log *slog.Logger) *Pods {
+func NewPods(api API, node string, log *slog.Logger) *Pods {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -68,17 +67,17 @@ func NewPods(cs kubernetes.Interface, node string, log *slog.Logger) *Pods {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = selector
-			return cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+			return api.ListPods(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = selector
-			return cs.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
+			return api.WatchPods(ctx, o)
 		},
 	}
 	// No periodic resync: a relist after a broken watch already replaces the whole state.
 	// The wrapper lets a client that cannot stream the initial list (the fake clientset)
 	// say so, and the reflector list instead.
-	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, cs), &corev1.Pod{}, 0, cache.Indexers{})
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, api), &corev1.Pod{}, 0, cache.Indexers{})
 	p := &Pods{node: node, log: log.With("component", "pods"), informer: inf, pods: map[string]Pod{}}
 	// The informer's own cache keeps only what Pod needs: managed fields, env, volumes and
 	// the rest of a pod's spec would be most of the agent's memory on a dense node.

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
 // res is a container's resources from "cpu=100m,memory=64Mi"-like pairs.
@@ -190,7 +189,7 @@ func boundPod(name, node string, uid types.UID) *corev1.Pod {
 
 func TestPodsFollowsTheNode(t *testing.T) {
 	// The fake ignores field selectors: the pod on node2 checks the informer's own guard.
-	cs := fake.NewClientset(boundPod("a", "node1", "uid-a"), boundPod("other", "node2", "uid-o"))
+	cs := newFake(boundPod("a", "node1", "uid-a"), boundPod("other", "node2", "uid-o"))
 	p := NewPods(cs, "node1", nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -535,57 +534,55 @@ func TestTuneValidateInterruptedRollsBack(t *testing.T) {
 	}
 }
 
-// The tuner's DaemonSet carries a profile in its ConfigMap that resolves on this node, and
-// runs `tune watch` with flags it has.
-func TestTuneDaemonSetProfileResolves(t *testing.T) {
-	b, err := os.ReadFile("../../deploy/tuner/daemonset.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	var profileText string
-	var args []string
-	for {
+// The DaemonSet's containers (the agent in deploy/base, the tuner in the GKE overlay) run
+// commands with flags this binary has, and the profile the tuner verifies, the GKE pool's
+// node system config, resolves on this node.
+func TestDeployArgsAreFlags(t *testing.T) {
+	for _, file := range []string{"../../deploy/base/daemonset.yaml", "../../deploy/gke/daemonset-patch.yaml"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var doc struct {
-			Kind string            `yaml:"kind"`
-			Data map[string]string `yaml:"data"`
 			Spec struct {
 				Template struct {
 					Spec struct {
 						Containers []struct {
+							Name string   `yaml:"name"`
 							Args []string `yaml:"args"`
 						} `yaml:"containers"`
 					} `yaml:"spec"`
 				} `yaml:"template"`
 			} `yaml:"spec"`
 		}
-		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
+		if err := yaml.Unmarshal(b, &doc); err != nil {
+			t.Fatalf("%s: %v", file, err)
 		}
-		switch doc.Kind {
-		case "ConfigMap":
-			profileText = doc.Data["profile.yaml"]
-		case "DaemonSet":
-			args = doc.Spec.Template.Spec.Containers[0].Args
+		if len(doc.Spec.Template.Spec.Containers) == 0 {
+			t.Fatalf("%s: no containers", file)
+		}
+		for _, c := range doc.Spec.Template.Spec.Containers {
+			// The command is the arguments before the first flag.
+			n := 0
+			for n < len(c.Args) && !strings.HasPrefix(c.Args[n], "-") {
+				n++
+			}
+			if n == 0 {
+				t.Fatalf("%s: container %s runs no command: %q", file, c.Name, c.Args)
+			}
+			help, err := nodectl(t, append(c.Args[:n:n], "--help")...)
+			if err != nil {
+				t.Fatalf("%s: container %s: nodectl %s: %v", file, c.Name, strings.Join(c.Args[:n], " "), err)
+			}
+			for _, a := range c.Args[n:] {
+				flag, _, _ := strings.Cut(a, "=")
+				if !strings.Contains(help, flag+" ") {
+					t.Errorf("%s: container %s passes %s, which nodectl %s does not have", file, c.Name, flag, strings.Join(c.Args[:n], " "))
+				}
+			}
 		}
 	}
-	p := writeProfile(t, t.TempDir(), profileText)
-	if out, err := nodectl(t, "tune", "plan", "--profile", p, "-o", "json"); err != nil {
-		t.Fatalf("the DaemonSet's profile: %v\n%s", err, out)
-	}
-	if len(args) < 2 || args[0] != "tune" || args[1] != "watch" {
-		t.Fatalf("the DaemonSet runs %v, want tune watch", args)
-	}
-	help, err := nodectl(t, "tune", "watch", "--help")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range args[2:] {
-		flag, _, _ := strings.Cut(a, "=")
-		if !strings.Contains(help, flag+" ") {
-			t.Errorf("the DaemonSet passes %s, which tune watch does not have", flag)
-		}
+	if out, err := nodectl(t, "tune", "plan", "--profile", "../../deploy/gke/swap-dedicated-lssd.yaml", "-o", "json"); err != nil {
+		t.Fatalf("the GKE overlay's profile: %v\n%s", err, out)
 	}
 }

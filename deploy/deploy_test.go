@@ -1,0 +1,314 @@
+package deploy
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resmap"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+const (
+	namespace = "nodectl-system"
+	agentName = "nodectl-agent"
+	imageName = "nodectl"
+)
+
+// writable are the host directories the agent may write: its data and its socket's.
+var writable = []string{"/var/lib/nodectl", "/run/nodectl"}
+
+// render builds the kustomization in dir as `kustomize build` does.
+func render(t *testing.T, dir string) resmap.ResMap {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	return m
+}
+
+// objects decodes every rendered resource of kind into T.
+func objects[T any](t *testing.T, m resmap.ResMap, kind string) map[string]T {
+	t.Helper()
+	out := map[string]T{}
+	for _, r := range m.Resources() {
+		if r.GetKind() != kind {
+			continue
+		}
+		b, err := r.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v T
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatalf("decoding %s %s: %v", kind, r.GetName(), err)
+		}
+		out[r.GetNamespace()+"/"+r.GetName()] = v
+	}
+	return out
+}
+
+// documentedCaps reads docs/deploy.md's capability table: the capabilities whose last column
+// says the DaemonSet adds them.
+func documentedCaps(t *testing.T) []corev1.Capability {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "docs", "deploy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var caps []corev1.Capability
+	rows := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "| `CAP_") {
+			continue
+		}
+		rows++
+		cells := strings.Split(strings.Trim(line, "| "), "|")
+		name := strings.Trim(strings.TrimSpace(cells[0]), "`")
+		if strings.TrimSpace(cells[len(cells)-1]) == "added" {
+			caps = append(caps, corev1.Capability(strings.TrimPrefix(name, "CAP_")))
+		}
+	}
+	if rows == 0 {
+		t.Fatal("docs/deploy.md has no capability table")
+	}
+	slices.Sort(caps)
+	return caps
+}
+
+func agentDaemonSet(t *testing.T, m resmap.ResMap) appsv1.DaemonSet {
+	t.Helper()
+	ds, ok := objects[appsv1.DaemonSet](t, m, "DaemonSet")[namespace+"/"+agentName]
+	if !ok {
+		t.Fatalf("no DaemonSet %s/%s", namespace, agentName)
+	}
+	return ds
+}
+
+func container(t *testing.T, ps corev1.PodSpec, name string) corev1.Container {
+	t.Helper()
+	i := slices.IndexFunc(ps.Containers, func(c corev1.Container) bool { return c.Name == name })
+	if i < 0 {
+		t.Fatalf("no container %s", name)
+	}
+	return ps.Containers[i]
+}
+
+// checkPod is what holds of the agent's pod in every tree. wantAdd gives, by container, the
+// capabilities it adds.
+func checkPod(t *testing.T, ds appsv1.DaemonSet, wantAdd map[string][]corev1.Capability) {
+	ps := ds.Spec.Template.Spec
+	if !ps.HostPID || ps.HostNetwork {
+		t.Errorf("hostPID %v, hostNetwork %v: want the host's PIDs and the pod's network", ps.HostPID, ps.HostNetwork)
+	}
+	if ps.PriorityClassName != "system-node-critical" {
+		t.Errorf("priority class %q", ps.PriorityClassName)
+	}
+	if !slices.ContainsFunc(ps.Tolerations, func(tl corev1.Toleration) bool { return tl.Operator == corev1.TolerationOpExists && tl.Key == "" }) {
+		t.Errorf("tolerations %+v: want one tolerating every taint", ps.Tolerations)
+	}
+	if ps.ServiceAccountName != agentName {
+		t.Errorf("service account %q", ps.ServiceAccountName)
+	}
+	if u := ds.Spec.UpdateStrategy; u.Type != appsv1.RollingUpdateDaemonSetStrategyType || u.RollingUpdate == nil || u.RollingUpdate.MaxSurge == nil || u.RollingUpdate.MaxSurge.IntValue() != 0 {
+		t.Errorf("update strategy %+v: want a rolling update without surge", u)
+	}
+	hostPaths := map[string]string{}
+	for _, v := range ps.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	if len(ps.Containers) != len(wantAdd) {
+		t.Errorf("%d containers, want %d", len(ps.Containers), len(wantAdd))
+	}
+	for _, c := range ps.Containers {
+		t.Run(c.Name, func(t *testing.T) {
+			want, ok := wantAdd[c.Name]
+			if !ok {
+				t.Fatalf("unexpected container %s", c.Name)
+			}
+			if name, _, _ := strings.Cut(c.Image, ":"); name != imageName {
+				t.Errorf("image %q: want the kustomize image %s", c.Image, imageName)
+			}
+			if c.ImagePullPolicy != corev1.PullIfNotPresent {
+				t.Errorf("image pull policy %q", c.ImagePullPolicy)
+			}
+			sc := c.SecurityContext
+			if sc == nil {
+				t.Fatal("no securityContext")
+			}
+			if sc.Privileged != nil && *sc.Privileged {
+				t.Error("privileged")
+			}
+			if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+				t.Error("privilege escalation not disallowed")
+			}
+			if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				t.Error("root filesystem not read-only")
+			}
+			if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+				t.Errorf("capabilities %+v: want drop [ALL]", sc.Capabilities)
+			}
+			add := slices.Clone(sc.Capabilities.Add)
+			slices.Sort(add)
+			if !slices.Equal(add, want) {
+				t.Errorf("adds %v, want %v", add, want)
+			}
+			for _, vm := range c.VolumeMounts {
+				p, ok := hostPaths[vm.Name]
+				if !ok {
+					continue
+				}
+				if rw := slices.Contains(writable, p); vm.ReadOnly == rw {
+					t.Errorf("host path %s at %s: read-only %v, want %v", p, vm.MountPath, vm.ReadOnly, !rw)
+				}
+			}
+			if c.Resources.Limits.Memory().IsZero() || c.Resources.Requests.Memory().IsZero() {
+				t.Errorf("memory request %s, limit %s: want both", c.Resources.Requests.Memory(), c.Resources.Limits.Memory())
+			}
+		})
+	}
+
+	agent := container(t, ps, "agent")
+	for _, p := range []*corev1.Probe{agent.ReadinessProbe, agent.LivenessProbe} {
+		if p == nil || p.GRPC == nil {
+			t.Fatalf("probe %+v: want gRPC health probes", p)
+		}
+		if want := "--health-listen=:" + strconv.Itoa(int(p.GRPC.Port)); !slices.Contains(agent.Args, want) {
+			t.Errorf("probe on port %d, but no %s in %q", p.GRPC.Port, want, agent.Args)
+		}
+	}
+	var gomemlimit, nodeName bool
+	for _, e := range agent.Env {
+		switch {
+		case e.Name == "GOMEMLIMIT":
+			gomemlimit = strings.HasSuffix(e.Value, "MiB")
+			mib, _ := strconv.Atoi(strings.TrimSuffix(e.Value, "MiB"))
+			if limit := agent.Resources.Limits.Memory().Value() >> 20; int64(mib) >= limit/2 {
+				t.Errorf("GOMEMLIMIT %s against a memory limit of %d MiB: the RSS runs above it by the binary and an analysis", e.Value, limit)
+			}
+		case e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil:
+			nodeName = e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
+		}
+	}
+	if !gomemlimit || !nodeName {
+		t.Errorf("env %+v: want GOMEMLIMIT in MiB and NODE_NAME from spec.nodeName", agent.Env)
+	}
+}
+
+// The RBAC is exactly: pods list/watch and nodes get cluster-wide, leases get/watch in
+// kube-node-lease, bound to the agent's ServiceAccount; no other role.
+func checkRBAC(t *testing.T, m resmap.ResMap) {
+	crs := objects[rbacv1.ClusterRole](t, m, "ClusterRole")
+	roles := objects[rbacv1.Role](t, m, "Role")
+	if len(crs) != 1 || len(roles) != 1 {
+		t.Fatalf("%d cluster roles, %d roles: want one each", len(crs), len(roles))
+	}
+	rule := func(group, resource string, verbs ...string) rbacv1.PolicyRule {
+		return rbacv1.PolicyRule{APIGroups: []string{group}, Resources: []string{resource}, Verbs: verbs}
+	}
+	equal := func(got, want []rbacv1.PolicyRule) bool {
+		return slices.EqualFunc(got, want, func(a, b rbacv1.PolicyRule) bool {
+			return slices.Equal(a.APIGroups, b.APIGroups) && slices.Equal(a.Resources, b.Resources) && slices.Equal(a.Verbs, b.Verbs) &&
+				len(a.ResourceNames) == 0 && len(a.NonResourceURLs) == 0
+		})
+	}
+	if cr, ok := crs["/"+agentName]; !ok || !equal(cr.Rules, []rbacv1.PolicyRule{rule("", "pods", "list", "watch"), rule("", "nodes", "get")}) {
+		t.Errorf("cluster role %s: %+v", agentName, cr.Rules)
+	}
+	if r, ok := roles["kube-node-lease/"+agentName]; !ok || !equal(r.Rules, []rbacv1.PolicyRule{rule("coordination.k8s.io", "leases", "get", "watch")}) {
+		t.Errorf("role kube-node-lease/%s: %+v", agentName, r.Rules)
+	}
+	sa := rbacv1.Subject{Kind: "ServiceAccount", Name: agentName, Namespace: namespace}
+	for key, b := range objects[rbacv1.ClusterRoleBinding](t, m, "ClusterRoleBinding") {
+		if b.RoleRef.Kind != "ClusterRole" || b.RoleRef.Name != agentName || !slices.Equal(b.Subjects, []rbacv1.Subject{sa}) {
+			t.Errorf("cluster role binding %s: %+v", key, b)
+		}
+	}
+	rbs := objects[rbacv1.RoleBinding](t, m, "RoleBinding")
+	if b, ok := rbs["kube-node-lease/"+agentName]; len(rbs) != 1 || !ok || b.RoleRef.Kind != "Role" || b.RoleRef.Name != agentName || !slices.Equal(b.Subjects, []rbacv1.Subject{sa}) {
+		t.Errorf("role bindings %+v: want one in kube-node-lease for %s", rbs, agentName)
+	}
+	if _, ok := objects[corev1.ServiceAccount](t, m, "ServiceAccount")[namespace+"/"+agentName]; !ok {
+		t.Errorf("no ServiceAccount %s/%s", namespace, agentName)
+	}
+}
+
+func TestBase(t *testing.T) {
+	m := render(t, "base")
+	ds := agentDaemonSet(t, m)
+	checkPod(t, ds, map[string][]corev1.Capability{"agent": documentedCaps(t)})
+	checkRBAC(t, m)
+	if _, ok := objects[corev1.Namespace](t, m, "Namespace")["/"+namespace]; !ok {
+		t.Errorf("no Namespace %s", namespace)
+	}
+}
+
+func TestGKEOverlay(t *testing.T) {
+	m := render(t, "gke")
+	ds := agentDaemonSet(t, m)
+	// The tuner only verifies: it needs no capability at all.
+	checkPod(t, ds, map[string][]corev1.Capability{"agent": documentedCaps(t), "tuner": nil})
+	checkRBAC(t, m)
+	ps := ds.Spec.Template.Spec
+	if ps.NodeSelector["cloud.google.com/gke-nodepool"] != "lssd-swap-pool" || ps.NodeSelector["kubernetes.io/os"] != "linux" {
+		t.Errorf("node selector %v: want the swap pool's, on linux", ps.NodeSelector)
+	}
+	tuner := container(t, ps, "tuner")
+	if len(tuner.Args) < 2 || tuner.Args[0] != "tune" || tuner.Args[1] != "watch" || slices.Contains(tuner.Args, "--apply") {
+		t.Errorf("tuner args %q: want tune watch, verifying only", tuner.Args)
+	}
+	if sc := tuner.SecurityContext; sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Error("the tuner runs as root")
+	}
+
+	// The profile: the pool's own node system config, in a generated ConfigMap the pod mounts.
+	want, err := os.ReadFile(filepath.Join("gke", "swap-dedicated-lssd.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmName string
+	for key, cm := range objects[corev1.ConfigMap](t, m, "ConfigMap") {
+		if strings.HasPrefix(key, namespace+"/nodectl-tune-profile-") && cm.Data["swap-dedicated-lssd.yaml"] == string(want) {
+			cmName = cm.Name
+		}
+	}
+	if cmName == "" {
+		t.Fatal("no generated ConfigMap nodectl-tune-profile-<hash> holding swap-dedicated-lssd.yaml")
+	}
+	if !slices.ContainsFunc(ps.Volumes, func(v corev1.Volume) bool { return v.ConfigMap != nil && v.ConfigMap.Name == cmName }) {
+		t.Errorf("no volume of ConfigMap %s", cmName)
+	}
+	if !slices.ContainsFunc(tuner.Args, func(a string) bool { return a == "--profile=/etc/nodectl/tune/swap-dedicated-lssd.yaml" }) ||
+		!slices.ContainsFunc(tuner.VolumeMounts, func(vm corev1.VolumeMount) bool { return vm.MountPath == "/etc/nodectl/tune" }) {
+		t.Errorf("tuner args %q, mounts %+v: want the profile from the ConfigMap", tuner.Args, tuner.VolumeMounts)
+	}
+	// GKE admits system-node-critical pods outside kube-system only under a quota of that scope.
+	quotas := objects[corev1.ResourceQuota](t, m, "ResourceQuota")
+	admits := false
+	for _, q := range quotas {
+		if sel := q.Spec.ScopeSelector; q.Namespace == namespace && sel != nil && len(sel.MatchExpressions) == 1 &&
+			sel.MatchExpressions[0].ScopeName == corev1.ResourceQuotaScopePriorityClass &&
+			slices.Contains(sel.MatchExpressions[0].Values, "system-node-critical") {
+			admits = true
+		}
+	}
+	if !admits {
+		t.Errorf("quotas %+v: want one admitting system-node-critical pods in %s", quotas, namespace)
+	}
+}
