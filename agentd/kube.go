@@ -123,12 +123,17 @@ func (k *kubeSide) self(s *exporter.Self) {
 	s.Lease = &lease
 }
 
-// classify names a cgroup's workload for the exporter: its pod's name, else by its path.
-func (k *kubeSide) classify(cg string) (workload, kind string) {
+// classify names a cgroup's workload for the exporter: its pod's name, else by its path once
+// its name has had a while to come.
+func (k *kubeSide) classify(cg string) (workload, kind string, ok bool) {
 	if id, ok := k.ids.Identify(cg); ok {
-		return id.Name, id.Kind
+		return id.Name, id.Kind, true
 	}
-	return exporter.Classify(cg)
+	if k.ids.Pending(cg) {
+		return "", "", false
+	}
+	workload, kind = exporter.Classify(cg)
+	return workload, kind, true
 }
 
 func (k *kubeSide) nodeChanged(_, n kube.Node) {

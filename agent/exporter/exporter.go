@@ -35,8 +35,10 @@ type Config struct {
 	// 0 = DefaultForgetGrace.
 	ForgetGrace int
 	// Classify names the workload of a cgroup (its workload and kind labels) when it is first
-	// seen; nil is Classify, by the cgroup's path. The agent names pods through it.
-	Classify func(cgroup string) (workload, kind string)
+	// seen; nil is Classify, by the cgroup's path. The agent names pods through it. !ok defers
+	// the cgroup: its records are passed over until a later batch names it (its counters are
+	// cumulative, so nothing is lost but the wait).
+	Classify func(cgroup string) (workload, kind string, ok bool)
 	// Self, if set, returns the agent's own figures at each scrape. It is called without the
 	// exporter's lock held and must not call the exporter.
 	Self func() Self
@@ -121,7 +123,7 @@ func New(cfg Config) *Exporter {
 		cfg.MaxSeries = DefaultMaxSeries
 	}
 	if cfg.Classify == nil {
-		cfg.Classify = Classify
+		cfg.Classify = func(cg string) (string, string, bool) { w, k := Classify(cg); return w, k, true }
 	}
 	if cfg.ForgetGrace <= 0 {
 		cfg.ForgetGrace = DefaultForgetGrace
@@ -190,7 +192,10 @@ func (e *Exporter) cgroup(path string) *cgroupState {
 	if _, ok := e.gone[path]; ok {
 		return nil
 	}
-	name, kind := e.cfg.Classify(path)
+	name, kind, ok := e.cfg.Classify(path)
+	if !ok {
+		return nil
+	}
 	k := workloadKey{name, kind}
 	w := e.workloads[k]
 	if w == nil {
@@ -262,7 +267,7 @@ func (e *Exporter) preemptorClass(st *cgroupState, by string) string {
 		return PreemptorOwn
 	}
 	// Another cgroup of the same workload (a container's sub-cgroup) is the workload's own.
-	if name, kind := e.cfg.Classify(by); st.w.key == (workloadKey{name, kind}) {
+	if name, kind, _ := e.cfg.Classify(by); st.w.key == (workloadKey{name, kind}) {
 		return PreemptorOwn
 	}
 	return PreemptorNeighbour

@@ -406,3 +406,32 @@ func TestScrapeAfterSessionBatches(t *testing.T) {
 		t.Errorf("nodectl_exporter_series = %v, want %d", s, lines)
 	}
 }
+
+// A cgroup whose name is not known yet is deferred, then keyed by its name with all of its
+// cumulative counts: the wait loses nothing.
+func TestClassifyDefers(t *testing.T) {
+	named := false
+	e := New(Config{Classify: func(cg string) (string, string, bool) {
+		if cg == cgPod && !named {
+			return "", "", false
+		}
+		if cg == cgPod {
+			return "shop/web-0/app", KindContainer, true
+		}
+		w, k := Classify(cg)
+		return w, k, true
+	}})
+	e.Observe([]rundir.Record{rec(rundir.MetricCPUUsage, cgPod, 2), rec(rundir.MetricCPUUsage, cgKubelet, 1)})
+	got := scrape(t, e)
+	if _, ok := got[key("nodectl_cpu_usage_seconds_total", "kind", KindContainer, "workload", idPod)]; ok {
+		t.Error("a deferred cgroup was keyed by its path")
+	}
+	if got[key("nodectl_cpu_usage_seconds_total", "kind", KindSystem, "workload", "kubelet.service")] != 1 {
+		t.Error("the other cgroup's record was not kept")
+	}
+	named = true
+	e.Observe([]rundir.Record{rec(rundir.MetricCPUUsage, cgPod, 3)})
+	if v := scrape(t, e)[key("nodectl_cpu_usage_seconds_total", "kind", KindContainer, "workload", "shop/web-0/app")]; v != 3 {
+		t.Errorf("the named cgroup's CPU is %v, want its cumulative 3", v)
+	}
+}

@@ -172,3 +172,24 @@ func TestResolverRuntimeDown(t *testing.T) {
 		t.Error("Stats does not report the listing's error")
 	}
 }
+
+func TestResolverPendingWhileANameMayCome(t *testing.T) {
+	f := &fakeSources{containers: map[string]Container{}}
+	r := NewResolver(f.sources())
+	pod := "/kubepods/besteffort/pod" + uid + "/" + cid
+	if !r.Pending(pod) {
+		t.Error("a new container's cgroup nothing names yet is not pending")
+	}
+	if r.Pending("/system.slice/kubelet.service") {
+		t.Error("a system unit is pending a pod's name")
+	}
+	// Past the grace, the cgroup is no longer waited for.
+	r.mu.Lock()
+	e := r.cache[pod]
+	e.first = e.first.Add(-namingGrace)
+	r.cache[pod] = e
+	r.mu.Unlock()
+	if r.Pending(pod) {
+		t.Error("still pending after the grace")
+	}
+}

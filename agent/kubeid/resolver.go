@@ -79,10 +79,11 @@ type Resolver struct {
 	room       maproom.Room
 }
 
-// entry is a cgroup's identity (Name "": a miss) and when it was made.
+// entry is a cgroup's identity (Name "": a miss), when it was made, and when the cgroup was
+// first looked up.
 type entry struct {
-	id Identity
-	at time.Time
+	id        Identity
+	at, first time.Time
 }
 
 // complete: nothing more to learn (a pod the API server described, or a cgroup of no pod).
@@ -109,9 +110,29 @@ func (r *Resolver) Identify(cgroup string) (Identity, bool) {
 	if e, ok := r.cache[cgroup]; ok && e.complete(now, r.src.Pod != nil) {
 		return e.id, e.id.Name != ""
 	}
+	first := now
+	if e, ok := r.cache[cgroup]; ok {
+		first = e.first
+	}
 	id, known := r.identify(cgroup)
-	r.cache[cgroup] = entry{id: id, at: now}
+	r.cache[cgroup] = entry{id: id, at: now, first: first}
 	return id, known
+}
+
+// namingGrace is how long a new pod's cgroup may wait for its name: the runtime lists a
+// container a moment after its cgroup appears, and the API server's informer lags its pod.
+const namingGrace = 10 * time.Second
+
+// Pending reports a cgroup that looks like a pod's or a container's, that nothing names yet,
+// first looked up less than namingGrace ago: a consumer that keys state by name (the metrics'
+// workload label) waits for it rather than keying it by its path for good.
+func (r *Resolver) Pending(cgroup string) bool {
+	if _, ok := r.Identify(cgroup); ok || ParsePath(cgroup).Level < LevelPod {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return time.Since(r.cache[cgroup].first) < namingGrace
 }
 
 func (r *Resolver) identify(cgroup string) (Identity, bool) {

@@ -30,7 +30,11 @@ func writeOverlay(t *testing.T, base, body string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + abs + "\n" + body
+	rel, err := filepath.Rel(dir, abs) // kustomize takes no absolute root
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + rel + "\n" + body
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
