@@ -2,7 +2,10 @@
 # sudo resets PATH: fall back to the usual Go install when go is not on it.
 GO      ?= $(or $(shell command -v go 2>/dev/null),/usr/local/go/bin/go)
 BIN     ?= bin/nodectl
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Evaluated once: a tree edited during a run must not give its image and its test two tags.
+ifndef VERSION
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+endif
 LDFLAGS := -X github.com/nodectl/nodectl/cli/internal/clix.Version=$(VERSION)
 
 # The container runtimes the runc and runsc tests start for real, from Debian's packages.

@@ -258,10 +258,17 @@ patches:
 func waitAgent(ctx context.Context, t *testing.T, cs kubernetes.Interface, restartedFrom string) *corev1.Pod {
 	t.Helper()
 	var last string
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
 	for ctx.Err() == nil {
 		pods, err := cs.CoreV1().Pods(agentNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + agentName})
 		if err == nil && len(pods.Items) == 1 {
 			p := &pods.Items[0]
+			for _, st := range p.Status.ContainerStatuses {
+				if w := st.State.Waiting; w != nil && slices.Contains(hopeless, w.Reason) {
+					t.Fatalf("the agent's container cannot start: %s: %s", w.Reason, w.Message)
+				}
+			}
 			ready := p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready
 			restarted := restartedFrom == "" || len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount > 0
 			if ready && restarted {
@@ -278,6 +285,9 @@ func waitAgent(ctx context.Context, t *testing.T, cs kubernetes.Interface, resta
 	t.Fatalf("the agent's pod is not Ready: %s", last)
 	return nil
 }
+
+// hopeless are the reasons a container waits that no wait cures.
+var hopeless = []string{"ErrImageNeverPull", "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
 
 // checkPrivileges: the pod asks for no privilege but the declared capabilities, and the
 // agent's process on the host holds exactly those.
