@@ -173,12 +173,14 @@ func (k *kubeSide) containers(ctx context.Context) (kubeid.Lookup, error) {
 	if k.cri == nil {
 		c, err := cri.Dial(ctx, k.cfg.CRISocket)
 		if err != nil {
+			k.log.Warn("the container runtime's CRI does not answer: containers are not named", "err", err)
 			return nil, err
 		}
 		k.cri = c
 	}
 	snap, err := k.cri.Snapshot(ctx)
 	if err != nil {
+		k.log.Warn("listing the container runtime's containers", "err", err)
 		k.cri.Close()
 		k.cri = nil
 		return nil, err

@@ -90,6 +90,13 @@ func TestAgentOnARealNode(t *testing.T) {
 		return out
 	}
 
+	t.Cleanup(func() {
+		if t.Failed() {
+			tail := int64(60)
+			b, err := c.Client.CoreV1().Pods(agentNamespace).GetLogs(pod.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(context.Background())
+			t.Logf("--- the agent's log (last lines; %v)\n%s", err, b)
+		}
+	})
 	t.Run("privileges", func(t *testing.T) { checkPrivileges(t, pod) })
 
 	// A victim pod alone, then next to a runc hog and a gVisor hog, all burning CPU with the
@@ -121,6 +128,13 @@ func TestAgentOnARealNode(t *testing.T) {
 			}
 			if used := m.find("nodectl_cpu_usage_seconds_total", "workload", want.workload); used == nil || used.value < 5 {
 				t.Errorf("nodectl_cpu_usage_seconds_total of %s: %+v, want the seconds it burnt", want.workload, used)
+			}
+		}
+		if t.Failed() {
+			for _, s := range m {
+				if s.name == "nodectl_cpu_usage_seconds_total" || s.name == "nodectl_pod_info" || s.name == "nodectl_agent_pod_cgroups" {
+					t.Logf("%s %v %g", s.name, s.labels, s.value)
+				}
 			}
 		}
 	})
