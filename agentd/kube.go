@@ -126,11 +126,11 @@ func (k *kubeSide) self(s *exporter.Self) {
 // classify names a cgroup's workload for the exporter: its pod's name, else by its path once
 // its name has had a while to come.
 func (k *kubeSide) classify(cg string) (workload, kind string, ok bool) {
-	if id, ok := k.ids.Identify(cg); ok {
-		return id.Name, id.Kind, true
-	}
 	if k.ids.Pending(cg) {
 		return "", "", false
+	}
+	if id, ok := k.ids.Identify(cg); ok {
+		return id.Name, id.Kind, true
 	}
 	workload, kind = exporter.Classify(cg)
 	return workload, kind, true

@@ -193,3 +193,24 @@ func TestResolverPendingWhileANameMayCome(t *testing.T) {
 		t.Error("still pending after the grace")
 	}
 }
+
+// A container the runtime does not list yet is named after its pod meanwhile, and pending: a
+// consumer keying by name waits for the container's own name.
+func TestResolverContainerBeforeTheRuntimeListsIt(t *testing.T) {
+	f := &fakeSources{containers: map[string]Container{}, pods: map[string]Pod{uid: {Namespace: "ns", Name: "p", QoS: QoSBurstable}}}
+	r := NewResolver(f.sources())
+	cg := "/kubepods/burstable/pod" + uid + "/" + cid
+	if id, ok := r.Identify(cg); !ok || id.Name != "ns/p" || !r.Pending(cg) {
+		t.Fatalf("before the listing: %+v, %v, pending %v; want the pod, pending", id, ok, r.Pending(cg))
+	}
+	f.containers[cid] = Container{Name: "app", PodUID: uid, PodName: "p", PodNamespace: "ns", Handler: "runc"}
+	r.mu.Lock()
+	r.listed = r.listed.Add(-refreshEvery)
+	e := r.cache[cg]
+	e.at = e.at.Add(-refreshEvery)
+	r.cache[cg] = e
+	r.mu.Unlock()
+	if id, ok := r.Identify(cg); !ok || id.Name != "ns/p/app" || r.Pending(cg) {
+		t.Errorf("once listed: %+v, %v, pending %v; want the container, not pending", id, ok, r.Pending(cg))
+	}
+}

@@ -84,11 +84,14 @@ type Resolver struct {
 type entry struct {
 	id        Identity
 	at, first time.Time
+	// partial: a container's cgroup named after its pod alone, the runtime not listing the
+	// container yet.
+	partial bool
 }
 
 // complete: nothing more to learn (a pod the API server described, or a cgroup of no pod).
 func (e entry) complete(now time.Time, informer bool) bool {
-	if e.id.Name == "" {
+	if e.id.Name == "" || e.partial {
 		return now.Sub(e.at) < refreshEvery
 	}
 	return e.id.Owner != "" || e.id.QoS != "" && !informer || now.Sub(e.at) < refreshEvery
@@ -114,8 +117,8 @@ func (r *Resolver) Identify(cgroup string) (Identity, bool) {
 	if e, ok := r.cache[cgroup]; ok {
 		first = e.first
 	}
-	id, known := r.identify(cgroup)
-	r.cache[cgroup] = entry{id: id, at: now, first: first}
+	id, known, partial := r.identify(cgroup)
+	r.cache[cgroup] = entry{id: id, at: now, first: first, partial: partial}
 	return id, known
 }
 
@@ -123,30 +126,33 @@ func (r *Resolver) Identify(cgroup string) (Identity, bool) {
 // container a moment after its cgroup appears, and the API server's informer lags its pod.
 const namingGrace = 10 * time.Second
 
-// Pending reports a cgroup that looks like a pod's or a container's, that nothing names yet,
-// first looked up less than namingGrace ago: a consumer that keys state by name (the metrics'
-// workload label) waits for it rather than keying it by its path for good.
+// Pending reports a cgroup that looks like a pod's or a container's whose name may still come,
+// first looked up less than namingGrace ago: nothing names it yet, or only its pod while the
+// runtime does not list its container yet. A consumer that keys state by name (the metrics'
+// workload label) waits for it rather than keying it by a path or its pod for good.
 func (r *Resolver) Pending(cgroup string) bool {
-	if _, ok := r.Identify(cgroup); ok || ParsePath(cgroup).Level < LevelPod {
+	if ParsePath(cgroup).Level < LevelPod {
 		return false
 	}
+	r.Identify(cgroup)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return time.Since(r.cache[cgroup].first) < namingGrace
+	e := r.cache[cgroup]
+	waiting := e.id.Name == "" || e.partial && r.src.Containers != nil
+	return waiting && time.Since(e.first) < namingGrace
 }
 
-func (r *Resolver) identify(cgroup string) (Identity, bool) {
+func (r *Resolver) identify(cgroup string) (id Identity, known, partial bool) {
 	ref := ParsePath(cgroup)
-	var id Identity
 	switch {
 	case ref.ContainerID != "":
 		c, ok := r.container(ref.ContainerID)
 		if !ok {
 			if ref.PodUID == "" {
-				return Identity{}, false
+				return Identity{}, false, false
 			}
 			// Known to the API server perhaps, not (yet) to the runtime: the pod.
-			id.UID = ref.PodUID
+			id.UID, partial = ref.PodUID, true
 			break
 		}
 		id = Identity{UID: c.PodUID, Namespace: c.PodNamespace, Pod: c.PodName, Handler: c.Handler, Sandbox: isGVisor(c.Handler)}
@@ -156,7 +162,7 @@ func (r *Resolver) identify(cgroup string) (Identity, bool) {
 	case ref.PodUID != "":
 		id.UID = ref.PodUID
 	default:
-		return Identity{}, false
+		return Identity{}, false, false
 	}
 	if r.src.Pod != nil {
 		if p, ok := r.src.Pod(id.UID); ok {
@@ -167,13 +173,13 @@ func (r *Resolver) identify(cgroup string) (Identity, bool) {
 		id.QoS = ref.QoS
 	}
 	if id.Pod == "" {
-		return Identity{}, false
+		return Identity{}, false, false
 	}
 	id.Kind, id.Name = KindPod, id.Namespace+"/"+id.Pod
 	if id.Container != "" {
 		id.Kind, id.Name = KindContainer, id.Name+"/"+id.Container
 	}
-	return id, true
+	return id, true, partial
 }
 
 // container looks id up in the runtime's last listing, listing again when it lacks id and the
@@ -258,7 +264,7 @@ func (r *Resolver) Named(keep func(cgroup string) bool) map[string]Identity {
 			continue
 		}
 		if !e.complete(now, r.src.Pod != nil) {
-			e.id, _ = r.identify(c)
+			e.id, _, e.partial = r.identify(c)
 			e.at = now
 			r.cache[c] = e
 		}

@@ -92,9 +92,15 @@ func TestAgentOnARealNode(t *testing.T) {
 
 	t.Cleanup(func() {
 		if t.Failed() {
-			tail := int64(60)
-			b, err := c.Client.CoreV1().Pods(agentNamespace).GetLogs(pod.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(context.Background())
-			t.Logf("--- the agent's log (last lines; %v)\n%s", err, b)
+			// The kubelet's file: the API server cannot reach the test kubelet's log endpoint.
+			logs, _ := filepath.Glob(filepath.Join(c.Dir, "node", "pod-logs", agentNamespace+"_"+agentName+"*", "agent", "*.log"))
+			for _, f := range logs {
+				b, _ := os.ReadFile(f)
+				if len(b) > 8<<10 {
+					b = b[len(b)-8<<10:]
+				}
+				t.Logf("--- %s (last 8 KiB)\n%s", f, b)
+			}
 		}
 	})
 	t.Run("privileges", func(t *testing.T) { checkPrivileges(t, pod) })
@@ -131,6 +137,16 @@ func TestAgentOnARealNode(t *testing.T) {
 			}
 		}
 		if t.Failed() {
+			wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			out, _ := exec.CommandContext(wctx, bin, "agent", "watch", "--socket", socket, "--metric", "cpu_usage_seconds_total").Output()
+			cancel()
+			t.Logf("the agent's cpu_usage records for 3 s:\n%s", out)
+			for _, name := range []string{"victim", "hog-runc"} {
+				p, _ := c.Client.CoreV1().Pods(testNamespace).Get(ctx, name, metav1.GetOptions{})
+				if p != nil {
+					t.Logf("pod %s uid %s containers %+v", name, p.UID, p.Status.ContainerStatuses)
+				}
+			}
 			for _, s := range m {
 				if s.name == "nodectl_cpu_usage_seconds_total" || s.name == "nodectl_pod_info" || s.name == "nodectl_agent_pod_cgroups" {
 					t.Logf("%s %v %g", s.name, s.labels, s.value)
