@@ -30,6 +30,10 @@ type Kube struct {
 // agent's RBAC allows nodes get, not watch).
 const nodePollEvery = 10 * time.Second
 
+// bookingGetTimeout bounds the read of the Node a window's booking makes; the last one polled
+// stands in when it fails.
+const bookingGetTimeout = 2 * time.Second
+
 // maxPendingEvents bounds the Kubernetes events waiting for the next interval's batch (a Lease
 // renews every 10 s, the Node changes rarely): a stalled collector drops, and counts, the rest.
 const maxPendingEvents = 256
@@ -204,8 +208,14 @@ func (k *kubeSide) booking() *rundir.Booking {
 	if !ok || !k.pods.Synced() {
 		return nil
 	}
+	// The poll reports Ready transitions only: the attached volumes are read now.
+	ctx, cancel := context.WithTimeout(context.Background(), bookingGetTimeout)
+	if fresh, err := kube.GetNode(ctx, k.cfg.Client, k.cfg.Node); err == nil {
+		n = fresh
+	}
+	cancel()
 	b := &rundir.Booking{At: time.Now(), AllocatableCPUMilli: n.AllocatableCPUMilli, AllocatableMemory: n.AllocatableMemory,
-		MaxPods: n.MaxPods, AttachableVolumes: n.AttachableVolumes}
+		MaxPods: n.MaxPods, AttachableVolumes: n.AttachableVolumes, AttachedVolumes: n.AttachedVolumes}
 	for _, p := range k.pods.List() {
 		if p.Phase == "Succeeded" || p.Phase == "Failed" {
 			continue

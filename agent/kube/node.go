@@ -21,9 +21,11 @@ type Node struct {
 	// AttachableVolumes is the sum of the allocatable "attachable-volumes-*" keys (in-tree
 	// volume plugins' attach limits: one per cloud disk kind), 0 when there are none: unknown.
 	AttachableVolumes int64
-	Ready             string    // the Ready condition's status: "True", "False" or "Unknown"
-	ReadySince        time.Time // its lastTransitionTime
-	ReadyReason       string
+	// AttachedVolumes counts status.volumesAttached: the volumes attached to the node now.
+	AttachedVolumes int64
+	Ready           string    // the Ready condition's status: "True", "False" or "Unknown"
+	ReadySince      time.Time // its lastTransitionTime
+	ReadyReason     string
 }
 
 // GetNode gets the Node named name (RBAC allows get on nodes, not list or watch).
@@ -47,6 +49,7 @@ func FromNode(n *corev1.Node) Node {
 		MaxPods:             a.Pods().Value(),
 		Ready:               string(corev1.ConditionUnknown), // no condition yet: never reported
 	}
+	v.AttachedVolumes = int64(len(n.Status.VolumesAttached))
 	for k, q := range a {
 		if strings.HasPrefix(string(k), corev1.ResourceAttachableVolumesPrefix) {
 			v.AttachableVolumes += q.Value()

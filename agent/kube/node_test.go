@@ -24,6 +24,7 @@ func testNode(ready corev1.ConditionStatus, since time.Time, reason string) *cor
 				{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse},
 				{Type: corev1.NodeReady, Status: ready, LastTransitionTime: metav1.NewTime(since), Reason: reason},
 			},
+			VolumesAttached: []corev1.AttachedVolume{{Name: "kubernetes.io/csi/ebs^vol-1"}, {Name: "kubernetes.io/csi/ebs^vol-2"}},
 		},
 	}
 }
@@ -35,7 +36,7 @@ func TestGetNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Node{Name: "node1", AllocatableCPUMilli: 3920, AllocatableMemory: 14 << 30, MaxPods: 58, AttachableVolumes: 31,
-		Ready: "True", ReadySince: t0, ReadyReason: "KubeletReady"}
+		AttachedVolumes: 2, Ready: "True", ReadySince: t0, ReadyReason: "KubeletReady"}
 	if n != want {
 		t.Errorf("GetNode = %+v, want %+v", n, want)
 	}
