@@ -24,7 +24,7 @@ func TestMain(m *testing.M) { Main(m) }
 // burn CPU, checks where they run, and that stopping leaves nothing behind.
 func TestCluster(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	forward, _ := os.ReadFile(ipForwardPath)
+	sysctls := readSysctls()
 	c := Start(t, log)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -138,8 +138,10 @@ func TestCluster(t *testing.T) {
 	if left := Leftovers(filepath.Join(c.Dir, "node")); len(left) > 0 {
 		t.Errorf("left behind:\n%s", strings.Join(left, "\n"))
 	}
-	if now, _ := os.ReadFile(ipForwardPath); string(now) != string(forward) {
-		t.Errorf("ip_forward %q after the run, %q before", now, forward)
+	for path, now := range readSysctls() {
+		if string(now) != string(sysctls[path]) {
+			t.Errorf("%s %q after the run, %q before", path, now, sysctls[path])
+		}
 	}
 }
 

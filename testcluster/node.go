@@ -55,7 +55,7 @@ type Node struct {
 	log        *slog.Logger
 	containerd *proc
 	kubelet    *proc
-	ipForward  []byte // net.ipv4.ip_forward before the bridge plugin set it
+	sysctls    map[string][]byte // changedSysctls before the node changed them
 	stopOnce   sync.Once
 }
 
@@ -101,7 +101,7 @@ func StartNode(ctx context.Context, cp *ControlPlane, dir string, log *slog.Logg
 			n.Stop()
 		}
 	}()
-	n.ipForward, _ = os.ReadFile(ipForwardPath)
+	n.sysctls = readSysctls()
 	if err := makeCgroupRoot(); err != nil {
 		return nil, err
 	}
@@ -460,9 +460,9 @@ func (n *Node) Stop() {
 		if err := Clean(n.dir, n.log); err != nil {
 			n.log.Warn("cleaning the host", "err", err)
 		}
-		if n.ipForward != nil {
-			if err := os.WriteFile(ipForwardPath, n.ipForward, 0o644); err != nil {
-				n.log.Warn("restoring ip_forward", "err", err)
+		for path, v := range n.sysctls {
+			if err := os.WriteFile(path, v, 0o644); err != nil {
+				n.log.Warn("restoring a sysctl", "path", path, "err", err)
 			}
 		}
 		n.log.Info("node stopped", "took", time.Since(start).Round(time.Millisecond))
@@ -528,3 +528,19 @@ func (n *Node) deletePods(ctx context.Context) error {
 }
 
 const ipForwardPath = "/proc/sys/net/ipv4/ip_forward"
+
+// changedSysctls are the host settings the node changes: ip_forward (the CNI bridge plugin)
+// and the kernel tunables the kubelet sets at start-up; Stop writes back what they were.
+var changedSysctls = []string{ipForwardPath, "/proc/sys/vm/overcommit_memory", "/proc/sys/vm/panic_on_oom",
+	"/proc/sys/kernel/panic", "/proc/sys/kernel/panic_on_oops", "/proc/sys/kernel/keys/root_maxkeys", "/proc/sys/kernel/keys/root_maxbytes"}
+
+// readSysctls reads changedSysctls.
+func readSysctls() map[string][]byte {
+	out := map[string][]byte{}
+	for _, p := range changedSysctls {
+		if v, err := os.ReadFile(p); err == nil {
+			out[p] = v
+		}
+	}
+	return out
+}
