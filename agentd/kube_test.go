@@ -11,35 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nodectl/nodectl/agent/kube/kubefake"
 	"github.com/nodectl/nodectl/rundir"
 )
-
-// clientset is kube.API over client-go's fake clientset. Embedding the fake keeps its
-// IsWatchListSemanticsUnSupported: the pod informer lists instead of streaming the first list.
-type clientset struct{ *fake.Clientset }
-
-func (c clientset) ListPods(ctx context.Context, o metav1.ListOptions) (*corev1.PodList, error) {
-	return c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
-}
-
-func (c clientset) WatchPods(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-	return c.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
-}
-
-func (c clientset) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
-	return c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-}
-
-func (c clientset) GetLease(ctx context.Context, ns, name string) (*coordinationv1.Lease, error) {
-	return c.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-}
-
-func (c clientset) WatchLeases(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-	return c.CoordinationV1().Leases(ns).Watch(ctx, o)
-}
 
 func testPod(name string, uid types.UID, cpu, mem string) *corev1.Pod {
 	return &corev1.Pod{
@@ -63,8 +38,8 @@ func TestKubeSide(t *testing.T) {
 		Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi"),
 			corev1.ResourcePods: resource.MustParse("110")},
 		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}}}
-	cs := fake.NewClientset(node, lease, testPod("web-0", uid, "500m", "1Gi"), testPod("web-1", "uid-2", "250m", "256Mi"))
-	k := startKube(Kube{Client: clientset{cs}, Node: "n1"}, slog.New(slog.DiscardHandler), func() string { return "/system.slice/kubelet.service" })
+	cs := kubefake.New(node, lease, testPod("web-0", uid, "500m", "1Gi"), testPod("web-1", "uid-2", "250m", "256Mi"))
+	k := startKube(Kube{Client: cs, Node: "n1"}, slog.New(slog.DiscardHandler), func() string { return "/system.slice/kubelet.service" })
 	defer k.close()
 
 	events := map[string]rundir.Record{}

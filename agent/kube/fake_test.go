@@ -1,39 +1,9 @@
 package kube
 
 import (
-	"context"
-
-	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nodectl/nodectl/agent/kube/kubefake"
 )
 
-// clientset is API over client-go's fake clientset, for the readers' logic. Embedding the
-// fake keeps its reactors, its actions and its IsWatchListSemanticsUnSupported (the informer
-// lists instead of streaming the first list, which the fake cannot).
-type clientset struct{ *fake.Clientset }
-
-func newFake(objs ...runtime.Object) clientset { return clientset{fake.NewClientset(objs...)} }
-
-func (c clientset) ListPods(ctx context.Context, o metav1.ListOptions) (*corev1.PodList, error) {
-	return c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
-}
-
-func (c clientset) WatchPods(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-	return c.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
-}
-
-func (c clientset) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
-	return c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-}
-
-func (c clientset) GetLease(ctx context.Context, ns, name string) (*coordinationv1.Lease, error) {
-	return c.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-}
-
-func (c clientset) WatchLeases(ctx context.Context, ns string, o metav1.ListOptions) (watch.Interface, error) {
-	return c.CoordinationV1().Leases(ns).Watch(ctx, o)
-}
+func newFake(objs ...runtime.Object) kubefake.Clientset { return kubefake.New(objs...) }

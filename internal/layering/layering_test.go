@@ -51,6 +51,8 @@ var rules = map[string][]string{
 	// the node's Lease and Node). Readers of their own, for the agent to join with cgroups.
 	"agent/cri":  {},
 	"agent/kube": {},
+	// The readers' API over client-go's fake, for tests only.
+	"agent/kube/kubefake": {},
 
 	// The always-on agent assembles the node side, the flight recorder, the API and the
 	// exporter, and runs the analyzer on its incidents; it names pods through agent/cri and
