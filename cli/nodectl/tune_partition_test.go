@@ -181,6 +181,17 @@ func (b *beats) read(r io.Reader) {
 	}
 }
 
+// phase is the lateness of the beats from from on, collected for at least d and, on a machine
+// slow enough that a starved daemon beats rarely, until there are n of them (at most 60 s).
+func (b *beats) phase(from time.Time, d time.Duration, n int) []float64 {
+	time.Sleep(time.Until(from.Add(d)))
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if got := b.between(from, time.Now()); len(got) >= n || time.Now().After(deadline) {
+			return got
+		}
+	}
+}
+
 // between is the lateness of the beats in [from, to).
 func (b *beats) between(from, to time.Time) []float64 {
 	b.mu.Lock()
@@ -294,11 +305,17 @@ func TestPartitionConfinesADaemonNextToHogs(t *testing.T) {
 		t.Fatalf("the daemon is in cpuset %s, want %s", home, unit)
 	}
 
-	// Each phase skips its first second: the hogs and the move settling.
-	const settle, phase = time.Second, 7 * time.Second
-	start := time.Now()
-	time.Sleep(settle + phase)
-	untuned := got.between(start.Add(settle), time.Now())
+	// The daemon starts measuring once its runtime has started, which next to the hogs at
+	// 1/257 of the CPU can take seconds (a CI run saw no beat in the first 8 s).
+	for deadline := time.Now().Add(60 * time.Second); len(got.between(time.Time{}, time.Now())) == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the heartbeat daemon emitted nothing in 60 s next to the hogs")
+		}
+	}
+	// Each phase skips its first second (the hogs and the move settling), lasts 7 s and, if
+	// the daemon beats rarely, until it has 20 beats to take a p99 from.
+	const settle, phase, enough = time.Second, 7 * time.Second, 20
+	untuned := got.phase(time.Now().Add(settle), phase, enough)
 
 	ctx := context.Background()
 	h := host.FS{Root: t.TempDir(), Procfs: "/proc", Sysfs: "/sys", Cgroupfs: "/sys/fs/cgroup"}
@@ -317,9 +334,7 @@ func TestPartitionConfinesADaemonNextToHogs(t *testing.T) {
 			}
 		}
 	})
-	start = time.Now()
-	time.Sleep(settle + phase)
-	tuned := got.between(start.Add(settle), time.Now())
+	tuned := got.phase(time.Now().Add(settle), phase, enough)
 	during := where()
 	podCPUs, _ := os.ReadFile(filepath.Join(mount, pods, "cpuset.cpus"))
 	// The kernel holds the processes to the cgroups' CPUs: the hogs off CPU 0, the daemon on it.
