@@ -123,6 +123,10 @@ func Start(cfg Config) (a *Agent, err error) {
 		}
 	}()
 	a.meta = rundir.NewMeta(rundir.ScenarioAgent, rundir.ScenarioAgent, cfg.Host.Procfs, layout.V1, cfg.Interval, os.Args)
+	if cfg.Kube != nil {
+		// In a pod the host name is the pod's: the node is the one Kubernetes knows.
+		a.meta.Node = cfg.Kube.Node
+	}
 	a.inc = &incidents{dir: filepath.Join(cfg.DataDir, incidentsDir), windows: cfg.Windows, log: cfg.Log.With("component", "incidents"),
 		pin: a.store.Pin, unpin: a.store.Unpin, analyze: a.analyzeWindow, publish: a.publishIncident,
 		oldest: func() time.Time { return a.store.Status().Oldest }}

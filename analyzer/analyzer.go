@@ -30,6 +30,30 @@ const (
 	SeverityInfo     = "info"
 )
 
+// SeverityRank orders severities: critical 3, warning 2, info 1, anything else (none) 0.
+func SeverityRank(s string) int {
+	switch s {
+	case SeverityCritical:
+		return 3
+	case SeverityWarning:
+		return 2
+	case SeverityInfo:
+		return 1
+	}
+	return 0
+}
+
+// Worst is the highest severity of the report's findings, "" without findings.
+func (r *Report) Worst() string {
+	worst := ""
+	for _, f := range r.Findings {
+		if SeverityRank(f.Severity) > SeverityRank(worst) {
+			worst = f.Severity
+		}
+	}
+	return worst
+}
+
 // Evidence units.
 const (
 	UnitSeconds = "seconds"

@@ -122,3 +122,32 @@ func TestBookingCeiling(t *testing.T) {
 		t.Errorf("a half-booked node gave %v", ids(rep))
 	}
 }
+
+// The kubelet stopped for 12 s of a 15 s gap, then caught up: its CPU over the whole gap is
+// no less than its baseline rate, but its CPU time stood still for 12 s, which it never did
+// in the baseline.
+func TestLeaseLateStoppedThenBusy(t *testing.T) {
+	b := leaseWindow(15)
+	b.meta.Interval = rundir.Duration(time.Second)
+	var tv []float64
+	cpu := 0.0
+	for s := 0.0; s <= 30; s++ {
+		switch {
+		case s <= 16:
+			cpu += 0.02
+		case s < 29:
+			continue // stopped: no change, so no sample
+		default:
+			cpu += 0.5
+		}
+		tv = append(tv, s, cpu)
+	}
+	b.points(rundir.MetricCPUUsage, kubelet, tv)
+	f := finding(t, b.analyze(t), IDLeaseLate)
+	if !strings.Contains(f.Summary, "did not run at all for 12") {
+		t.Errorf("summary %q does not say the kubelet did not run for 12 s", f.Summary)
+	}
+	if e := evidence(t, f, "cpu_stopped_seconds", ""); e.Value != 12 || e.Baseline != 0 {
+		t.Errorf("stopped evidence %+v, want 12 s against none in the baseline", e)
+	}
+}

@@ -23,6 +23,9 @@ const (
 	// baseline rate, or than this share of a core.
 	leaseIdleOfBaseline = 0.25
 	leaseIdleShare      = 0.01
+	// Or when its CPU time stood still for at least this share of the lateness, and for more
+	// than twice its longest such stretch in the baseline.
+	leaseStoppedShare = 0.5
 )
 
 // leaseLate explains the latest-coming renewal of the node's Lease in the window from the
@@ -87,12 +90,16 @@ func (a *analysis) explainLease(l rundir.LeaseRenewal, cg string) *Finding {
 	usage := a.run.Series(rundir.MetricCPUUsage).Cgroup(cg)
 	ran := usage.Delta(gap)
 	idle := max(leaseIdleShare, leaseIdleOfBaseline*ratio(usage.Delta(a.baseline), a.baseline.Seconds())) * l.Gap.Seconds()
+	step := time.Duration(a.run.Meta.Interval)
+	stopped, stoppedBefore := usage.LongestFlat(gap, step), usage.LongestFlat(a.baseline, step)
 	stalls := a.reclaimStallsOf(cg, gap)
 	fsync := secs(a.run.Series(rundir.MetricFsyncLatency).Cgroup(cg).HistDelta(gap).SumNs)
 	swapIn := a.run.Series(rundir.MetricVmstat).Label(rundir.LabelName, "pswpin").Delta(gap)
 	ev("runq_wait_seconds", waited, UnitSeconds)
 	ev("runq_latency_max", runq.LongestAtLeast(), UnitSeconds)
 	ev("cpu_usage_seconds", ran, UnitSeconds)
+	f.Evidence = append(f.Evidence, Evidence{Metric: "cpu_stopped_seconds", Workload: "kubelet", Phase: a.stress.Name,
+		Baseline: stoppedBefore.Seconds(), Value: stopped.Seconds(), Unit: UnitSeconds})
 	ev(rundir.MetricReclaimStall, stalls.total, UnitSeconds)
 	ev("fsync_seconds", fsync, UnitSeconds)
 	ev("swap_in_pages", swapIn, UnitCount)
@@ -136,6 +143,10 @@ func (a *analysis) explainLease(l rundir.LeaseRenewal, cg string) *Finding {
 		f.Summary = head + fmt.Sprintf(": over that gap the kubelet did not run (%s of CPU), and neither waited for a CPU (%s), "+
 			"nor stalled in reclaim (%s) or fsync (%s): it was stopped or blocked outside the kernel's waits (a signal, a lock, the API server).",
 			fmtSeconds(ran), fmtSeconds(waited), fmtSeconds(stalls.total), fmtSeconds(fsync))
+	case stopped.Seconds() >= leaseStoppedShare*late && stopped > 2*stoppedBefore:
+		f.Summary = head + fmt.Sprintf(": the kubelet did not run at all for %s of that gap (its CPU time stood still; at most %s in the baseline), "+
+			"and neither waited long for a CPU (%s) nor stalled in reclaim (%s) or fsync (%s): it was stopped or blocked outside the kernel's waits (a signal, a lock, the API server).",
+			fmtSeconds(stopped.Seconds()), fmtSeconds(stoppedBefore.Seconds()), fmtSeconds(waited), fmtSeconds(stalls.total), fmtSeconds(fsync))
 	default:
 		f.Summary = head + fmt.Sprintf(": the kernel does not explain it: over that gap the kubelet ran %s of CPU, waited %s for a CPU, "+
 			"stalled %s in reclaim and %s in fsync; it was busy or blocked in user space (the API server, a lock).",

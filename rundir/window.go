@@ -117,6 +117,26 @@ func (s *Series) Delta(w Window) float64 {
 	return max(0, value(s.at(w.End))-value(start))
 }
 
+// LongestFlat is the longest stretch of w over which a cumulative counter did not grow, as far
+// as its samples tell: a recording writes a counter only when it changed (docs/run-format.md),
+// so it is the longest time in w between a sample and the next one that grew (or w's end),
+// less interval, the sampling period by which the growth may have come earlier.
+func (s *Series) LongestFlat(w Window, interval time.Duration) time.Duration {
+	last, since := value(s.at(w.Start)), w.Start
+	var longest time.Duration
+	flat := func(until time.Time) {
+		longest = max(longest, until.Sub(since)-interval)
+	}
+	for i := sort.Search(len(s.Samples), func(i int) bool { return s.Samples[i].Time.After(w.Start) }); i < len(s.Samples) && !s.Samples[i].Time.After(w.End); i++ {
+		if v := value(&s.Samples[i]); v > last {
+			flat(s.Samples[i].Time)
+			last, since = v, s.Samples[i].Time
+		}
+	}
+	flat(w.End)
+	return max(0, longest)
+}
+
 // HistDelta is the events a cumulative histogram gained over w, by the rule of Delta.
 func (s *Series) HistDelta(w Window) hist.Log2 {
 	return histOf(s.at(w.End)).Sub(histOf(s.at(w.Start)))
@@ -273,6 +293,19 @@ func SeriesKey(metric, cgroup string, labels map[string]string) string {
 		b.WriteString(labels[k])
 	}
 	return b.String()
+}
+
+// LongestFlat is the longest stretch of w over which none of the counters grew (Series'
+// LongestFlat, the shortest of theirs), zero without a series.
+func (ss SeriesSet) LongestFlat(w Window, interval time.Duration) time.Duration {
+	if len(ss) == 0 {
+		return 0
+	}
+	flat := ss[0].LongestFlat(w, interval)
+	for _, s := range ss[1:] {
+		flat = min(flat, s.LongestFlat(w, interval))
+	}
+	return flat
 }
 
 // Cgroup selects the series of one cgroup ("" selects series without a cgroup).

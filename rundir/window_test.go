@@ -196,3 +196,31 @@ func TestValues(t *testing.T) {
 		t.Errorf("merged Values = %v, want %v (time order)", merged, want)
 	}
 }
+
+// A recording writes a counter only when it changed: the gaps between its samples, less the
+// sampling interval, are how long it stood still.
+func TestLongestFlat(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	s := &Series{}
+	for _, tv := range [][2]float64{{0, 1}, {1, 2}, {2, 3}, {9, 4}, {10, 5}} {
+		v := tv[1]
+		s.Samples = append(s.Samples, Record{Time: t0.Add(time.Duration(tv[0] * float64(time.Second))), Value: &v})
+	}
+	w := func(from, to float64) Window {
+		return Window{Start: t0.Add(time.Duration(from * float64(time.Second))), End: t0.Add(time.Duration(to * float64(time.Second)))}
+	}
+	for _, c := range []struct {
+		w    Window
+		want time.Duration
+	}{
+		{w(0, 10), 6 * time.Second},  // 2 s to 9 s, less the 1 s interval
+		{w(0, 2), 0},                 // grew every second
+		{w(4, 10), 4 * time.Second},  // from the window's start to 9 s
+		{w(9, 15), 4 * time.Second},  // from the last growth (10 s) to the window's end
+		{w(20, 30), 9 * time.Second}, // no sample in the window at all
+	} {
+		if got := s.LongestFlat(c.w, time.Second); got != c.want {
+			t.Errorf("LongestFlat(%v..%v) = %v, want %v", c.w.Start.Sub(t0), c.w.End.Sub(t0), got, c.want)
+		}
+	}
+}

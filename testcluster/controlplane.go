@@ -145,6 +145,11 @@ func StartControlPlane(ctx context.Context, dir string, log *slog.Logger) (_ *Co
 		"--service-account-signing-key-file=" + cp.pki.saKey,
 		"--service-cluster-ip-range=" + serviceCIDR,
 		"--allow-privileged=true",
+		// Port-forward, logs and exec: the API server dials the kubelet at the node's InternalIP
+		// with a client certificate of the cluster CA, and checks the kubelet's.
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-client-certificate=" + cp.pki.serverCert, "--kubelet-client-key=" + cp.pki.serverKey,
+		"--kubelet-certificate-authority=" + cp.pki.caFile,
 		// v1.37 refuses a loopback advertise address to the default reconciler.
 		"--endpoint-reconciler-type=none",
 	}, cp.log); err != nil {
@@ -240,6 +245,16 @@ func (cp *ControlPlane) ServiceAccountConfig(ctx context.Context, namespace, nam
 		BearerToken:     tr.Status.Token,
 		TLSClientConfig: rest.TLSClientConfig{CAData: cp.CAPEM},
 	}, nil
+}
+
+// ServiceAccountKubeconfig writes a kubeconfig at path with a real token of the
+// ServiceAccount namespace/name, for the CLI acting as that identity.
+func (cp *ControlPlane) ServiceAccountKubeconfig(ctx context.Context, namespace, name, path string) (string, error) {
+	cfg, err := cp.ServiceAccountConfig(ctx, namespace, name)
+	if err != nil {
+		return "", err
+	}
+	return cp.writeKubeconfig(path, "system:serviceaccount:"+namespace+":"+name, cfg.BearerToken)
 }
 
 // startServiceAccounts does the two jobs of kube-controller-manager that pods with a

@@ -49,6 +49,8 @@ type Node struct {
 	ContainerdSocket string
 	// RunscPlatform is the gVisor platform the runsc handler uses.
 	RunscPlatform string
+	// IP is the node's InternalIP, where its kubelet serves.
+	IP net.IP
 
 	cp         *ControlPlane
 	dir        string
@@ -136,6 +138,7 @@ func StartNode(ctx context.Context, cp *ControlPlane, dir string, log *slog.Logg
 		"--kubeconfig=" + filepath.Join(dir, "kubelet.kubeconfig"),
 		"--root-dir=" + filepath.Join(dir, "kubelet"),
 		"--hostname-override=" + NodeName,
+		"--node-ip=" + n.IP.String(),
 	}, log); err != nil {
 		return nil, err
 	}
@@ -247,13 +250,18 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 	if err != nil {
 		return err
 	}
-	kubeletCert, kubeletKey := filepath.Join(d, "kubelet.crt"), filepath.Join(d, "kubelet.key")
-	if err := n.cp.pki.issue(kubeletCert, kubeletKey, NodeName, []string{"localhost", NodeName}, []net.IP{net.IPv4(127, 0, 0, 1)}); err != nil {
+	if n.IP, err = hostIP(); err != nil {
 		return err
 	}
+	kubeletCert, kubeletKey := filepath.Join(d, "kubelet.crt"), filepath.Join(d, "kubelet.key")
+	if err := n.cp.pki.issue(kubeletCert, kubeletKey, NodeName, []string{"localhost", NodeName}, []net.IP{net.IPv4(127, 0, 0, 1), n.IP}); err != nil {
+		return err
+	}
+	// The kubelet serves on the node's InternalIP, where the API server connects to it for
+	// port-forward, logs and exec (its client certificate, checked against the cluster CA).
 	kubeletYAML := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: %s
 port: %d
 readOnlyPort: 0
 healthzPort: 0
@@ -280,7 +288,7 @@ registerNode: true
 # No KUBE-FIREWALL, KUBE-KUBELET-CANARY or KUBE-IPTABLES-HINT chains on the host.
 makeIPTablesUtilChains: false
 volumePluginDir: %s
-`, port, kubeletCert, kubeletKey, n.cp.CAFile, n.ContainerdSocket, filepath.Join(d, "pod-logs"), CgroupRoot, filepath.Join(d, "volume-plugins"))
+`, n.IP, port, kubeletCert, kubeletKey, n.cp.CAFile, n.ContainerdSocket, filepath.Join(d, "pod-logs"), CgroupRoot, filepath.Join(d, "volume-plugins"))
 
 	files := []struct {
 		path string
@@ -543,4 +551,16 @@ func readSysctls() map[string][]byte {
 		}
 	}
 	return out
+}
+
+// hostIP is the address of the interface of the default route: the kubelet's node IP (it
+// refuses a loopback one), which the API server dials.
+func hostIP() (net.IP, error) {
+	// Connecting a UDP socket sends nothing; it only picks the route's source address.
+	c, err := net.Dial("udp4", "203.0.113.1:9")
+	if err != nil {
+		return nil, fmt.Errorf("the test node needs a default IPv4 route for the kubelet's node IP: %w", err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP, nil
 }

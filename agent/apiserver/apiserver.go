@@ -83,6 +83,12 @@ type Config struct {
 	// kubelet's gRPC probe can neither dial a unix socket nor do TLS. It answers what the API's
 	// health service answers and nothing else.
 	Health string
+	// Loopback is an optional loopback host:port serving the whole API in plaintext, for
+	// the API server's port-forward (the kubelet connects to localhost in the pod's network
+	// namespace), so that `nodectl --node` reaches the agent with the user's RBAC and no port
+	// opened off the pod. The API only reads, but in a hostNetwork pod every local user of
+	// the node could read it too.
+	Loopback string
 	// Log receives the server's events; slog.Default() when nil.
 	Log *slog.Logger
 }
@@ -97,6 +103,7 @@ const (
 	FieldClientCAFile = "ClientCAFile"
 	FieldCAFile       = "CAFile"
 	FieldHealth       = "Health"
+	FieldLoopback     = "Loopback"
 )
 
 // Server is the API server. New listens; Serve serves until its context ends or Close.
@@ -108,6 +115,7 @@ type Server struct {
 	lis        []net.Listener
 	tcp        net.Addr
 	healthAddr net.Addr // the health-only listener's
+	loopback   net.Addr
 
 	closeOnce sync.Once
 }
@@ -154,6 +162,15 @@ func New(cfg Config, backend Backend) (*Server, error) {
 		s.tcp = tcp.Addr()
 		s.add(tcp, tcpOpt)
 	}
+	if cfg.Loopback != "" {
+		l, err := listenLoopback(cfg.Loopback)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.loopback = l.Addr()
+		s.add(l)
+	}
 	if cfg.Health != "" {
 		l, err := net.Listen("tcp", cfg.Health)
 		if err != nil {
@@ -184,6 +201,9 @@ func (s *Server) add(l net.Listener, opts ...grpc.ServerOption) {
 	s.servers = append(s.servers, g)
 	s.lis = append(s.lis, l)
 }
+
+// LoopbackAddr is the plaintext loopback listener's address, nil without one.
+func (s *Server) LoopbackAddr() net.Addr { return s.loopback }
 
 // TCPAddr is the TCP address listened on (its port when Config.TCP asked for port 0), nil
 // without TCP.

@@ -30,6 +30,9 @@ type DialConfig struct {
 	CertFile, KeyFile string
 	// CAFile holds the CA certificates (PEM) the agent's certificate must chain to, for TCP.
 	CAFile string
+	// Loopback is a loopback host:port served in plaintext: the agent's Config.Loopback, or
+	// the local end of a port-forward to it. Used instead of Socket and TCP when set.
+	Loopback string
 }
 
 // Dial connects to the agent and checks that it answers (its health service, within ctx). The
@@ -54,6 +57,9 @@ func Dial(ctx context.Context, cfg DialConfig) (agentv1.AgentClient, io.Closer, 
 
 // dialTarget is the gRPC target, where it is for errors, and the credentials to use.
 func dialTarget(cfg DialConfig) (target, where string, creds credentials.TransportCredentials, err error) {
+	if cfg.Loopback != "" {
+		return cfg.Loopback, cfg.Loopback, insecure.NewCredentials(), nil
+	}
 	if cfg.TCP != "" {
 		if err := requireFiles(cfg.TCP, map[string]string{
 			FieldCertFile: cfg.CertFile, FieldKeyFile: cfg.KeyFile, FieldCAFile: cfg.CAFile,

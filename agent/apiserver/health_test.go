@@ -55,3 +55,28 @@ func TestHealthListenerBadAddress(t *testing.T) {
 		t.Errorf("got %v, want a bad value of %s", err, FieldHealth)
 	}
 }
+
+// The loopback listener serves the whole API in plaintext, and Dial reaches it by Loopback.
+func TestLoopbackListener(t *testing.T) {
+	s := start(t, Config{Loopback: "127.0.0.1:0"}, newFake())
+	s.SetServing(true)
+	c, closer, err := Dial(context.Background(), DialConfig{Loopback: s.LoopbackAddr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	if _, err := c.GetStatus(context.Background(), &agentv1.GetStatusRequest{}); err != nil {
+		t.Errorf("the API on the loopback listener: %v", err)
+	}
+}
+
+// Only a loopback address is taken: the listener has no TLS.
+func TestLoopbackListenerRefusesOtherAddresses(t *testing.T) {
+	for _, addr := range []string{":9562", "0.0.0.0:9562", "192.0.2.1:9562", "example.com:9562", "9562"} {
+		_, err := New(Config{Socket: t.TempDir() + "/agent.sock", Loopback: addr}, newFake())
+		var bv *badvalue.Error
+		if !errors.As(err, &bv) || bv.Field != FieldLoopback {
+			t.Errorf("%s: got %v, want a bad value of %s", addr, err, FieldLoopback)
+		}
+	}
+}

@@ -64,6 +64,22 @@ func removeStale(path string) error {
 	return nil
 }
 
+// listenLoopback listens on addr, which must be a loopback address: it is served without TLS.
+func listenLoopback(addr string) (net.Listener, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, badvalue.New(FieldLoopback, addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, badvalue.Errorf(FieldLoopback, addr, "must be a loopback address (127.0.0.1:PORT, [::1]:PORT or localhost:PORT): it is served without TLS or client certificates")
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, badvalue.New(FieldLoopback, addr, err)
+	}
+	return l, nil
+}
+
 // serverTLS is the TCP listener's mTLS: TLS 1.3, and a client certificate signed by a CA of
 // ClientCAFile required of every client.
 func serverTLS(cfg Config) (credentials.TransportCredentials, error) {

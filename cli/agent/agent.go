@@ -32,6 +32,7 @@ import (
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/internal/badvalue"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress"
@@ -131,6 +132,7 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 	f.StringVar(&cfg.API.CertFile, "tls-cert", "", "the agent's certificate (PEM) for --listen-tcp")
 	f.StringVar(&cfg.API.KeyFile, "tls-key", "", "the agent's key (PEM) for --listen-tcp")
 	f.StringVar(&cfg.API.ClientCAFile, "tls-client-ca", "", "CA certificates (PEM) clients' certificates must chain to, for --listen-tcp")
+	f.StringVar(&cfg.API.Loopback, "api-listen", "", "also serve the API in plaintext on this loopback host:port (127.0.0.1:9562), for `nodectl --node NODE` through the API server's port-forward; empty: none")
 	f.StringVar(&cfg.API.Health, "health-listen", "", "also serve the gRPC health service alone, in plaintext, on this host:port (for the kubelet's grpc probe, which cannot dial the socket or do TLS); empty: none")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. :9560); empty: none")
 	f.StringVar(&memLimit, "memory-limit", "40Mi", "the Go runtime's soft memory limit (GOMEMLIMIT, which overrides it): the garbage collector works harder near it; the agent's RSS is about this plus its binary's pages (12 MiB), within its 64 MiB budget; 0 for none")
@@ -150,7 +152,7 @@ var settingFlags = map[string]string{
 	agentd.FieldBefore:    "--incident-before", agentd.FieldAfter: "--incident-after", agentd.FieldBaseline: "--incident-baseline",
 	apiserver.FieldSocket: "--socket", apiserver.FieldTCP: "--listen-tcp", apiserver.FieldCertFile: "--tls-cert",
 	apiserver.FieldKeyFile: "--tls-key", apiserver.FieldClientCAFile: "--tls-client-ca",
-	apiserver.FieldHealth: "--health-listen",
+	apiserver.FieldHealth: "--health-listen", apiserver.FieldLoopback: "--api-listen",
 }
 
 // minRecorderSpan is the shortest segment span and series idle time the agent takes.
@@ -206,21 +208,32 @@ func agentDaemons(list string) ([]string, error) {
 	return names, nil
 }
 
-// dial connects to the running agent.
+// dial connects to the running agent: --node's through the API server, else the local one.
 func dial(cmd *cobra.Command, d apiserver.DialConfig) (agentv1.AgentClient, io.Closer, error) {
-	return apiserver.Dial(cmd.Context(), d)
+	return agentsrc.Dial(cmd, d)
 }
 
 func statusCmd() *cobra.Command {
 	var d apiserver.DialConfig
 	var output string
+	var allNodes bool
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "What the running agent traces, what it dropped, its store and incidents",
-		Args:  cobra.NoArgs,
+		Long: `What the running agent traces, what it dropped, its store and incidents: the agent on
+this machine, the one of --node through the API server, or with --all-nodes a table of every
+node's agent, the worst first (critical: no answer or its store not writable; warning: an
+incident open or events dropped).`,
+		Example: `  sudo nodectl agent status
+  nodectl --node gke-pool-1-abcd agent status
+  nodectl agent status --all-nodes --context prod`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := clix.CheckOutput(output); err != nil {
 				return err
+			}
+			if allNodes {
+				return poolStatus(cmd, output)
 			}
 			c, closer, err := dial(cmd, d)
 			if err != nil {
@@ -239,7 +252,8 @@ func statusCmd() *cobra.Command {
 	}
 	agentsrc.DialFlags(cmd.Flags(), &d)
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
-	return cmd
+	cmd.Flags().BoolVar(&allNodes, "all-nodes", false, "every node's agent in the cluster (--kubeconfig, --context), through the API server")
+	return remote.Supports(cmd)
 }
 
 func writeProtoJSON(w io.Writer, m proto.Message) error {
@@ -290,10 +304,17 @@ func incidentsCmd() *cobra.Command {
 	var src agentsrc.Flags
 	var output, since string
 	var limit int
+	var allNodes bool
 	cmd := &cobra.Command{
 		Use:   "incidents",
 		Short: "The incidents the agent opened, newest first, with their findings",
-		Args:  cobra.NoArgs,
+		Long: `The incidents the agent opened, newest first, with their findings: the agent on this
+machine (or its --data-dir), the one of --node through the API server, or with --all-nodes
+every node's, the most severe first (the worst finding of each incident), then the newest.`,
+		Example: `  sudo nodectl agent incidents --since 24h
+  nodectl --node gke-pool-1-abcd agent incidents -o json
+  nodectl agent incidents --all-nodes --limit 20`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := clix.CheckOutput(output); err != nil {
 				return err
@@ -308,7 +329,13 @@ func incidentsCmd() *cobra.Command {
 					return err
 				}
 			}
-			rec, err := agentsrc.Open(cmd.Context(), src)
+			if allNodes {
+				if src.DataDir != "" {
+					return errors.New("--all-nodes and --data-dir: choose one")
+				}
+				return poolIncidents(cmd, from, limit, output)
+			}
+			rec, err := agentsrc.Open(cmd, src)
 			if err != nil {
 				return err
 			}
@@ -332,7 +359,8 @@ func incidentsCmd() *cobra.Command {
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	cmd.Flags().StringVar(&since, "since", "", "only incidents opened since (RFC 3339, or a duration before now: 24h)")
 	cmd.Flags().IntVar(&limit, "limit", 50, "most incidents listed; 0 for all")
-	return cmd
+	cmd.Flags().BoolVar(&allNodes, "all-nodes", false, "every node's agent in the cluster (--kubeconfig, --context), through the API server")
+	return remote.Supports(cmd)
 }
 
 func renderIncidents(w io.Writer, list []agentd.Incident) error {
@@ -428,7 +456,7 @@ func watchCmd() *cobra.Command {
 	cmd.Flags().StringVar(&metric, "metric", "", "only this metric (e.g. "+rundir.MetricRunqLatency+")")
 	cmd.Flags().StringVar(&prefix, "cgroup", "", "only cgroups at or below this path")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text, or json (one record per line, as in a run directory)")
-	return cmd
+	return remote.Supports(cmd)
 }
 
 // recordLine is a record on one line for a person.
@@ -478,7 +506,7 @@ read offline.`,
 			if err != nil {
 				return err
 			}
-			rec, err := agentsrc.Open(cmd.Context(), src)
+			rec, err := agentsrc.Open(cmd, src)
 			if err != nil {
 				return err
 			}
@@ -500,5 +528,5 @@ read offline.`,
 	cmd.Flags().DurationVar(&baseline, "baseline", agentd.DefaultWindows.Baseline, "the stretch before --from written as the baseline phase")
 	cmd.Flags().StringVar(&cgroup, "cgroup", "", "the cgroup under examination (written as an observed workload)")
 	cmd.Flags().StringVar(&out, "out", "", "run directory to write (must not exist or be empty)")
-	return cmd
+	return remote.Supports(cmd)
 }

@@ -4,6 +4,7 @@ package analyze
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,6 +13,7 @@ import (
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -46,7 +48,7 @@ against the --baseline before it: through the running agent, or from --data-dir.
 				if err != nil {
 					return err
 				}
-				rec, err := agentsrc.Open(cmd.Context(), src)
+				rec, err := agentsrc.Open(cmd, src)
 				if err != nil {
 					return err
 				}
@@ -59,6 +61,9 @@ against the --baseline before it: through the running agent, or from --data-dir.
 			}
 			if len(args) == 0 {
 				return errors.New("give a RUN directory, or --from and --to for a window of the agent's flight recorder")
+			}
+			if remote.FromCommand(cmd).Node != "" {
+				return fmt.Errorf("--%s: RUN is a directory on this machine; for a window of the node's agent give --from and --to (or pull it with: nodectl --node NODE agent export)", remote.FlagNode)
 			}
 			run, err := rundir.Open(args[0])
 			if err != nil {
@@ -79,5 +84,5 @@ against the --baseline before it: through the running agent, or from --data-dir.
 	cmd.Flags().DurationVar(&baseline, "baseline", agentd.DefaultWindows.Baseline, "the stretch before --from it is compared with")
 	cmd.Flags().StringVar(&cgroup, "cgroup", "", "the cgroup under examination (default: every cgroup whose run-queue waits rose)")
 	src.Register(cmd.Flags())
-	return cmd
+	return remote.Supports(cmd)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nodectl/nodectl/cli/agent"
 	"github.com/nodectl/nodectl/cli/analyze"
 	"github.com/nodectl/nodectl/cli/diff"
+	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/cli/postmortem"
 	"github.com/nodectl/nodectl/cli/record"
 	"github.com/nodectl/nodectl/cli/stress"
@@ -32,6 +33,8 @@ everything in a run directory, and explains which neighbour or limit slowed whom
 	}
 	root.AddCommand(stress.New(), record.New(), analyze.New(), version.New(), workload.New())
 	root.AddCommand(diff.New(), tune.New(), agent.New(), postmortem.New())
+	remote.Register(root.PersistentFlags())
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return remote.Check(cmd) }
 	if err := root.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "nodectl: %v\n", err)
 		if errors.Is(err, st.ErrInterrupted) {

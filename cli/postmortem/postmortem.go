@@ -12,6 +12,7 @@ import (
 	"github.com/nodectl/nodectl/agentd"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/remote"
 )
 
 // New returns the postmortem command.
@@ -44,7 +45,7 @@ directory directly with --data-dir (the agent dead, or the disk copied off a bro
 			if baseline <= 0 {
 				return fmt.Errorf("--baseline %s: must be more than 0", baseline)
 			}
-			rec, err := agentsrc.Open(cmd.Context(), src)
+			rec, err := agentsrc.Open(cmd, src)
 			if err != nil {
 				return err
 			}
@@ -88,7 +89,7 @@ directory directly with --data-dir (the agent dead, or the disk copied off a bro
 	f.DurationVar(&baseline, "baseline", agentd.DefaultWindows.Baseline, "the quiet stretch before the window it is compared with")
 	f.StringVar(&cgroup, "cgroup", "", "the cgroup under examination (default: the incident's, or every cgroup whose waits rose)")
 	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
-	return cmd
+	return remote.Supports(cmd)
 }
 
 // pick is the incident of that id, or the latest.

@@ -162,19 +162,9 @@ func TestAgentOnARealNode(t *testing.T) {
 		if err := json.Unmarshal(out, &rep); err != nil {
 			t.Fatalf("analyze -o json: %v\n%s", err, out)
 		}
-		victim := testNamespace + "/victim/burn"
-		for _, f := range rep.Findings {
-			if f.ID == analyzer.IDCPUContention && f.Victim == victim {
-				for _, hog := range []string{testNamespace + "/hog-runc/burn", testNamespace + "/hog-gvisor"} {
-					if !slices.Contains(f.Culprits, hog) {
-						t.Errorf("cpu-contention of %s names %v, not %s", victim, f.Culprits, hog)
-					}
-				}
-				return
-			}
-		}
-		t.Errorf("no cpu-contention finding for %s: %s", victim, summarize(rep))
+		checkContention(t, rep)
 	})
+	t.Run("node_flag_through_the_api_server", func(t *testing.T) { checkRemote(ctx, t, c, bin, from, to, phase) })
 	stopPods(ctx, t, c.Client, "victim", "hog-runc", "hog-gvisor")
 
 	t.Run("kubelet_stopped_gives_lease_late", func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -20,6 +21,7 @@ import (
 	"github.com/nodectl/nodectl/agentd"
 	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
+	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -55,8 +57,20 @@ type Recorder interface {
 	Close() error
 }
 
-// Open reaches the recorder the flags name.
-func Open(ctx context.Context, f Flags) (Recorder, error) {
+// Open reaches the recorder the flags name: cmd's --node one through the API server, else a
+// data directory or the local agent.
+func Open(cmd *cobra.Command, f Flags) (Recorder, error) {
+	ctx := cmd.Context()
+	if remote.FromCommand(cmd).Node != "" {
+		if f.DataDir != "" {
+			return nil, fmt.Errorf("--data-dir and --%s: choose one (--data-dir reads a directory on this machine)", remote.FlagNode)
+		}
+		c, closer, err := Dial(cmd, f.Dial)
+		if err != nil {
+			return nil, err
+		}
+		return &remoteAgent{c: c, closer: closer}, nil
+	}
 	if f.DataDir != "" {
 		rd, err := flightrec.OpenReader(f.DataDir)
 		if err != nil {
@@ -72,7 +86,26 @@ func Open(ctx context.Context, f Flags) (Recorder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (or read a data directory with --data-dir)", err)
 	}
-	return &remote{c: c, closer: closer}, nil
+	return &remoteAgent{c: c, closer: closer}, nil
+}
+
+// Dial connects to the running agent: cmd's --node one through the API server, else the one
+// d names.
+func Dial(cmd *cobra.Command, d apiserver.DialConfig) (agentv1.AgentClient, io.Closer, error) {
+	rf := remote.FromCommand(cmd)
+	if rf.Node == "" {
+		return apiserver.Dial(cmd.Context(), d)
+	}
+	for _, name := range []string{"socket", "agent-tcp"} {
+		if fl := cmd.Flags().Lookup(name); fl != nil && fl.Changed {
+			return nil, nil, fmt.Errorf("--%s and --%s: choose one (--%s reaches the node's agent through the API server)", name, remote.FlagNode, remote.FlagNode)
+		}
+	}
+	c, err := remote.Connect(rf)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.DialAgent(cmd.Context(), rf.Node)
 }
 
 // dataDir reads a data directory.
@@ -110,13 +143,13 @@ func (d *dataDir) Export(_ context.Context, w agentd.Window, dir string) error {
 
 func (d *dataDir) Close() error { return nil }
 
-// remote asks the running agent.
-type remote struct {
+// remoteAgent asks the running agent.
+type remoteAgent struct {
 	c      agentv1.AgentClient
 	closer io.Closer
 }
 
-func (r *remote) Analyze(ctx context.Context, w agentd.Window) (*analyzer.Report, error) {
+func (r *remoteAgent) Analyze(ctx context.Context, w agentd.Window) (*analyzer.Report, error) {
 	resp, err := r.c.Analyze(ctx, &agentv1.AnalyzeRequest{From: timestamppb.New(w.From), To: timestamppb.New(w.To),
 		Baseline: durationpb.New(w.From.Sub(w.BaselineFrom)), Cgroup: w.Cgroup})
 	if err != nil {
@@ -125,7 +158,7 @@ func (r *remote) Analyze(ctx context.Context, w agentd.Window) (*analyzer.Report
 	return decodeReport([]byte(resp.GetReportJson()))
 }
 
-func (r *remote) Incidents(ctx context.Context, since time.Time, limit int) ([]agentd.Incident, error) {
+func (r *remoteAgent) Incidents(ctx context.Context, since time.Time, limit int) ([]agentd.Incident, error) {
 	// The API lists at most MaxListLimit at once: "all" asks for that.
 	if limit <= 0 || limit > apiserver.MaxListLimit {
 		limit = apiserver.MaxListLimit
@@ -146,7 +179,7 @@ func (r *remote) Incidents(ctx context.Context, since time.Time, limit int) ([]a
 }
 
 // Export reads the window through Query and writes it as the data directory's export would.
-func (r *remote) Export(ctx context.Context, w agentd.Window, dir string) error {
+func (r *remoteAgent) Export(ctx context.Context, w agentd.Window, dir string) error {
 	resp, err := r.c.GetMeta(ctx, &agentv1.GetMetaRequest{})
 	if err != nil {
 		return err
@@ -158,7 +191,7 @@ func (r *remote) Export(ctx context.Context, w agentd.Window, dir string) error 
 	return w.Export(&querySource{ctx: ctx, c: r.c}, meta, dir)
 }
 
-func (r *remote) Close() error { return r.closer.Close() }
+func (r *remoteAgent) Close() error { return r.closer.Close() }
 
 // querySource reads the recorder through the API's Query.
 type querySource struct {
