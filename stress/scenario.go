@@ -22,6 +22,9 @@ import (
 // ErrInterrupted is returned when a run was stopped by a signal; it was cleaned up all the same.
 var ErrInterrupted = errors.New("interrupted")
 
+// ErrTimeout is returned, wrapped, when a run's part did not finish within its time limit.
+var ErrTimeout = errors.New("timed out")
+
 // DefaultRunsDir is where runs are written when no run directory is given.
 const DefaultRunsDir = "/var/lib/nodectl/runs"
 

@@ -286,8 +286,8 @@ func (r *stormRun) await(ctx context.Context, n int, metric string) error {
 			return fmt.Errorf("%w during %s: %v", ErrInterrupted, rundir.RoundPhase(n), context.Cause(ctx))
 		case <-timeout.C:
 			r.progress.done()
-			return badvalue.Errorf(FieldTimeout, r.cfg.Timeout.String(), "%s: %d of %d writers did not finish in time (see %s)", rundir.RoundPhase(n),
-				len(r.workloads)-done(), len(r.workloads), filepath.Join(r.dir, "workloads"))
+			return badvalue.Errorf(FieldTimeout, r.cfg.Timeout.String(), "%s: %d of %d writers did not finish in time (see %s): %w", rundir.RoundPhase(n),
+				len(r.workloads)-done(), len(r.workloads), filepath.Join(r.dir, "workloads"), ErrTimeout)
 		case <-tick.C:
 			if err := r.exited(); err != nil {
 				return err

@@ -13,6 +13,7 @@ import (
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/gate"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/rundir"
 )
@@ -22,6 +23,7 @@ func New() *cobra.Command {
 	var output, from, to, cgroup string
 	var baseline time.Duration
 	var src agentsrc.Flags
+	var g gate.Flags
 	cmd := &cobra.Command{
 		Use:   "analyze RUN | analyze --from T1 --to T2",
 		Short: "Explain a recorded run: findings with kernel evidence, and a summary table",
@@ -38,6 +40,9 @@ against the --baseline before it: through the running agent, or from --data-dir.
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := clix.CheckOutput(output); err != nil {
+				return err
+			}
+			if err := g.Check(); err != nil {
 				return err
 			}
 			if from != "" || cmd.Flags().Changed("to") {
@@ -57,7 +62,10 @@ against the --baseline before it: through the running agent, or from --data-dir.
 				if err != nil {
 					return err
 				}
-				return clix.Render(cmd.OutOrStdout(), rep, output)
+				if err := clix.Render(cmd.OutOrStdout(), rep, output); err != nil {
+					return err
+				}
+				return g.Apply(rep, "analyze")
 			}
 			if len(args) == 0 {
 				return errors.New("give a RUN directory, or --from and --to for a window of the agent's flight recorder")
@@ -75,7 +83,10 @@ against the --baseline before it: through the running agent, or from --data-dir.
 			}
 			// Storing findings is a convenience; a read-only run directory still gets its report.
 			_ = rundir.WriteFindings(args[0], rep)
-			return clix.Render(cmd.OutOrStdout(), rep, output)
+			if err := clix.Render(cmd.OutOrStdout(), rep, output); err != nil {
+				return err
+			}
+			return g.Apply(rep, "analyze")
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "report format: text or json")
@@ -84,5 +95,6 @@ against the --baseline before it: through the running agent, or from --data-dir.
 	cmd.Flags().DurationVar(&baseline, "baseline", agentd.DefaultWindows.Baseline, "the stretch before --from it is compared with")
 	cmd.Flags().StringVar(&cgroup, "cgroup", "", "the cgroup under examination (default: every cgroup whose run-queue waits rose)")
 	src.Register(cmd.Flags())
+	g.Register(cmd.Flags())
 	return remote.Supports(cmd)
 }

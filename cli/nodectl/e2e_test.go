@@ -197,6 +197,7 @@ func TestNoisyCPUHogsCauseCPUContention(t *testing.T) {
 	if !ok {
 		t.Fatalf("no cpu-contention finding; got %v", rep.ids())
 	}
+	t.Run("fail_on_and_junit", func(t *testing.T) { checkGate(t, run.Dir) })
 	f := rep.Findings[i]
 	for _, hog := range []string{"cpu-hog-0", "cpu-hog-1"} {
 		if !slices.Contains(f.Culprits, hog) {
@@ -530,6 +531,13 @@ func TestCLIErrorsNameTheProblem(t *testing.T) {
 		"analyze_run_and_to": {[]string{"analyze", "x", "--from", "10m"}, "give a RUN directory or --from and --to, not both"},
 		"export_without_out": {[]string{"agent", "export", "--from", "10m"}, "--out is required"},
 		"no_agent":           {[]string{"agent", "status", "--socket", "/nonexistent/a.sock"}, "no agent listening on /nonexistent/a.sock"},
+		"bad_fail_on":        {[]string{"analyze", "x", "--fail-on", "bad"}, `--fail-on "bad": allowed are info, warning, critical, none`},
+		"stress_bad_fail_on": {[]string{"stress", "noisy", "--fail-on", "warn"}, `--fail-on "warn"`},
+		"junit_no_dir":       {[]string{"analyze", "x", "--junit", "/nonexistent/dir/j.xml"}, "--junit /nonexistent/dir/j.xml: its directory does not exist"},
+		"node_local_only":    {[]string{"--node", "n1", "diff", "a", "b"}, "--node: `nodectl diff` acts on this machine only"},
+		"node_no_kubeconfig": {[]string{"--node", "n1", "--kubeconfig", "/nonexistent/kubeconfig", "agent", "status"}, "--kubeconfig"},
+		"node_and_socket":    {[]string{"--node", "n1", "agent", "status", "--socket", "/x.sock"}, "--socket and --node: choose one"},
+		"node_analyze_run":   {[]string{"--node", "n1", "analyze", "x"}, "--node: RUN is a directory on this machine"},
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/nodectl/nodectl/cli/agent"
 	"github.com/nodectl/nodectl/cli/analyze"
 	"github.com/nodectl/nodectl/cli/diff"
+	"github.com/nodectl/nodectl/cli/internal/gate"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/cli/postmortem"
 	"github.com/nodectl/nodectl/cli/record"
@@ -43,6 +44,6 @@ everything in a run directory, and explains which neighbour or limit slowed whom
 		if errors.Is(err, tune.ErrDrift) {
 			os.Exit(3)
 		}
-		os.Exit(1)
+		os.Exit(gate.Code(err))
 	}
 }

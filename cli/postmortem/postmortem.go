@@ -12,12 +12,14 @@ import (
 	"github.com/nodectl/nodectl/agentd"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/gate"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 )
 
 // New returns the postmortem command.
 func New() *cobra.Command {
 	var src agentsrc.Flags
+	var g gate.Flags
 	var at, incident, cgroup, output string
 	var window, baseline time.Duration
 	cmd := &cobra.Command{
@@ -34,6 +36,9 @@ directory directly with --data-dir (the agent dead, or the disk copied off a bro
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := clix.CheckOutput(output); err != nil {
+				return err
+			}
+			if err := g.Check(); err != nil {
 				return err
 			}
 			if at != "" && incident != "" {
@@ -78,7 +83,10 @@ directory directly with --data-dir (the agent dead, or the disk copied off a bro
 			if err != nil {
 				return err
 			}
-			return clix.Render(cmd.OutOrStdout(), rep, output)
+			if err := clix.Render(cmd.OutOrStdout(), rep, output); err != nil {
+				return err
+			}
+			return g.Apply(rep, "postmortem")
 		},
 	}
 	src.Register(cmd.Flags())
@@ -89,6 +97,7 @@ directory directly with --data-dir (the agent dead, or the disk copied off a bro
 	f.DurationVar(&baseline, "baseline", agentd.DefaultWindows.Baseline, "the quiet stretch before the window it is compared with")
 	f.StringVar(&cgroup, "cgroup", "", "the cgroup under examination (default: the incident's, or every cgroup whose waits rose)")
 	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
+	g.Register(f)
 	return remote.Supports(cmd)
 }
 

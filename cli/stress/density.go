@@ -70,10 +70,12 @@ signals, the collapse, and the ceiling: which resource bounded the density.`,
 			if err != nil {
 				return err
 			}
-			if rf.output == "json" {
-				return analyzer.RenderDensityJSON(cmd.OutOrStdout(), rep)
-			}
-			return analyzer.RenderText(cmd.OutOrStdout(), rep)
+			return rf.report(rep, "density", func() error {
+				if rf.output == "json" {
+					return analyzer.RenderDensityJSON(cmd.OutOrStdout(), rep)
+				}
+				return analyzer.RenderText(cmd.OutOrStdout(), rep)
+			})
 		},
 	}
 	f := cmd.Flags()

@@ -11,7 +11,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/gate"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/launch"
 	"github.com/nodectl/nodectl/tuner"
@@ -28,6 +30,7 @@ type runFlags struct {
 	// tuneState is nodectl tune's state file: a CPU partition applied there places the run's
 	// workloads as the tuned node's kubelet would.
 	tuneState string
+	gate      gate.Flags
 }
 
 // register adds the flags; who names what --runtime runs, traceHelp what --trace records, and
@@ -40,6 +43,7 @@ func (rf *runFlags) register(f *pflag.FlagSet, who, traceHelp string, scratch bo
 	f.StringVarP(&rf.output, "output", "o", "text", "report format: text or json")
 	f.DurationVar(&rf.opts.Interval, "interval", time.Second, "sampling interval of the tracer and samplers")
 	f.BoolVarP(&rf.verbose, "verbose", "v", false, "log debug detail to stderr")
+	rf.gate.Register(f)
 	f.StringVar(&rf.tuneState, "tune-state", filepath.Join("/", tuner.DefaultStateFile), "nodectl tune's state file; with reserved CPUs applied, workloads run off them and the heartbeat on them")
 	_ = f.MarkHidden("tune-state")
 	clix.HostPathFlags(f, &rf.opts.Paths.FS)
@@ -53,6 +57,9 @@ func (rf *runFlags) register(f *pflag.FlagSet, who, traceHelp string, scratch bo
 // check validates the flags every scenario shares, before anything else is looked at.
 func (rf *runFlags) check() error {
 	if err := clix.CheckOutput(rf.output); err != nil {
+		return err
+	}
+	if err := rf.gate.Check(); err != nil {
 		return err
 	}
 	rt, err := launch.ParseRuntime(rf.runtime)
@@ -96,6 +103,15 @@ func (rf *runFlags) start(cmd *cobra.Command, name, why string) (context.Context
 	}
 	ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
 	return ctx, stop, nil
+}
+
+// report prints the report with render, then writes --junit and says whether a finding
+// reached --fail-on (exit 3).
+func (rf *runFlags) report(rep *analyzer.Report, scenario string, render func() error) error {
+	if err := render(); err != nil {
+		return err
+	}
+	return rf.gate.Apply(rep, scenario)
 }
 
 // checkPlatform validates --runsc-platform, which only runsc takes.

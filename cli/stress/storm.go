@@ -78,10 +78,12 @@ writers that held the device its culprits. SIZE uses Kubernetes notation (64Mi, 
 			if err != nil {
 				return err
 			}
-			if rf.output == "json" {
-				return analyzer.RenderStormJSON(cmd.OutOrStdout(), rep)
-			}
-			return analyzer.RenderText(cmd.OutOrStdout(), rep)
+			return rf.report(rep, "fsync-storm", func() error {
+				if rf.output == "json" {
+					return analyzer.RenderStormJSON(cmd.OutOrStdout(), rep)
+				}
+				return analyzer.RenderText(cmd.OutOrStdout(), rep)
+			})
 		},
 	}
 	f := cmd.Flags()

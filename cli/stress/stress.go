@@ -133,7 +133,7 @@ limit, as a node's memory bounds its pods: neighbours that fill it make the vict
 			if err != nil {
 				return err
 			}
-			return clix.Render(cmd.OutOrStdout(), rep, rf.output)
+			return rf.report(rep, "noisy", func() error { return clix.Render(cmd.OutOrStdout(), rep, rf.output) })
 		},
 	}
 	f := cmd.Flags()

@@ -75,7 +75,7 @@ LIMIT uses Kubernetes notation (50m, 250m, 1), at least 10m.`,
 			if rf.output == "json" {
 				return analyzer.RenderWakeJSON(cmd.OutOrStdout(), rep)
 			}
-			return clix.Render(cmd.OutOrStdout(), rep, rf.output)
+			return rf.report(rep, "wake", func() error { return clix.Render(cmd.OutOrStdout(), rep, rf.output) })
 		},
 	}
 	f := cmd.Flags()
