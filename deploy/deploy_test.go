@@ -213,12 +213,13 @@ func checkPod(t *testing.T, ds appsv1.DaemonSet, wantAdd map[string][]corev1.Cap
 
 // The RBAC is exactly: pods list/watch and nodes get cluster-wide, leases get/watch in
 // kube-node-lease, bound to the agent's ServiceAccount; and, bound to no one, the users' role
-// for --node in the agent's namespace (pods list, pods/portforward create); no other role.
+// for --node in the agent's namespace (pods list, pods/portforward get and create) and their
+// cluster role for runs of pods (namespaces, pods, nodes get); no other role.
 func checkRBAC(t *testing.T, m resmap.ResMap) {
 	crs := objects[rbacv1.ClusterRole](t, m, "ClusterRole")
 	roles := objects[rbacv1.Role](t, m, "Role")
-	if len(crs) != 1 || len(roles) != 2 {
-		t.Fatalf("%d cluster roles, %d roles: want one and two", len(crs), len(roles))
+	if len(crs) != 2 || len(roles) != 2 {
+		t.Fatalf("%d cluster roles, %d roles: want two each", len(crs), len(roles))
 	}
 	rule := func(group, resource string, verbs ...string) rbacv1.PolicyRule {
 		return rbacv1.PolicyRule{APIGroups: []string{group}, Resources: []string{resource}, Verbs: verbs}
@@ -237,6 +238,10 @@ func checkRBAC(t *testing.T, m resmap.ResMap) {
 	}
 	if r, ok := roles[namespace+"/nodectl-user"]; !ok || !equal(r.Rules, []rbacv1.PolicyRule{rule("", "pods", "list"), rule("", "pods/portforward", "get", "create")}) {
 		t.Errorf("role %s/nodectl-user: %+v", namespace, r.Rules)
+	}
+	if cr, ok := crs["/nodectl-stress"]; !ok || !equal(cr.Rules, []rbacv1.PolicyRule{rule("", "namespaces", "get", "list", "create", "delete"),
+		rule("", "pods", "list", "create", "delete"), rule("", "nodes", "get")}) {
+		t.Errorf("cluster role nodectl-stress: %+v", cr.Rules)
 	}
 	sa := rbacv1.Subject{Kind: "ServiceAccount", Name: agentName, Namespace: namespace}
 	for key, b := range objects[rbacv1.ClusterRoleBinding](t, m, "ClusterRoleBinding") {

@@ -372,22 +372,28 @@ func (r *noisyRun) start(w rundir.Workload, cfg workload.Config) error {
 
 // config is the workload that runs w.
 func (r *noisyRun) config(w rundir.Workload) workload.Config {
-	switch w.Kind {
+	return NoisyWorkload(r.cfg, w.Kind, r.specs[w.Name], w.Target, runtime.NumCPU())
+}
+
+// NoisyWorkload is the body of a noisy run's workload of kind (its hog spec, for a hog),
+// writing below dir, on a node of ncpu CPUs; nil for an unknown kind.
+func NoisyWorkload(cfg NoisyConfig, kind string, spec HogSpec, dir string, ncpu int) workload.Config {
+	switch kind {
 	case rundir.KindVictim:
-		return &workload.VictimConfig{Dir: w.Target, Interval: r.cfg.Interval, WorkRounds: r.cfg.VictimWorkRounds, WriteBytes: r.cfg.VictimWriteBytes}
+		return &workload.VictimConfig{Dir: dir, Interval: cfg.Interval, WorkRounds: cfg.VictimWorkRounds, WriteBytes: cfg.VictimWriteBytes}
 	case rundir.KindHeartbeat:
-		return &workload.HeartbeatConfig{Period: r.cfg.Heartbeat}
+		return &workload.HeartbeatConfig{Period: cfg.Heartbeat}
 	case rundir.KindCPU:
-		return &workload.CPUHogConfig{Threads: threadsFor(r.specs[w.Name], runtime.NumCPU())}
+		return &workload.CPUHogConfig{Threads: threadsFor(spec, ncpu)}
 	case rundir.KindDisk:
-		return &workload.DiskHogConfig{Dir: w.Target, FileBytes: workload.DefaultDiskHogFileBytes}
+		return &workload.DiskHogConfig{Dir: dir, FileBytes: workload.DefaultDiskHogFileBytes}
 	case rundir.KindFsync:
-		return &workload.FsyncHogConfig{Dir: w.Target, BlockBytes: workload.DefaultFsyncHogBlockBytes}
+		return &workload.FsyncHogConfig{Dir: dir, BlockBytes: workload.DefaultFsyncHogBlockBytes}
 	case rundir.KindChurn:
-		return &workload.ChurnConfig{Parallel: threadsFor(r.specs[w.Name], runtime.NumCPU())}
+		return &workload.ChurnConfig{Parallel: threadsFor(spec, ncpu)}
 	case rundir.KindMemory:
 		// Stay under the limit: the hog is to hold memory, not to be OOM-killed.
-		return &workload.MemoryHogConfig{Bytes: memoryHogBytes(r.specs[w.Name].MemBytes, r.cfg.Runtime)}
+		return &workload.MemoryHogConfig{Bytes: memoryHogBytes(spec.MemBytes, cfg.Runtime)}
 	}
 	return nil
 }

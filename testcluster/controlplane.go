@@ -257,10 +257,11 @@ func (cp *ControlPlane) ServiceAccountKubeconfig(ctx context.Context, namespace,
 	return cp.writeKubeconfig(path, "system:serviceaccount:"+namespace+":"+name, cfg.BearerToken)
 }
 
-// startServiceAccounts does the two jobs of kube-controller-manager that pods with a
-// ServiceAccount need (no controller-manager runs here): every namespace gets its `default`
-// ServiceAccount (the ServiceAccount admission plugin rejects pods without one) and the
-// `kube-root-ca.crt` ConfigMap (the projected token volume it adds mounts it).
+// startServiceAccounts does the jobs of kube-controller-manager that namespaces need (no
+// controller-manager runs here): every namespace gets its `default` ServiceAccount (the
+// ServiceAccount admission plugin rejects pods without one) and the `kube-root-ca.crt`
+// ConfigMap (the projected token volume it adds mounts it), and a deleted one goes once its
+// pods are gone (finishNamespace).
 func (cp *ControlPlane) startServiceAccounts() {
 	ctx, cancel := context.WithCancel(context.Background())
 	cp.stopCtl, cp.ctlDone = cancel, make(chan struct{})
@@ -268,6 +269,8 @@ func (cp *ControlPlane) startServiceAccounts() {
 	_, ctl := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: lw,
 		ObjectType:    &corev1.Namespace{},
+		// A terminating namespace is looked at again until its pods are gone.
+		ResyncPeriod: 2 * time.Second,
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc: func(obj any) { cp.ensureNamespace(ctx, obj.(*corev1.Namespace)) },
 			UpdateFunc: func(_, obj any) {
@@ -283,6 +286,7 @@ func (cp *ControlPlane) startServiceAccounts() {
 
 func (cp *ControlPlane) ensureNamespace(ctx context.Context, ns *corev1.Namespace) {
 	if ns.Status.Phase == corev1.NamespaceTerminating {
+		cp.finishNamespace(ctx, ns)
 		return
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns.Name}}
@@ -295,6 +299,28 @@ func (cp *ControlPlane) ensureNamespace(ctx context.Context, ns *corev1.Namespac
 	}
 	if _, err := cp.Client.CoreV1().ConfigMaps(ns.Name).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) && ctx.Err() == nil {
 		cp.log.Warn("creating the root CA ConfigMap", "namespace", ns.Name, "err", err)
+	}
+}
+
+// finishNamespace does the namespace controller's last job for a terminating namespace whose
+// pods are gone: it deletes what the namespace holds of this harness's making (its
+// ServiceAccounts and ConfigMaps) and removes the namespace's finalizer, so it disappears.
+func (cp *ControlPlane) finishNamespace(ctx context.Context, ns *corev1.Namespace) {
+	pods, err := cp.Client.CoreV1().Pods(ns.Name).List(ctx, metav1.ListOptions{})
+	if err != nil || len(pods.Items) > 0 {
+		return
+	}
+	all := metav1.ListOptions{}
+	if err := cp.Client.CoreV1().ServiceAccounts(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, all); err != nil && ctx.Err() == nil {
+		cp.log.Warn("deleting the ServiceAccounts of a terminating namespace", "namespace", ns.Name, "err", err)
+	}
+	if err := cp.Client.CoreV1().ConfigMaps(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, all); err != nil && ctx.Err() == nil {
+		cp.log.Warn("deleting the ConfigMaps of a terminating namespace", "namespace", ns.Name, "err", err)
+	}
+	done := ns.DeepCopy()
+	done.Spec.Finalizers = nil
+	if _, err := cp.Client.CoreV1().Namespaces().Finalize(ctx, done, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+		cp.log.Warn("finalizing a terminating namespace", "namespace", ns.Name, "err", err)
 	}
 }
 

@@ -31,12 +31,15 @@ type runFlags struct {
 	// workloads as the tuned node's kubelet would.
 	tuneState string
 	gate      gate.Flags
+	// runtimeClass is the workload pods' RuntimeClass with --node.
+	runtimeClass string
 }
 
 // register adds the flags; who names what --runtime runs, traceHelp what --trace records, and
 // scratch says whether the scenario writes files (--scratch-dir).
 func (rf *runFlags) register(f *pflag.FlagSet, who, traceHelp string, scratch bool) {
 	f.StringVar(&rf.runtime, "runtime", string(launch.RuntimeProcess), "how "+who+" run: process (a child process in a cgroup), runc (a container) or runsc (a gVisor sandbox); the root filesystem is the nodectl binary alone")
+	f.StringVar(&rf.runtimeClass, "runtime-class", "", "with --node: the workload pods' RuntimeClass (default: gvisor for --runtime runsc, else the cluster's default runtime)")
 	f.StringVar(&rf.opts.RunscPlatform, "runsc-platform", "", "gVisor platform for --runtime runsc: systrap, ptrace or kvm; default systrap where runsc has it, else ptrace")
 	f.BoolVar(&rf.opts.Trace, "trace", false, "trace with eBPF: "+traceHelp)
 	f.StringVar(&rf.opts.Out, "out", "", "run directory to write (must not exist or be empty); default "+st.DefaultRunsDir+"/<run-id>")
@@ -74,6 +77,9 @@ func (rf *runFlags) check() error {
 // and the privileges; with --trace, those of eBPF), points progress and logs at the command's
 // stderr, and returns the context that SIGINT and SIGTERM cancel.
 func (rf *runFlags) start(cmd *cobra.Command, name, why string) (context.Context, func(), error) {
+	if rf.runtimeClass != "" {
+		return nil, nil, fmt.Errorf("--runtime-class %s: only with --node (a run of pods); here --runtime says how workloads run", rf.runtimeClass)
+	}
 	if rf.opts.Interval < 100*time.Millisecond {
 		return nil, nil, fmt.Errorf("--interval %s: must be at least 100ms", rf.opts.Interval)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nodectl/nodectl/agent/daemons"
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/internal/badvalue"
 	"github.com/nodectl/nodectl/rundir"
 	st "github.com/nodectl/nodectl/stress"
@@ -70,8 +71,17 @@ sets the cgroup's CPU weight as the kubelet does: below its limit, a workload ge
 of a contended CPU, no more. Workloads with neither keep the kernel's default weight.
 System daemons running on the node (--daemons) are followed in their own cgroups, which the
 run samples and traces but never changes. --node-memory puts every workload under one memory
-limit, as a node's memory bounds its pods: neighbours that fill it make the victim reclaim.`,
+limit, as a node's memory bounds its pods: neighbours that fill it make the victim reclaim.
+
+With --node NODE the victim and the hogs are pods on that node of the cluster, made through the
+API server in a namespace of the run's own (nodectl-<run-id>), with the limits and requests
+asked for (so their QoS class) and --runtime-class (gvisor for --runtime runsc), running the
+node's agent's image. The node's agent records them; the window is pulled into --out (default
+under the temporary directory) and explained with the pods named. The pods and the namespace
+are deleted on every exit path; 'nodectl --node NODE stress clean' removes what a killed
+nodectl left. It needs deploy/base's ClusterRole nodectl-stress and Role nodectl-user.`,
 		Example: `  sudo nodectl stress noisy --hog cpu,count=2 --hog disk --trace
+  nodectl --node gke-pool-1-abcd stress noisy --hog cpu,count=2,cpu=1 --victim-cpu 500m --runtime runsc
   sudo nodectl stress noisy --victim-cpu 250m --hog cpu,count=4,cpu=1 --trace -o json
   sudo nodectl stress noisy --node-memory 256Mi --hog memory,memory=224Mi --trace`,
 		Args: cobra.NoArgs,
@@ -122,6 +132,9 @@ limit, as a node's memory bounds its pods: neighbours that fill it make the vict
 			if cfg.Duration < time.Second {
 				return fmt.Errorf("--duration %s: must be at least 1s", cfg.Duration)
 			}
+			if remote.FromCommand(cmd).Node != "" {
+				return clusterNoisy(cmd, &rf, cfg)
+			}
 			ctx, stop, err := rf.start(cmd, "nodectl stress noisy", "creating cgroups and moving workloads into them")
 			if err != nil {
 				return err
@@ -148,7 +161,7 @@ limit, as a node's memory bounds its pods: neighbours that fill it make the vict
 	f.Lookup("heartbeat").NoOptDefVal = "1s"
 	f.StringVar(&daemonList, "daemons", strings.Join(daemons.Default, ","), "system daemons to follow as workloads, by program name, comma-separated: each one's cgroup is sampled and traced in both phases; \"\" or none follows none")
 	rf.register(f, "the victim and the hogs", "run queue with the preempting cgroup, fsync and block I/O per cgroup, reclaim and OOM kills", true)
-	return cmd
+	return remote.Supports(cmd)
 }
 
 func countHogs(hs []st.HogSpec) int {
@@ -200,11 +213,17 @@ directory, the nodectl-<run-id> directories it made below --target or target= di
 its swap file (turned off first) and the sysctls it changed (restored), its state, and the
 tracefs mount it made for its fsync tracer (unless another run is live); with RUN_IDs, only
 those runs'. Runs whose nodectl
-process is still alive are left alone unless --all is given.`,
+process is still alive are left alone unless --all is given.
+
+With --node NODE it deletes, through the API server, the namespaces and pods of every stress
+run of pods on that node ('nodectl --node NODE stress ...' labels them).`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, ids []string) error {
 			if err := clix.CheckOutput(output); err != nil {
 				return err
+			}
+			if node := remote.FromCommand(cmd).Node; node != "" {
+				return cleanNode(cmd, node, ids, output)
 			}
 			if err := clix.Need("nodectl stress clean", map[int]string{clix.CapSysAdmin: "removing cgroups and killing their processes"}); err != nil {
 				return err
@@ -232,5 +251,5 @@ process is still alive are left alone unless --all is given.`,
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	clix.HostPathFlags(cmd.Flags(), &paths.FS)
 	clix.RunPathFlags(cmd.Flags(), &paths)
-	return cmd
+	return remote.Supports(cmd)
 }

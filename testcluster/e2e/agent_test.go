@@ -57,7 +57,7 @@ func TestAgentOnARealNode(t *testing.T) {
 	if bin == "" || image == "" || tag == "" {
 		t.Fatal("NODECTL_BIN, NODECTL_IMAGE and NODECTL_IMAGE_TAG are not set: run make test-cluster (it builds bin/nodectl and its image)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	if err := c.Node.ImportImage(ctx, image); err != nil {
 		t.Fatal(err)
@@ -166,6 +166,7 @@ func TestAgentOnARealNode(t *testing.T) {
 	})
 	t.Run("node_flag_through_the_api_server", func(t *testing.T) { checkRemote(ctx, t, c, bin, from, to, phase) })
 	stopPods(ctx, t, c.Client, "victim", "hog-runc", "hog-gvisor")
+	t.Run("stress_runs_as_pods", func(t *testing.T) { checkStressPods(ctx, t, c, bin) })
 
 	t.Run("kubelet_stopped_gives_lease_late", func(t *testing.T) {
 		pid := c.Node.KubeletPID()

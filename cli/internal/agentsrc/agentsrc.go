@@ -143,6 +143,11 @@ func (d *dataDir) Export(_ context.Context, w agentd.Window, dir string) error {
 
 func (d *dataDir) Close() error { return nil }
 
+// FromClient is the recorder of an agent already connected to; its Close closes closer.
+func FromClient(c agentv1.AgentClient, closer io.Closer) Recorder {
+	return &remoteAgent{c: c, closer: closer}
+}
+
 // remoteAgent asks the running agent.
 type remoteAgent struct {
 	c      agentv1.AgentClient

@@ -1,0 +1,293 @@
+// Package podrun runs a stress scenario's workloads as real pods on one node of a cluster,
+// through the API server: a namespace of the run's own, pods pinned to the node with the
+// requests, limits and RuntimeClass asked for, running the agent's own image (the workload
+// bodies are in the nodectl binary), and everything deleted on every exit path. A run's
+// namespace is labelled with the run and the node, so that Clean finds what a killed CLI left.
+package podrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodectl/nodectl/cli/internal/remote"
+)
+
+// Labels of a run's namespace and pods.
+const (
+	LabelRun     = "nodectl.io/run"
+	LabelNode    = "nodectl.io/node"
+	LabelPartOf  = "app.kubernetes.io/part-of"
+	LabelPartVal = "nodectl-stress"
+	// workDir is each pod's emptyDir, where the victim and the disk hogs write: the node's
+	// disk, as a pod's writable layer or emptyDir is.
+	workDir = "/work"
+)
+
+// Permissions a run needs beyond reaching the agent: its namespace and its pods.
+func permissions() []remote.Permission {
+	return []remote.Permission{
+		{Verb: "create", Resource: "namespaces"}, {Verb: "delete", Resource: "namespaces"}, {Verb: "list", Resource: "namespaces"},
+		{Verb: "create", Resource: "pods"}, {Verb: "delete", Resource: "pods"}, {Verb: "list", Resource: "pods"},
+		{Verb: "get", Resource: "nodes"},
+	}
+}
+
+// Spec is one workload pod.
+type Spec struct {
+	Name            string   // the pod's name and its container's
+	Args            []string // the nodectl command line: workload <kind> ...
+	CPULimitMilli   int64
+	CPURequestMilli int64
+	MemoryLimit     int64
+	RuntimeClass    string // "" for the cluster's default runtime
+}
+
+// Run is a run's namespace on a node.
+type Run struct {
+	ID, Namespace, Node, Image string
+	c                          *remote.Cluster
+	progress                   io.Writer
+}
+
+// Progress is where the run tells what it does.
+func (r *Run) Progress() io.Writer { return r.progress }
+
+// Start checks the user's rights, finds the node's agent pod (whose image the workloads run)
+// and creates the run's namespace.
+func Start(ctx context.Context, c *remote.Cluster, node, id string, progress io.Writer) (*Run, error) {
+	if err := c.Require(ctx, "a stress run through the API server", permissions()...); err != nil {
+		return nil, err
+	}
+	agent, err := c.AgentPod(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	image := ""
+	for _, ctr := range agent.Spec.Containers {
+		if ctr.Name == "agent" {
+			image = ctr.Image
+		}
+	}
+	if image == "" {
+		return nil, fmt.Errorf("agent pod %s/%s has no container named agent: deploy it from deploy/base", agent.Namespace, agent.Name)
+	}
+	r := &Run{ID: id, Namespace: "nodectl-" + id, Node: node, Image: image, c: c, progress: progress}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.Namespace, Labels: r.labels()}}
+	if err := c.CreateNamespace(ctx, ns); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(progress, "namespace %s on node %s, image %s\n", r.Namespace, node, image)
+	return r, nil
+}
+
+func (r *Run) labels() map[string]string {
+	return map[string]string{LabelRun: r.ID, LabelNode: r.Node, LabelPartOf: LabelPartVal}
+}
+
+// Launch creates s's pod on the node.
+func (r *Run) Launch(ctx context.Context, s Spec) error {
+	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}}
+	if s.CPULimitMilli > 0 {
+		res.Limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(s.CPULimitMilli, resource.DecimalSI)
+	}
+	if s.CPURequestMilli > 0 {
+		res.Requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(s.CPURequestMilli, resource.DecimalSI)
+	}
+	if s.MemoryLimit > 0 {
+		res.Limits[corev1.ResourceMemory] = *resource.NewQuantity(s.MemoryLimit, resource.BinarySI)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: r.Namespace, Labels: r.labels()},
+		Spec: corev1.PodSpec{
+			// Pinned: the scheduler is not asked (the node is the one under test, full or not).
+			NodeName:      r.Node,
+			RestartPolicy: corev1.RestartPolicyNever,
+			// A deleted workload has nothing to save.
+			TerminationGracePeriodSeconds: new(int64(1)),
+			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			AutomountServiceAccountToken:  new(false),
+			Containers: []corev1.Container{{
+				Name: s.Name, Image: r.Image, ImagePullPolicy: corev1.PullIfNotPresent,
+				Args: s.Args, Resources: res,
+				VolumeMounts: []corev1.VolumeMount{{Name: "work", MountPath: workDir}},
+			}},
+			Volumes: []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		},
+	}
+	if s.RuntimeClass != "" {
+		pod.Spec.RuntimeClassName = &s.RuntimeClass
+	}
+	// A new namespace's default ServiceAccount, which admission wants, is made by a
+	// controller right after the namespace: wait for it a little.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		err := r.c.CreatePod(ctx, pod)
+		if err == nil {
+			break
+		}
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "serviceaccount") || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WorkDir is where a workload pod may write.
+func WorkDir() string { return workDir }
+
+// WaitRunning waits until every pod named is running, and fails as soon as one cannot: it
+// failed, or its container waits for a reason that will not pass (an image that cannot be
+// pulled, a RuntimeClass the node lacks).
+func (r *Run) WaitRunning(ctx context.Context, names ...string) error {
+	for {
+		pods, err := r.c.ListPods(ctx, r.Namespace)
+		if err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range pods {
+			if !slices.Contains(names, p.Name) {
+				continue
+			}
+			if err := podFailed(&p); err != nil {
+				return err
+			}
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		if running == len(names) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for pods %s to run: %w", strings.Join(names, ", "), context.Cause(ctx))
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Check fails when a pod of the run stopped running.
+func (r *Run) Check(ctx context.Context) error {
+	pods, err := r.c.ListPods(ctx, r.Namespace)
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		if err := podFailed(&p); err != nil {
+			return err
+		}
+		if p.Status.Phase == corev1.PodSucceeded {
+			return fmt.Errorf("pod %s/%s exited", p.Namespace, p.Name)
+		}
+	}
+	return nil
+}
+
+// stuckReasons are container waiting reasons that do not pass by waiting.
+var stuckReasons = []string{"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError", "RunContainerError", "CrashLoopBackOff"}
+
+func podFailed(p *corev1.Pod) error {
+	if p.Status.Phase == corev1.PodFailed {
+		return fmt.Errorf("pod %s/%s failed: %s %s", p.Namespace, p.Name, p.Status.Reason, p.Status.Message)
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && slices.Contains(stuckReasons, w.Reason) {
+			return fmt.Errorf("pod %s/%s cannot run: %s: %s", p.Namespace, p.Name, w.Reason, w.Message)
+		}
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			return fmt.Errorf("pod %s/%s exited with %d: %s %s", p.Namespace, p.Name, t.ExitCode, t.Reason, t.Message)
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return fmt.Errorf("pod %s/%s cannot be placed: %s", p.Namespace, p.Name, c.Message)
+		}
+	}
+	return nil
+}
+
+// Delete removes the run's pods and namespace, and waits until the pods are gone. It is meant
+// for a context of its own: the run's may be the one that ended.
+func (r *Run) Delete(ctx context.Context) error {
+	return deleteNamespace(ctx, r.c, r.Namespace, r.progress)
+}
+
+// deleteNamespace deletes the pods of a run's namespace (a second grace, then at once), waits
+// until they are gone, then deletes the namespace. Deleting the pods first does not wait for
+// the namespace's controller, and tells when they are gone.
+func deleteNamespace(ctx context.Context, c *remote.Cluster, ns string, progress io.Writer) error {
+	fmt.Fprintf(progress, "deleting namespace %s\n", ns)
+	grace := int64(1)
+	forcedAt := time.Now().Add(30 * time.Second)
+	for {
+		pods, err := c.ListPods(ctx, ns)
+		if err != nil {
+			return err
+		}
+		if len(pods) == 0 {
+			break
+		}
+		if time.Now().After(forcedAt) {
+			grace = 0
+		}
+		for _, p := range pods {
+			if p.DeletionTimestamp == nil || grace == 0 {
+				if err := c.DeletePod(ctx, ns, p.Name, grace); err != nil && !apierrors.IsNotFound(err) {
+					return fmt.Errorf("deleting pod %s/%s: %w", ns, p.Name, err)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("deleting the pods of namespace %s: %w (run: nodectl stress clean --node NODE)", ns, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+	if err := c.DeleteNamespace(ctx, ns); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting namespace %s: %w", ns, err)
+	}
+	// The namespace's controller finishes it; a short wait says when it did.
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		if _, err := c.GetNamespace(ctx, ns); apierrors.IsNotFound(err) {
+			return nil
+		}
+	}
+	fmt.Fprintf(progress, "namespace %s is terminating (its pods are gone; the namespace controller removes it)\n", ns)
+	return nil
+}
+
+// Clean deletes every run's namespace left on node (all nodes when node is ""), and returns
+// their names.
+func Clean(ctx context.Context, c *remote.Cluster, node string, progress io.Writer) ([]string, error) {
+	if err := c.Require(ctx, "cleaning stress runs through the API server", permissions()...); err != nil {
+		return nil, err
+	}
+	sel := LabelPartOf + "=" + LabelPartVal
+	if node != "" {
+		sel += "," + LabelNode + "=" + node
+	}
+	list, err := c.ListNamespaces(ctx, sel)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, ns := range list {
+		if err := deleteNamespace(ctx, c, ns.Name, progress); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, ns.Name)
+	}
+	return removed, errors.Join(errs...)
+}

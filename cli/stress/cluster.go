@@ -1,0 +1,229 @@
+package stress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodectl/nodectl/agentd"
+	"github.com/nodectl/nodectl/cli/internal/agentsrc"
+	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/podrun"
+	"github.com/nodectl/nodectl/cli/internal/remote"
+	"github.com/nodectl/nodectl/rundir"
+	st "github.com/nodectl/nodectl/stress"
+	"github.com/nodectl/nodectl/stress/launch"
+	"github.com/nodectl/nodectl/stress/workload"
+)
+
+// Flags of a local run that mean nothing for a run of pods on --node: the node's agent traces
+// and samples, and the kubelet makes the cgroups.
+var localOnlyFlags = []string{"node-memory", "heartbeat", "daemons", "interval", "runsc-platform", "cgroupfs", "procfs", "sysfs", "tracefs", "scratch-dir", "state-dir"}
+
+// checkClusterFlags refuses the flags that do not apply to a run of pods.
+func checkClusterFlags(cmd *cobra.Command) error {
+	for _, name := range localOnlyFlags {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+			return fmt.Errorf("--%s: not with --%s (the node's agent records the run, and the kubelet makes its cgroups)", name, remote.FlagNode)
+		}
+	}
+	return nil
+}
+
+// runtimeClass is the RuntimeClass of the workload pods: --runtime-class, else GKE's name of
+// gVisor's for --runtime runsc, else the cluster's default runtime.
+func runtimeClass(rt launch.Runtime, class string) string {
+	if class == "" && rt == launch.RuntimeRunsc {
+		return "gvisor"
+	}
+	return class
+}
+
+// clusterNoisy runs noisy's victim and hogs as pods on --node, has the node's agent record
+// them, pulls the window to a run directory and explains it.
+func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
+	if err := checkClusterFlags(cmd); err != nil {
+		return err
+	}
+	node := remote.FromCommand(cmd).Node
+	c, err := remote.Connect(remote.FromCommand(cmd))
+	if err != nil {
+		return err
+	}
+	ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
+	defer stop()
+	progress := cmd.ErrOrStderr()
+	id := st.NewRunID("noisy")
+	out := rf.opts.Out
+	if out == "" {
+		out = filepath.Join(os.TempDir(), "nodectl-runs", id)
+	}
+	// The agent first: a run it cannot record is not started.
+	agent, closer, err := c.DialAgent(ctx, node)
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+	ncpu, err := c.NodeCPUs(ctx, node)
+	if err != nil {
+		return err
+	}
+	run, err := podrun.Start(ctx, c, node, id, progress)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Ctrl-C or a failure ended ctx: the pods still go, with a context of their own.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+		defer cancel()
+		if derr := run.Delete(dctx); derr != nil {
+			fmt.Fprintf(progress, "nodectl: %v\n", derr)
+		}
+	}()
+
+	class := runtimeClass(rf.opts.Runtime, rf.runtimeClass)
+	if cfg.VictimWorkRounds == 0 {
+		cfg.VictimWorkRounds = workload.DefaultWorkRounds
+	}
+	if cfg.VictimWriteBytes == 0 {
+		cfg.VictimWriteBytes = workload.DefaultWriteBytes
+	}
+	cfg.Interval = time.Second
+	victim := podrun.Spec{Name: rundir.KindVictim, CPULimitMilli: cfg.VictimCPUMilli, CPURequestMilli: cfg.VictimCPURequestMilli,
+		MemoryLimit: cfg.VictimMemBytes, RuntimeClass: class,
+		Args: workload.Command{Run: id, Config: st.NoisyWorkload(cfg, rundir.KindVictim, st.HogSpec{}, podrun.WorkDir(), ncpu)}.Args()}
+	var hogs []podrun.Spec
+	n := map[string]int{}
+	for _, h := range cfg.Hogs {
+		if h.Target != "" {
+			return fmt.Errorf("--hog %s,target=%s: not with --%s (a pod writes to its own emptyDir on the node's disk)", h.Kind, h.Target, remote.FlagNode)
+		}
+		for range h.Count {
+			name := fmt.Sprintf("%s-hog-%d", h.Kind, n[h.Kind])
+			n[h.Kind]++
+			hogs = append(hogs, podrun.Spec{Name: name, CPULimitMilli: h.CPUMilli, CPURequestMilli: h.CPURequestMilli, MemoryLimit: h.MemBytes, RuntimeClass: class,
+				Args: workload.Command{Run: id, Config: st.NoisyWorkload(cfg, h.Kind, h, podrun.WorkDir(), ncpu)}.Args()})
+		}
+	}
+
+	fmt.Fprintf(progress, "noisy on node %s: victim alone %s, then next to %d hog pod(s) %s\n", node, cfg.Baseline, len(hogs), cfg.Duration)
+	if err := launchAndWait(ctx, run, victim); err != nil {
+		return err
+	}
+	baselineFrom := time.Now()
+	if err := hold(ctx, run, cfg.Baseline, "baseline"); err != nil {
+		return err
+	}
+	if err := launchAndWait(ctx, run, hogs...); err != nil {
+		return err
+	}
+	from := time.Now()
+	if err := hold(ctx, run, cfg.Duration, "stress"); err != nil {
+		return err
+	}
+	to := time.Now()
+	// The agent's last samples of the window land within an interval or two.
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %v", st.ErrInterrupted, context.Cause(ctx))
+	case <-time.After(3 * time.Second):
+	}
+	fmt.Fprintf(progress, "collecting the window from the node's agent into %s\n", out)
+	rec := agentsrc.FromClient(agent, closer)
+	w := agentd.Window{BaselineFrom: baselineFrom, From: from, To: to}
+	if err := rec.Export(ctx, w, out); err != nil {
+		os.RemoveAll(out)
+		return err
+	}
+	fmt.Fprintf(progress, "run directory: %s\n", out)
+	rep, err := analyzeRun(out)
+	if err != nil {
+		return err
+	}
+	return rf.report(rep, "noisy", func() error { return clix.Render(cmd.OutOrStdout(), rep, rf.output) })
+}
+
+// launchAndWait creates the pods and waits until they run (at most podStartTimeout).
+func launchAndWait(ctx context.Context, run *podrun.Run, specs ...podrun.Spec) error {
+	if len(specs) == 0 {
+		return nil
+	}
+	var names []string
+	for _, s := range specs {
+		if err := run.Launch(ctx, s); err != nil {
+			return err
+		}
+		names = append(names, s.Name)
+	}
+	wctx, cancel := context.WithTimeout(ctx, podStartTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := run.WaitRunning(wctx, names...); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: %v", st.ErrInterrupted, context.Cause(ctx))
+		}
+		return err
+	}
+	fmt.Fprintf(run.Progress(), "running: %s (%s)\n", strings.Join(names, ", "), time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// podStartTimeout bounds a pod's start: an image pull included.
+const podStartTimeout = 3 * time.Minute
+
+// hold lets a phase run for d, checking every few seconds that no pod failed.
+func hold(ctx context.Context, run *podrun.Run, d time.Duration, phase string) error {
+	fmt.Fprintf(run.Progress(), "%s: %s\n", phase, d)
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w during %s: %v", st.ErrInterrupted, phase, context.Cause(ctx))
+		case <-time.After(min(2*time.Second, time.Until(end))):
+		}
+		if err := run.Check(ctx); err != nil {
+			return fmt.Errorf("during %s: %w", phase, err)
+		}
+	}
+	return nil
+}
+
+// cleanNode deletes what runs of pods left on node.
+func cleanNode(cmd *cobra.Command, node string, ids []string, output string) error {
+	if len(ids) > 0 {
+		return fmt.Errorf("RUN_ID with --%s: it removes every run of pods left on the node", remote.FlagNode)
+	}
+	for _, name := range []string{"all", "cgroupfs", "procfs", "sysfs", "tracefs", "scratch-dir", "state-dir"} {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+			return fmt.Errorf("--%s: not with --%s", name, remote.FlagNode)
+		}
+	}
+	c, err := remote.Connect(remote.FromCommand(cmd))
+	if err != nil {
+		return err
+	}
+	removed, err := podrun.Clean(cmd.Context(), c, node, cmd.ErrOrStderr())
+	if output == "json" {
+		if removed == nil {
+			removed = []string{}
+		}
+		if jerr := json.NewEncoder(cmd.OutOrStdout()).Encode(map[string][]string{"removed": removed}); jerr != nil {
+			return errors.Join(err, jerr)
+		}
+		return err
+	}
+	for _, ns := range removed {
+		fmt.Fprintf(cmd.OutOrStdout(), "removed namespace %s\n", ns)
+	}
+	if len(removed) == 0 && err == nil {
+		fmt.Fprintln(cmd.OutOrStdout(), "nothing to clean")
+	}
+	return err
+}

@@ -1,0 +1,170 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/testcluster"
+)
+
+// checkStressPods runs `stress noisy` as pods on the node through the API server, as a person
+// with a kubeconfig would, and holds it to its findings, its exit code under --fail-on, and to
+// leaving nothing behind: after a whole run, and after the CLI is killed and `stress clean
+// --node` runs.
+func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, bin string) {
+	node := testcluster.NodeName
+	cmdOf := func(args ...string) *exec.Cmd {
+		return exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.KubeconfigPath, "--node", node}, args...)...)
+	}
+	podCgroupsBefore := podCgroups(t)
+
+	t.Run("noisy_names_the_hog_pods", func(t *testing.T) {
+		junit := filepath.Join(t.TempDir(), "findings.xml")
+		cmd := cmdOf("stress", "noisy", "--hog", "cpu,count=2", "--baseline", "20s", "--duration", "20s",
+			"--out", filepath.Join(t.TempDir(), "run"), "-o", "json", "--fail-on", "warning", "--junit", junit)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		t.Logf("stress noisy --node:\n%s", stderr.String())
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		var rep analyzer.Report
+		if jerr := json.Unmarshal(stdout.Bytes(), &rep); jerr != nil {
+			t.Fatalf("stress noisy --node -o json (exit %d): %v\n%s", code, jerr, stdout.String())
+		}
+		ns := runNamespace(t, stderr.String())
+		victim := ns + "/victim/victim"
+		f := findingOf(rep, analyzer.IDCPUContention)
+		if f == nil || f.Victim != victim {
+			t.Fatalf("no cpu-contention of %s: %s", victim, summarize(rep))
+		}
+		for _, hog := range []string{ns + "/cpu-hog-0/cpu-hog-0", ns + "/cpu-hog-1/cpu-hog-1"} {
+			if !slices.Contains(f.Culprits, hog) {
+				t.Errorf("cpu-contention of %s names %v, not %s", victim, f.Culprits, hog)
+			}
+		}
+		want := 0
+		if analyzer.SeverityRank(rep.Worst()) >= analyzer.SeverityRank(analyzer.SeverityWarning) {
+			want = 3
+		}
+		if code != want {
+			t.Errorf("exit %d with --fail-on warning and findings no worse than %q, want %d", code, rep.Worst(), want)
+		}
+		if b, err := os.ReadFile(junit); err != nil || !bytes.Contains(b, []byte(analyzer.IDCPUContention+": "+victim)) {
+			t.Errorf("the JUnit file does not have the finding (%v):\n%s", err, b)
+		}
+		waitGone(ctx, t, c, ns, podCgroupsBefore)
+	})
+
+	t.Run("killed_cli_then_clean", func(t *testing.T) {
+		cmd := cmdOf("stress", "noisy", "--hog", "cpu", "--baseline", "10m", "--duration", "10m")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		// Once the victim runs, the CLI dies without a chance to clean.
+		var ns string
+		for deadline := time.Now().Add(2 * time.Minute); ns == ""; time.Sleep(time.Second) {
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatalf("the victim pod did not run:\n%s", stderr.String())
+			}
+			if !strings.Contains(stderr.String(), "running: victim") {
+				continue
+			}
+			ns = runNamespace(t, stderr.String())
+		}
+		if err := syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		if _, err := c.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
+			t.Fatalf("namespace %s after the kill: %v, want it left behind for clean", ns, err)
+		}
+		out, err := cmdOf("stress", "clean").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "removed namespace "+ns) {
+			t.Errorf("stress clean --node: %v\n%s", err, out)
+		}
+		waitGone(ctx, t, c, ns, podCgroupsBefore)
+		if out, err := cmdOf("stress", "clean").CombinedOutput(); err != nil || !strings.Contains(string(out), "nothing to clean") {
+			t.Errorf("a second stress clean --node: %v\n%s", err, out)
+		}
+	})
+}
+
+// runNamespace is the run's namespace, as the CLI's progress names it.
+func runNamespace(t *testing.T, progress string) string {
+	t.Helper()
+	m := regexp.MustCompile(`namespace (nodectl-\S+) on node`).FindStringSubmatch(progress)
+	if m == nil {
+		t.Fatalf("the progress names no namespace:\n%s", progress)
+	}
+	return m[1]
+}
+
+// waitGone waits until the run's namespace and pods are gone from the API server and the
+// kubelet removed their cgroups (the pod cgroups left are those there before the run).
+func waitGone(ctx context.Context, t *testing.T, c *testcluster.Cluster, ns string, before []string) {
+	t.Helper()
+	var last string
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		_, nsErr := c.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		var extra []string
+		for _, cg := range podCgroups(t) {
+			if !slices.Contains(before, cg) {
+				extra = append(extra, cg)
+			}
+		}
+		switch {
+		case err != nil || len(pods.Items) > 0:
+			last = "pods left"
+		case !apierrors.IsNotFound(nsErr):
+			last = "namespace left"
+		case len(extra) > 0:
+			last = "pod cgroups left: " + strings.Join(extra, ", ")
+		default:
+			return
+		}
+	}
+	t.Errorf("after the run of namespace %s: %s", ns, last)
+}
+
+// podCgroups are the kubelet's pod cgroups on the node (cpu hierarchy).
+func podCgroups(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	root := filepath.Join("/sys/fs/cgroup/cpu", testcluster.CgroupRoot)
+	filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && strings.HasPrefix(d.Name(), "pod") {
+			out = append(out, strings.TrimPrefix(path, root))
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return out
+}
