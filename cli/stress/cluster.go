@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/agentd"
+	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
 	"github.com/nodectl/nodectl/cli/internal/clix"
 	"github.com/nodectl/nodectl/cli/internal/podrun"
@@ -65,6 +66,10 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 	if out == "" {
 		out = filepath.Join(os.TempDir(), "nodectl-runs", id)
 	}
+	// Checked now, not after the run: a run directory is made new (or in an empty directory).
+	if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 {
+		return fmt.Errorf("--out %s: not empty", out)
+	}
 	// The agent first: a run it cannot record is not started.
 	agent, closer, err := c.DialAgent(ctx, node)
 	if err != nil {
@@ -100,6 +105,7 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 		MemoryLimit: cfg.VictimMemBytes, RuntimeClass: class,
 		Args: workload.Command{Run: id, Config: st.NoisyWorkload(cfg, rundir.KindVictim, st.HogSpec{}, podrun.WorkDir(), ncpu)}.Args()}
 	var hogs []podrun.Spec
+	kinds := map[string]string{victim.Name: rundir.KindVictim}
 	n := map[string]int{}
 	for _, h := range cfg.Hogs {
 		if h.Target != "" {
@@ -108,6 +114,7 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 		for range h.Count {
 			name := fmt.Sprintf("%s-hog-%d", h.Kind, n[h.Kind])
 			n[h.Kind]++
+			kinds[name] = h.Kind
 			hogs = append(hogs, podrun.Spec{Name: name, CPULimitMilli: h.CPUMilli, CPURequestMilli: h.CPURequestMilli, MemoryLimit: h.MemBytes, RuntimeClass: class,
 				Args: workload.Command{Run: id, Config: st.NoisyWorkload(cfg, h.Kind, h, podrun.WorkDir(), ncpu)}.Args()})
 		}
@@ -135,10 +142,10 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 		return fmt.Errorf("%w: %v", st.ErrInterrupted, context.Cause(ctx))
 	case <-time.After(3 * time.Second):
 	}
-	fmt.Fprintf(progress, "collecting the window from the node's agent into %s\n", out)
-	rec := agentsrc.FromClient(agent, closer)
+	fmt.Fprintf(progress, "collecting the window from the node's agent and the pods' measurements into %s\n", out)
 	w := agentd.Window{BaselineFrom: baselineFrom, From: from, To: to}
-	if err := rec.Export(ctx, w, out); err != nil {
+	if err := collect(ctx, agent, run, w, out, append([]podrun.Spec{victim}, hogs...), kinds); err != nil {
+		// A half-written run is no run; out was new or empty.
 		os.RemoveAll(out)
 		return err
 	}
@@ -226,4 +233,75 @@ func cleanNode(cmd *cobra.Command, node string, ids []string, output string) err
 		fmt.Fprintln(cmd.OutOrStdout(), "nothing to clean")
 	}
 	return err
+}
+
+// collect writes the run directory: the agent's window, with the victim under examination,
+// and the workload pods' own measurements (the victim probe's), each pod a workload of the run
+// named as the agent names it (namespace/pod/container) and of its kind.
+func collect(ctx context.Context, agent agentv1.AgentClient, run *podrun.Run, w agentd.Window, out string, specs []podrun.Spec, kinds map[string]string) error {
+	resp, err := agent.GetMeta(ctx, &agentv1.GetMetaRequest{})
+	if err != nil {
+		return err
+	}
+	var now rundir.Meta
+	if err := json.Unmarshal([]byte(resp.GetMetaJson()), &now); err != nil {
+		return fmt.Errorf("reading the agent's meta: %w", err)
+	}
+	cgroups := map[string]string{}
+	for _, p := range now.Pods {
+		cgroups[p.Name] = p.Cgroup
+	}
+	var workloads []rundir.Workload
+	for _, s := range specs {
+		name := run.Namespace + "/" + s.Name + "/" + s.Name
+		cg, ok := cgroups[name]
+		if !ok {
+			return fmt.Errorf("the node's agent does not know %s: is it the agent of this version, on Kubernetes (--kubeconfig or in a pod)?", name)
+		}
+		workloads = append(workloads, rundir.Workload{Name: name, Kind: kinds[s.Name], Cgroup: cg, CPU: st.FormatCPU(s.CPULimitMilli),
+			CPURequest: st.FormatCPU(s.CPURequestMilli), Memory: st.FormatSize(s.MemoryLimit), Runtime: s.RuntimeClass})
+	}
+	w.Cgroup = workloads[0].Cgroup
+
+	tmp, err := os.MkdirTemp("", "nodectl-window-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	window := filepath.Join(tmp, "window")
+	if err := agentsrc.FromClient(agent, nil).Export(ctx, w, window); err != nil {
+		return err
+	}
+	got, err := rundir.Open(window)
+	if err != nil {
+		return err
+	}
+	meta := got.Meta
+	meta.ID, meta.Args = run.ID, os.Args
+	for _, d := range got.Meta.Workloads {
+		if d.Kind == rundir.KindDaemon {
+			workloads = append(workloads, d)
+		}
+	}
+	meta.Workloads = workloads
+	recs := got.Records
+	for i, s := range specs {
+		ms, err := run.Measurements(ctx, s.Name)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			v := m.Value
+			recs = append(recs, rundir.Record{Type: rundir.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: workloads[i].Cgroup, Workload: workloads[i].Name, Value: &v})
+		}
+	}
+	wr, err := rundir.Create(out, meta)
+	if err != nil {
+		return err
+	}
+	if err := wr.Append(recs...); err != nil {
+		wr.Close()
+		return err
+	}
+	return wr.Close()
 }

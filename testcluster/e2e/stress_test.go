@@ -59,6 +59,7 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 		if f == nil || f.Victim != victim {
 			t.Fatalf("no cpu-contention of %s: %s", victim, summarize(rep))
 		}
+		t.Logf("%s %s: %s", f.ID, f.Severity, f.Summary)
 		for _, hog := range []string{ns + "/cpu-hog-0/cpu-hog-0", ns + "/cpu-hog-1/cpu-hog-1"} {
 			if !slices.Contains(f.Culprits, hog) {
 				t.Errorf("cpu-contention of %s names %v, not %s", victim, f.Culprits, hog)

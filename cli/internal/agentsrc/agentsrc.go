@@ -143,7 +143,8 @@ func (d *dataDir) Export(_ context.Context, w agentd.Window, dir string) error {
 
 func (d *dataDir) Close() error { return nil }
 
-// FromClient is the recorder of an agent already connected to; its Close closes closer.
+// FromClient is the recorder of an agent already connected to; its Close closes closer (nil:
+// nothing).
 func FromClient(c agentv1.AgentClient, closer io.Closer) Recorder {
 	return &remoteAgent{c: c, closer: closer}
 }
@@ -196,7 +197,12 @@ func (r *remoteAgent) Export(ctx context.Context, w agentd.Window, dir string) e
 	return w.Export(&querySource{ctx: ctx, c: r.c}, meta, dir)
 }
 
-func (r *remoteAgent) Close() error { return r.closer.Close() }
+func (r *remoteAgent) Close() error {
+	if r.closer == nil {
+		return nil
+	}
+	return r.closer.Close()
+}
 
 // querySource reads the recorder through the API's Query.
 type querySource struct {

@@ -6,7 +6,9 @@
 package podrun
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodectl/nodectl/cli/internal/remote"
+	"github.com/nodectl/nodectl/stress/workload"
 )
 
 // Labels of a run's namespace and pods.
@@ -38,7 +41,7 @@ func permissions() []remote.Permission {
 	return []remote.Permission{
 		{Verb: "create", Resource: "namespaces"}, {Verb: "delete", Resource: "namespaces"}, {Verb: "list", Resource: "namespaces"},
 		{Verb: "create", Resource: "pods"}, {Verb: "delete", Resource: "pods"}, {Verb: "list", Resource: "pods"},
-		{Verb: "get", Resource: "nodes"},
+		{Verb: "get", Resource: "pods", Subresource: "log"}, {Verb: "get", Resource: "nodes"},
 	}
 }
 
@@ -139,6 +142,23 @@ func (r *Run) Launch(ctx context.Context, s Spec) error {
 		}
 	}
 	return nil
+}
+
+// Measurements reads the measurements a workload pod wrote on its standard output (the
+// workload bodies' JSON lines, as a local run's launcher reads them); other lines are skipped.
+func (r *Run) Measurements(ctx context.Context, pod string) ([]workload.Measurement, error) {
+	b, err := r.c.PodLog(ctx, r.Namespace, pod, pod)
+	if err != nil {
+		return nil, err
+	}
+	var out []workload.Measurement
+	for line := range bytes.Lines(b) {
+		var m workload.Measurement
+		if json.Unmarshal(line, &m) == nil && m.Metric != "" && !m.T.IsZero() {
+			out = append(out, m)
+		}
+	}
+	return out, nil
 }
 
 // WorkDir is where a workload pod may write.

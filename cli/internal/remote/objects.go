@@ -76,3 +76,13 @@ func (c *Cluster) NodeCPUs(ctx context.Context, name string) (int, error) {
 	cpu := n.Status.Capacity.Cpu()
 	return max(1, int(cpu.Value())), nil
 }
+
+// PodLog is the whole log of a pod's container so far.
+func (c *Cluster) PodLog(ctx context.Context, namespace, pod, container string) ([]byte, error) {
+	b, err := c.core.Get().Namespace(namespace).Resource("pods").Name(pod).SubResource("log").
+		Param("container", container).Do(ctx).Raw()
+	if err != nil {
+		return nil, c.apiError(err, "reading the log of "+namespace+"/"+pod)
+	}
+	return b, nil
+}
