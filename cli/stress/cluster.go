@@ -235,9 +235,10 @@ func cleanNode(cmd *cobra.Command, node string, ids []string, output string) err
 	return err
 }
 
-// collect writes the run directory: the agent's window, with the victim under examination,
-// and the workload pods' own measurements (the victim probe's), each pod a workload of the run
-// named as the agent names it (namespace/pod/container) and of its kind.
+// collect writes the run directory: the agent's window, with the victim under examination
+// (an observed workload), and the workload pods' own measurements (the victim probe's), each
+// pod a workload of the run named as the agent names it (namespace/pod/container), the hogs of
+// their kind.
 func collect(ctx context.Context, agent agentv1.AgentClient, run *podrun.Run, w agentd.Window, out string, specs []podrun.Spec, kinds map[string]string) error {
 	resp, err := agent.GetMeta(ctx, &agentv1.GetMetaRequest{})
 	if err != nil {
@@ -258,7 +259,14 @@ func collect(ctx context.Context, agent agentv1.AgentClient, run *podrun.Run, w 
 		if !ok {
 			return fmt.Errorf("the node's agent does not know %s: is it the agent of this version, on Kubernetes (--kubeconfig or in a pod)?", name)
 		}
-		workloads = append(workloads, rundir.Workload{Name: name, Kind: kinds[s.Name], Cgroup: cg, CPU: st.FormatCPU(s.CPULimitMilli),
+		kind := kinds[s.Name]
+		if kind == rundir.KindVictim {
+			// Examined as the agent examines a pod, from the kernel's side: the probe's
+			// readings are kept beside it, but the victim rules' baselines assume a run's
+			// own cgroups and phases, not an agent window's.
+			kind = rundir.KindObserved
+		}
+		workloads = append(workloads, rundir.Workload{Name: name, Kind: kind, Cgroup: cg, CPU: st.FormatCPU(s.CPULimitMilli),
 			CPURequest: st.FormatCPU(s.CPURequestMilli), Memory: st.FormatSize(s.MemoryLimit), Runtime: s.RuntimeClass})
 	}
 	w.Cgroup = workloads[0].Cgroup

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -55,8 +56,13 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 		}
 		ns := runNamespace(t, stderr.String())
 		victim := ns + "/victim/victim"
-		f := findingOf(rep, analyzer.IDCPUContention)
-		if f == nil || f.Victim != victim {
+		var f *analyzer.Finding
+		for i := range rep.Findings {
+			if rep.Findings[i].ID == analyzer.IDCPUContention && rep.Findings[i].Victim == victim {
+				f = &rep.Findings[i]
+			}
+		}
+		if f == nil {
 			t.Fatalf("no cpu-contention of %s: %s", victim, summarize(rep))
 		}
 		t.Logf("%s %s: %s", f.ID, f.Severity, f.Summary)
@@ -78,31 +84,42 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 		waitGone(ctx, t, c, ns, podCgroupsBefore)
 	})
 
-	t.Run("killed_cli_then_clean", func(t *testing.T) {
+	t.Run("interrupted_cli_cleans_up", func(t *testing.T) {
 		cmd := cmdOf("stress", "noisy", "--hog", "cpu", "--baseline", "10m", "--duration", "10m")
-		var stderr bytes.Buffer
+		var stderr lockedBuffer
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		// Once the victim runs, the CLI dies without a chance to clean.
-		var ns string
-		for deadline := time.Now().Add(2 * time.Minute); ns == ""; time.Sleep(time.Second) {
-			if time.Now().After(deadline) {
-				cmd.Process.Kill()
-				t.Fatalf("the victim pod did not run:\n%s", stderr.String())
-			}
-			if !strings.Contains(stderr.String(), "running: victim") {
-				continue
-			}
-			ns = runNamespace(t, stderr.String())
+		ns := waitProgress(t, cmd, &stderr, "running: victim")
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
 		}
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+			t.Errorf("stress noisy --node interrupted: %v, want exit 130\n%s", err, stderr.String())
+		}
+		// Gone without stress clean: the CLI deleted its pods before it exited.
+		if pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) > 0 {
+			t.Errorf("after the interrupted run: %v, %d pods left in %s\n%s", err, len(pods.Items), ns, stderr.String())
+		}
+		waitGone(ctx, t, c, ns, podCgroupsBefore)
+	})
+
+	t.Run("killed_cli_then_clean", func(t *testing.T) {
+		cmd := cmdOf("stress", "noisy", "--hog", "cpu", "--baseline", "10m", "--duration", "10m")
+		var stderr lockedBuffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Once the victim runs, the CLI dies without a chance to clean.
+		ns := waitProgress(t, cmd, &stderr, "running: victim")
 		if err := syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		<-done
+		cmd.Wait()
 		if _, err := c.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
 			t.Fatalf("namespace %s after the kill: %v, want it left behind for clean", ns, err)
 		}
@@ -115,6 +132,38 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 			t.Errorf("a second stress clean --node: %v\n%s", err, out)
 		}
 	})
+}
+
+// waitProgress waits until the running CLI's progress says want, and returns the run's
+// namespace; it kills the CLI and fails the test after two minutes.
+func waitProgress(t *testing.T, cmd *exec.Cmd, stderr *lockedBuffer, want string) string {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(stderr.String(), want); time.Sleep(500 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the CLI did not say %q:\n%s", want, stderr.String())
+		}
+	}
+	return runNamespace(t, stderr.String())
+}
+
+// lockedBuffer is a buffer a running command writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // runNamespace is the run's namespace, as the CLI's progress names it.
