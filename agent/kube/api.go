@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,16 +29,19 @@ type API interface {
 	WatchLeases(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error)
 }
 
-// scheme holds the types the agent reads, and meta/v1's options, Status and watch events.
+// scheme holds the types the agent reads and the CLI's --node sends (cli/internal/remote:
+// SelfSubjectAccessReviews), and meta/v1's options, Status and watch events.
 var (
-	scheme         = runtime.NewScheme()
-	codecs         = serializer.NewCodecFactory(scheme)
-	parameterCodec = runtime.NewParameterCodec(scheme)
+	scheme = runtime.NewScheme()
+	codecs = serializer.NewCodecFactory(scheme)
+	// ParameterCodec encodes the options of a request of a RESTClients client.
+	ParameterCodec = runtime.NewParameterCodec(scheme)
 )
 
 func init() {
 	utilruntime.Must(corev1.AddToScheme(scheme))
 	utilruntime.Must(coordinationv1.AddToScheme(scheme))
+	utilruntime.Must(authorizationv1.AddToScheme(scheme))
 	// The unversioned "v1" of a Status in an error response or a watch's Error event.
 	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
 }
@@ -47,33 +51,43 @@ type restAPI struct {
 	core, coordination *rest.RESTClient
 }
 
-// newRESTAPI makes the two groups' clients from cfg, as client-go's typed clients do, with
-// this package's scheme.
+// newRESTAPI makes the two groups' clients from cfg.
 func newRESTAPI(cfg *rest.Config) (*restAPI, error) {
+	cs, err := RESTClients(cfg, corev1.SchemeGroupVersion, coordinationv1.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
+	}
+	return &restAPI{core: cs[0], coordination: cs[1]}, nil
+}
+
+// RESTClients makes one REST client per API group from cfg, as client-go's typed clients do,
+// with this package's scheme (core/v1, coordination/v1, authorization/v1), sharing a
+// transport and one rate limiter, as one clientset does.
+func RESTClients(cfg *rest.Config, groups ...schema.GroupVersion) ([]*rest.RESTClient, error) {
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
 	}
 	shared := *cfg
 	if shared.RateLimiter == nil && shared.QPS > 0 {
-		// One budget for both groups, as one clientset has.
 		shared.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(shared.QPS, shared.Burst)
 	}
-	client := func(gv schema.GroupVersion, apiPath string) (*rest.RESTClient, error) {
+	out := make([]*rest.RESTClient, 0, len(groups))
+	for _, gv := range groups {
 		c := shared
 		c.GroupVersion = &gv
-		c.APIPath = apiPath
+		c.APIPath = "/apis"
+		if gv.Group == "" {
+			c.APIPath = "/api"
+		}
 		c.NegotiatedSerializer = codecs.WithoutConversion()
-		return rest.RESTClientForConfigAndClient(&c, hc)
+		rc, err := rest.RESTClientForConfigAndClient(&c, hc)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rc)
 	}
-	a := &restAPI{}
-	if a.core, err = client(corev1.SchemeGroupVersion, "/api"); err != nil {
-		return nil, err
-	}
-	if a.coordination, err = client(coordinationv1.SchemeGroupVersion, "/apis"); err != nil {
-		return nil, err
-	}
-	return a, nil
+	return out, nil
 }
 
 // timeout is a list's or watch's server-side timeout as the client's own, as the typed
@@ -89,32 +103,32 @@ func (a *restAPI) ListPods(ctx context.Context, opts metav1.ListOptions) (*corev
 	l := &corev1.PodList{}
 	// Protobuf, as the typed clients prefer for built-in types: less to decode than JSON.
 	err := a.core.Get().UseProtobufAsDefault().Resource("pods").
-		VersionedParams(&opts, parameterCodec).Timeout(timeout(opts)).Do(ctx).Into(l)
+		VersionedParams(&opts, ParameterCodec).Timeout(timeout(opts)).Do(ctx).Into(l)
 	return l, err
 }
 
 func (a *restAPI) WatchPods(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
 	return a.core.Get().UseProtobufAsDefault().Resource("pods").
-		VersionedParams(&opts, parameterCodec).Timeout(timeout(opts)).Watch(ctx)
+		VersionedParams(&opts, ParameterCodec).Timeout(timeout(opts)).Watch(ctx)
 }
 
 func (a *restAPI) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
 	n := &corev1.Node{}
 	err := a.core.Get().UseProtobufAsDefault().Resource("nodes").Name(name).
-		VersionedParams(&metav1.GetOptions{}, parameterCodec).Do(ctx).Into(n)
+		VersionedParams(&metav1.GetOptions{}, ParameterCodec).Do(ctx).Into(n)
 	return n, err
 }
 
 func (a *restAPI) GetLease(ctx context.Context, namespace, name string) (*coordinationv1.Lease, error) {
 	l := &coordinationv1.Lease{}
 	err := a.coordination.Get().UseProtobufAsDefault().Namespace(namespace).Resource("leases").Name(name).
-		VersionedParams(&metav1.GetOptions{}, parameterCodec).Do(ctx).Into(l)
+		VersionedParams(&metav1.GetOptions{}, ParameterCodec).Do(ctx).Into(l)
 	return l, err
 }
 
 func (a *restAPI) WatchLeases(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
 	return a.coordination.Get().UseProtobufAsDefault().Namespace(namespace).Resource("leases").
-		VersionedParams(&opts, parameterCodec).Timeout(timeout(opts)).Watch(ctx)
+		VersionedParams(&opts, ParameterCodec).Timeout(timeout(opts)).Watch(ctx)
 }

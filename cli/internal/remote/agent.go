@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/transport/spdy"
 
 	"github.com/nodectl/nodectl/agent/apiserver"
+	"github.com/nodectl/nodectl/agent/kube"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 )
 
@@ -51,7 +52,7 @@ func (c *Cluster) AgentPods(ctx context.Context, node string) ([]corev1.Pod, err
 		opts.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
 	}
 	list := &corev1.PodList{}
-	err := c.core.Get().Namespace(c.Namespace).Resource("pods").VersionedParams(&opts, parameterCodec).Do(ctx).Into(list)
+	err := c.core.Get().Namespace(c.Namespace).Resource("pods").VersionedParams(&opts, kube.ParameterCodec).Do(ctx).Into(list)
 	if err != nil {
 		return nil, c.apiError(err, "listing the agent's pods in namespace "+c.Namespace)
 	}

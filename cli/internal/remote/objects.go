@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodectl/nodectl/agent/kube"
 )
 
 // The core objects a stress run through the API server makes and removes: its namespace and
@@ -23,7 +25,7 @@ func (c *Cluster) CreateNamespace(ctx context.Context, ns *corev1.Namespace) err
 func (c *Cluster) ListNamespaces(ctx context.Context, selector string) ([]corev1.Namespace, error) {
 	list := &corev1.NamespaceList{}
 	opts := metav1.ListOptions{LabelSelector: selector}
-	if err := c.core.Get().Resource("namespaces").VersionedParams(&opts, parameterCodec).Do(ctx).Into(list); err != nil {
+	if err := c.core.Get().Resource("namespaces").VersionedParams(&opts, kube.ParameterCodec).Do(ctx).Into(list); err != nil {
 		return nil, c.apiError(err, "listing namespaces "+selector)
 	}
 	return list.Items, nil

@@ -15,13 +15,10 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodectl/nodectl/agent/kube"
 )
 
 // Flag names, shared by every command that can act on another node.
@@ -69,20 +66,6 @@ func FromCommand(cmd *cobra.Command) Flags {
 	return f
 }
 
-// scheme holds the types the CLI sends and reads: core/v1 and SelfSubjectAccessReview. A
-// clientset would link every API group's (see agent/kube).
-var (
-	scheme         = runtime.NewScheme()
-	codecs         = serializer.NewCodecFactory(scheme)
-	parameterCodec = runtime.NewParameterCodec(scheme)
-)
-
-func init() {
-	utilruntime.Must(corev1.AddToScheme(scheme))
-	utilruntime.Must(authorizationv1.AddToScheme(scheme))
-	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
-}
-
 // Cluster is a connection to the API server.
 type Cluster struct {
 	Config    *rest.Config
@@ -119,23 +102,11 @@ func Connect(f Flags) (*Cluster, error) {
 	if f.Context != "" {
 		c.Context = f.Context
 	}
-	hc, err := rest.HTTPClientFor(cfg)
+	cs, err := kube.RESTClients(cfg, corev1.SchemeGroupVersion, authorizationv1.SchemeGroupVersion)
 	if err != nil {
 		return nil, fmt.Errorf("the API server %s: %w", cfg.Host, err)
 	}
-	client := func(gv schema.GroupVersion, apiPath string) (*rest.RESTClient, error) {
-		rc := *cfg
-		rc.GroupVersion = &gv
-		rc.APIPath = apiPath
-		rc.NegotiatedSerializer = codecs.WithoutConversion()
-		return rest.RESTClientForConfigAndClient(&rc, hc)
-	}
-	if c.core, err = client(corev1.SchemeGroupVersion, "/api"); err != nil {
-		return nil, err
-	}
-	if c.authz, err = client(authorizationv1.SchemeGroupVersion, "/apis"); err != nil {
-		return nil, err
-	}
+	c.core, c.authz = cs[0], cs[1]
 	return c, nil
 }
 
