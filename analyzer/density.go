@@ -26,13 +26,16 @@ const (
 
 // Ceiling resources: what bounded the density.
 const (
-	CeilingMemory  = "memory-working-set"
-	CeilingSwap    = "swap-exhausted"
-	CeilingSwapIO  = "swap-device-io"
-	CeilingCPU     = "cpu" //rundir:other: a findings value
-	ceilingSwapUse = 0.90  // swap used over its size: exhausted
-	ceilingIOBusy  = 0.80  // the swap device's busy share: saturated
-	ceilingCPUBusy = 0.90  // CPU used over the CPUs: saturated
+	CeilingMemory = "memory-working-set"
+	CeilingSwap   = "swap-exhausted"
+	CeilingSwapIO = "swap-device-io"
+	CeilingCPU    = "cpu" //rundir:other: a findings value
+	// Of a run of pods on a Kubernetes node: the kubelet's bookings, or its heartbeat.
+	CeilingAdmission = "kubelet-admission"
+	CeilingHeartbeat = "node-heartbeat"
+	ceilingSwapUse   = 0.90 // swap used over its size: exhausted
+	ceilingIOBusy    = 0.80 // the swap device's busy share: saturated
+	ceilingCPUBusy   = 0.90 // CPU used over the CPUs: saturated
 	// ceilingMemoryFull: a working set this share of the node's memory is full; CPU use then
 	// comes from reclaim and refaults and is not the ceiling.
 	ceilingMemoryFull = 0.90
@@ -75,11 +78,19 @@ type DensityStep struct {
 	CompactionStall float64 `json:"compaction_stall_seconds"`
 	// SwapIOP99 is the p99 of the swap device's request latency (queue and service, all
 	// cgroups, from the block tracer with --trace): how slow swapping in and out was.
-	SwapIOP99      float64  `json:"swap_io_p99_seconds"`
-	OOMKills       float64  `json:"oom_kills"`
-	CPUCores       float64  `json:"cpu_cores"`              // used by the run's cgroup
-	SwapDeviceBusy float64  `json:"swap_device_busy_share"` // the device under the swap file
-	Signals        []string `json:"signals,omitempty"`      // collapse criteria this step crossed
+	SwapIOP99      float64 `json:"swap_io_p99_seconds"`
+	OOMKills       float64 `json:"oom_kills"`
+	CPUCores       float64 `json:"cpu_cores"`              // used by the run's cgroup
+	SwapDeviceBusy float64 `json:"swap_device_busy_share"` // the device under the swap file
+	// Of a run of pods on a Kubernetes node (stress density --node): pods the kubelet refused
+	// at admission (with the first one's reason and message) or evicted in the step, the worst
+	// renewal of the node's Lease past its renew interval, and whether the Node left Ready.
+	Refused       int      `json:"refused,omitempty"`
+	RefusedReason string   `json:"refused_reason,omitempty"`
+	Evicted       int      `json:"evicted,omitempty"`
+	LeaseLateMax  float64  `json:"lease_late_max_seconds,omitempty"`
+	NodeNotReady  bool     `json:"node_not_ready,omitempty"`
+	Signals       []string `json:"signals,omitempty"` // collapse criteria this step crossed
 }
 
 // DensityCollapse is the step that collapsed and the criterion crossed first there.
@@ -140,6 +151,12 @@ func (a *analysis) densityEvents() (rundir.DensityConfig, *rundir.Record, map[st
 
 func (a *analysis) densityTable() *DensityReport {
 	cfg, ev, holds := a.densityEvents()
+	if cfg.Node != "" && cfg.SwapBytes == 0 {
+		// A node's swap is its own, as /proc/meminfo gives it.
+		if vs := a.run.Series(rundir.MetricMeminfo).Label(rundir.LabelName, "SwapTotal").Values(a.run.Span()); len(vs) > 0 {
+			cfg.SwapBytes = int64(slices.Max(vs))
+		}
+	}
 	dr := &DensityReport{Steps: []DensityStep{}}
 	for _, w := range a.windows {
 		n, ok := rundir.StepDensity(w.Name)
@@ -195,9 +212,14 @@ func (a *analysis) densityStep(n int, w rundir.Window, cfg rundir.DensityConfig,
 	}
 	hsec := max(hold.Seconds(), 1e-9)
 	psi := run.Series(rundir.MetricCgroupPressure).Cgroup(cg).Label(rundir.LabelResource, rundir.ResourceMemory)
+	hostPSI := run.Series(rundir.MetricSystemPressure).Label(rundir.LabelResource, rundir.ResourceMemory)
+	if cfg.Node != "" && len(psi) == 0 {
+		// A real node's pressure is the host's (cgroup v1 has none per cgroup).
+		psi = hostPSI
+	}
 	s.PSIMemorySome = psi.Label(rundir.LabelKind, rundir.PressureSome).Delta(hold) / hsec
 	s.PSIMemoryFull = psi.Label(rundir.LabelKind, rundir.PressureFull).Delta(hold) / hsec
-	s.HostPSIMemFull = run.Series(rundir.MetricSystemPressure).Label(rundir.LabelResource, rundir.ResourceMemory).Label(rundir.LabelKind, rundir.PressureFull).Delta(hold) / hsec
+	s.HostPSIMemFull = hostPSI.Label(rundir.LabelKind, rundir.PressureFull).Delta(hold) / hsec
 	mem := run.Series(rundir.MetricDensityMemory).Cgroup(cg)
 	maxOf := func(ss rundir.SeriesSet) float64 {
 		if vs := ss.Values(w); len(vs) > 0 {
@@ -255,6 +277,9 @@ func (a *analysis) densityStep(n int, w rundir.Window, cfg rundir.DensityConfig,
 	}
 	s.CompactionStall = secs(compaction.HistDelta(w).SumNs)
 	s.OOMKills = run.Series(rundir.MetricDensityOOMKills).Cgroup(cg).Delta(w)
+	if cfg.Node != "" {
+		a.kubeStep(&s, w)
+	}
 	s.CPUCores = run.Series(rundir.MetricCPUUsage).Cgroup(cg).Delta(w) / sec
 	if dev := a.swapDevice(); dev != "" && cfg.SwapBytes > 0 {
 		s.SwapDeviceBusy = run.Series(rundir.MetricDiskIOTime).Label(rundir.LabelDevice, dev).Delta(w) / sec
@@ -271,7 +296,8 @@ func (a *analysis) densityStep(n int, w rundir.Window, cfg rundir.DensityConfig,
 // crossed lists the collapse criteria a step's numbers cross, by the bounds the run used.
 func crossed(s DensityStep, cfg rundir.DensityConfig) []string {
 	var out []string
-	if b := cfg.CriterionReadinessP99; b > 0 && (s.ReadinessP99 > b || s.Ready < s.Started) {
+	// A pod the kubelet refused or evicted is no readiness to wait for: it has its own signal.
+	if b := cfg.CriterionReadinessP99; b > 0 && (s.ReadinessP99 > b || s.Ready < s.Started-s.Refused-s.Evicted) {
 		out = append(out, rundir.SignalReadiness)
 	}
 	if b := cfg.CriterionPSIFullShare; b > 0 && s.PSIMemoryFull > b {
@@ -283,7 +309,73 @@ func crossed(s DensityStep, cfg rundir.DensityConfig) []string {
 	if b := cfg.CriterionTickGap; b > 0 && s.TickLatenessMax > b {
 		out = append(out, rundir.SignalTickGap)
 	}
+	if s.Refused > 0 {
+		out = append(out, rundir.SignalAdmission)
+	}
+	if s.Evicted > 0 {
+		out = append(out, rundir.SignalEvicted)
+	}
+	if b := cfg.CriterionLeaseLate; b > 0 && s.LeaseLateMax > b {
+		out = append(out, rundir.SignalLeaseLate)
+	}
+	if s.NodeNotReady {
+		out = append(out, rundir.SignalNotReady)
+	}
 	return out
+}
+
+// kubeStep reads what a Kubernetes node showed in a step of a run of pods: the node's memory
+// from /proc/meminfo (the node is the host; its working set is what is not available), the
+// pods that ended (refused, evicted, OOM-killed), the node Lease's renewals and its Ready
+// transitions, as the agent recorded them.
+func (a *analysis) kubeStep(s *DensityStep, w rundir.Window) {
+	run := a.run
+	mi := run.Series(rundir.MetricMeminfo)
+	extreme := func(name string, pick func([]float64) float64) (float64, bool) {
+		vs := mi.Label(rundir.LabelName, name).Values(w)
+		if len(vs) == 0 {
+			// A gauge is written when it changes: its value in w is the last one before.
+			vs = mi.Label(rundir.LabelName, name).Values(rundir.Window{Start: run.Span().Start, End: w.End})
+			if len(vs) == 0 {
+				return 0, false
+			}
+			return vs[len(vs)-1], true
+		}
+		return pick(vs), true
+	}
+	total, ok1 := extreme("MemTotal", slices.Max[[]float64])
+	avail, ok2 := extreme("MemAvailable", slices.Min[[]float64])
+	if ok1 && ok2 && s.WorkingSet == 0 {
+		s.MemoryLimit, s.WorkingSet, s.MemoryUsage = total, total-avail, total-avail
+	}
+	swapTotal, ok1 := extreme("SwapTotal", slices.Max[[]float64])
+	swapFree, ok2 := extreme("SwapFree", slices.Min[[]float64])
+	if ok1 && ok2 && s.SwapUsed == 0 {
+		s.SwapUsed = swapTotal - swapFree
+	}
+	for _, rec := range run.Records {
+		if rec.Type != rundir.TypeEvent || rec.Time.Before(w.Start) || rec.Time.After(w.End) {
+			continue
+		}
+		if p, ok := rundir.ParsePodEnded(rec); ok {
+			switch p.End {
+			case rundir.PodEndRefused:
+				if s.Refused++; s.RefusedReason == "" {
+					s.RefusedReason = p.Reason + ": " + rec.Message
+				}
+			case rundir.PodEndEvicted:
+				s.Evicted++
+			case rundir.PodEndOOM:
+				s.OOMKills++
+			}
+		}
+		if l, ok := rundir.ParseLeaseRenewal(rec); ok && !l.Resync && l.Gap > 0 && l.LeaseDuration > 0 {
+			s.LeaseLateMax = max(s.LeaseLateMax, (l.Gap - l.LeaseDuration/4).Seconds())
+		}
+		if n, ok := rundir.ParseNodeReady(rec); ok && n.Status != "True" {
+			s.NodeNotReady = true
+		}
+	}
 }
 
 // nodeCgroup is the run's cgroup: the emulated node all sandboxes live in.
@@ -320,6 +412,19 @@ func ceiling(s DensityStep, cfg rundir.DensityConfig) *DensityCeiling {
 		c.ByRequest = int(c.NodeMemory / req)
 	}
 	switch {
+	case s.Refused > 0:
+		c.Resource = CeilingAdmission
+		c.Explanation = fmt.Sprintf("the kubelet refused %d pod(s) at admission (%s): the node's bookings, not its kernel, bounded the density; the working set was %s of %s memory",
+			s.Refused, s.RefusedReason, fmtBytes(c.WorkingSet), fmtBytes(c.NodeMemory))
+	case (slices.Contains(s.Signals, rundir.SignalLeaseLate) || slices.Contains(s.Signals, rundir.SignalNotReady)) &&
+		c.WorkingSet < ceilingMemoryFull*c.NodeMemory && (c.CPUs == 0 || c.CPUCores < ceilingCPUBusy*c.CPUs):
+		c.Resource = CeilingHeartbeat
+		notReady := ""
+		if s.NodeNotReady {
+			notReady = " and the Node left Ready"
+		}
+		c.Explanation = fmt.Sprintf("the node's heartbeat gave out first: its Lease renewed %s past its interval%s, with the working set at %s of %s memory; the lease-late finding of the run's window says why (nodectl postmortem)",
+			fmtSeconds(s.LeaseLateMax), notReady, fmtBytes(c.WorkingSet), fmtBytes(c.NodeMemory))
 	case c.SwapSize > 0 && c.SwapUsed >= ceilingSwapUse*c.SwapSize:
 		c.Resource = CeilingSwap
 		c.Explanation = fmt.Sprintf("swap was exhausted: %s of the %s swap in use, with the working set at %s of %s memory; more swap (or smaller sandboxes) would raise the density",

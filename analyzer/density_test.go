@@ -3,9 +3,11 @@ package analyzer
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodectl/nodectl/rundir"
 )
@@ -211,5 +213,82 @@ func TestDiffStatesTheDensityGain(t *testing.T) {
 	var buf bytes.Buffer
 	if err := RenderDiffText(&buf, d); err != nil || !strings.Contains(buf.String(), "max stable") || !strings.Contains(buf.String(), "no collapse") {
 		t.Errorf("diff text (%v):\n%s", err, buf.String())
+	}
+}
+
+// A sweep of pods on a Kubernetes node: the node's memory from /proc/meminfo, the kubelet's
+// refusal, and the node Lease's renewals as the agent recorded them.
+func TestDensityOfPodsOnANode(t *testing.T) {
+	const gi = 1 << 30
+	run := func(refused bool, leaseGap float64) *rundir.Run {
+		t.Helper()
+		collapse := map[string]string{"density": "4", "signal": rundir.SignalAdmission, "value": "1", "bound": "0"}
+		if !refused {
+			collapse["signal"] = rundir.SignalLeaseLate
+		}
+		b := densityRun(4*gi, 0, collapse,
+			densityStepSpec{density: 2, readiness: []float64{1, 1}},
+			densityStepSpec{density: 4, readiness: []float64{1}},
+		)
+		b.recs[0].Labels["node"] = "node-a"
+		b.recs[0].Labels["criterion_lease_late_seconds"] = "3"
+		mem := func(t float64, name string, v float64) {
+			b.recs = append(b.recs, rundir.Record{Type: rundir.TypeSample, Time: at(t), Metric: rundir.MetricMeminfo, Labels: labels(rundir.LabelName, name), Value: &v})
+		}
+		mem(0, "MemTotal", 4*gi)
+		mem(0, "MemAvailable", 3.5*gi)
+		mem(15, "MemAvailable", 3*gi)
+		mem(0, "SwapTotal", 0)
+		mem(0, "SwapFree", 0)
+		if refused {
+			// The step's second pod: started, never ready.
+			b.recs = append(b.recs, rundir.Record{Type: rundir.TypeSample, Time: at(10.2), Metric: rundir.MetricDensitySandboxes, Value: new(float64(4))},
+				rundir.PodEnded{End: rundir.PodEndRefused, Reason: "OutOfpods"}.Record(at(11), "ns/sandbox-3/sandbox-3", "Node didn't have enough resource: pods, requested: 1, used: 16, capacity: 16"))
+		}
+		renewals := []float64{0, 4, 4 + leaseGap}
+		for i, renew := range renewals {
+			l := rundir.LeaseRenewal{RenewTime: at(renew), LeaseDuration: 40 * time.Second, Lag: time.Millisecond}
+			if i > 0 {
+				l.Gap = time.Duration((renew - renewals[i-1]) * float64(time.Second))
+			}
+			b.recs = append(b.recs, l.Record(at(renew), "/kubelet"))
+		}
+		return b.open(t)
+	}
+
+	rep, err := Analyze(run(true, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dr := rep.Density
+	at4 := dr.Steps[1]
+	if at4.Refused != 1 || !strings.Contains(at4.RefusedReason, "OutOfpods") || at4.Ready != 1 || at4.Started != 2 {
+		t.Errorf("step-4 %+v: want one pod ready and one refused (OutOfpods)", at4)
+	}
+	if got := strings.Join(at4.Signals, ","); got != rundir.SignalAdmission {
+		t.Errorf("signals of step-4 %q, want only admission: a refused pod is no readiness to wait for", got)
+	}
+	if at4.MemoryLimit != 4*gi || at4.WorkingSet != 1*gi || dr.Steps[0].WorkingSet != 0.5*gi {
+		t.Errorf("node memory: step-2 %+v, step-4 %+v; want MemTotal less the lowest MemAvailable", dr.Steps[0], at4)
+	}
+	if dr.Ceiling == nil || dr.Ceiling.Resource != CeilingAdmission || !strings.Contains(dr.Ceiling.Explanation, "OutOfpods") {
+		t.Errorf("ceiling %+v, want the kubelet's admission", dr.Ceiling)
+	}
+
+	// No refusal, but the kubelet renewed 14 s after the previous renewal: 4 s past its 10 s
+	// interval, over the 3 s bound, with memory and CPU to spare.
+	rep, err = Analyze(run(false, 14))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dr = rep.Density
+	if at4 := dr.Steps[1]; at4.LeaseLateMax != 4 || !slices.Contains(at4.Signals, rundir.SignalLeaseLate) {
+		t.Errorf("step-4 %+v: want the Lease 4 s late", at4)
+	}
+	if dr.Steps[0].LeaseLateMax != 0 {
+		t.Errorf("step-2 %+v: renewed on time", dr.Steps[0])
+	}
+	if dr.Ceiling == nil || dr.Ceiling.Resource != CeilingHeartbeat {
+		t.Errorf("ceiling %+v, want the node's heartbeat", dr.Ceiling)
 	}
 }

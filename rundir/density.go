@@ -11,12 +11,16 @@ const (
 	EventDensityConfig = "density-config"
 	EventHold          = "hold"
 	EventCollapse      = "collapse"
+	// EventPodEnded: a sandbox pod of a run on a Kubernetes node ended (refused at admission,
+	// evicted, OOM-killed, failed); its workload is the pod's.
+	EventPodEnded = "pod-ended"
 
 	LabelPhase   = "phase"   // hold: the step
 	LabelDensity = "density" // collapse: the step's density
 	LabelSignal  = "signal"  // collapse: the criterion crossed first
 	LabelValue   = "value"   // collapse: its value
 	LabelBound   = "bound"   // collapse: its bound
+	LabelEnd     = "end"     // pod-ended: refused, evicted, oom or failed
 )
 
 // Collapse signals: which criterion a density step crossed.
@@ -25,6 +29,11 @@ const (
 	SignalPSIFull   = "psi-memory-full"
 	SignalOOMKill   = "oom-kill"
 	SignalTickGap   = "tick-gap"
+	// Of a run on a Kubernetes node (stress density --node):
+	SignalAdmission = "admission"          // the kubelet refused a pod: its bookings (maxPods, allocatable) were full
+	SignalEvicted   = "eviction"           // the kubelet evicted a pod under node pressure
+	SignalLeaseLate = "lease-renewal-late" // the node's Lease was renewed late by more than the bound
+	SignalNotReady  = "node-not-ready"     // the Node's Ready condition left True
 )
 
 // Label values of density_memory_bytes' name and density_swap_bytes' name.
@@ -58,6 +67,10 @@ type DensityConfig struct {
 	CriterionPSIFullShare float64
 	CriterionOOMKill      bool
 	CriterionTickGap      float64 // seconds, 0 = off
+
+	// Node is the Kubernetes node of a run of pods (stress density --node); "" for a local run.
+	Node               string
+	CriterionLeaseLate float64 // seconds past the renew interval, 0 = off
 }
 
 // The density-config event's label keys.
@@ -77,12 +90,15 @@ const (
 	configCriterionPSIFull      = "criterion_psi_full_share"
 	configCriterionOOMKill      = "criterion_oom_kill"
 	configCriterionTickGap      = "criterion_tick_gap_seconds"
+	configNode                  = "node"
+	configCriterionLeaseLate    = "criterion_lease_late_seconds"
 )
 
 // DensityConfigKeys lists the density-config event's labels, in the order the docs give them.
 var DensityConfigKeys = []string{configStep, configMax, configCPUs, configSandboxMemory, configBinary,
 	configRequest, configLimit, configNodeMemory, configSwap, configSwappiness, configWatermarkScaleFactor,
-	configCriterionReadinessP99, configCriterionPSIFull, configCriterionOOMKill, configCriterionTickGap}
+	configCriterionReadinessP99, configCriterionPSIFull, configCriterionOOMKill, configCriterionTickGap,
+	configNode, configCriterionLeaseLate}
 
 // Record is the density-config event at t.
 func (c DensityConfig) Record(t time.Time) Record {
@@ -99,6 +115,7 @@ func (c DensityConfig) Record(t time.Time) Record {
 		configSwappiness: strconv.Itoa(c.Swappiness), configWatermarkScaleFactor: strconv.Itoa(c.WatermarkScaleFactor),
 		configCriterionReadinessP99: f(c.CriterionReadinessP99), configCriterionPSIFull: f(c.CriterionPSIFullShare),
 		configCriterionOOMKill: oom, configCriterionTickGap: f(c.CriterionTickGap),
+		configNode: c.Node, configCriterionLeaseLate: f(c.CriterionLeaseLate),
 	}}
 }
 
@@ -114,6 +131,7 @@ func ParseDensityConfig(labels map[string]string) DensityConfig {
 		Swappiness: int(n(configSwappiness)), WatermarkScaleFactor: int(n(configWatermarkScaleFactor)),
 		CriterionReadinessP99: f(configCriterionReadinessP99), CriterionPSIFullShare: f(configCriterionPSIFull),
 		CriterionOOMKill: n(configCriterionOOMKill) > 0, CriterionTickGap: f(configCriterionTickGap),
+		Node: labels[configNode], CriterionLeaseLate: f(configCriterionLeaseLate),
 	}
 }
 
@@ -147,4 +165,32 @@ func ParseCollapse(r Record) Collapse {
 	v, _ := strconv.ParseFloat(r.Labels[LabelValue], 64)
 	b, _ := strconv.ParseFloat(r.Labels[LabelBound], 64)
 	return Collapse{Density: n, Signal: r.Labels[LabelSignal], Value: v, Bound: b}
+}
+
+// How a pod ended: pod-ended's end label.
+const (
+	PodEndRefused = "refused" // the kubelet's admission refused it: the node's bookings were full
+	PodEndEvicted = "evicted" // the kubelet evicted it under node pressure
+	PodEndOOM     = "oom"     // its container was OOM-killed
+	PodEndFailed  = "failed"  // it failed otherwise, or exited
+)
+
+// PodEnded is a sandbox pod that ended during a run of pods.
+type PodEnded struct {
+	End, Reason string
+}
+
+// Record is the pod-ended event of workload at t, with the kubelet's message.
+func (p PodEnded) Record(t time.Time, workload, message string) Record {
+	return Record{Type: TypeEvent, Time: t, Name: EventPodEnded, Workload: workload, Message: message,
+		// reason: the kubelet's (OutOfpods, Evicted, OOMKilled, ...).
+		Labels: map[string]string{LabelEnd: p.End, LabelReason: p.Reason}}
+}
+
+// ParsePodEnded reads a pod-ended event; false for any other record.
+func ParsePodEnded(r Record) (PodEnded, bool) {
+	if r.Type != TypeEvent || r.Name != EventPodEnded {
+		return PodEnded{}, false
+	}
+	return PodEnded{End: r.Labels[LabelEnd], Reason: r.Labels[LabelReason]}, true
 }

@@ -66,10 +66,13 @@ type DensityCriteria struct {
 	PSIFull      float64       // memory PSI full of the run's cgroup, share of the step's time
 	OOMKill      bool          // any OOM kill in the run's cgroup
 	TickGap      time.Duration // a sandbox's tick late by more than this
+	// LeaseLate: the node's Lease renewed later than its renew interval by more than this (a
+	// run of pods on a Kubernetes node only).
+	LeaseLate time.Duration
 }
 
 // Defaults of `stress density`.
-var DefaultDensityCriteria = DensityCriteria{ReadinessP99: 10 * time.Second, PSIFull: 0.10, OOMKill: true, TickGap: 5 * time.Second}
+var DefaultDensityCriteria = DensityCriteria{ReadinessP99: 10 * time.Second, PSIFull: 0.10, OOMKill: true, TickGap: 5 * time.Second, LeaseLate: 3 * time.Second}
 
 const (
 	DefaultReadyTimeout = time.Minute
@@ -475,7 +478,7 @@ func (r *densityRun) step(ctx context.Context, n, d int) (*crossing, error) {
 			}
 		}
 		r.mu.Unlock()
-		if p99 := p99Of(ready); p99 > crit.ReadinessP99.Seconds() {
+		if p99 := P99(ready); p99 > crit.ReadinessP99.Seconds() {
 			found = append(found, crossing{rundir.SignalReadiness, p99, crit.ReadinessP99.Seconds(), end})
 		}
 	}
@@ -501,8 +504,8 @@ func hasSignal(cs []crossing, s string) bool {
 	return slices.ContainsFunc(cs, func(c crossing) bool { return c.signal == s })
 }
 
-// p99Of is the nearest-rank 99th percentile.
-func p99Of(vs []float64) float64 {
+// P99 is the nearest-rank 99th percentile.
+func P99(vs []float64) float64 {
 	if len(vs) == 0 {
 		return 0
 	}
@@ -572,7 +575,7 @@ func (r *densityRun) showProgress(step string, start time.Time) {
 	line := fmt.Sprintf("%-10s %5s | %d sandboxes, %d ready | worst tick lateness %s", step,
 		time.Since(start).Round(time.Second), len(r.launched), len(r.ready), fmtSecs(r.worstTick))
 	r.mu.Unlock()
-	r.progress.update(line)
+	r.progress.Update(line)
 }
 
 // launch starts sandbox-<i> in its cgroup below the run's.

@@ -321,7 +321,7 @@ func (r *noisyRun) showProgress() {
 	line := fmt.Sprintf("%-8s %4s left | %d workloads | victim cpu-work %s  write+fsync %s",
 		r.curPhase, left, len(r.procs), fmtSecs(r.last[rundir.MetricProbeCPUWork]),
 		fmtSecs(r.last[rundir.MetricProbeWrite]+r.last[rundir.MetricProbeFsync]))
-	r.progress.update(line)
+	r.progress.Update(line)
 }
 
 func fmtSecs(s float64) string {

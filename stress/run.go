@@ -312,16 +312,20 @@ func Clean(ctx context.Context, p Paths, ids []string, all bool, log *slog.Logge
 	return rep, nil
 }
 
-// progressWriter writes a live progress line: rewritten in place on a terminal, a line every
-// few seconds otherwise.
-type progressWriter struct {
+// LiveLine writes a live progress line: rewritten in place on a terminal, a line every few
+// seconds otherwise.
+type LiveLine struct {
 	w     io.Writer
 	tty   bool
 	last  time.Time
 	width int
 }
 
-func (p *progressWriter) update(line string) {
+// NewLiveLine writes to w, in place if w is a terminal.
+func NewLiveLine(w io.Writer, tty bool) *LiveLine { return &LiveLine{w: w, tty: tty} }
+
+// Update shows line.
+func (p *LiveLine) Update(line string) {
 	if p.w == nil {
 		return
 	}
@@ -337,7 +341,8 @@ func (p *progressWriter) update(line string) {
 	}
 }
 
-func (p *progressWriter) done() {
+// Done ends the line on a terminal, for what is written next.
+func (p *LiveLine) Done() {
 	if p.w != nil && p.tty && p.width > 0 {
 		fmt.Fprintln(p.w)
 		p.width = 0

@@ -79,7 +79,7 @@ type runHost struct {
 	session  *session.Session
 	created  bool // the run's cgroup was made
 
-	progress *progressWriter
+	progress *LiveLine
 	procs    []*launch.Process // the workloads running; stopped at cleanup
 	logs     []*os.File        // their standard error
 }
@@ -96,7 +96,7 @@ func newRunHost(o RunOptions, scenario string) (runHost, error) {
 		dir = filepath.Join(DefaultRunsDir, id)
 	}
 	return runHost{paths: o.Paths, scenario: scenario, id: id, dir: dir, layout: layout, cpus: o.CPUs, opts: o,
-		scratch: filepath.Join(o.Paths.Scratch, id), progress: &progressWriter{w: o.Progress, tty: o.ProgressTTY}}, nil
+		scratch: filepath.Join(o.Paths.Scratch, id), progress: NewLiveLine(o.Progress, o.ProgressTTY)}, nil
 }
 
 // place gives w's cgroup the CPUs a tuned partition gives its kind, as a kubelet with reserved
@@ -243,14 +243,14 @@ func (h *runHost) wait(ctx context.Context, phase string, d time.Duration, tick 
 	for {
 		select {
 		case <-ctx.Done():
-			h.progress.done()
+			h.progress.Done()
 			return fmt.Errorf("%w during %s: %v", ErrInterrupted, phase, context.Cause(ctx))
 		case <-deadline.C:
 			return nil
 		case now := <-ticker.C:
 			done, err := tick(now)
 			if err != nil {
-				h.progress.done()
+				h.progress.Done()
 				return fmt.Errorf("during %s: %w", phase, err)
 			}
 			if done {
@@ -286,7 +286,7 @@ func (h *runHost) noteHostProcesses(workloads []rundir.Workload, launcherOf func
 // the cgroups), closes the logs, has the scenario undo what only it made, removes the scratch
 // directory and closes the recording. It runs on every exit path.
 func (h *runHost) cleanup(s scenario) error {
-	h.progress.done()
+	h.progress.Done()
 	launch.StopAll(h.procs, stopGrace)
 	errs := h.release()
 	for _, f := range h.logs {

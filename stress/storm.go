@@ -282,10 +282,10 @@ func (r *stormRun) await(ctx context.Context, n int, metric string) error {
 				r.last[ev.writer] = time.Duration(ev.value * float64(time.Second))
 			}
 		case <-ctx.Done():
-			r.progress.done()
+			r.progress.Done()
 			return fmt.Errorf("%w during %s: %v", ErrInterrupted, rundir.RoundPhase(n), context.Cause(ctx))
 		case <-timeout.C:
-			r.progress.done()
+			r.progress.Done()
 			return badvalue.Errorf(FieldTimeout, r.cfg.Timeout.String(), "%s: %d of %d writers did not finish in time (see %s): %w", rundir.RoundPhase(n),
 				len(r.workloads)-done(), len(r.workloads), filepath.Join(r.dir, "workloads"), ErrTimeout)
 		case <-tick.C:
@@ -305,7 +305,7 @@ func (r *stormRun) pause(ctx context.Context, n int) error {
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		r.progress.done()
+		r.progress.Done()
 		return fmt.Errorf("%w after %s: %v", ErrInterrupted, rundir.RoundPhase(n), context.Cause(ctx))
 	case <-t.C:
 		return nil
@@ -325,7 +325,7 @@ func (r *stormRun) showProgress(n int, metric string, done int, elapsed time.Dur
 		}
 		line += " | slowest writer per storm " + strings.Join(s, ", ")
 	}
-	r.progress.update(line)
+	r.progress.Update(line)
 }
 
 // sampleDirty records the node's dirty and writeback memory every stormDirtyInterval until the

@@ -261,13 +261,13 @@ func (r *wakeRun) await(ctx context.Context, n int, w rundir.Workload, p *launch
 				return at, nil
 			default:
 			}
-			r.progress.done()
+			r.progress.Done()
 			return time.Time{}, fmt.Errorf("sandbox %s exited before answering: %v (see %s)", w.Name, p.Err(), r.logPath(w.Name))
 		case <-ctx.Done():
-			r.progress.done()
+			r.progress.Done()
 			return time.Time{}, fmt.Errorf("%w during %s: %v", ErrInterrupted, w.Name, context.Cause(ctx))
 		case <-timeout.C:
-			r.progress.done()
+			r.progress.Done()
 			return time.Time{}, badvalue.Errorf(FieldTimeout, r.cfg.Timeout.String(), "sandbox %s did not answer in time (see %s)", w.Name, r.logPath(w.Name))
 		case <-tick.C:
 			r.showProgress(n, w, time.Since(launched))
@@ -297,7 +297,7 @@ func (r *wakeRun) showProgress(n int, w rundir.Workload, elapsed time.Duration) 
 	if len(done) > 0 {
 		line += " | p50 " + strings.Join(done, ", ")
 	}
-	r.progress.update(line)
+	r.progress.Update(line)
 }
 
 // cleanup stops the recording and removes the cgroups and the run's state. It runs on every

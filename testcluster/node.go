@@ -39,6 +39,8 @@ const (
 	// RuntimeClassGVisor and RuntimeClassRunc are the RuntimeClasses StartNode creates.
 	RuntimeClassGVisor = "gvisor"
 	RuntimeClassRunc   = "runc"
+	// MaxPods is the kubelet's maxPods: past it the kubelet refuses pods at admission.
+	MaxPods = 16
 )
 
 // Node is a real kubelet registered as NodeName, on a private containerd with runtime handlers
@@ -285,10 +287,13 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
 registerNode: true
+# Few pods: a density sweep of pods meets the kubelet's admission ceiling (OutOfpods) well
+# within this machine's memory.
+maxPods: %d
 # No KUBE-FIREWALL, KUBE-KUBELET-CANARY or KUBE-IPTABLES-HINT chains on the host.
 makeIPTablesUtilChains: false
 volumePluginDir: %s
-`, n.IP, port, kubeletCert, kubeletKey, n.cp.CAFile, n.ContainerdSocket, filepath.Join(d, "pod-logs"), CgroupRoot, filepath.Join(d, "volume-plugins"))
+`, n.IP, port, kubeletCert, kubeletKey, n.cp.CAFile, n.ContainerdSocket, filepath.Join(d, "pod-logs"), CgroupRoot, MaxPods, filepath.Join(d, "volume-plugins"))
 
 	files := []struct {
 		path string

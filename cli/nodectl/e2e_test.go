@@ -538,6 +538,8 @@ func TestCLIErrorsNameTheProblem(t *testing.T) {
 		"node_no_kubeconfig": {[]string{"--node", "n1", "--kubeconfig", "/nonexistent/kubeconfig", "agent", "status"}, "--kubeconfig"},
 		"node_and_socket":    {[]string{"--node", "n1", "agent", "status", "--socket", "/x.sock"}, "--socket and --node: choose one"},
 		"node_analyze_run":   {[]string{"--node", "n1", "analyze", "x"}, "--node: RUN is a directory on this machine"},
+		"node_density_swap":  {[]string{"--node", "n1", "stress", "density", "--swap", "/var/tmp/s:1Gi"}, "--swap: not with --node"},
+		"density_lease_neg":  {[]string{"stress", "density", "--collapse-lease-late", "-1s"}, "--collapse-lease-late must not be negative"},
 	})
 }
 

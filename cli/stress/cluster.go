@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,52 +49,79 @@ func runtimeClass(rt launch.Runtime, class string) string {
 	return class
 }
 
-// clusterNoisy runs noisy's victim and hogs as pods on --node, has the node's agent record
-// them, pulls the window to a run directory and explains it.
-func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
+// podSession is a run of pods on --node under way: the cluster, the node's agent, the run's
+// namespace, and the run directory it will write.
+type podSession struct {
+	node     string
+	c        *remote.Cluster
+	agent    agentv1.AgentClient
+	run      *podrun.Run
+	out      string
+	ncpu     int
+	progress io.Writer
+}
+
+// startPods checks the flags of a run of pods, reaches the node's agent (a run it cannot record
+// is not started) and makes the run's namespace. The context ends on Ctrl-C; the function
+// returned deletes the run's pods and namespace, and must run on every path.
+func startPods(cmd *cobra.Command, rf *runFlags, scenario string, extra ...remote.Permission) (context.Context, *podSession, func(), error) {
 	if err := checkClusterFlags(cmd); err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	node := remote.FromCommand(cmd).Node
-	c, err := remote.Connect(remote.FromCommand(cmd))
-	if err != nil {
-		return err
-	}
-	ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
-	defer stop()
-	progress := cmd.ErrOrStderr()
-	id := st.NewRunID("noisy")
-	out := rf.opts.Out
-	if out == "" {
-		out = filepath.Join(os.TempDir(), "nodectl-runs", id)
+	s := &podSession{node: remote.FromCommand(cmd).Node, progress: cmd.ErrOrStderr()}
+	id := st.NewRunID(scenario)
+	s.out = rf.opts.Out
+	if s.out == "" {
+		s.out = filepath.Join(os.TempDir(), "nodectl-runs", id)
 	}
 	// Checked now, not after the run: a run directory is made new (or in an empty directory).
-	if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 {
-		return fmt.Errorf("--out %s: not empty", out)
+	if entries, err := os.ReadDir(s.out); err == nil && len(entries) > 0 {
+		return nil, nil, nil, fmt.Errorf("--out %s: not empty", s.out)
 	}
-	// The agent first: a run it cannot record is not started.
-	agent, closer, err := c.DialAgent(ctx, node)
-	if err != nil {
-		return err
+	var err error
+	if s.c, err = remote.Connect(remote.FromCommand(cmd)); err != nil {
+		return nil, nil, nil, err
 	}
-	defer closer.Close()
-	ncpu, err := c.NodeCPUs(ctx, node)
-	if err != nil {
-		return err
+	ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
+	var closer io.Closer
+	fail := func(err error) (context.Context, *podSession, func(), error) {
+		if closer != nil {
+			closer.Close()
+		}
+		stop()
+		return nil, nil, nil, err
 	}
-	run, err := podrun.Start(ctx, c, node, id, progress)
-	if err != nil {
-		return err
+	if s.agent, closer, err = s.c.DialAgent(ctx, s.node); err != nil {
+		return fail(err)
 	}
-	defer func() {
+	if s.ncpu, err = s.c.NodeCPUs(ctx, s.node); err != nil {
+		return fail(err)
+	}
+	if s.run, err = podrun.Start(ctx, s.c, s.node, id, s.progress, extra...); err != nil {
+		return fail(err)
+	}
+	finish := func() {
 		// Ctrl-C or a failure ended ctx: the pods still go, with a context of their own.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 		defer cancel()
-		if derr := run.Delete(dctx); derr != nil {
-			fmt.Fprintf(progress, "nodectl: %v\n", derr)
+		if derr := s.run.Delete(dctx); derr != nil {
+			fmt.Fprintf(s.progress, "nodectl: %v\n", derr)
 		}
-	}()
+		closer.Close()
+		stop()
+	}
+	return ctx, s, finish, nil
+}
 
+// clusterNoisy runs noisy's victim and hogs as pods on --node, has the node's agent record
+// them, pulls the window to a run directory and explains it.
+func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
+	ctx, s, finish, err := startPods(cmd, rf, "noisy")
+	if err != nil {
+		return err
+	}
+	defer finish()
+	run, node, ncpu, out, progress, agent := s.run, s.node, s.ncpu, s.out, s.progress, s.agent
 	class := runtimeClass(rf.opts.Runtime, rf.runtimeClass)
 	if cfg.VictimWorkRounds == 0 {
 		cfg.VictimWorkRounds = workload.DefaultWorkRounds
@@ -103,7 +132,7 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 	cfg.Interval = time.Second
 	victim := podrun.Spec{Name: rundir.KindVictim, CPULimitMilli: cfg.VictimCPUMilli, CPURequestMilli: cfg.VictimCPURequestMilli,
 		MemoryLimit: cfg.VictimMemBytes, RuntimeClass: class,
-		Args: workload.Command{Run: id, Config: st.NoisyWorkload(cfg, rundir.KindVictim, st.HogSpec{}, podrun.WorkDir(), ncpu)}.Args()}
+		Args: workload.Command{Run: run.ID, Config: st.NoisyWorkload(cfg, rundir.KindVictim, st.HogSpec{}, podrun.WorkDir, ncpu)}.Args()}
 	var hogs []podrun.Spec
 	kinds := map[string]string{victim.Name: rundir.KindVictim}
 	n := map[string]int{}
@@ -116,7 +145,7 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 			n[h.Kind]++
 			kinds[name] = h.Kind
 			hogs = append(hogs, podrun.Spec{Name: name, CPULimitMilli: h.CPUMilli, CPURequestMilli: h.CPURequestMilli, MemoryLimit: h.MemBytes, RuntimeClass: class,
-				Args: workload.Command{Run: id, Config: st.NoisyWorkload(cfg, h.Kind, h, podrun.WorkDir(), ncpu)}.Args()})
+				Args: workload.Command{Run: run.ID, Config: st.NoisyWorkload(cfg, h.Kind, h, podrun.WorkDir, ncpu)}.Args()})
 		}
 	}
 
@@ -240,21 +269,13 @@ func cleanNode(cmd *cobra.Command, node string, ids []string, output string) err
 // pod a workload of the run named as the agent names it (namespace/pod/container), the hogs of
 // their kind.
 func collect(ctx context.Context, agent agentv1.AgentClient, run *podrun.Run, w agentd.Window, out string, specs []podrun.Spec, kinds map[string]string) error {
-	resp, err := agent.GetMeta(ctx, &agentv1.GetMetaRequest{})
+	cgroups, err := podCgroups(ctx, agent)
 	if err != nil {
 		return err
 	}
-	var now rundir.Meta
-	if err := json.Unmarshal([]byte(resp.GetMetaJson()), &now); err != nil {
-		return fmt.Errorf("reading the agent's meta: %w", err)
-	}
-	cgroups := map[string]string{}
-	for _, p := range now.Pods {
-		cgroups[p.Name] = p.Cgroup
-	}
 	var workloads []rundir.Workload
 	for _, s := range specs {
-		name := run.Namespace + "/" + s.Name + "/" + s.Name
+		name := podWorkload(run, s.Name)
 		cg, ok := cgroups[name]
 		if !ok {
 			return fmt.Errorf("the node's agent does not know %s: is it the agent of this version, on Kubernetes (--kubeconfig or in a pod)?", name)
@@ -266,21 +287,10 @@ func collect(ctx context.Context, agent agentv1.AgentClient, run *podrun.Run, w 
 			// own cgroups and phases, not an agent window's.
 			kind = rundir.KindObserved
 		}
-		workloads = append(workloads, rundir.Workload{Name: name, Kind: kind, Cgroup: cg, CPU: st.FormatCPU(s.CPULimitMilli),
-			CPURequest: st.FormatCPU(s.CPURequestMilli), Memory: st.FormatSize(s.MemoryLimit), Runtime: s.RuntimeClass})
+		workloads = append(workloads, podSpecWorkload(s, name, kind, cg))
 	}
 	w.Cgroup = workloads[0].Cgroup
-
-	tmp, err := os.MkdirTemp("", "nodectl-window-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	window := filepath.Join(tmp, "window")
-	if err := agentsrc.FromClient(agent, nil).Export(ctx, w, window); err != nil {
-		return err
-	}
-	got, err := rundir.Open(window)
+	got, err := pullWindow(ctx, agent, w)
 	if err != nil {
 		return err
 	}
@@ -294,15 +304,66 @@ func collect(ctx context.Context, agent agentv1.AgentClient, run *podrun.Run, w 
 	meta.Workloads = workloads
 	recs := got.Records
 	for i, s := range specs {
-		ms, err := run.Measurements(ctx, s.Name)
+		ms, err := run.Measurements(ctx, s.Name, time.Time{})
 		if err != nil {
 			return err
 		}
 		for _, m := range ms {
-			v := m.Value
-			recs = append(recs, rundir.Record{Type: rundir.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: workloads[i].Cgroup, Workload: workloads[i].Name, Value: &v})
+			recs = append(recs, measurementRecord(m, workloads[i].Cgroup, workloads[i].Name))
 		}
 	}
+	return writeRun(out, meta, recs)
+}
+
+// podWorkload is the workload name of a run's pod: the agent's namespace/pod/container.
+func podWorkload(run *podrun.Run, pod string) string { return run.Namespace + "/" + pod + "/" + pod }
+
+// podSpecWorkload describes a workload pod as a workload of the run.
+func podSpecWorkload(s podrun.Spec, name, kind, cgroup string) rundir.Workload {
+	return rundir.Workload{Name: name, Kind: kind, Cgroup: cgroup, CPU: st.FormatCPU(s.CPULimitMilli),
+		CPURequest: st.FormatCPU(s.CPURequestMilli), Memory: st.FormatSize(s.MemoryLimit), Runtime: s.RuntimeClass}
+}
+
+func measurementRecord(m workload.Measurement, cgroup, name string) rundir.Record {
+	v := m.Value
+	return rundir.Record{Type: rundir.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: cgroup, Workload: name, Value: &v}
+}
+
+// podCgroups maps the names of the pods the node's agent knows (namespace/pod/container) to
+// their cgroups.
+func podCgroups(ctx context.Context, agent agentv1.AgentClient) (map[string]string, error) {
+	resp, err := agent.GetMeta(ctx, &agentv1.GetMetaRequest{})
+	if err != nil {
+		return nil, err
+	}
+	var now rundir.Meta
+	if err := json.Unmarshal([]byte(resp.GetMetaJson()), &now); err != nil {
+		return nil, fmt.Errorf("reading the agent's meta: %w", err)
+	}
+	cgroups := map[string]string{}
+	for _, p := range now.Pods {
+		cgroups[p.Name] = p.Cgroup
+	}
+	return cgroups, nil
+}
+
+// pullWindow reads a window of the node's agent's flight recorder into memory.
+func pullWindow(ctx context.Context, agent agentv1.AgentClient, w agentd.Window) (*rundir.Run, error) {
+	tmp, err := os.MkdirTemp("", "nodectl-window-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	window := filepath.Join(tmp, "window")
+	if err := agentsrc.FromClient(agent, nil).Export(ctx, w, window); err != nil {
+		return nil, err
+	}
+	return rundir.Open(window)
+}
+
+// writeRun writes a run directory, its records in time order.
+func writeRun(out string, meta rundir.Meta, recs []rundir.Record) error {
+	slices.SortStableFunc(recs, func(a, b rundir.Record) int { return a.Time.Compare(b.Time) })
 	wr, err := rundir.Create(out, meta)
 	if err != nil {
 		return err

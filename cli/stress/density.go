@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/cli/internal/remote"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/workload"
 )
@@ -44,9 +45,23 @@ for --step-duration. A step collapses when a criterion is crossed: its sandboxes
 over --collapse-readiness (or one never ready within --ready-timeout), the node cgroup's memory
 PSI full over --collapse-psi-full of the step's time, an OOM kill (--collapse-oom), or a tick
 late by more than --collapse-tick-gap. The report is a table of density × readiness × memory
-signals, the collapse, and the ceiling: which resource bounded the density.`,
+signals, the collapse, and the ceiling: which resource bounded the density.
+
+With --node NODE the sandboxes are pods on that node of the cluster (sandbox-<i> in a namespace
+of the run's own), with --request and --limit as their memory request and limit and
+--runtime-class (gvisor for --runtime runsc), running the node's agent's image and mapping its
+nodectl binary as their shared binary. A pod is ready when the kubelet reports it running and
+its sandbox has said it is ready (timed by nodectl's clock, reading pod status every 0.5 s).
+A step also collapses when the kubelet refuses a pod at admission (OutOfpods, OutOfmemory,
+OutOfcpu: the node's bookings are the ceiling), evicts one, when the node's Lease is renewed
+later than its renew interval by more than --collapse-lease-late, or when the Node leaves Ready.
+Memory pressure is the node's, from its agent, which records the sweep; the report is the same,
+with the node's memory as /proc/meminfo gives it. --node-memory, --swap, --swappiness,
+--watermark-scale-factor and --binary-size are for a local sweep only. Everything is deleted on
+every exit path ('nodectl --node NODE stress clean' after a kill).`,
 		Example: `  sudo nodectl stress density --node-memory 4Gi --sandbox-memory 200Mi --step 2 --max 40
-  sudo nodectl stress density --node-memory 4Gi --swap /var/tmp/nodectl.swap:4Gi --swappiness 100 --watermark-scale-factor 500 -o json`,
+  sudo nodectl stress density --node-memory 4Gi --swap /var/tmp/nodectl.swap:4Gi --swappiness 100 --watermark-scale-factor 500 -o json
+  nodectl --node gke-pool-1-abcd stress density --sandbox-memory 200Mi --request 150Mi --limit 2Gi --step 10 --max 250 --runtime runsc`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := rf.check(); err != nil {
@@ -54,6 +69,9 @@ signals, the collapse, and the ceiling: which resource bounded the density.`,
 			}
 			if err := parseDensityFlags(&cfg, sandboxMem, request, limit, nodeMem, binarySize, swap); err != nil {
 				return err
+			}
+			if remote.FromCommand(cmd).Node != "" {
+				return clusterDensity(cmd, &rf, cfg)
 			}
 			ctx, stop, err := rf.start(cmd, "nodectl stress density", "creating cgroups, swap and sysctls")
 			if err != nil {
@@ -70,12 +88,7 @@ signals, the collapse, and the ceiling: which resource bounded the density.`,
 			if err != nil {
 				return err
 			}
-			return rf.report(rep, "density", func() error {
-				if rf.output == "json" {
-					return analyzer.RenderDensityJSON(cmd.OutOrStdout(), rep)
-				}
-				return analyzer.RenderText(cmd.OutOrStdout(), rep)
-			})
+			return rf.report(rep, "density", func() error { return renderDensity(cmd, &rf, rep) })
 		},
 	}
 	f := cmd.Flags()
@@ -98,8 +111,18 @@ signals, the collapse, and the ceiling: which resource bounded the density.`,
 	f.Float64Var(&cfg.Criteria.PSIFull, "collapse-psi-full", cfg.Criteria.PSIFull, "collapse when the node's memory PSI full is above this share of a step (0-1); 0 turns it off")
 	f.BoolVar(&cfg.Criteria.OOMKill, "collapse-oom", cfg.Criteria.OOMKill, "collapse at the first OOM kill")
 	f.DurationVar(&cfg.Criteria.TickGap, "collapse-tick-gap", cfg.Criteria.TickGap, "collapse when a sandbox's tick is later than this; 0 turns it off")
+	f.DurationVar(&cfg.Criteria.LeaseLate, "collapse-lease-late", cfg.Criteria.LeaseLate, "with --node: collapse when the node's Lease is renewed later than its renew interval by more than this; 0 turns it off")
 	rf.register(f, "the sandboxes", "every program: run queue, fsync, block I/O, reclaim and OOM kills", true)
-	return cmd
+	return remote.Supports(cmd)
+}
+
+// renderDensity prints a density run's report: its table, collapse and ceiling, or with -o json
+// those and the findings.
+func renderDensity(cmd *cobra.Command, rf *runFlags, rep *analyzer.Report) error {
+	if rf.output == "json" {
+		return analyzer.RenderDensityJSON(cmd.OutOrStdout(), rep)
+	}
+	return analyzer.RenderText(cmd.OutOrStdout(), rep)
 }
 
 // parseDensityFlags checks the sizes, counts and bounds, naming the flag and what is allowed.
@@ -177,8 +200,8 @@ func parseDensityFlags(cfg *st.DensityConfig, sandboxMem, request, limit, nodeMe
 	if cfg.Criteria.PSIFull < 0 || cfg.Criteria.PSIFull > 1 {
 		return fmt.Errorf("--collapse-psi-full %g: want a share from 0 to 1", cfg.Criteria.PSIFull)
 	}
-	if cfg.Criteria.ReadinessP99 < 0 || cfg.Criteria.TickGap < 0 {
-		return fmt.Errorf("--collapse-readiness and --collapse-tick-gap must not be negative")
+	if cfg.Criteria.ReadinessP99 < 0 || cfg.Criteria.TickGap < 0 || cfg.Criteria.LeaseLate < 0 {
+		return fmt.Errorf("--collapse-readiness, --collapse-tick-gap and --collapse-lease-late must not be negative")
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/testcluster"
 )
 
@@ -82,6 +83,49 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 			t.Errorf("the JUnit file does not have the finding (%v):\n%s", err, b)
 		}
 		waitGone(ctx, t, c, ns, podCgroupsBefore)
+	})
+
+	// The test kubelet admits testcluster.MaxPods pods: sandbox pods added in steps meet that
+	// ceiling (OutOfpods) well within this machine's memory, and the sweep must stop there and
+	// name it.
+	t.Run("density_stops_at_the_collapse", func(t *testing.T) {
+		cmd := cmdOf("stress", "density", "--sandbox-memory", "16Mi", "--request", "16Mi", "--limit", "128Mi",
+			"--step", "4", "--max", "40", "--pace", "100ms", "--step-duration", "6s", "--out", filepath.Join(t.TempDir(), "run"), "-o", "json")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		t.Logf("stress density --node:\n%s", stderr.String())
+		if err != nil {
+			t.Fatalf("stress density --node: %v\n%s", err, stdout.String())
+		}
+		var rep struct {
+			analyzer.DensityReport
+			Findings []analyzer.Finding `json:"findings"`
+		}
+		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+			t.Fatalf("stress density --node -o json: %v\n%s", err, stdout.String())
+		}
+		col, ceil := rep.Collapse, rep.Ceiling
+		if col == nil || ceil == nil {
+			t.Fatalf("no collapse up to --max 40 on a kubelet of maxPods %d:\n%s", testcluster.MaxPods, stdout.String())
+		}
+		t.Logf("collapse at %d (%s), max stable %d, ceiling %s: %s", col.Density, col.Signal, rep.MaxStable, ceil.Resource, ceil.Explanation)
+		if col.Signal != rundir.SignalAdmission || ceil.Resource != analyzer.CeilingAdmission || !strings.Contains(ceil.Explanation, "OutOfpods") {
+			t.Errorf("collapse %+v, ceiling %+v: want the kubelet's admission (OutOfpods)", col, ceil)
+		}
+		// The agent's pod is on the node too: the sandboxes fit below maxPods.
+		if col.Density > testcluster.MaxPods+4 || rep.MaxStable >= col.Density || rep.MaxStable > testcluster.MaxPods {
+			t.Errorf("collapse at %d, max stable %d: want the step that crossed maxPods %d", col.Density, rep.MaxStable, testcluster.MaxPods)
+		}
+		for _, s := range rep.Steps {
+			if s.Density <= rep.MaxStable && (s.Ready != s.Started || s.Refused > 0 || s.WorkingSet <= 0 || s.MemoryLimit <= 0) {
+				t.Errorf("stable step %+v: want every pod ready, none refused, the node's memory read", s)
+			}
+		}
+		if !slices.ContainsFunc(rep.Findings, func(f analyzer.Finding) bool { return f.ID == analyzer.IDMemoryCollapse }) {
+			t.Errorf("no %s finding: %+v", analyzer.IDMemoryCollapse, rep.Findings)
+		}
+		waitGone(ctx, t, c, runNamespace(t, stderr.String()), podCgroupsBefore)
 	})
 
 	t.Run("interrupted_cli_cleans_up", func(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodectl/nodectl/cli/internal/remote"
+	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/workload"
 )
 
@@ -31,9 +32,9 @@ const (
 	LabelNode    = "nodectl.io/node"
 	LabelPartOf  = "app.kubernetes.io/part-of"
 	LabelPartVal = "nodectl-stress"
-	// workDir is each pod's emptyDir, where the victim and the disk hogs write: the node's
+	// WorkDir is each pod's emptyDir, where the victim and the disk hogs write: the node's
 	// disk, as a pod's writable layer or emptyDir is.
-	workDir = "/work"
+	WorkDir = "/work"
 )
 
 // Permissions a run needs beyond reaching the agent: its namespace and its pods.
@@ -52,6 +53,7 @@ type Spec struct {
 	CPULimitMilli   int64
 	CPURequestMilli int64
 	MemoryLimit     int64
+	MemoryRequest   int64
 	RuntimeClass    string // "" for the cluster's default runtime
 }
 
@@ -65,10 +67,10 @@ type Run struct {
 // Progress is where the run tells what it does.
 func (r *Run) Progress() io.Writer { return r.progress }
 
-// Start checks the user's rights, finds the node's agent pod (whose image the workloads run)
-// and creates the run's namespace.
-func Start(ctx context.Context, c *remote.Cluster, node, id string, progress io.Writer) (*Run, error) {
-	if err := c.Require(ctx, "a stress run through the API server", permissions()...); err != nil {
+// Start checks the user's rights (those of every run, and extra), finds the node's agent pod
+// (whose image the workloads run) and creates the run's namespace.
+func Start(ctx context.Context, c *remote.Cluster, node, id string, progress io.Writer, extra ...remote.Permission) (*Run, error) {
+	if err := c.Require(ctx, "a stress run through the API server", append(permissions(), extra...)...); err != nil {
 		return nil, err
 	}
 	agent, err := c.AgentPod(ctx, node)
@@ -109,6 +111,9 @@ func (r *Run) Launch(ctx context.Context, s Spec) error {
 	if s.MemoryLimit > 0 {
 		res.Limits[corev1.ResourceMemory] = *resource.NewQuantity(s.MemoryLimit, resource.BinarySI)
 	}
+	if s.MemoryRequest > 0 {
+		res.Requests[corev1.ResourceMemory] = *resource.NewQuantity(s.MemoryRequest, resource.BinarySI)
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: r.Namespace, Labels: r.labels()},
 		Spec: corev1.PodSpec{
@@ -122,7 +127,7 @@ func (r *Run) Launch(ctx context.Context, s Spec) error {
 			Containers: []corev1.Container{{
 				Name: s.Name, Image: r.Image, ImagePullPolicy: corev1.PullIfNotPresent,
 				Args: s.Args, Resources: res,
-				VolumeMounts: []corev1.VolumeMount{{Name: "work", MountPath: workDir}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "work", MountPath: WorkDir}},
 			}},
 			Volumes: []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 		},
@@ -145,9 +150,10 @@ func (r *Run) Launch(ctx context.Context, s Spec) error {
 }
 
 // Measurements reads the measurements a workload pod wrote on its standard output (the
-// workload bodies' JSON lines, as a local run's launcher reads them); other lines are skipped.
-func (r *Run) Measurements(ctx context.Context, pod string) ([]workload.Measurement, error) {
-	b, err := r.c.PodLog(ctx, r.Namespace, pod, pod)
+// workload bodies' JSON lines, as a local run's launcher reads them), since a time if one is
+// given (to the second: the caller drops what it already has); other lines are skipped.
+func (r *Run) Measurements(ctx context.Context, pod string, since time.Time) ([]workload.Measurement, error) {
+	b, err := r.c.PodLog(ctx, r.Namespace, pod, pod, since)
 	if err != nil {
 		return nil, err
 	}
@@ -160,9 +166,6 @@ func (r *Run) Measurements(ctx context.Context, pod string) ([]workload.Measurem
 	}
 	return out, nil
 }
-
-// WorkDir is where a workload pod may write.
-func WorkDir() string { return workDir }
 
 // WaitRunning waits until every pod named is running, and fails as soon as one cannot: it
 // failed, or its container waits for a reason that will not pass (an image that cannot be
@@ -194,6 +197,48 @@ func (r *Run) WaitRunning(ctx context.Context, names ...string) error {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// Pods lists the run's pods.
+func (r *Run) Pods(ctx context.Context) ([]corev1.Pod, error) {
+	return r.c.ListPods(ctx, r.Namespace)
+}
+
+// Ending says whether and how a pod ended (rundir.PodEnd*, "" if it has not), with the reason
+// and message the kubelet gave.
+func Ending(p *corev1.Pod) (end, reason, message string) {
+	for _, cs := range p.Status.ContainerStatuses {
+		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+			if t != nil && t.Reason == "OOMKilled" {
+				return rundir.PodEndOOM, t.Reason, t.Message
+			}
+		}
+	}
+	switch {
+	case p.Status.Phase == corev1.PodFailed && (strings.HasPrefix(p.Status.Reason, "OutOf") || p.Status.Reason == "UnexpectedAdmissionError"):
+		return rundir.PodEndRefused, p.Status.Reason, p.Status.Message
+	case p.Status.Phase == corev1.PodFailed && p.Status.Reason == "Evicted":
+		return rundir.PodEndEvicted, p.Status.Reason, p.Status.Message
+	case p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded:
+		return rundir.PodEndFailed, p.Status.Reason, p.Status.Message
+	}
+	if err := podFailed(p); err != nil {
+		return rundir.PodEndFailed, "", err.Error()
+	}
+	return "", "", ""
+}
+
+// Ready says whether the pod runs with every container ready.
+func Ready(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // Check fails when a pod of the run stopped running.

@@ -2,7 +2,9 @@ package remote
 
 import (
 	"context"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -69,20 +71,42 @@ func (c *Cluster) DeletePod(ctx context.Context, namespace, name string, grace i
 	return c.core.Delete().Namespace(namespace).Resource("pods").Name(name).Body(opts).Do(ctx).Error()
 }
 
-// NodeCPUs is the node's CPU capacity, whole CPUs.
-func (c *Cluster) NodeCPUs(ctx context.Context, name string) (int, error) {
+// Node reads a node.
+func (c *Cluster) Node(ctx context.Context, name string) (*corev1.Node, error) {
 	n := &corev1.Node{}
 	if err := c.core.Get().Resource("nodes").Name(name).Do(ctx).Into(n); err != nil {
-		return 0, c.apiError(err, "reading node "+name)
+		return nil, c.apiError(err, "reading node "+name)
+	}
+	return n, nil
+}
+
+// NodeCPUs is the node's CPU capacity, whole CPUs.
+func (c *Cluster) NodeCPUs(ctx context.Context, name string) (int, error) {
+	n, err := c.Node(ctx, name)
+	if err != nil {
+		return 0, err
 	}
 	cpu := n.Status.Capacity.Cpu()
 	return max(1, int(cpu.Value())), nil
 }
 
-// PodLog is the whole log of a pod's container so far.
-func (c *Cluster) PodLog(ctx context.Context, namespace, pod, container string) ([]byte, error) {
-	b, err := c.core.Get().Namespace(namespace).Resource("pods").Name(pod).SubResource("log").
-		Param("container", container).Do(ctx).Raw()
+// NodeLease reads the node's heartbeat Lease, which its kubelet renews.
+func (c *Cluster) NodeLease(ctx context.Context, name string) (*coordinationv1.Lease, error) {
+	l := &coordinationv1.Lease{}
+	if err := c.coord.Get().Namespace(corev1.NamespaceNodeLease).Resource("leases").Name(name).Do(ctx).Into(l); err != nil {
+		return nil, c.apiError(err, "reading the Lease of node "+name)
+	}
+	return l, nil
+}
+
+// PodLog is the log of a pod's container so far; with since set, from that time on (the
+// kubelet's resolution is the second).
+func (c *Cluster) PodLog(ctx context.Context, namespace, pod, container string, since time.Time) ([]byte, error) {
+	req := c.core.Get().Namespace(namespace).Resource("pods").Name(pod).SubResource("log").Param("container", container)
+	if !since.IsZero() {
+		req = req.Param("sinceTime", since.UTC().Format(time.RFC3339))
+	}
+	b, err := req.Do(ctx).Raw()
 	if err != nil {
 		return nil, c.apiError(err, "reading the log of "+namespace+"/"+pod)
 	}

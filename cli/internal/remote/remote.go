@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
@@ -74,6 +75,7 @@ type Cluster struct {
 	Context string
 	core    *rest.RESTClient
 	authz   *rest.RESTClient
+	coord   *rest.RESTClient
 }
 
 // Connect loads the kubeconfig as kubectl does (--kubeconfig, else $KUBECONFIG, else
@@ -102,11 +104,11 @@ func Connect(f Flags) (*Cluster, error) {
 	if f.Context != "" {
 		c.Context = f.Context
 	}
-	cs, err := kube.RESTClients(cfg, corev1.SchemeGroupVersion, authorizationv1.SchemeGroupVersion)
+	cs, err := kube.RESTClients(cfg, corev1.SchemeGroupVersion, authorizationv1.SchemeGroupVersion, coordinationv1.SchemeGroupVersion)
 	if err != nil {
 		return nil, fmt.Errorf("the API server %s: %w", cfg.Host, err)
 	}
-	c.core, c.authz = cs[0], cs[1]
+	c.core, c.authz, c.coord = cs[0], cs[1], cs[2]
 	return c, nil
 }
 
@@ -114,13 +116,11 @@ func Connect(f Flags) (*Cluster, error) {
 // cluster-scoped or every namespace).
 type Permission struct {
 	Verb, Resource, Subresource, Namespace string
+	Group                                  string // the resource's API group; "" for the core group
 }
 
 func (p Permission) String() string {
-	r := p.Resource
-	if p.Subresource != "" {
-		r += "/" + p.Subresource
-	}
+	r := resourceName(p)
 	where := "in every namespace"
 	if p.Namespace != "" {
 		where = "in namespace " + p.Namespace
@@ -146,10 +146,14 @@ func (e *DeniedError) Error() string {
 }
 
 func resourceName(p Permission) string {
-	if p.Subresource != "" {
-		return p.Resource + "/" + p.Subresource
+	r := p.Resource
+	if p.Group != "" {
+		r += "." + p.Group
 	}
-	return p.Resource
+	if p.Subresource != "" {
+		r += "/" + p.Subresource
+	}
+	return r
 }
 
 // Require asks the API server whether the user has each permission (SelfSubjectAccessReview,
@@ -159,7 +163,7 @@ func (c *Cluster) Require(ctx context.Context, why string, perms ...Permission) 
 	for _, p := range perms {
 		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: p.Namespace, Verb: p.Verb, Resource: p.Resource, Subresource: p.Subresource,
+				Namespace: p.Namespace, Verb: p.Verb, Group: p.Group, Resource: p.Resource, Subresource: p.Subresource,
 			},
 		}}
 		out := &authorizationv1.SelfSubjectAccessReview{}
