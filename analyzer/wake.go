@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path"
 
 	"github.com/nodectl/nodectl/rundir"
 )
@@ -141,6 +142,16 @@ func (a *analysis) wakeStart(cgroup string, boot rundir.Window, source string) (
 		throttled:        of(rundir.MetricCPUThrottledTime).Delta(boot),
 		periods:          of(rundir.MetricCPUPeriods).Delta(boot),
 		throttledPeriods: of(rundir.MetricCPUThrottled).Delta(boot),
+	}
+	// A pod's quota is set twice, on its container's cgroup and on the pod's above it, both
+	// charged the same CPU time, and the kernel counts a throttling where a quota ran out: at
+	// one level, the other or both at once (docs/findings.md: the two counts overlap). The
+	// larger is the time it could not run. (A local start's parent, the run's cgroup, has no
+	// quota.)
+	if parent := path.Dir(cgroup); parent != "/" && parent != "." {
+		up := func(metric string) rundir.SeriesSet { return a.run.Series(metric).Cgroup(parent) }
+		s.throttled = max(s.throttled, up(rundir.MetricCPUThrottledTime).Delta(boot))
+		s.throttledPeriods = max(s.throttledPeriods, up(rundir.MetricCPUThrottled).Delta(boot))
 	}
 	if b := of(rundir.MetricWakeBoot).Values(boot); len(b) > 0 {
 		s.boot = b[0]

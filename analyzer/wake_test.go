@@ -231,3 +231,24 @@ func TestRenderWake(t *testing.T) {
 		t.Errorf("text lists the starts one by one:\n%s", out)
 	}
 }
+
+// A start in a pod: its quota is the container's and the pod's, and the kernel counted most of
+// the throttling on the pod's cgroup, the container's parent.
+func TestWakeCountsThePodsThrottling(t *testing.T) {
+	small := throttledBoot(2.9)
+	small.throttled, small.thrPer = 0.5, 5 // the container's own share
+	b := wakeRun(true, small, fastBoot(0.16))
+	pod := runCg // the parent of wake-50m-0's cgroup
+	for _, s := range []struct{ t, thr, per float64 }{{0, 0, 0}, {1.45, 1.1, 12}, {2.9, 2.25, 24}} {
+		thr, per := s.thr, s.per
+		b.recs = append(b.recs,
+			rundir.Record{Type: rundir.TypeSample, Time: at(s.t), Metric: rundir.MetricCPUThrottledTime, Cgroup: pod, Value: &thr},
+			rundir.Record{Type: rundir.TypeSample, Time: at(s.t), Metric: rundir.MetricCPUThrottled, Cgroup: pod, Value: &per})
+	}
+	rep := b.analyze(t)
+	l := wakeLimitOf(t, rep, "50m")
+	if l.ThrottledP50 != 2.25 || l.ThrottledPeriodsP50 != 24 {
+		t.Errorf("50m %+v: want the pod's throttling, the larger, 2.25 s in 24 periods", l)
+	}
+	finding(t, rep, IDCPUThrottling)
+}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -111,7 +112,7 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 		// to (their run-queue histogram changed) and those on a CPU at the last one: the tracer
 		// samples first, and the cgroup sampler reads the CPU and memory counters of those.
 		var changes collect.Changes
-		var running []string
+		var running, parents []string
 		sources[sourceTrace] = traceSource(func(now time.Time, full bool) ([]rundir.Record, error) {
 			snapshot := t.Snapshot
 			if full {
@@ -127,6 +128,18 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 			}
 			for _, cg := range running {
 				ran[cg] = true
+			}
+			// A cgroup's parent runs what it runs: its CPU counters moved too, and a quota set
+			// there (a pod's, above its containers') throttles where the kernel counts it, on
+			// the parent. Unread, its counters would be stale at every window's edge.
+			parents = parents[:0]
+			for cg := range ran {
+				if p := path.Dir(cg); p != "/" && p != "." {
+					parents = append(parents, p)
+				}
+			}
+			for _, p := range parents {
+				ran[p] = true
 			}
 			running = snap.Running
 			return append(changed, snap.Events...), err
@@ -268,15 +281,22 @@ func (f *follower) observe(batch []rundir.Record) {
 		if r.Cgroup == "" || f.seen[r.Cgroup] || strings.HasPrefix(r.Cgroup, "<") {
 			continue
 		}
-		if len(f.order) >= f.max {
-			if full == nil {
-				full = map[string]bool{}
+		// With its parent: a pod's cgroup holds no task of its own, so no record names it,
+		// but its quota throttles its containers where the kernel counts it.
+		for _, cg := range []string{path.Dir(r.Cgroup), r.Cgroup} {
+			if cg == "/" || cg == "." || f.seen[cg] {
+				continue
 			}
-			full[r.Cgroup] = true
-			continue
+			if len(f.order) >= f.max {
+				if full == nil {
+					full = map[string]bool{}
+				}
+				full[cg] = true
+				continue
+			}
+			f.seen[cg] = true
+			f.order = append(f.order, cg)
 		}
-		f.seen[r.Cgroup] = true
-		f.order = append(f.order, r.Cgroup)
 	}
 	f.overflow = len(full)
 	f.batches++

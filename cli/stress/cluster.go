@@ -275,11 +275,11 @@ func collect(ctx context.Context, agent agentv1.AgentClient, run *podrun.Run, w 
 	}
 	var workloads []rundir.Workload
 	for _, s := range specs {
-		name := podWorkload(run, s.Name)
-		cg, ok := cgroups[name]
+		cg, ok := podCgroup(cgroups, run, s.Name)
 		if !ok {
-			return fmt.Errorf("the node's agent does not know %s: is it the agent of this version, on Kubernetes (--kubeconfig or in a pod)?", name)
+			return fmt.Errorf("the node's agent does not know pod %s/%s: is it the agent of this version, on Kubernetes (--kubeconfig or in a pod)?", run.Namespace, s.Name)
 		}
+		name := podWorkload(run, s.Name)
 		kind := kinds[s.Name]
 		if kind == rundir.KindVictim {
 			// Examined as the agent examines a pod, from the kernel's side: the probe's
@@ -317,6 +317,16 @@ func collect(ctx context.Context, agent agentv1.AgentClient, run *podrun.Run, w 
 
 // podWorkload is the workload name of a run's pod: the agent's namespace/pod/container.
 func podWorkload(run *podrun.Run, pod string) string { return run.Namespace + "/" + pod + "/" + pod }
+
+// podCgroup is the cgroup the node's agent knows a run's pod by: its container's, or for a
+// gVisor pod, whose containers the host cannot tell apart, the pod's.
+func podCgroup(cgroups map[string]string, run *podrun.Run, pod string) (string, bool) {
+	if cg, ok := cgroups[podWorkload(run, pod)]; ok {
+		return cg, true
+	}
+	cg, ok := cgroups[run.Namespace+"/"+pod]
+	return cg, ok
+}
 
 // podSpecWorkload describes a workload pod as a workload of the run.
 func podSpecWorkload(s podrun.Spec, name, kind, cgroup string) rundir.Workload {

@@ -463,9 +463,11 @@ func (d *podDensity) collect(ctx context.Context, start, end time.Time) error {
 	meta.Scenario, meta.ID, meta.Args = rundir.ScenarioDensity, d.run.ID, os.Args
 	nodeCg := ""
 	var sandboxes []rundir.Workload
+	byName := map[string]string{}
 	for _, p := range d.names {
 		name := podWorkload(d.run, p)
-		cg := cgroups[name]
+		cg, _ := podCgroup(cgroups, d.run, p)
+		byName[name] = cg
 		if cg != "" && nodeCg == "" {
 			nodeCg = kubepodsOf(cg)
 		}
@@ -483,7 +485,7 @@ func (d *podDensity) collect(ctx context.Context, start, end time.Time) error {
 	recs := slices.DeleteFunc(got.Records, func(r rundir.Record) bool { return r.Type == rundir.TypePhase })
 	for _, r := range d.recs {
 		if r.Workload != "" && r.Cgroup == "" {
-			r.Cgroup = cgroups[r.Workload]
+			r.Cgroup = byName[r.Workload]
 		}
 		recs = append(recs, r)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/remote"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/workload"
 )
@@ -36,9 +37,18 @@ from /proc/<pid>/task/*/schedstat of the sandbox's host processes.
 
 The report has a row per limit (wake p50/p95, the share of the wake spent throttled, the
 boot's throttled time, CPU and run-queue wait) and explains slow limits as cpu-throttling.
-LIMIT uses Kubernetes notation (50m, 250m, 1), at least 10m.`,
+LIMIT uses Kubernetes notation (50m, 250m, 1), at least 10m.
+
+With --node NODE each start is a pod on that node (wake-<limit>-<i>, in a namespace of the
+run's own) with the limit as its CPU limit and request and --runtime-class (gvisor for --runtime
+runsc), running the node's agent's image; its request is pending from its start. The wake time
+runs from nodectl's create call to the answer, by the node's clock (so it includes the pod's
+start: the runtime's, a gVisor sandbox's boot), the boot from the workload's start; the
+throttling and run-queue waits are the pod's cgroup's, from the node's agent. Each pod is
+deleted once its counters are read; all are on every exit path.`,
 		Example: `  sudo nodectl stress wake
-  sudo nodectl stress wake --cpu-limits 50m,1 --count 3 --trace -o json`,
+  sudo nodectl stress wake --cpu-limits 50m,1 --count 3 --trace -o json
+  nodectl --node gke-pool-1-abcd stress wake --cpu-limits 50m,1 --runtime runsc`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := rf.check(); err != nil {
@@ -57,6 +67,9 @@ LIMIT uses Kubernetes notation (50m, 250m, 1), at least 10m.`,
 			if cfg.Timeout < time.Second {
 				return fmt.Errorf("--timeout %s: must be at least 1s", cfg.Timeout)
 			}
+			if remote.FromCommand(cmd).Node != "" {
+				return clusterWake(cmd, &rf, cfg)
+			}
 			ctx, stop, err := rf.start(cmd, "nodectl stress wake", "creating cgroups and moving the sandbox into them")
 			if err != nil {
 				return err
@@ -72,10 +85,7 @@ LIMIT uses Kubernetes notation (50m, 250m, 1), at least 10m.`,
 			if err != nil {
 				return err
 			}
-			if rf.output == "json" {
-				return analyzer.RenderWakeJSON(cmd.OutOrStdout(), rep)
-			}
-			return rf.report(rep, "wake", func() error { return clix.Render(cmd.OutOrStdout(), rep, rf.output) })
+			return rf.report(rep, "wake", func() error { return renderWake(cmd, &rf, rep) })
 		},
 	}
 	f := cmd.Flags()
@@ -84,5 +94,13 @@ LIMIT uses Kubernetes notation (50m, 250m, 1), at least 10m.`,
 	rf.register(f, "the sandboxes", "the run queue (the boot's run-queue wait per cgroup)", false)
 	f.IntVar(&cfg.BootRounds, "boot-work", workload.DefaultBootRounds, "rounds of CPU work the sandbox's boot does before it answers")
 	f.DurationVar(&cfg.Timeout, "timeout", st.DefaultWakeTimeout, "how long one start may take to answer")
-	return cmd
+	return remote.Supports(cmd)
+}
+
+// renderWake prints a wake run's report: with -o json its limits and findings.
+func renderWake(cmd *cobra.Command, rf *runFlags, rep *analyzer.Report) error {
+	if rf.output == "json" {
+		return analyzer.RenderWakeJSON(cmd.OutOrStdout(), rep)
+	}
+	return clix.Render(cmd.OutOrStdout(), rep, rf.output)
 }

@@ -6,9 +6,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -115,7 +117,11 @@ func run(cfg wl.Config) error {
 		// Each process is this binary printing its version: a real Go process start and exit.
 		return wl.Churn(ctx, []string{self, "version"}, c.Parallel, e)
 	case *wl.WakeConfig:
-		return wl.Wake(ctx, c.BootRounds, os.Stdin, e)
+		var in io.Reader = os.Stdin
+		if c.Pending {
+			in = strings.NewReader("wake\n")
+		}
+		return wl.Wake(ctx, c.BootRounds, in, e)
 	case *wl.FsyncWriterConfig:
 		return wl.FsyncWriter(ctx, *c, os.Stdin, e)
 	case *wl.SandboxConfig:

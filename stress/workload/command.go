@@ -37,7 +37,14 @@ type Command struct {
 // Every setting is written, so the process runs exactly c.Config whatever its defaults.
 func (c Command) Args() []string {
 	args := []string{Group, c.Config.Name()}
-	c.flagSet().VisitAll(func(f *pflag.Flag) { args = append(args, "--"+f.Name, f.Value.String()) })
+	c.flagSet().VisitAll(func(f *pflag.Flag) {
+		if f.Value.Type() == "bool" {
+			// A boolean takes its value only after "=".
+			args = append(args, "--"+f.Name+"="+f.Value.String())
+			return
+		}
+		args = append(args, "--"+f.Name, f.Value.String())
+	})
 	return args
 }
 
@@ -171,12 +178,16 @@ func (c *ChurnConfig) flags(fs *pflag.FlagSet) {
 // WakeConfig configures a woken sandbox.
 type WakeConfig struct {
 	BootRounds int // CPU work of the boot, before the answer
+	// Pending: the request is pending already and none is read (a pod's standard input, which
+	// no one writes).
+	Pending bool
 }
 
 func (*WakeConfig) Name() string { return rundir.KindWake }
 
 func (c *WakeConfig) flags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.BootRounds, "boot-work", c.BootRounds, "rounds of CPU work the boot does before answering")
+	fs.BoolVar(&c.Pending, "request-pending", c.Pending, "answer the request as pending from the start instead of reading it from standard input")
 }
 
 // DefaultSandboxConfig is a sandbox of the default size and activity, with no binary.

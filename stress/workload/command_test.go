@@ -19,7 +19,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		"fsync_hog":    &FsyncHogConfig{Dir: "/mnt/disk", BlockBytes: 512},
 		"memory_hog":   &MemoryHogConfig{Bytes: 5 << 30},
 		"churn":        &ChurnConfig{Parallel: 9},
-		"wake":         &WakeConfig{BootRounds: 1},
+		"wake":         &WakeConfig{BootRounds: 1, Pending: true},
 		"sandbox":      &SandboxConfig{HeapBytes: 300 << 20, HotShare: 0.1, Binary: "/run/bin", BinaryShare: 1.0 / 3, Activity: 250 * time.Millisecond, BurstRounds: 0, Tick: 10 * time.Millisecond},
 		"fsync_writer": &FsyncWriterConfig{Dir: "/mnt/disk", Bytes: 16 << 20},
 	}

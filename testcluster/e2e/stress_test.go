@@ -128,14 +128,51 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 		waitGone(ctx, t, c, runNamespace(t, stderr.String()), podCgroupsBefore)
 	})
 
-	t.Run("interrupted_cli_cleans_up", func(t *testing.T) {
+	// A pod at 50m boots under its CFS quota: it wakes slower than at 1 CPU, throttled most of
+	// the time, and the report says so from the pod's cgroup.
+	t.Run("wake_throttled_at_a_small_limit", func(t *testing.T) {
+		cmd := cmdOf("stress", "wake", "--cpu-limits", "50m,1", "--count", "2", "--out", filepath.Join(t.TempDir(), "run"), "-o", "json")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		t.Logf("stress wake --node:\n%s", stderr.String())
+		if err != nil {
+			t.Fatalf("stress wake --node: %v\n%s", err, stdout.String())
+		}
+		var rep analyzer.WakeReport
+		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+			t.Fatalf("stress wake --node -o json: %v\n%s", err, stdout.String())
+		}
+		if len(rep.Limits) != 2 {
+			t.Fatalf("limits %+v, want 50m and 1", rep.Limits)
+		}
+		small, big := rep.Limits[0], rep.Limits[1]
+		t.Logf("50m: %+v\n1: %+v", small, big)
+		if small.Starts != 2 || big.Starts != 2 || small.WakeP50 <= big.WakeP50 || small.BootP50 <= big.BootP50 {
+			t.Errorf("50m %+v, 1 %+v: want both limits' starts, 50m slower", small, big)
+		}
+		if small.ThrottledShare < 0.25 || small.CPUUsageP50 <= 0 {
+			t.Errorf("50m %+v: want its boot throttled most of its wake, its CPU read from the pod's cgroup", small)
+		}
+		if !slices.ContainsFunc(rep.Findings, func(f analyzer.Finding) bool { return f.ID == analyzer.IDCPUThrottling }) {
+			t.Errorf("no %s finding: %+v", analyzer.IDCPUThrottling, rep.Findings)
+		}
+		waitGone(ctx, t, c, runNamespace(t, stderr.String()), podCgroupsBefore)
+	})
+
+	// A long noisy run, once its victim runs: its CLI, progress and namespace.
+	startLong := func(t *testing.T) (*exec.Cmd, *lockedBuffer, string) {
 		cmd := cmdOf("stress", "noisy", "--hog", "cpu", "--baseline", "10m", "--duration", "10m")
-		var stderr lockedBuffer
-		cmd.Stderr = &stderr
+		stderr := &lockedBuffer{}
+		cmd.Stderr = stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		ns := waitProgress(t, cmd, &stderr, "running: victim")
+		return cmd, stderr, waitProgress(t, cmd, stderr, "running: victim")
+	}
+
+	t.Run("interrupted_cli_cleans_up", func(t *testing.T) {
+		cmd, stderr, ns := startLong(t)
 		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 			t.Fatal(err)
 		}
@@ -152,14 +189,8 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 	})
 
 	t.Run("killed_cli_then_clean", func(t *testing.T) {
-		cmd := cmdOf("stress", "noisy", "--hog", "cpu", "--baseline", "10m", "--duration", "10m")
-		var stderr lockedBuffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
 		// Once the victim runs, the CLI dies without a chance to clean.
-		ns := waitProgress(t, cmd, &stderr, "running: victim")
+		cmd, _, ns := startLong(t)
 		if err := syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}

@@ -188,11 +188,10 @@ func TestKernelPreemptor(t *testing.T) {
 	if kernel.Count < writes/10 {
 		t.Errorf("busy preempted %d times by <kernel> after %d writes, want at least %d", kernel.Count, writes, writes/10)
 	}
-	// Counted as the root cgroup, those would make it the busy loop's main preemptor.
-	if byRoot.Count >= kernel.Count {
-		t.Errorf("busy preempted %d times by the root cgroup and %d by <kernel>: kernel threads charged to the root cgroup?",
-			byRoot.Count, kernel.Count)
-	}
+	// Charged to the root cgroup, the kworkers would not be <kernel> at all: the count above
+	// is the check. The root cgroup's own count is not compared with it: it is whatever else
+	// runs there on that CPU, and under `go test ./...` other packages' tests do (411 root
+	// preemptions against 273 <kernel> ones in one such run).
 }
 
 // otherCPU returns a CPU this process may run on other than cpu, or cpu when it has no other.

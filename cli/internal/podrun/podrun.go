@@ -199,6 +199,15 @@ func (r *Run) WaitRunning(ctx context.Context, names ...string) error {
 	}
 }
 
+// DeletePod deletes one pod of the run (a second's grace); Delete at the run's end waits for
+// every pod to be gone.
+func (r *Run) DeletePod(ctx context.Context, name string) error {
+	if err := r.c.DeletePod(ctx, r.Namespace, name, 1); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting pod %s/%s: %w", r.Namespace, name, err)
+	}
+	return nil
+}
+
 // Pods lists the run's pods.
 func (r *Run) Pods(ctx context.Context) ([]corev1.Pod, error) {
 	return r.c.ListPods(ctx, r.Namespace)
