@@ -240,7 +240,7 @@ func checkRBAC(t *testing.T, m resmap.ResMap) {
 		t.Errorf("role %s/nodectl-user: %+v", namespace, r.Rules)
 	}
 	if cr, ok := crs["/nodectl-stress"]; !ok || !equal(cr.Rules, []rbacv1.PolicyRule{rule("", "namespaces", "get", "list", "create", "delete"),
-		rule("", "pods", "list", "create", "delete"), rule("", "pods/log", "get"), rule("", "nodes", "get"), rule("coordination.k8s.io", "leases", "get")}) {
+		rule("", "pods", "list", "create", "delete"), rule("", "pods/log", "get"), rule("", "pods/attach", "get", "create"), rule("", "nodes", "get"), rule("coordination.k8s.io", "leases", "get")}) {
 		t.Errorf("cluster role nodectl-stress: %+v", cr.Rules)
 	}
 	sa := rbacv1.Subject{Kind: "ServiceAccount", Name: agentName, Namespace: namespace}

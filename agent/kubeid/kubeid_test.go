@@ -118,8 +118,10 @@ func TestResolverGVisorSandboxIsThePod(t *testing.T) {
 		sid: {Sandbox: true, PodUID: uid, PodName: "agent-7", PodNamespace: "sbx", Handler: "runsc"},
 		cid: {Name: "tool", PodUID: uid, PodName: "agent-7", PodNamespace: "sbx", Handler: "runsc"},
 	}}
+	// The pod's own cgroup too, which the runtime does not list: by its RuntimeClass.
+	f.pods = map[string]Pod{uid: {Namespace: "sbx", Name: "agent-7", QoS: QoSBestEffort, RuntimeClass: "gvisor"}}
 	r := NewResolver(f.sources())
-	for _, cg := range []string{"/k8s.io/" + sid, "/kubepods/besteffort/pod" + uid + "/" + cid} {
+	for _, cg := range []string{"/k8s.io/" + sid, "/kubepods/besteffort/pod" + uid + "/" + cid, "/kubepods/besteffort/pod" + uid} {
 		got, ok := r.Identify(cg)
 		if !ok || got.Name != "sbx/agent-7" || got.Kind != KindPod || !got.Sandbox || got.Container != "" {
 			t.Errorf("Identify(%s) = %+v, %v; want the pod sbx/agent-7 as a sandbox", cg, got, ok)

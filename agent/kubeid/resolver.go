@@ -172,6 +172,11 @@ func (r *Resolver) identify(cgroup string) (id Identity, known, partial bool) {
 	if id.QoS == "" {
 		id.QoS = ref.QoS
 	}
+	// The pod's own cgroup holds its sandbox's: for a gVisor pod, the runtime's handler says so
+	// only of its containers, and its RuntimeClass of the pod (by the names GKE and runsc use).
+	if ref.ContainerID == "" && isGVisor(id.RuntimeClass) {
+		id.Sandbox = true
+	}
 	if id.Pod == "" {
 		return Identity{}, false, false
 	}

@@ -540,6 +540,8 @@ func TestCLIErrorsNameTheProblem(t *testing.T) {
 		"node_analyze_run":   {[]string{"--node", "n1", "analyze", "x"}, "--node: RUN is a directory on this machine"},
 		"node_density_swap":  {[]string{"--node", "n1", "stress", "density", "--swap", "/var/tmp/s:1Gi"}, "--swap: not with --node"},
 		"density_lease_neg":  {[]string{"stress", "density", "--collapse-lease-late", "-1s"}, "--collapse-lease-late must not be negative"},
+		"node_storm_target":  {[]string{"--node", "n1", "stress", "fsync-storm", "--target", "/tmp"}, "--target /tmp: not with --node"},
+		"node_wake_platform": {[]string{"--node", "n1", "stress", "wake", "--runtime", "runsc", "--runsc-platform", "ptrace"}, "--runsc-platform: not with --node"},
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/agentd"
+	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
 	"github.com/nodectl/nodectl/cli/internal/clix"
@@ -165,25 +166,30 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 		return err
 	}
 	to := time.Now()
-	// The agent's last samples of the window land within an interval or two.
-	select {
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %v", st.ErrInterrupted, context.Cause(ctx))
-	case <-time.After(3 * time.Second):
-	}
-	fmt.Fprintf(progress, "collecting the window from the node's agent and the pods' measurements into %s\n", out)
 	w := agentd.Window{BaselineFrom: baselineFrom, From: from, To: to}
-	if err := collect(ctx, agent, run, w, out, append([]podrun.Spec{victim}, hogs...), kinds); err != nil {
-		// A half-written run is no run; out was new or empty.
-		os.RemoveAll(out)
-		return err
-	}
-	fmt.Fprintf(progress, "run directory: %s\n", out)
-	rep, err := analyzeRun(out)
+	rep, err := s.finish(ctx, "the window and the pods' measurements", func() error {
+		return collect(ctx, agent, run, w, out, append([]podrun.Spec{victim}, hogs...), kinds)
+	})
 	if err != nil {
 		return err
 	}
 	return rf.report(rep, "noisy", func() error { return clix.Render(cmd.OutOrStdout(), rep, rf.output) })
+}
+
+// finish lets the agent's last samples of the run land (within an interval or two), writes the
+// run directory with collect (what of them) and analyzes it. A half-written run is no run: out
+// was new or empty, and is removed again when collect fails.
+func (s *podSession) finish(ctx context.Context, what string, collect func() error) (*analyzer.Report, error) {
+	if err := sleepCtx(ctx, 3*time.Second); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(s.progress, "collecting %s from the node's agent into %s\n", what, s.out)
+	if err := collect(); err != nil {
+		os.RemoveAll(s.out)
+		return nil, err
+	}
+	fmt.Fprintf(s.progress, "run directory: %s\n", s.out)
+	return analyzeRun(s.out)
 }
 
 // launchAndWait creates the pods and waits until they run (at most podStartTimeout).
@@ -342,19 +348,28 @@ func measurementRecord(m workload.Measurement, cgroup, name string) rundir.Recor
 // podCgroups maps the names of the pods the node's agent knows (namespace/pod/container) to
 // their cgroups.
 func podCgroups(ctx context.Context, agent agentv1.AgentClient) (map[string]string, error) {
-	resp, err := agent.GetMeta(ctx, &agentv1.GetMetaRequest{})
+	now, err := agentMeta(ctx, agent)
 	if err != nil {
 		return nil, err
-	}
-	var now rundir.Meta
-	if err := json.Unmarshal([]byte(resp.GetMetaJson()), &now); err != nil {
-		return nil, fmt.Errorf("reading the agent's meta: %w", err)
 	}
 	cgroups := map[string]string{}
 	for _, p := range now.Pods {
 		cgroups[p.Name] = p.Cgroup
 	}
 	return cgroups, nil
+}
+
+// agentMeta is the node's agent's meta now: its pods, interval, tracer.
+func agentMeta(ctx context.Context, agent agentv1.AgentClient) (rundir.Meta, error) {
+	var m rundir.Meta
+	resp, err := agent.GetMeta(ctx, &agentv1.GetMetaRequest{})
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal([]byte(resp.GetMetaJson()), &m); err != nil {
+		return m, fmt.Errorf("reading the agent's meta: %w", err)
+	}
+	return m, nil
 }
 
 // pullWindow reads a window of the node's agent's flight recorder into memory.

@@ -70,19 +70,7 @@ func clusterDensity(cmd *cobra.Command, rf *runFlags, cfg st.DensityConfig) erro
 		return err
 	}
 	end := time.Now()
-	// The agent's last samples of the sweep land within an interval or two.
-	select {
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %v", st.ErrInterrupted, context.Cause(ctx))
-	case <-time.After(3 * time.Second):
-	}
-	fmt.Fprintf(s.progress, "collecting the sweep from the node's agent into %s\n", s.out)
-	if err := d.collect(ctx, start, end); err != nil {
-		os.RemoveAll(s.out)
-		return err
-	}
-	fmt.Fprintf(s.progress, "run directory: %s\n", s.out)
-	rep, err := analyzeRun(s.out)
+	rep, err := s.finish(ctx, "the sweep", func() error { return d.collect(ctx, start, end) })
 	if err != nil {
 		return err
 	}

@@ -52,13 +52,8 @@ func clusterWake(cmd *cobra.Command, rf *runFlags, cfg st.WakeConfig) error {
 		}
 	}
 	w.line.Done()
-	fmt.Fprintf(s.progress, "collecting the starts from the node's agent into %s\n", s.out)
-	if err := w.collect(ctx, start, time.Now()); err != nil {
-		os.RemoveAll(s.out)
-		return err
-	}
-	fmt.Fprintf(s.progress, "run directory: %s\n", s.out)
-	rep, err := analyzeRun(s.out)
+	end := time.Now()
+	rep, err := s.finish(ctx, "the starts", func() error { return w.collect(ctx, start, end) })
 	if err != nil {
 		return err
 	}

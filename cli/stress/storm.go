@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/cli/internal/remote"
 	st "github.com/nodectl/nodectl/stress"
 )
 
@@ -34,9 +34,17 @@ its tail explained: with --trace, how the device's requests split between waitin
 and being served (eBPF block tracer), which writers held the device (bytes per cgroup), and
 what writeback did (the node's dirty memory against its dirty thresholds, sampled through the
 storm). A slowest writer well behind the median is reported as disk-contention, the other
-writers that held the device its culprits. SIZE uses Kubernetes notation (64Mi, 1Gi).`,
+writers that held the device its culprits. SIZE uses Kubernetes notation (64Mi, 1Gi).
+
+With --node NODE the writers are pods on that node (fsync-writer-<i>, in a namespace of the
+run's own, --runtime-class as for noisy), each writing to its own emptyDir on the node's disk;
+nodectl attaches to their standard input through the API server (pods/attach), so that a
+storm's go reaches them all at once, and reads their times from their standard output. The
+device's side (queue and service time, who held it) is the node's agent's, on the disk the
+writers' cgroups wrote the most to. --target is for a local run only.`,
 		Example: `  sudo nodectl stress fsync-storm --trace
-  sudo nodectl stress fsync-storm --writers 4 --size 64Mi --rounds 2 --trace -o json`,
+  sudo nodectl stress fsync-storm --writers 4 --size 64Mi --rounds 2 --trace -o json
+  nodectl --node gke-pool-1-abcd stress fsync-storm --writers 16 --size 128Mi --runtime runsc`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := rf.check(); err != nil {
@@ -67,6 +75,9 @@ writers that held the device its culprits. SIZE uses Kubernetes notation (64Mi, 
 			if cfg.Timeout < time.Second {
 				return fmt.Errorf("--timeout %s: must be at least 1s", cfg.Timeout)
 			}
+			if remote.FromCommand(cmd).Node != "" {
+				return clusterStorm(cmd, &rf, cfg)
+			}
 			ctx, stop, err := rf.start(cmd, "nodectl stress fsync-storm", "creating cgroups and moving the writers into them")
 			if err != nil {
 				return err
@@ -78,12 +89,7 @@ writers that held the device its culprits. SIZE uses Kubernetes notation (64Mi, 
 			if err != nil {
 				return err
 			}
-			return rf.report(rep, "fsync-storm", func() error {
-				if rf.output == "json" {
-					return analyzer.RenderStormJSON(cmd.OutOrStdout(), rep)
-				}
-				return analyzer.RenderText(cmd.OutOrStdout(), rep)
-			})
+			return rf.report(rep, "fsync-storm", func() error { return renderStorm(cmd, &rf, rep) })
 		},
 	}
 	f := cmd.Flags()
@@ -94,5 +100,5 @@ writers that held the device its culprits. SIZE uses Kubernetes notation (64Mi, 
 	f.DurationVar(&cfg.Pause, "pause", st.DefaultStormPause, "pause between storms, for the device to settle")
 	f.DurationVar(&cfg.Timeout, "timeout", st.DefaultStormTimeout, "how long one storm may take")
 	rf.register(f, "the writers", "fsync latency and block I/O per cgroup (the device's queue and service time)", true)
-	return cmd
+	return remote.Supports(cmd)
 }

@@ -160,6 +160,39 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 		waitGone(ctx, t, c, runNamespace(t, stderr.String()), podCgroupsBefore)
 	})
 
+	// Writer pods released together through their attached standard input: every writer's
+	// time to durable in every storm, the storms as phases, on the disk under their emptyDirs.
+	t.Run("fsync_storm_of_writer_pods", func(t *testing.T) {
+		cmd := cmdOf("stress", "fsync-storm", "--writers", "3", "--size", "16Mi", "--rounds", "2", "--pause", "1s",
+			"--out", filepath.Join(t.TempDir(), "run"), "-o", "json")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		t.Logf("stress fsync-storm --node:\n%s", stderr.String())
+		if err != nil {
+			t.Fatalf("stress fsync-storm --node: %v\n%s", err, stdout.String())
+		}
+		var rep analyzer.StormReport
+		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+			t.Fatalf("stress fsync-storm --node -o json: %v\n%s", err, stdout.String())
+		}
+		if len(rep.Writers) != 3 || len(rep.Rounds) != 2 {
+			t.Fatalf("writers %d, rounds %d: want 3 and 2\n%s", len(rep.Writers), len(rep.Rounds), stdout.String())
+		}
+		for _, w := range rep.Writers {
+			if len(w.DurableSeconds) != 2 || w.DurableP50 <= 0 || w.Cgroup == "" {
+				t.Errorf("writer %+v: want a time to durable in each storm, and its pod's cgroup", w)
+			}
+		}
+		for _, r := range rep.Rounds {
+			t.Logf("%s: %d writers, durable p50 %.3fs max %.3fs, start skew %.3fs, device %s, %.0f bytes", r.Name, r.Writers, r.DurableP50, r.DurableMax, r.StartSkew, r.Device, r.DeviceBytes)
+			if r.Writers != 3 || r.Device == "" || r.DeviceBytes < 3*16<<20 {
+				t.Errorf("round %+v: want all 3 writers, on the device they wrote their 48 MiB to", r)
+			}
+		}
+		waitGone(ctx, t, c, runNamespace(t, stderr.String()), podCgroupsBefore)
+	})
+
 	// A long noisy run, once its victim runs: its CLI, progress and namespace.
 	startLong := func(t *testing.T) (*exec.Cmd, *lockedBuffer, string) {
 		cmd := cmdOf("stress", "noisy", "--hog", "cpu", "--baseline", "10m", "--duration", "10m")

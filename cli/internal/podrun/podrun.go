@@ -55,6 +55,7 @@ type Spec struct {
 	MemoryLimit     int64
 	MemoryRequest   int64
 	RuntimeClass    string // "" for the cluster's default runtime
+	Stdin           bool   // its standard input open, for Attach
 }
 
 // Run is a run's namespace on a node.
@@ -126,7 +127,7 @@ func (r *Run) Launch(ctx context.Context, s Spec) error {
 			AutomountServiceAccountToken:  new(false),
 			Containers: []corev1.Container{{
 				Name: s.Name, Image: r.Image, ImagePullPolicy: corev1.PullIfNotPresent,
-				Args: s.Args, Resources: res,
+				Args: s.Args, Resources: res, Stdin: s.Stdin,
 				VolumeMounts: []corev1.VolumeMount{{Name: "work", MountPath: WorkDir}},
 			}},
 			Volumes: []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},

@@ -2,11 +2,15 @@ package remote
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/nodectl/nodectl/agent/kube"
 )
@@ -111,4 +115,37 @@ func (c *Cluster) PodLog(ctx context.Context, namespace, pod, container string, 
 		return nil, c.apiError(err, "reading the log of "+namespace+"/"+pod)
 	}
 	return b, nil
+}
+
+// Attach streams stdin to the standard input of a pod's container (started with stdin open)
+// and its standard output from now on to stdout, through the API server, until ctx ends or the
+// container's output ends. The caller checks AttachPermissions first.
+func (c *Cluster) Attach(ctx context.Context, namespace, pod, container string, stdin io.Reader, stdout io.Writer) error {
+	opts := &corev1.PodAttachOptions{Container: container, Stdin: true, Stdout: true}
+	u := c.core.Post().Namespace(namespace).Resource("pods").Name(pod).SubResource("attach").VersionedParams(opts, kube.ParameterCodec).URL()
+	spdyExec, err := remotecommand.NewSPDYExecutor(c.Config, http.MethodPost, u)
+	if err != nil {
+		return err
+	}
+	// WebSockets first, as kubectl does, SPDY when the server cannot upgrade to them.
+	wsExec, err := remotecommand.NewWebSocketExecutor(c.Config, http.MethodGet, u.String())
+	if err != nil {
+		return err
+	}
+	exec, err := remotecommand.NewFallbackExecutor(wsExec, spdyExec, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+	if err != nil {
+		return err
+	}
+	if err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout}); err != nil {
+		return c.apiError(err, "attaching to "+namespace+"/"+pod)
+	}
+	return nil
+}
+
+// AttachPermissions are what Attach needs: create for SPDY, get for WebSockets, as for
+// port-forward.
+func AttachPermissions() []Permission {
+	return []Permission{{Verb: "create", Resource: "pods", Subresource: "attach"}, {Verb: "get", Resource: "pods", Subresource: "attach"}}
 }
