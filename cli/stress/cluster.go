@@ -117,6 +117,11 @@ func startPods(cmd *cobra.Command, rf *runFlags, scenario string, extra ...remot
 // clusterNoisy runs noisy's victim and hogs as pods on --node, has the node's agent record
 // them, pulls the window to a run directory and explains it.
 func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
+	for _, h := range cfg.Hogs {
+		if h.Target != "" {
+			return fmt.Errorf("--hog %s,target=%s: not with --%s (a pod writes to its own emptyDir on the node's disk)", h.Kind, h.Target, remote.FlagNode)
+		}
+	}
 	ctx, s, finish, err := startPods(cmd, rf, "noisy")
 	if err != nil {
 		return err
@@ -138,9 +143,6 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 	kinds := map[string]string{victim.Name: rundir.KindVictim}
 	n := map[string]int{}
 	for _, h := range cfg.Hogs {
-		if h.Target != "" {
-			return fmt.Errorf("--hog %s,target=%s: not with --%s (a pod writes to its own emptyDir on the node's disk)", h.Kind, h.Target, remote.FlagNode)
-		}
 		for range h.Count {
 			name := fmt.Sprintf("%s-hog-%d", h.Kind, n[h.Kind])
 			n[h.Kind]++
@@ -384,6 +386,32 @@ func pullWindow(ctx context.Context, agent agentv1.AgentClient, w agentd.Window)
 		return nil, err
 	}
 	return rundir.Open(window)
+}
+
+// pullSpan reads the node's agent's window of a run of pods, from start to end: a short
+// baseline gives every series its value as the run began.
+func (s *podSession) pullSpan(ctx context.Context, start, end time.Time) (*rundir.Run, error) {
+	return pullWindow(ctx, s.agent, agentd.Window{BaselineFrom: start.Add(-2 * time.Second), From: start, To: end})
+}
+
+// writeScenario writes a run of pods as a run of its scenario: the agent's window with its
+// phases (baseline, window) replaced by the run's own in recs, the run's workloads, and each of
+// recs without a cgroup given its workload's.
+func (s *podSession) writeScenario(got *rundir.Run, scenario string, workloads []rundir.Workload, recs []rundir.Record) error {
+	meta := got.Meta
+	meta.Scenario, meta.ID, meta.Args, meta.Workloads = scenario, s.run.ID, os.Args, workloads
+	cgroups := map[string]string{}
+	for _, w := range workloads {
+		cgroups[w.Name] = w.Cgroup
+	}
+	all := slices.DeleteFunc(got.Records, func(r rundir.Record) bool { return r.Type == rundir.TypePhase })
+	for _, r := range recs {
+		if r.Workload != "" && r.Cgroup == "" {
+			r.Cgroup = cgroups[r.Workload]
+		}
+		all = append(all, r)
+	}
+	return writeRun(s.out, meta, all)
 }
 
 // writeRun writes a run directory, its records in time order.

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodectl/nodectl/agentd"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/clix"
 	"github.com/nodectl/nodectl/cli/internal/podrun"
@@ -92,16 +91,10 @@ type podDensity struct {
 	recs     []rundir.Record      // the sweep's own: phases, events, readiness, measurements
 
 	worstTick float64 // the step's worst tick lateness
-	lease     leaseSeen
-	line      *st.LiveLine
-}
-
-// leaseSeen follows the renewals of the node's Lease: the kubelet's renewTime stamps are
-// compared with each other, so the CLI's polling and clock do not enter the gap.
-type leaseSeen struct {
-	last     time.Time
-	interval time.Duration // a quarter of the Lease's duration, the kubelet's renew interval
-	worst    float64       // the step's worst lateness past the interval, seconds
+	// renewed is the node Lease's last renewTime seen: the kubelet's stamps are compared with
+	// each other, so the CLI's polling and clock do not enter a renewal's gap.
+	renewed time.Time
+	line    *st.LiveLine
 }
 
 // sweep runs the steps until one collapses or Max is reached.
@@ -139,7 +132,7 @@ func (d *podDensity) step(ctx context.Context, n, next int) (*crossing, error) {
 	name := rundir.StepPhase(next)
 	start := time.Now()
 	d.recs = append(d.recs, rundir.Record{Type: rundir.TypePhase, Time: start, Name: name, Event: rundir.EventStart})
-	d.worstTick, d.lease.worst = 0, 0
+	d.worstTick = 0
 	var found []crossing
 	cross := func(c crossing) {
 		if !slices.ContainsFunc(found, func(f crossing) bool { return f.signal == c.signal }) {
@@ -352,18 +345,17 @@ func (d *podDensity) pollLease(ctx context.Context, now time.Time, cross func(cr
 		return nil
 	}
 	renew := l.Spec.RenewTime.Time
-	d.lease.interval = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second / 4
-	if !d.lease.last.IsZero() && renew.After(d.lease.last) {
-		late := (renew.Sub(d.lease.last) - d.lease.interval).Seconds()
-		d.lease.worst = max(d.lease.worst, late)
-		if bound > 0 && late > bound {
+	// The kubelet renews every quarter of the Lease's duration.
+	interval := time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second / 4
+	if !d.renewed.IsZero() && renew.After(d.renewed) {
+		if late := (renew.Sub(d.renewed) - interval).Seconds(); bound > 0 && late > bound {
 			cross(crossing{rundir.SignalLeaseLate, late, bound, now})
 		}
 	}
-	if renew.After(d.lease.last) {
-		d.lease.last = renew
+	if renew.After(d.renewed) {
+		d.renewed = renew
 	}
-	if late := (now.Sub(d.lease.last) - d.lease.interval).Seconds(); bound > 0 && late > bound {
+	if late := (now.Sub(d.renewed) - interval).Seconds(); bound > 0 && late > bound {
 		cross(crossing{rundir.SignalLeaseLate, late, bound, now})
 	}
 	return nil
@@ -442,42 +434,28 @@ func (d *podDensity) collect(ctx context.Context, start, end time.Time) error {
 	if err != nil {
 		return err
 	}
-	// A short baseline gives every series its value as the sweep began; its phases go below.
-	got, err := pullWindow(ctx, d.agent, agentd.Window{BaselineFrom: start.Add(-2 * time.Second), From: start, To: end})
+	got, err := d.pullSpan(ctx, start, end)
 	if err != nil {
 		return err
 	}
-	meta := got.Meta
-	meta.Scenario, meta.ID, meta.Args = rundir.ScenarioDensity, d.run.ID, os.Args
 	nodeCg := ""
 	var sandboxes []rundir.Workload
-	byName := map[string]string{}
 	for _, p := range d.names {
-		name := podWorkload(d.run, p)
 		cg, _ := podCgroup(cgroups, d.run, p)
-		byName[name] = cg
 		if cg != "" && nodeCg == "" {
 			nodeCg = kubepodsOf(cg)
 		}
-		sandboxes = append(sandboxes, rundir.Workload{Name: name, Kind: rundir.KindSandbox, Cgroup: cg,
+		sandboxes = append(sandboxes, rundir.Workload{Name: podWorkload(d.run, p), Kind: rundir.KindSandbox, Cgroup: cg,
 			Memory: st.FormatSize(d.cfg.LimitBytes), Runtime: d.class})
 	}
-	meta.Workloads = append([]rundir.Workload{{Name: rundir.WorkloadNode, Kind: rundir.KindNode, Cgroup: nodeCg,
+	workloads := append([]rundir.Workload{{Name: rundir.WorkloadNode, Kind: rundir.KindNode, Cgroup: nodeCg,
 		Memory: st.FormatSize(d.config.NodeMemoryBytes)}}, sandboxes...)
 	for _, w := range got.Meta.Workloads {
 		if w.Kind == rundir.KindDaemon {
-			meta.Workloads = append(meta.Workloads, w)
+			workloads = append(workloads, w)
 		}
 	}
-	// The window's phases are the agent's (baseline, window); the sweep's steps replace them.
-	recs := slices.DeleteFunc(got.Records, func(r rundir.Record) bool { return r.Type == rundir.TypePhase })
-	for _, r := range d.recs {
-		if r.Workload != "" && r.Cgroup == "" {
-			r.Cgroup = byName[r.Workload]
-		}
-		recs = append(recs, r)
-	}
-	return writeRun(d.out, meta, recs)
+	return d.writeScenario(got, rundir.ScenarioDensity, workloads, d.recs)
 }
 
 // kubepodsOf is the kubelet's cgroup of every pod above a pod's cgroup: the path up to its

@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/agentd"
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
 	"github.com/nodectl/nodectl/cli/internal/podrun"
@@ -234,41 +233,25 @@ func (w *podStorm) collect(ctx context.Context, start, end time.Time) error {
 	if err != nil {
 		return err
 	}
-	got, err := pullWindow(ctx, w.agent, agentd.Window{BaselineFrom: start.Add(-2 * time.Second), From: start, To: end})
+	got, err := w.pullSpan(ctx, start, end)
 	if err != nil {
 		return err
 	}
-	byName := map[string]string{}
 	var writers []rundir.Workload
+	var cgs []string
 	for _, name := range w.names {
 		cg, ok := podCgroup(cgroups, w.run, name)
 		if !ok {
 			return fmt.Errorf("the node's agent does not know pod %s/%s: is it the agent of this version, on Kubernetes?", w.run.Namespace, name)
 		}
-		byName[name] = cg
+		cgs = append(cgs, cg)
 		writers = append(writers, rundir.Workload{Name: name, Kind: rundir.KindStormWriter, Cgroup: cg, Target: podrun.WorkDir})
 	}
-	dev := busiestDevice(got, slices.Collect(func(yield func(string) bool) {
-		for _, cg := range byName {
-			if !yield(cg) {
-				return
-			}
-		}
-	}))
+	dev := busiestDevice(got, cgs)
 	for i := range writers {
 		writers[i].Device = dev
 	}
-	meta := got.Meta
-	meta.Scenario, meta.ID, meta.Args = rundir.ScenarioFsyncStorm, w.run.ID, os.Args
-	meta.Workloads = writers
-	recs := slices.DeleteFunc(got.Records, func(r rundir.Record) bool { return r.Type == rundir.TypePhase })
-	for _, r := range w.recs {
-		if r.Workload != "" {
-			r.Cgroup = byName[r.Workload]
-		}
-		recs = append(recs, r)
-	}
-	return writeRun(w.out, meta, recs)
+	return w.writeScenario(got, rundir.ScenarioFsyncStorm, writers, w.recs)
 }
 
 // busiestDevice is the device the cgroups wrote the most bytes to in the run (the block

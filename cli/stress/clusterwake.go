@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/nodectl/nodectl/agentd"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/clix"
 	"github.com/nodectl/nodectl/cli/internal/podrun"
@@ -204,15 +203,11 @@ func (w *podWake) sampledAfter(ctx context.Context, cg string, from, t time.Time
 // collect writes the starts as a wake run: the agent's window of them (its phases replaced by
 // the starts'), each start a wake workload with the pod's cgroup.
 func (w *podWake) collect(ctx context.Context, start, end time.Time) error {
-	got, err := pullWindow(ctx, w.agent, agentd.Window{BaselineFrom: start.Add(-2 * time.Second), From: start, To: end})
+	got, err := w.pullSpan(ctx, start, end)
 	if err != nil {
 		return err
 	}
-	meta := got.Meta
-	meta.Scenario, meta.ID, meta.Args = rundir.ScenarioWake, w.run.ID, os.Args
-	meta.Workloads = w.workloads
-	recs := slices.DeleteFunc(got.Records, func(r rundir.Record) bool { return r.Type == rundir.TypePhase })
-	return writeRun(w.out, meta, append(recs, w.recs...))
+	return w.writeScenario(got, rundir.ScenarioWake, w.workloads, w.recs)
 }
 
 // sleepCtx sleeps d, or less if ctx ends (then an interrupted error).
