@@ -157,13 +157,23 @@ func (a *analysis) densityTable() *DensityReport {
 			cfg.SwapBytes = int64(slices.Max(vs))
 		}
 	}
+	// A run of pods on a node reads its steps' events (pods ended, Lease renewals, Ready): the
+	// run's events, gathered once rather than every record read again for each step.
+	var events []rundir.Record
+	if cfg.Node != "" {
+		for _, rec := range a.run.Records {
+			if rec.Type == rundir.TypeEvent {
+				events = append(events, rec)
+			}
+		}
+	}
 	dr := &DensityReport{Steps: []DensityStep{}}
 	for _, w := range a.windows {
 		n, ok := rundir.StepDensity(w.Name)
 		if !ok {
 			continue
 		}
-		dr.Steps = append(dr.Steps, a.densityStep(n, w, cfg, holds))
+		dr.Steps = append(dr.Steps, a.densityStep(n, w, cfg, holds, events))
 	}
 	if ev != nil {
 		c := rundir.ParseCollapse(*ev)
@@ -185,7 +195,7 @@ func (a *analysis) densityTable() *DensityReport {
 	return dr
 }
 
-func (a *analysis) densityStep(n int, w rundir.Window, cfg rundir.DensityConfig, holds map[string]time.Time) DensityStep {
+func (a *analysis) densityStep(n int, w rundir.Window, cfg rundir.DensityConfig, holds map[string]time.Time, events []rundir.Record) DensityStep {
 	run := a.run
 	cg := a.nodeCgroup()
 	s := DensityStep{Density: n, Phase: w.Name, Seconds: w.Seconds()}
@@ -278,7 +288,7 @@ func (a *analysis) densityStep(n int, w rundir.Window, cfg rundir.DensityConfig,
 	s.CompactionStall = secs(compaction.HistDelta(w).SumNs)
 	s.OOMKills = run.Series(rundir.MetricDensityOOMKills).Cgroup(cg).Delta(w)
 	if cfg.Node != "" {
-		a.kubeStep(&s, w)
+		a.kubeStep(&s, w, events)
 	}
 	s.CPUCores = run.Series(rundir.MetricCPUUsage).Cgroup(cg).Delta(w) / sec
 	if dev := a.swapDevice(); dev != "" && cfg.SwapBytes > 0 {
@@ -328,7 +338,7 @@ func crossed(s DensityStep, cfg rundir.DensityConfig) []string {
 // from /proc/meminfo (the node is the host; its working set is what is not available), the
 // pods that ended (refused, evicted, OOM-killed), the node Lease's renewals and its Ready
 // transitions, as the agent recorded them.
-func (a *analysis) kubeStep(s *DensityStep, w rundir.Window) {
+func (a *analysis) kubeStep(s *DensityStep, w rundir.Window, events []rundir.Record) {
 	run := a.run
 	mi := run.Series(rundir.MetricMeminfo)
 	extreme := func(name string, pick func([]float64) float64) (float64, bool) {
@@ -353,8 +363,8 @@ func (a *analysis) kubeStep(s *DensityStep, w rundir.Window) {
 	if ok1 && ok2 && s.SwapUsed == 0 {
 		s.SwapUsed = swapTotal - swapFree
 	}
-	for _, rec := range run.Records {
-		if rec.Type != rundir.TypeEvent || rec.Time.Before(w.Start) || rec.Time.After(w.End) {
+	for _, rec := range events {
+		if rec.Time.Before(w.Start) || rec.Time.After(w.End) {
 			continue
 		}
 		if p, ok := rundir.ParsePodEnded(rec); ok {
