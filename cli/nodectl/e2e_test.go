@@ -541,6 +541,10 @@ func TestCLIErrorsNameTheProblem(t *testing.T) {
 		"node_density_swap":  {[]string{"--node", "n1", "stress", "density", "--swap", "/var/tmp/s:1Gi"}, "--swap: not with --node"},
 		"density_lease_neg":  {[]string{"stress", "density", "--collapse-lease-late", "-1s"}, "--collapse-lease-late must not be negative"},
 		"node_storm_target":  {[]string{"--node", "n1", "stress", "fsync-storm", "--target", "/tmp"}, "--target /tmp: not with --node"},
+		"node_tune_watch":    {[]string{"--node", "n1", "tune", "watch"}, "--node: `nodectl tune watch` acts on this machine only"},
+		"node_tune_host":     {[]string{"--node", "n1", "tune", "status", "--host-root", "/"}, "--host-root: not with --node"},
+		"node_tune_profile":  {[]string{"--node", "n1", "tune", "plan", "--profile", "/nonexistent/p.yaml"}, "--profile /nonexistent/p.yaml is neither a built-in"},
+		"node_validate_node": {[]string{"--node", "n1", "tune", "validate", "--", "stress", "wake", "--node", "n2"}, "stress flag --node: give it before tune"},
 		"node_wake_platform": {[]string{"--node", "n1", "stress", "wake", "--runtime", "runsc", "--runsc-platform", "ptrace"}, "--runsc-platform: not with --node"},
 	})
 }

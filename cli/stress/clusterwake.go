@@ -104,7 +104,9 @@ func (w *podWake) start(ctx context.Context, name string, milli int64) error {
 	w.recs = append(w.recs, rundir.Record{Type: rundir.TypePhase, Time: sampled, Name: name, Event: rundir.EventEnd})
 	w.line.Update(fmt.Sprintf("wake %-14s %6s (boot %s)", name, time.Duration(wake*float64(time.Second)).Round(10*time.Millisecond),
 		time.Duration(answer.Value*float64(time.Second)).Round(10*time.Millisecond)))
-	return w.run.DeletePod(ctx, name)
+	// Gone before the next start: the kubelet admits a pod only once the last one's CPU
+	// request is free (a 1-CPU start after a 1-CPU start on a 2-CPU node is refused).
+	return w.run.DeletePodWait(ctx, name, 1)
 }
 
 // await waits for the pod's answer (its wake_boot_seconds line), failing when the pod ends

@@ -329,16 +329,21 @@ func (o *opts) verifyTarget(cmd *cobra.Command) (*loaded, error) {
 }
 
 func newRollback() *cobra.Command {
-	var o opts
+	var (
+		o         opts
+		missingOK bool
+	)
 	cmd := &cobra.Command{
 		Use:   "rollback",
 		Short: "Restore exactly what apply recorded and remove the state file",
 		Long: `rollback restores, in reverse order, every setting apply changed to the value recorded before
 the change, reads each back, and removes the state file. It needs no profile: the state file
 holds everything. A setting that fails to restore stays in the state file, so rollback can be
-run again after fixing the cause. Also finishes an apply that died half-way.`,
-		Example: `  sudo nodectl tune rollback`,
-		Args:    cobra.NoArgs,
+run again after fixing the cause. Also finishes an apply that died half-way. With
+--missing-ok, a node where no profile is applied is not an error.`,
+		Example: `  sudo nodectl tune rollback
+  sudo nodectl tune rollback --missing-ok`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := clix.CheckOutput(o.output); err != nil {
 				return err
@@ -351,6 +356,14 @@ run again after fixing the cause. Also finishes an apply that died half-way.`,
 				return err
 			}
 			e := o.engineAt(cmd, h)
+			if missingOK {
+				if st, err := tuner.LoadState(e.State); err != nil {
+					return err
+				} else if st == nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "No profile is applied on this node (no state at %s): nothing to roll back.\n", e.State)
+					return nil
+				}
+			}
 			// A first Ctrl-C does not stop a rollback half-way; a second one exits.
 			ctx, stop := clix.SignalContextHint(cmd.Context(), cmd.ErrOrStderr(), rollbackHint)
 			defer stop()
@@ -368,6 +381,7 @@ run again after fixing the cause. Also finishes an apply that died half-way.`,
 	}
 	o.hostFlags(cmd.Flags())
 	o.outputFlag(cmd.Flags())
+	cmd.Flags().BoolVar(&missingOK, "missing-ok", false, "succeed when no profile is applied (nothing to roll back)")
 	return cmd
 }
 

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/tuner"
 	"github.com/nodectl/nodectl/tuner/backends"
 	"github.com/nodectl/nodectl/tuner/profile"
@@ -39,22 +40,47 @@ settings of the seed report's node tuner (reserved system CPUs, ARP neighbour ca
 limits and storage, swap sysctls), sized from the node's CPU count. A profile is a built-in's
 name, a YAML file in nodectl's format (docs/tuning-profiles.md), or a GKE node system config
 file (linuxConfig.sysctl, linuxConfig.swapConfig), so a node pool's config can be checked
-against a node.`,
+against a node.
+
+With --node NODE (every command but watch) it acts on that node of a cluster through the API
+server, in a short-lived privileged tuner pod pinned to the node (docs/deploy.md).`,
 		Example: `  nodectl tune plan
   sudo nodectl tune apply --profile sandbox-density
   nodectl tune verify -o json
   nodectl tune verify --profile swap-dedicated-lssd.yaml
   sudo nodectl tune rollback
-  sudo nodectl tune validate --profile sandbox-density -- stress noisy --heartbeat 100ms --hog churn,count=2 --trace`,
+  sudo nodectl tune validate --profile sandbox-density -- stress noisy --heartbeat 100ms --hog churn,count=2 --trace
+  nodectl --node gke-pool-1-abcd tune status`,
 	}
-	cmd.AddCommand(newPlan(), newApply(), newVerify(), newRollback(), newStatus(), newValidate(), newWatch())
+	for _, sub := range []*cobra.Command{newPlan(), newApply(), newVerify(), newRollback(), newStatus()} {
+		cmd.AddCommand(onNodeToo(sub))
+	}
+	cmd.AddCommand(newValidate(), newWatch())
 	return cmd
+}
+
+// onNodeToo lets a one-shot tune command run on another node with --node, in a tuner pod there
+// (runOnNode); watch stays on this machine (the DaemonSet's tuner container is the node's).
+func onNodeToo(c *cobra.Command) *cobra.Command {
+	local := c.RunE
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		node, err := onNode(cmd)
+		if err != nil {
+			return err
+		}
+		if node == "" {
+			return local(cmd, args)
+		}
+		return runOnNode(cmd, node)
+	}
+	return remote.Supports(c)
 }
 
 // opts are the flags every tune command shares.
 type opts struct {
 	hostRoot, procfs, sysfs, cgroupfs, state string
 	profile                                  string
+	profileYAML                              string
 	output                                   string
 }
 
@@ -69,7 +95,14 @@ func (o *opts) hostFlags(f *pflag.FlagSet) {
 func (o *opts) profileFlag(f *pflag.FlagSet, def string) {
 	usage := "profile: a built-in (" + strings.Join(profile.Builtins(), ", ") + "), a nodectl profile file or a GKE node system config file"
 	f.StringVar(&o.profile, "profile", def, usage)
+	// How `tune --node` hands a profile file on the user's machine to the tuner pod on the
+	// node: the file's content, parsed as if read from --profile's path.
+	f.StringVar(&o.profileYAML, flagProfileYAML, "", "the profile's YAML itself, named by --profile")
+	_ = f.MarkHidden(flagProfileYAML)
 }
+
+// flagProfileYAML carries a profile file's content to a node's tuner pod.
+const flagProfileYAML = "profile-yaml"
 
 func (o *opts) outputFlag(f *pflag.FlagSet) {
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
@@ -118,7 +151,12 @@ func (o *opts) load(cmd *cobra.Command) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, err := profile.Load(o.profile)
+	var raw *profile.Profile
+	if o.profileYAML != "" {
+		raw, err = profile.Parse([]byte(o.profileYAML), o.profile)
+	} else {
+		raw, err = profile.Load(o.profile)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--profile %s: %w", o.profile, err)
 	}

@@ -1,6 +1,7 @@
 package tune
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/tuner/validate"
 )
 
@@ -33,9 +35,18 @@ the two runs: e.g. the heartbeat's lateness next to sandbox churn without and wi
 system CPUs, or a density sweep without and with the swap sysctls. The stress runs place
 their workloads as a tuned node would: with a CPU partition applied, workloads go on the
 workload CPUs and the heartbeat (the kubelet's stand-in) on the reserved ones. The runs are
-kept in --out (before/ and after/). An interrupted validate rolls the profile back.`,
+kept in --out (before/ and after/). An interrupted validate rolls the profile back.
+
+With --node NODE, all of it goes through the API server: both runs are runs of pods on the
+node (nodectl --node NODE stress ...), and a short-lived privileged tuner pod on the node
+(host network and PIDs, the node's root at /host) checks that the node is untuned, applies the
+profile (a profile file is read here and handed to it), and rolls it back. The tuner pods live
+in a namespace of the run's own, labelled to admit privileged pods; when the rollback did not
+happen (the CLI killed), the namespace stays and nodectl --node NODE stress clean rolls the
+profile back before removing it. The runs go to a temporary directory unless --out.`,
 		Example: `  sudo nodectl tune validate --profile sandbox-density -- stress noisy --heartbeat 100ms --hog churn,count=2 --trace
-  sudo nodectl tune validate --profile swap.yaml -- stress density --step 2 --max 20 --swap /var/tmp/swap:1Gi`,
+  sudo nodectl tune validate --profile swap.yaml -- stress density --step 2 --max 20 --swap /var/tmp/swap:1Gi
+  nodectl --node gke-pool-1-abcd tune validate --profile swap.yaml -- stress wake --cpu-limits 50m,1 --count 3`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := clix.CheckOutput(o.output); err != nil {
 				return err
@@ -47,6 +58,13 @@ kept in --out (before/ and after/). An interrupted validate rolls the profile ba
 			if err != nil {
 				return err
 			}
+			node, err := onNode(cmd)
+			if err != nil {
+				return err
+			}
+			if node != "" {
+				return validateOnNode(cmd, node, &o, stressArgs, out, keep)
+			}
 			l, err := o.load(cmd)
 			if err != nil {
 				return err
@@ -57,34 +75,43 @@ kept in --out (before/ and after/). An interrupted validate rolls the profile ba
 			if out == "" {
 				out = filepath.Join("/var/lib/nodectl/validate", time.Now().UTC().Format("20060102-150405"))
 			}
-			exe, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("finding nodectl: %w", err)
-			}
 			ctx, stop := clix.SignalContextHint(cmd.Context(), cmd.ErrOrStderr(), "run 'nodectl tune rollback' and 'nodectl stress clean' to remove what is left")
 			defer stop()
-			stderr := cmd.ErrOrStderr()
-			fmt.Fprintf(stderr, "validate: each run is: nodectl %s\n", strings.Join(stressArgs, " "))
-			res, err := validate.Run(ctx, validate.Config{Engine: l.engine, Profile: l.profile.Name,
-				Stress: validate.Command(exe, stressArgs, stderr), Out: out, Keep: keep,
-				Progress: func(format string, a ...any) { fmt.Fprintf(stderr, "validate: "+format+"\n", a...) }})
-			if err != nil {
-				return err
-			}
-			w := cmd.OutOrStdout()
-			if o.output == "json" {
-				return analyzer.RenderDiffJSON(w, res.Diff)
-			}
-			fmt.Fprintf(w, "Profile %s: run A is the untuned node (%s), run B the tuned one (%s).\n\n", l.profile.Name, res.Before, res.After)
-			return analyzer.RenderDiffText(w, res.Diff)
+			// The runs read the tuner's state: a tuned run places its workloads as a tuned
+			// node would.
+			stressArgs = append(stressArgs, "--tune-state", l.engine.State)
+			return runValidate(ctx, cmd, &o, validate.Engine{Engine: l.engine}, l.profile.Name, stressArgs, out, keep)
 		},
 	}
 	o.hostFlags(cmd.Flags())
 	o.profileFlag(cmd.Flags(), "sandbox-density")
 	o.outputFlag(cmd.Flags())
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the profile applied after the second run")
-	cmd.Flags().StringVar(&out, "out", "", "directory for the two runs, before/ and after/ (default /var/lib/nodectl/validate/<time>)")
-	return cmd
+	cmd.Flags().StringVar(&out, "out", "", "directory for the two runs, before/ and after/ (default /var/lib/nodectl/validate/<time>; with --node, <tmp>/nodectl-validate/<time>)")
+	return remote.Supports(cmd)
+}
+
+// runValidate runs the validation: the stress runs are `nodectl stressArgs... --out DIR`, the
+// profile applied and rolled back by tn.
+func runValidate(ctx context.Context, cmd *cobra.Command, o *opts, tn validate.Tuner, profileName string, stressArgs []string, out string, keep bool) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding nodectl: %w", err)
+	}
+	stderr := cmd.ErrOrStderr()
+	fmt.Fprintf(stderr, "validate: each run is: nodectl %s\n", strings.Join(stressArgs, " "))
+	res, err := validate.Run(ctx, validate.Config{Tuner: tn, Profile: profileName,
+		Stress: validate.Command(exe, stressArgs, stderr), Out: out, Keep: keep,
+		Progress: func(format string, a ...any) { fmt.Fprintf(stderr, "validate: "+format+"\n", a...) }})
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if o.output == "json" {
+		return analyzer.RenderDiffJSON(w, res.Diff)
+	}
+	fmt.Fprintf(w, "Profile %s: run A is the untuned node (%s), run B the tuned one (%s).\n\n", profileName, res.Before, res.After)
+	return analyzer.RenderDiffText(w, res.Diff)
 }
 
 // checkStressArgs accepts `stress SCENARIO ...` (a leading "nodectl" is dropped) and refuses

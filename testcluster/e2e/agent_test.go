@@ -167,6 +167,7 @@ func TestAgentOnARealNode(t *testing.T) {
 	t.Run("node_flag_through_the_api_server", func(t *testing.T) { checkRemote(ctx, t, c, bin, from, to, phase) })
 	stopPods(ctx, t, c.Client, "victim", "hog-runc", "hog-gvisor")
 	t.Run("stress_runs_as_pods", func(t *testing.T) { checkStressPods(ctx, t, c, bin) })
+	t.Run("tune_on_the_node", func(t *testing.T) { checkTuneOnNode(ctx, t, c, bin) })
 
 	t.Run("kubelet_stopped_gives_lease_late", func(t *testing.T) {
 		pid := c.Node.KubeletPID()

@@ -34,19 +34,28 @@ var (
 
 var entries = []Entry{{"SystemMaxUse", "500M"}, {"RateLimitIntervalSec", "30s"}, {"RateLimitBurst", "1000"}}
 
-func TestRestartArgs(t *testing.T) {
+// On a mounted root (a tuner pod's /host) the node's own systemctl runs chrooted by the
+// kernel: nodectl's image has no chroot binary.
+func TestRestartCommand(t *testing.T) {
 	for name, tc := range map[string]struct {
-		root string
-		want string
+		root, chroot string
 	}{
-		"host_root":    {"/", "systemctl restart systemd-journald"},
-		"empty_root":   {"", "systemctl restart systemd-journald"},
-		"mounted_root": {"/host", "chroot /host systemctl restart systemd-journald"},
-		"unclean_root": {"/host/", "chroot /host systemctl restart systemd-journald"},
+		"host_root":    {"/", ""},
+		"empty_root":   {"", ""},
+		"mounted_root": {"/host", "/host"},
+		"unclean_root": {"/host/", "/host"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := strings.Join(restartArgs(host.FS{Root: tc.root}), " "); got != tc.want {
-				t.Errorf("restartArgs(%q) = %q, want %q", tc.root, got, tc.want)
+			c := restartCommand(t.Context(), host.FS{Root: tc.root})
+			if got := strings.Join(c.Args, " "); !strings.HasSuffix(got, "systemctl restart systemd-journald") {
+				t.Errorf("args %q, want systemctl restart systemd-journald", got)
+			}
+			chroot := ""
+			if c.SysProcAttr != nil {
+				chroot = c.SysProcAttr.Chroot
+			}
+			if chroot != tc.chroot || (tc.chroot != "" && (c.Dir != "/" || !strings.HasPrefix(c.Path, "/"))) {
+				t.Errorf("chroot %q dir %q path %q, want chroot %q, dir / and a path inside it", chroot, c.Dir, c.Path, tc.chroot)
 			}
 		})
 	}

@@ -9,9 +9,11 @@ import (
 	"context"
 	"fmt"
 	"github.com/nodectl/nodectl/agent/host"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nodectl/nodectl/agent/daemons"
@@ -24,22 +26,39 @@ const Daemon = "systemd-journald"
 // systemctl.
 type restartFunc func(ctx context.Context, h host.FS) error
 
-// restartArgs is the command that restarts journald on h: systemctl, run through chroot when
-// h's root is not this process's, so the node's own systemctl talks to the node's systemd.
-func restartArgs(h host.FS) []string {
+// restartCommand is the command that restarts journald on h: the node's own systemctl, run
+// chrooted into h's root when that is not this process's (a tuner pod's /host), so that it
+// talks to the node's systemd. The chroot is the kernel's (SysProcAttr), not a chroot
+// binary, which nodectl's image does not have.
+func restartCommand(ctx context.Context, h host.FS) *exec.Cmd {
 	args := []string{"systemctl", "restart", Daemon}
-	if root := filepath.Clean(h.Root); root != "/" && h.Root != "" {
-		return append([]string{"chroot", root}, args...)
+	root := filepath.Clean(h.Root)
+	if root == "/" || h.Root == "" {
+		return exec.CommandContext(ctx, args[0], args[1:]...)
 	}
-	return args
+	path := "/usr/bin/systemctl"
+	for _, p := range []string{"/usr/bin/systemctl", "/bin/systemctl", "/usr/sbin/systemctl"} {
+		if _, err := os.Stat(filepath.Join(root, p)); err == nil {
+			path = p
+			break
+		}
+	}
+	c := exec.CommandContext(ctx, path, args[1:]...)
+	c.Dir = "/"
+	c.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+	return c
 }
 
 // systemctl restarts journald on h; the caller checks that systemd runs there.
 func systemctl(ctx context.Context, h host.FS) error {
-	args := restartArgs(h)
-	out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+	c := restartCommand(ctx, h)
+	out, err := c.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("restarting journald (%s): %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		where := ""
+		if c.SysProcAttr != nil {
+			where = " in " + c.SysProcAttr.Chroot
+		}
+		return fmt.Errorf("restarting journald (%s%s): %v: %s", strings.Join(c.Args, " "), where, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

@@ -216,6 +216,34 @@ func (s *storage) Apply(ctx context.Context) error {
 	return s.settle(ctx, changed)
 }
 
+// reachesNode refuses a bind mount the node would not see: under a mounted root (a tuner pod's
+// /host) that is not shared with the node's mount namespace, the mount would be the pod's
+// alone and would go with it. A root that is no mount point (a scratch tree) is this
+// namespace's own.
+func (s *storage) reachesNode() error {
+	root := filepath.Clean(s.h.Root)
+	if s.h.Root == "" || root == "/" {
+		return nil
+	}
+	pfs, err := procfs.NewFS(s.h.Procfs)
+	if err != nil {
+		return s.errf("reading the mount table: %v", err)
+	}
+	mounts, err := pfs.GetMounts()
+	if err != nil {
+		return s.errf("reading the mount table %s/self/mountinfo: %v", s.h.Procfs, err)
+	}
+	for _, m := range mounts {
+		if tuner.UnescapeProcPath(m.MountPoint) != root {
+			continue
+		}
+		if _, shared := m.OptionalFields["shared"]; !shared {
+			return s.errf("the node's root at %s is not a shared mount: a bind mount made under it would not be the node's (a tuner pod needs / mounted with Bidirectional propagation, which needs the node's / shared, as systemd makes it); apply this setting on the node itself", root)
+		}
+	}
+	return nil
+}
+
 // mount dates the mount by its marker, just before making it, so that a journald started
 // after the marker sees it; when the mount fails, a marker made for it goes again.
 func (s *storage) mount() error {
@@ -227,6 +255,9 @@ func (s *storage) mount() error {
 		return err
 	}
 	err = func() error {
+		if err := s.reachesNode(); err != nil {
+			return err
+		}
 		src, err := s.h.Resolve(s.spec.Source)
 		if err != nil {
 			return s.errf("%v", err)

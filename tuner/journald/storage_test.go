@@ -282,3 +282,38 @@ func TestEngineRollsBack(t *testing.T) {
 		t.Errorf("%d mounts left below %s after rollback", n, h.Root)
 	}
 }
+
+// Under a mounted root that is not shared (a tuner pod's /host without Bidirectional
+// propagation), the bind would be the pod's alone: refused, and nothing is mounted. Once the
+// root is shared with the node's namespace, it is made.
+func TestStorageRefusesAPrivateMountedRoot(t *testing.T) {
+	h := scratch(t)
+	if err := unix.Mount("tmpfs", h.Root, "tmpfs", 0, ""); err != nil {
+		t.Skipf("mounting a tmpfs root: %v (needs root)", err)
+	}
+	unmountAll(t, h.Root)
+	if err := unix.Mount("", h.Root, "", unix.MS_PRIVATE, ""); err != nil {
+		t.Fatal(err)
+	}
+	tgt := h.Path("/var/log/journal")
+	s := NewStorage(h, "/var/lib/containerd/systemd-journal", "/var/log/journal")
+	err := s.Apply(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "is not a shared mount") {
+		t.Fatalf("Apply under a private root: %v, want it refused", err)
+	}
+	if n := mountsBelow(t, tgt); n != 0 {
+		t.Errorf("%d mounts at %s after the refusal", n, tgt)
+	}
+	if err := unix.Mount("", h.Root, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(context.Background()); err != nil {
+		t.Fatalf("Apply under a shared root: %v", err)
+	}
+	if n := mountsBelow(t, tgt); n != 1 {
+		t.Errorf("%d mounts at %s after apply, want 1", n, tgt)
+	}
+	if err := s.Restore(context.Background(), tuner.Value{}); err != nil {
+		t.Error(err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -63,6 +64,9 @@ type Run struct {
 	ID, Namespace, Node, Image string
 	c                          *remote.Cluster
 	progress                   io.Writer
+	// privateRoot: the node's / is not a shared mount, so its tuner pods run without mount
+	// propagation (learnt from the first one the runtime refused).
+	privateRoot bool
 }
 
 // Progress is where the run tells what it does.
@@ -71,6 +75,11 @@ func (r *Run) Progress() io.Writer { return r.progress }
 // Start checks the user's rights (those of every run, and extra), finds the node's agent pod
 // (whose image the workloads run) and creates the run's namespace.
 func Start(ctx context.Context, c *remote.Cluster, node, id string, progress io.Writer, extra ...remote.Permission) (*Run, error) {
+	return start(ctx, c, node, id, progress, nil, extra...)
+}
+
+// start is Start with extra labels on the namespace.
+func start(ctx context.Context, c *remote.Cluster, node, id string, progress io.Writer, nsLabels map[string]string, extra ...remote.Permission) (*Run, error) {
 	if err := c.Require(ctx, "a stress run through the API server", append(permissions(), extra...)...); err != nil {
 		return nil, err
 	}
@@ -89,6 +98,7 @@ func Start(ctx context.Context, c *remote.Cluster, node, id string, progress io.
 	}
 	r := &Run{ID: id, Namespace: "nodectl-" + id, Node: node, Image: image, c: c, progress: progress}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.Namespace, Labels: r.labels()}}
+	maps.Copy(ns.Labels, nsLabels)
 	if err := c.CreateNamespace(ctx, ns); err != nil {
 		return nil, err
 	}
@@ -136,18 +146,7 @@ func (r *Run) Launch(ctx context.Context, s Spec) error {
 	if s.RuntimeClass != "" {
 		pod.Spec.RuntimeClassName = &s.RuntimeClass
 	}
-	// A new namespace's default ServiceAccount, which admission wants, is made by a
-	// controller right after the namespace: wait for it a little.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		err := r.c.CreatePod(ctx, pod)
-		if err == nil {
-			break
-		}
-		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "serviceaccount") || time.Now().After(deadline) || ctx.Err() != nil {
-			return err
-		}
-	}
-	return nil
+	return r.create(ctx, pod)
 }
 
 // Measurements reads the measurements a workload pod wrote on its standard output (the
@@ -207,6 +206,28 @@ func (r *Run) DeletePod(ctx context.Context, name string) error {
 		return fmt.Errorf("deleting pod %s/%s: %w", r.Namespace, name, err)
 	}
 	return nil
+}
+
+// DeletePodWait deletes one pod of the run and waits until it is gone from the API server: the
+// kubelet has stopped it and no longer counts its requests, and its name is free again.
+func (r *Run) DeletePodWait(ctx context.Context, name string, grace int64) error {
+	if err := r.c.DeletePod(ctx, r.Namespace, name, grace); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting pod %s/%s: %w", r.Namespace, name, err)
+	}
+	for {
+		pods, err := r.c.ListPods(ctx, r.Namespace)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == name }) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("deleting pod %s/%s: %w", r.Namespace, name, context.Cause(ctx))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // Pods lists the run's pods.
@@ -342,7 +363,8 @@ func deleteNamespace(ctx context.Context, c *remote.Cluster, ns string, progress
 }
 
 // Clean deletes every run's namespace left on node (all nodes when node is ""), and returns
-// their names.
+// their names. A namespace where `tune validate --node` applied a profile is rolled back first,
+// and kept when the rollback fails.
 func Clean(ctx context.Context, c *remote.Cluster, node string, progress io.Writer) ([]string, error) {
 	if err := c.Require(ctx, "cleaning stress runs through the API server", permissions()...); err != nil {
 		return nil, err
@@ -358,6 +380,10 @@ func Clean(ctx context.Context, c *remote.Cluster, node string, progress io.Writ
 	var removed []string
 	var errs []error
 	for _, ns := range list {
+		if _, err := rollbackLeft(ctx, c, ns.Name, progress); err != nil {
+			errs = append(errs, fmt.Errorf("namespace %s kept: %w", ns.Name, err))
+			continue
+		}
 		if err := deleteNamespace(ctx, c, ns.Name, progress); err != nil {
 			errs = append(errs, err)
 			continue
