@@ -79,15 +79,18 @@ type spec struct {
 	preemptor bool
 }
 
-// descs and names are every metric the exporter makes, for Describe and the doc test.
+// descs and names are every metric the exporter makes, and metricLabels each one's label names, for
+// Describe and the tests of the docs and of the Grafana dashboards.
 var (
-	descs []*prometheus.Desc
-	names []string
+	descs        []*prometheus.Desc
+	names        []string
+	metricLabels = map[string][]string{}
 )
 
-func newDesc(name, help string, labels ...string) *prometheus.Desc {
-	d := prometheus.NewDesc(name, help, labels, nil)
+func newDesc(name, help string, ls ...string) *prometheus.Desc {
+	d := prometheus.NewDesc(name, help, ls, nil)
 	descs, names = append(descs, d), append(names, name)
+	metricLabels[name] = ls
 	return d
 }
 

@@ -1,9 +1,11 @@
 package exporter
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -291,5 +293,100 @@ func TestDocListsEveryMetric(t *testing.T) {
 	}
 	for n := range listed {
 		t.Errorf("docs/metrics.md lists %s, which the exporter does not make", n)
+	}
+}
+
+// The Grafana dashboards (deploy/grafana) query only what the exporter makes: every metric
+// name, with a histogram's _bucket, _sum and _count, and every label a selector or a
+// grouping names is one of the metric's (or Prometheus' own: instance, job, le).
+func TestGrafanaDashboardsQueryExportedMetrics(t *testing.T) {
+	files, err := filepath.Glob("../../deploy/grafana/*.json")
+	if err != nil || len(files) < 3 {
+		t.Fatalf("dashboards %v (%v): want node overview, pod neighbours, heartbeats and incidents", files, err)
+	}
+	isHistogram := func(name string) bool {
+		for _, s := range specs {
+			if s.typ == histogram && strings.Contains(s.desc.String(), `fqName: "`+name+`"`) {
+				return true
+			}
+		}
+		return false
+	}
+	metric := regexp.MustCompile(`\b(nodectl_[a-z_]+)(\{[^}]*\})?`)
+	matcher := regexp.MustCompile(`([a-z_]+)\s*(=~|!~|!=|=)`)
+	grouping := regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dash struct {
+			Title  string `json:"title"`
+			Panels []struct {
+				Title   string `json:"title"`
+				Targets []struct {
+					Expr string `json:"expr"`
+				} `json:"targets"`
+			} `json:"panels"`
+			Templating struct {
+				List []struct {
+					Query any `json:"query"`
+				} `json:"list"`
+			} `json:"templating"`
+		}
+		if err := json.Unmarshal(b, &dash); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		var exprs []string
+		for _, p := range dash.Panels {
+			if len(p.Targets) == 0 {
+				t.Errorf("%s: panel %q has no query", file, p.Title)
+			}
+			for _, tg := range p.Targets {
+				exprs = append(exprs, tg.Expr)
+			}
+		}
+		for _, v := range dash.Templating.List {
+			switch q := v.Query.(type) {
+			case string:
+				exprs = append(exprs, q)
+			case map[string]any:
+				if s, ok := q["query"].(string); ok {
+					exprs = append(exprs, s)
+				}
+			}
+		}
+		for _, expr := range exprs {
+			known := map[string]bool{"instance": true, "job": true}
+			for _, m := range metric.FindAllStringSubmatch(expr, -1) {
+				name := m[1]
+				if _, ok := metricLabels[name]; !ok {
+					base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count")
+					if base == name || !isHistogram(base) {
+						t.Errorf("%s: %q queries %s, which the exporter does not make", file, expr, name)
+						continue
+					}
+					if strings.HasSuffix(name, "_bucket") {
+						known["le"] = true
+					}
+					name = base
+				}
+				for _, l := range metricLabels[name] {
+					known[l] = true
+				}
+				for _, lm := range matcher.FindAllStringSubmatch(m[2], -1) {
+					if !slices.Contains(metricLabels[name], lm[1]) && lm[1] != "instance" && lm[1] != "job" {
+						t.Errorf("%s: %q selects %s on label %s, which it does not have (it has %v)", file, expr, name, lm[1], metricLabels[name])
+					}
+				}
+			}
+			for _, g := range grouping.FindAllStringSubmatch(expr, -1) {
+				for _, l := range strings.Split(g[1], ",") {
+					if l = strings.TrimSpace(l); l != "" && !known[l] {
+						t.Errorf("%s: %q groups by %s, which none of its metrics has", file, expr, l)
+					}
+				}
+			}
+		}
 	}
 }

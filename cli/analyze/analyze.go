@@ -15,12 +15,13 @@ import (
 	"github.com/nodectl/nodectl/cli/internal/clix"
 	"github.com/nodectl/nodectl/cli/internal/gate"
 	"github.com/nodectl/nodectl/cli/internal/remote"
+	"github.com/nodectl/nodectl/report"
 	"github.com/nodectl/nodectl/rundir"
 )
 
 // New returns the analyze command.
 func New() *cobra.Command {
-	var output, from, to, cgroup string
+	var output, from, to, cgroup, html string
 	var baseline time.Duration
 	var src agentsrc.Flags
 	var g gate.Flags
@@ -62,6 +63,11 @@ against the --baseline before it: through the running agent, or from --data-dir.
 				if err != nil {
 					return err
 				}
+				if html != "" {
+					if err := agentsrc.WriteHTML(cmd.Context(), rec, w, rep, html); err != nil {
+						return err
+					}
+				}
 				if err := clix.Render(cmd.OutOrStdout(), rep, output); err != nil {
 					return err
 				}
@@ -83,6 +89,11 @@ against the --baseline before it: through the running agent, or from --data-dir.
 			}
 			// Storing findings is a convenience; a read-only run directory still gets its report.
 			_ = rundir.WriteFindings(args[0], rep)
+			if html != "" {
+				if err := report.WriteFile(html, report.FromRun(run, rep)); err != nil {
+					return err
+				}
+			}
 			if err := clix.Render(cmd.OutOrStdout(), rep, output); err != nil {
 				return err
 			}
@@ -94,6 +105,7 @@ against the --baseline before it: through the running agent, or from --data-dir.
 	cmd.Flags().StringVar(&to, "to", "now", "to this time (RFC 3339, now, or a duration before now)")
 	cmd.Flags().DurationVar(&baseline, "baseline", agentd.DefaultWindows.Baseline, "the stretch before --from it is compared with")
 	cmd.Flags().StringVar(&cgroup, "cgroup", "", "the cgroup under examination (default: every cgroup whose run-queue waits rose)")
+	cmd.Flags().StringVar(&html, "html", "", "also write the report as one HTML file with charts (as nodectl report does)")
 	src.Register(cmd.Flags())
 	g.Register(cmd.Flags())
 	return remote.Supports(cmd)

@@ -8,12 +8,13 @@ import (
 
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/report"
 	"github.com/nodectl/nodectl/rundir"
 )
 
 // New returns the diff command.
 func New() *cobra.Command {
-	var output string
+	var output, html string
 	cmd := &cobra.Command{
 		Use:   "diff RUN_A RUN_B",
 		Short: "Compare two recorded runs: each workload's measures side by side, and what findings changed",
@@ -42,6 +43,15 @@ The text table leaves out measures that are zero in both runs; -o json has them 
 			if err != nil {
 				return err
 			}
+			if html != "" {
+				page, err := report.FromDiff(runs[0], runs[1], d)
+				if err != nil {
+					return err
+				}
+				if err := report.WriteFile(html, page); err != nil {
+					return err
+				}
+			}
 			if output == "json" {
 				return analyzer.RenderDiffJSON(cmd.OutOrStdout(), d)
 			}
@@ -49,5 +59,6 @@ The text table leaves out measures that are zero in both runs; -o json has them 
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "report format: text or json")
+	cmd.Flags().StringVar(&html, "html", "", "also write the comparison as one HTML file: the table, then each run's charts side by side")
 	return cmd
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/cli/postmortem"
 	"github.com/nodectl/nodectl/cli/record"
+	reportcli "github.com/nodectl/nodectl/cli/report"
 	"github.com/nodectl/nodectl/cli/stress"
 	"github.com/nodectl/nodectl/cli/tune"
 	"github.com/nodectl/nodectl/cli/version"
@@ -33,7 +34,7 @@ everything in a run directory, and explains which neighbour or limit slowed whom
 		SilenceErrors: true,
 	}
 	root.AddCommand(stress.New(), record.New(), analyze.New(), version.New(), workload.New())
-	root.AddCommand(diff.New(), tune.New(), agent.New(), postmortem.New())
+	root.AddCommand(diff.New(), tune.New(), agent.New(), postmortem.New(), reportcli.New())
 	remote.Register(root.PersistentFlags())
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return remote.Check(cmd) }
 	if err := root.Execute(); err != nil {

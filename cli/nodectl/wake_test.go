@@ -3,11 +3,13 @@ package main
 import (
 	"encoding/json"
 	"maps"
+	"math"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
 
+	"github.com/nodectl/nodectl/internal/browsertest"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -111,6 +113,26 @@ func TestWakeAt50mIsThrottled(t *testing.T) {
 	}
 	if !reflect.DeepEqual(again.ids(), rep.ids()) || len(again.Limits) != 2 || again.Run["scenario"] != "wake" {
 		t.Errorf("analyze of the run found %v with %d limits (scenario %q), stress wake %v", again.ids(), len(again.Limits), again.Run["scenario"], rep.ids())
+	}
+
+	// Its HTML report draws the same numbers: each limit's bar split by its throttled share,
+	// read back from the page as Chromium laid it out, with nothing fetched and no error.
+	html := filepath.Join(t.TempDir(), "wake.html")
+	if _, err := nodectl(t, "report", dir, "--out", html); err != nil {
+		t.Fatalf("report: %v", err)
+	}
+	page := browsertest.Open(t, html, "report-wake")
+	for _, p := range page.Problems {
+		t.Errorf("chromium: %s", p)
+	}
+	for _, l := range rep.Limits {
+		throttled := l.WakeP50 * min(l.ThrottledShare, 1)
+		for series, want := range map[string]float64{"throttled": throttled, "not throttled": l.WakeP50 - throttled} {
+			key := "wake-per-limit/" + l.CPU + "/" + series
+			if got, ok := page.Bars[key]; !ok || math.Abs(got-want) > 1e-9*max(1, want) {
+				t.Errorf("the report's %s = %v (drawn %v), want %v from the analysis", key, got, ok, want)
+			}
+		}
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 func New() *cobra.Command {
 	var src agentsrc.Flags
 	var g gate.Flags
-	var at, incident, cgroup, output string
+	var at, incident, cgroup, output, html string
 	var window, baseline time.Duration
 	cmd := &cobra.Command{
 		Use:   "postmortem [--at TIME | --incident ID]",
@@ -83,6 +83,11 @@ directory directly with --data-dir (the agent dead, or the disk copied off a bro
 			if err != nil {
 				return err
 			}
+			if html != "" {
+				if err := agentsrc.WriteHTML(cmd.Context(), rec, w, rep, html); err != nil {
+					return err
+				}
+			}
 			if err := clix.Render(cmd.OutOrStdout(), rep, output); err != nil {
 				return err
 			}
@@ -97,6 +102,7 @@ directory directly with --data-dir (the agent dead, or the disk copied off a bro
 	f.DurationVar(&baseline, "baseline", agentd.DefaultWindows.Baseline, "the quiet stretch before the window it is compared with")
 	f.StringVar(&cgroup, "cgroup", "", "the cgroup under examination (default: the incident's, or every cgroup whose waits rose)")
 	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
+	f.StringVar(&html, "html", "", "also write the post-mortem as one HTML file: findings, the incident's timeline (Lease renewals, the kubelet's waits, OOM kills) and the charts of the window")
 	g.Register(f)
 	return remote.Supports(cmd)
 }

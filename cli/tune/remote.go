@@ -126,16 +126,14 @@ func (t *nodeTuner) Applied(ctx context.Context) (string, error) {
 }
 
 // Apply applies the profile in an apply pod, which is kept as the mark that the node may hold
-// it. When the apply's end is unknown (the API server lost, the pod gone), it is rolled back
-// at once: the engine restores on a failure it sees, not on one of ours.
+// it. A failed apply is rolled back at once (validate rolls back only what applied): the
+// engine restores on a failure it sees, but not when its own restore failed, nor when the
+// apply's end is unknown (the API server lost, the pod gone); nothing applied is fine.
 func (t *nodeTuner) Apply(ctx context.Context) ([]string, error) {
 	t.applied = true
 	log, err := t.step(ctx, "tune-apply", "apply", true, append(slices.Clone(t.profile), "-o", "json")...)
 	if err != nil {
-		if log == nil {
-			err = errors.Join(err, t.Rollback(ctx))
-		}
-		return nil, err
+		return nil, errors.Join(err, t.Rollback(ctx))
 	}
 	var res struct {
 		Changed []string `json:"changed"`
@@ -247,7 +245,7 @@ func runOnNode(cmd *cobra.Command, node string) error {
 
 // validateOnNode is `tune validate` on node: the stress runs are runs of pods on it, the
 // profile is applied and rolled back by tuner pods.
-func validateOnNode(cmd *cobra.Command, node string, o *opts, stressArgs []string, out string, keep bool) error {
+func validateOnNode(cmd *cobra.Command, node string, o *opts, stressArgs []string, out, html string, keep bool) error {
 	for _, a := range stressArgs {
 		name, _, _ := strings.Cut(a, "=")
 		if slices.Contains([]string{"--" + remote.FlagNode, "--" + remote.FlagKubeconfig, "--" + remote.FlagContext, "--" + remote.FlagNamespace}, name) {
@@ -277,7 +275,7 @@ func validateOnNode(cmd *cobra.Command, node string, o *opts, stressArgs []strin
 	}
 	t.profile = prof
 	defer t.finish(ctx, keep)
-	return runValidate(ctx, cmd, o, t, o.profile, append(root, stressArgs...), out, keep)
+	return runValidate(ctx, cmd, o, t, o.profile, append(root, stressArgs...), out, html, keep)
 }
 
 // remoteSignals is the signal context of a tune on a node: a second Ctrl-C leaves the

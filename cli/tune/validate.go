@@ -14,6 +14,8 @@ import (
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/clix"
 	"github.com/nodectl/nodectl/cli/internal/remote"
+	htmlreport "github.com/nodectl/nodectl/report"
+	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/tuner/validate"
 )
 
@@ -25,6 +27,7 @@ func newValidate() *cobra.Command {
 		o    opts
 		keep bool
 		out  string
+		html string
 	)
 	cmd := &cobra.Command{
 		Use:   "validate --profile P -- stress SCENARIO [FLAGS]",
@@ -63,7 +66,7 @@ profile back before removing it. The runs go to a temporary directory unless --o
 				return err
 			}
 			if node != "" {
-				return validateOnNode(cmd, node, &o, stressArgs, out, keep)
+				return validateOnNode(cmd, node, &o, stressArgs, out, html, keep)
 			}
 			l, err := o.load(cmd)
 			if err != nil {
@@ -80,12 +83,13 @@ profile back before removing it. The runs go to a temporary directory unless --o
 			// The runs read the tuner's state: a tuned run places its workloads as a tuned
 			// node would.
 			stressArgs = append(stressArgs, "--tune-state", l.engine.State)
-			return runValidate(ctx, cmd, &o, validate.Engine{Engine: l.engine}, l.profile.Name, stressArgs, out, keep)
+			return runValidate(ctx, cmd, &o, validate.Engine{Engine: l.engine}, l.profile.Name, stressArgs, out, html, keep)
 		},
 	}
 	o.hostFlags(cmd.Flags())
 	o.profileFlag(cmd.Flags(), "sandbox-density")
 	o.outputFlag(cmd.Flags())
+	cmd.Flags().StringVar(&html, "html", "", "also write the diff of the two runs as one HTML file (as nodectl diff --html does)")
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the profile applied after the second run")
 	cmd.Flags().StringVar(&out, "out", "", "directory for the two runs, before/ and after/ (default /var/lib/nodectl/validate/<time>; with --node, <tmp>/nodectl-validate/<time>)")
 	return remote.Supports(cmd)
@@ -93,7 +97,7 @@ profile back before removing it. The runs go to a temporary directory unless --o
 
 // runValidate runs the validation: the stress runs are `nodectl stressArgs... --out DIR`, the
 // profile applied and rolled back by tn.
-func runValidate(ctx context.Context, cmd *cobra.Command, o *opts, tn validate.Tuner, profileName string, stressArgs []string, out string, keep bool) error {
+func runValidate(ctx context.Context, cmd *cobra.Command, o *opts, tn validate.Tuner, profileName string, stressArgs []string, out, html string, keep bool) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding nodectl: %w", err)
@@ -106,12 +110,34 @@ func runValidate(ctx context.Context, cmd *cobra.Command, o *opts, tn validate.T
 	if err != nil {
 		return err
 	}
+	if html != "" {
+		if err := validateHTML(res, html); err != nil {
+			return err
+		}
+	}
 	w := cmd.OutOrStdout()
 	if o.output == "json" {
 		return analyzer.RenderDiffJSON(w, res.Diff)
 	}
 	fmt.Fprintf(w, "Profile %s: run A is the untuned node (%s), run B the tuned one (%s).\n\n", profileName, res.Before, res.After)
 	return analyzer.RenderDiffText(w, res.Diff)
+}
+
+// validateHTML writes the untuned and the tuned run compared, as `diff --html` does.
+func validateHTML(res *validate.Result, path string) error {
+	var runs [2]*rundir.Run
+	for i, dir := range []string{res.Before, res.After} {
+		r, err := rundir.Open(dir)
+		if err != nil {
+			return err
+		}
+		runs[i] = r
+	}
+	page, err := htmlreport.FromDiff(runs[0], runs[1], res.Diff)
+	if err != nil {
+		return err
+	}
+	return htmlreport.WriteFile(path, page)
 }
 
 // checkStressArgs accepts `stress SCENARIO ...` (a leading "nodectl" is dropped) and refuses

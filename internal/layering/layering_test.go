@@ -20,6 +20,8 @@ var rules = map[string][]string{
 	// Errors of a bad setting, shared by every package below the CLI.
 	"internal/badvalue": {},
 	"internal/maproom":  {},
+	// Tests' helper: a page opened in headless Chromium.
+	"internal/browsertest": {},
 
 	// The run format is the contract: it depends on nothing but the histogram it stores.
 	"rundir": {"agent/hist"},
@@ -62,6 +64,9 @@ var rules = map[string][]string{
 	// The analyzer reads runs offline: never the node.
 	"analyzer": {"agent/hist", "rundir"},
 
+	// Reports render the analyzer's tables and a run's records; they never read the node.
+	"report": {"report/", "analyzer", "agent/hist", "rundir"},
+
 	// The tuner changes the node through the agent's plumbing; it neither runs workloads nor
 	// analyzes.
 	"tuner": {"tuner", "agent/cgroup", "agent/daemons", "agent/host", "agent/swapfile", "agent/metricserver"},
@@ -74,8 +79,8 @@ var rules = map[string][]string{
 
 	// Commands may use everything below them, but not each other, except through clix and
 	// the main package that assembles them.
-	"cli/":        {"agent/", "agentd", "api/agent/v1", "analyzer", "rundir", "stress", "tuner", "cli/internal/"},
-	"cli/nodectl": {"cli/", "agent/", "agentd", "analyzer", "rundir", "stress", "tuner"},
+	"cli/":        {"agent/", "agentd", "api/agent/v1", "analyzer", "report", "rundir", "stress", "tuner", "cli/internal/"},
+	"cli/nodectl": {"cli/", "agent/", "agentd", "analyzer", "report", "rundir", "stress", "tuner"},
 	// Benchmarks run the real binary; the post-mortem one also analyzes in process.
 	"bench/": {"agent/", "agentd", "bench/internal/"},
 

@@ -130,7 +130,7 @@ func checkTuneOnNode(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 	})
 
 	t.Run("killed_validate_then_clean_rolls_back", func(t *testing.T) {
-		cmd := cmdOf(append([]string{"tune", "validate", "--profile", prof}, stressArgs...)...)
+		cmd := cmdOf(append([]string{"tune", "validate", "--profile", prof, "--out", filepath.Join(t.TempDir(), "validate")}, stressArgs...)...)
 		stderr := &lockedBuffer{}
 		cmd.Stderr = stderr
 		if err := cmd.Start(); err != nil {

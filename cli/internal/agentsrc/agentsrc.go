@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,6 +24,7 @@ import (
 	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/remote"
+	"github.com/nodectl/nodectl/report"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -286,4 +289,23 @@ func ParseWindow(from, to string, baseline time.Duration, cgroup string, now tim
 		return agentd.Window{}, fmt.Errorf("--baseline %s: must be more than 0", baseline)
 	}
 	return agentd.Window{BaselineFrom: f.Add(-baseline), From: f, To: t, Cgroup: cgroup}, nil
+}
+
+// WriteHTML writes the HTML report (package report) of a window of the flight recorder: the
+// window is exported to a temporary run directory, for the charts' records, removed after.
+func WriteHTML(ctx context.Context, rec Recorder, w agentd.Window, rep *analyzer.Report, path string) error {
+	dir, err := os.MkdirTemp("", "nodectl-window-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	run := filepath.Join(dir, "run")
+	if err := rec.Export(ctx, w, run); err != nil {
+		return fmt.Errorf("--html: exporting the window: %w", err)
+	}
+	r, err := rundir.Open(run)
+	if err != nil {
+		return err
+	}
+	return report.WriteFile(path, report.FromRun(r, rep))
 }
