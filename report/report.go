@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -232,7 +233,7 @@ func stormSections(s *analyzer.Storm) []Section {
 	for _, w := range s.Writers {
 		b.Categories = append(b.Categories, w.Name)
 		for i := range b.Series {
-			v := 0.0
+			v := math.NaN() // a writer whose fsync did not return in that storm has no bar
 			if i < len(w.DurableSeconds) {
 				v = w.DurableSeconds[i]
 			}

@@ -201,6 +201,9 @@ func TestReportRendersInChromium(t *testing.T) {
 	if page.Light == page.Dark {
 		t.Errorf("background %s in light and dark mode: want the page to follow the reader's mode", page.Light)
 	}
+	if !bytes.HasPrefix(page.PDF, []byte("%PDF")) || len(page.PDF) < 4096 {
+		t.Errorf("printing gave %d bytes, not a PDF of the page", len(page.PDF))
+	}
 }
 
 // Two runs compared: each run's charts side by side under ids of their own side, the same
@@ -255,5 +258,50 @@ func TestIncidentTimeline(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), `data-mark="OOM kill" data-x="30"`) {
 		t.Errorf("no OOM kill marked at 30 s")
+	}
+}
+
+// A density report draws each step's readiness at its density and marks the collapse; a storm
+// report draws each writer's time to durable in each storm.
+func TestDensityAndStormReadBack(t *testing.T) {
+	density := &analyzer.Report{Run: analyzer.RunInfo{Scenario: rundir.ScenarioDensity}, Density: &analyzer.DensityReport{
+		Steps: []analyzer.DensityStep{
+			{Density: 4, ReadinessP50: 0.1, ReadinessP99: 0.2, WorkingSet: 1 << 30},
+			{Density: 8, ReadinessP50: 0.3, ReadinessP99: 1.5, WorkingSet: 2 << 30, PSIMemoryFull: 0.4},
+		},
+		MaxStable: 4, Collapse: &analyzer.DensityCollapse{Density: 8, Signal: "readiness"},
+		Ceiling: &analyzer.DensityCeiling{Resource: "memory-working-set", Explanation: "the working set filled the node"}}}
+	storm := &analyzer.Report{Run: analyzer.RunInfo{Scenario: rundir.ScenarioFsyncStorm}, Storm: &analyzer.Storm{
+		Writers: []analyzer.StormWriter{{Name: "fsync-writer-0", DurableSeconds: []float64{0.042, 0.058}}, {Name: "fsync-writer-1", DurableSeconds: []float64{0.05}}},
+		Rounds:  []analyzer.StormRound{{Name: "round-1", QueueMean: 0.002, ServiceMean: 0.001}, {Name: "round-2"}}}}
+	render := func(rep *analyzer.Report) string {
+		var buf bytes.Buffer
+		if err := FromRun(&rundir.Run{}, rep).Write(&buf); err != nil {
+			t.Fatal(err)
+		}
+		return buf.String()
+	}
+	html := render(density)
+	_, lines := chartData(t, html)
+	if got := lines["density-readiness/p99"]; got != "4,0.2 8,1.5" {
+		t.Errorf("readiness p99 points %q", got)
+	}
+	if got := lines["density-memory/working set"]; got != "4,1.073741824e+09 8,2.147483648e+09" {
+		t.Errorf("working set points %q", got)
+	}
+	if !strings.Contains(html, `data-mark="collapse: readiness" data-x="8"`) || !strings.Contains(html, "Ceiling: memory-working-set") {
+		t.Errorf("the collapse is not marked at 8, or the ceiling not named")
+	}
+	bars, _ := chartData(t, render(storm))
+	for k, want := range map[string]float64{
+		"storm-durable/fsync-writer-0/round-1": 0.042, "storm-durable/fsync-writer-0/round-2": 0.058,
+		"storm-durable/fsync-writer-1/round-1": 0.05, "storm-device/round-1/queue": 0.002,
+	} {
+		if got, ok := bars[k]; !ok || got != want {
+			t.Errorf("%s = %v (drawn %v), want %v", k, got, ok, want)
+		}
+	}
+	if v, ok := bars["storm-durable/fsync-writer-1/round-2"]; ok {
+		t.Errorf("a bar of %v for the storm writer-1 did not finish: want none", v)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -59,7 +60,7 @@ func timeline(run *rundir.Run, rep *analyzer.Report) []Section {
 		if len(probe) > 0 {
 			charts = append(charts, line("probe-"+v.Name, v.Name+": the probe's own timings per iteration", chart.Seconds, probe))
 		}
-		charts = append(charts, culpritBars(run, v, phases, names))
+		charts = append(charts, culpritBars(run, v, phases, names), fsyncBars(rep.Summary, v.Name))
 		throttled := rate(run.Series(rundir.MetricCPUThrottledTime).Cgroup(v.Cgroup), span, rel)
 		throttled.Name = "throttled share of time"
 		charts = append(charts, line("throttled-"+v.Name, v.Name+": time its CPU quota held it throttled", chart.Ratio, []chart.Series{throttled}))
@@ -148,6 +149,26 @@ func culpritBars(run *rundir.Run, v rundir.Workload, phases []rundir.Window, nam
 	}
 	if len(culprits) > topCulprits {
 		b.Series = append(b.Series, others)
+	}
+	return b.SVG()
+}
+
+// fsyncBars is the victim's sync latency per phase: the fsync tracer's p95 of its cgroup's
+// calls, and its probe's own write+fsync p95.
+func fsyncBars(s analyzer.Summary, victim string) template.HTML {
+	b := chart.Bars{ID: "fsync-" + victim, Title: victim + ": fsync latency p95 per phase", YUnit: chart.Seconds,
+		Series: []chart.BarSeries{{Name: "traced fsync"}, {Name: "probe write+fsync"}}}
+	for _, w := range s.Workloads {
+		if w.Workload != victim {
+			continue
+		}
+		probe := math.NaN()
+		if w.Probe != nil && w.Probe.Iterations > 0 {
+			probe = w.Probe.WriteFsyncP95
+		}
+		b.Categories = append(b.Categories, w.Phase)
+		b.Series[0].Values = append(b.Series[0].Values, w.FsyncP95)
+		b.Series[1].Values = append(b.Series[1].Values, probe)
 	}
 	return b.SVG()
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -230,6 +231,14 @@ func TestMemoryAndStormScenariosInContainerRuntimes(t *testing.T) {
 				t.Errorf("step %d: %d of %d sandboxes ready, want 2 of 2", s.Density, s.Ready, s.Started)
 			}
 		}
+		// Its report draws each step's readiness p99 at its density, as the analysis has it.
+		var want []string
+		for _, s := range rep.Steps {
+			want = append(want, strconv.Itoa(s.Density)+","+strconv.FormatFloat(s.ReadinessP99, 'g', -1, 64))
+		}
+		if got := renderReport(t, dir, "report-density").Lines["density-readiness/p99"]; got != strings.Join(want, " ") {
+			t.Errorf("the report's readiness p99 %q, want %q from the analysis", got, strings.Join(want, " "))
+		}
 	})
 	t.Run("fsync-storm-runsc", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "run")
@@ -258,6 +267,16 @@ func TestMemoryAndStormScenariosInContainerRuntimes(t *testing.T) {
 			// The Sentry writes and fsyncs from the sandbox's cgroup: the writer's.
 			if w.Bytes < 16<<20 {
 				t.Errorf("%s: %.0f bytes charged to its cgroup, want at least one file's 16 MiB", w.Name, w.Bytes)
+			}
+		}
+		// Its report draws each writer's time to durable in each storm, as the analysis has it.
+		page := renderReport(t, dir, "report-storm")
+		for _, w := range rep.Writers {
+			for i, d := range w.DurableSeconds {
+				key := "storm-durable/" + w.Name + "/" + rep.Rounds[i].Name
+				if got, ok := page.Bars[key]; !ok || got != d {
+					t.Errorf("the report's %s = %v (drawn %v), want %v", key, got, ok, d)
+				}
 			}
 		}
 	})

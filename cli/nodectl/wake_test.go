@@ -13,6 +13,21 @@ import (
 	"github.com/nodectl/nodectl/rundir"
 )
 
+// renderReport writes the run's HTML report with nodectl report and opens it in headless
+// Chromium, failing on any console error or request; its screenshots are kept as name.
+func renderReport(t *testing.T, dir, name string) browsertest.Page {
+	t.Helper()
+	html := filepath.Join(t.TempDir(), name+".html")
+	if _, err := nodectl(t, "report", dir, "--out", html); err != nil {
+		t.Fatalf("report: %v", err)
+	}
+	page := browsertest.Open(t, html, name)
+	for _, p := range page.Problems {
+		t.Errorf("chromium: %s", p)
+	}
+	return page
+}
+
 // wakeReport is what `stress wake -o json` prints.
 type wakeReport struct {
 	report
@@ -117,14 +132,7 @@ func TestWakeAt50mIsThrottled(t *testing.T) {
 
 	// Its HTML report draws the same numbers: each limit's bar split by its throttled share,
 	// read back from the page as Chromium laid it out, with nothing fetched and no error.
-	html := filepath.Join(t.TempDir(), "wake.html")
-	if _, err := nodectl(t, "report", dir, "--out", html); err != nil {
-		t.Fatalf("report: %v", err)
-	}
-	page := browsertest.Open(t, html, "report-wake")
-	for _, p := range page.Problems {
-		t.Errorf("chromium: %s", p)
-	}
+	page := renderReport(t, dir, "report-wake")
 	for _, l := range rep.Limits {
 		throttled := l.WakeP50 * min(l.ThrottledShare, 1)
 		for series, want := range map[string]float64{"throttled": throttled, "not throttled": l.WakeP50 - throttled} {

@@ -31,8 +31,12 @@ type Page struct {
 	Bars map[string]float64
 	// Flat are the bars with a value above zero that the browser drew with no height.
 	Flat []string
+	// Lines are the line charts' points (data-points) by chart/series.
+	Lines map[string]string
 	// Background is the page's background colour in light and in dark mode.
 	Light, Dark string
+	// PDF is the page printed (A4), kept beside the screenshots.
+	PDF []byte
 }
 
 // chromium finds Debian's chromium (or another Chromium or Chrome on PATH).
@@ -66,8 +70,13 @@ func Artifacts(t *testing.T) string {
 const readBars = `Array.from(document.querySelectorAll('svg.chart rect[data-value]')).map(r =>
   [r.closest('svg').id + '/' + r.dataset.category + '/' + r.dataset.series, parseFloat(r.dataset.value), r.getBBox().height])`
 
+// readLines reads every line chart's points back, by chart/series.
+const readLines = `Object.fromEntries(Array.from(document.querySelectorAll('svg.chart polyline[data-points]')).map(p =>
+  [p.closest('svg').id + '/' + p.dataset.series, p.dataset.points]))`
+
 // Open loads the HTML file in headless Chromium, light then dark, and keeps a screenshot of
-// each as <name>-light.png and <name>-dark.png in Artifacts.
+// each as <name>-light.png and <name>-dark.png in Artifacts, and the page printed as
+// <name>.pdf.
 func Open(t *testing.T, htmlFile, name string) Page {
 	t.Helper()
 	abs, err := filepath.Abs(htmlFile)
@@ -142,6 +151,11 @@ func Open(t *testing.T, htmlFile, name string) Page {
 			page.Flat = append(page.Flat, key)
 		}
 	}
+	lines, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](readLines))
+	if err != nil {
+		t.Fatalf("reading the lines back: %v", err)
+	}
+	page.Lines = lines
 	dir := Artifacts(t)
 	for _, mode := range []string{"light", "dark"} {
 		if err := call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
@@ -167,6 +181,15 @@ func Open(t *testing.T, htmlFile, name string) Page {
 		}
 		t.Logf("screenshot (%s mode): %s", mode, shot)
 	}
+	// Printed as a reader would: the print style sheet, A4.
+	if page.PDF, err = chromedp.Run(ctx, chromedp.PrintToPDF(chromedp.PDFPaper(chromedp.PaperA4))); err != nil {
+		t.Fatalf("printing: %v", err)
+	}
+	pdf := filepath.Join(dir, name+".pdf")
+	if err := os.WriteFile(pdf, page.PDF, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("printed: %s", pdf)
 	mu.Lock()
 	defer mu.Unlock()
 	return page

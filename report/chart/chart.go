@@ -285,7 +285,7 @@ type Bars struct {
 	Stacked    bool
 }
 
-// BarSeries is one series of a bar chart, a value per category.
+// BarSeries is one series of a bar chart, a value per category (NaN: none, no bar).
 type BarSeries struct {
 	Name   string
 	Values []float64
@@ -300,7 +300,7 @@ func (b Bars) SVG() template.HTML {
 	for c := range b.Categories {
 		sum := 0.0
 		for _, se := range b.Series {
-			if c < len(se.Values) {
+			if c < len(se.Values) && !math.IsNaN(se.Values[c]) {
 				if b.Stacked {
 					sum += se.Values[c]
 				} else {
@@ -326,7 +326,7 @@ func (b Bars) SVG() template.HTML {
 		x0 := cx - barW*float64(per)/2
 		base := 0.0
 		for i, se := range b.Series {
-			if c >= len(se.Values) {
+			if c >= len(se.Values) || math.IsNaN(se.Values[c]) { // no value: no bar
 				continue
 			}
 			v := se.Values[c]

@@ -19,10 +19,13 @@ import (
 // privileged pod in the node's own namespaces does, with the node's root at HostRoot and the
 // state file where a `nodectl tune` run on the node keeps it.
 const (
-	// LabelTune marks a tuner pod with its tune command (apply, rollback, ...). An apply pod
-	// is kept until its rollback: while one is in a namespace, the node may hold the profile,
-	// and Clean rolls it back before it deletes the namespace.
+	// LabelTune marks a tuner pod with its tune command (apply, rollback, ...).
 	LabelTune = "nodectl.io/tune"
+	// LabelKept marks a tuner pod kept after it ended: a validation's apply, kept until its
+	// rollback. While one is in a namespace, the node may hold a profile the run applied, and
+	// Clean rolls it back before it deletes the namespace. (A `tune apply --node` the user ran
+	// is not kept, and never rolled back by Clean.)
+	LabelKept = "nodectl.io/tune-kept"
 	// HostRoot is where a tuner pod sees the node's root filesystem.
 	HostRoot = "/host"
 )
@@ -78,6 +81,9 @@ func (r *Run) Tune(ctx context.Context, name, command string, keep bool, args ..
 func (r *Run) tune(ctx context.Context, name, command string, keep bool, propagation corev1.MountPropagationMode, args []string) (*TuneResult, error) {
 	labels := r.labels()
 	labels[LabelTune] = command
+	if keep {
+		labels[LabelKept] = "true"
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Namespace, Labels: labels},
 		Spec: corev1.PodSpec{
@@ -162,7 +168,7 @@ func (r *Run) waitEnded(ctx context.Context, name string) (int32, error) {
 }
 
 // rollbackLeft rolls back the profile a killed `tune validate --node` may have left applied:
-// when the namespace holds an apply pod, a rollback pod of the same image restores the node
+// when the namespace holds a kept apply pod, a rollback pod of the same image restores the node
 // (nothing applied is not an error). It says whether it rolled back.
 func rollbackLeft(ctx context.Context, c *remote.Cluster, ns string, progress io.Writer) (bool, error) {
 	pods, err := c.ListPods(ctx, ns)
@@ -170,7 +176,7 @@ func rollbackLeft(ctx context.Context, c *remote.Cluster, ns string, progress io
 		return false, err
 	}
 	for _, p := range pods {
-		if p.Labels[LabelTune] != "apply" || len(p.Spec.Containers) == 0 {
+		if p.Labels[LabelKept] != "true" || len(p.Spec.Containers) == 0 {
 			continue
 		}
 		r := &Run{ID: p.Labels[LabelRun], Namespace: ns, Node: p.Spec.NodeName, Image: p.Spec.Containers[0].Image, c: c, progress: progress}
