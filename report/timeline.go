@@ -166,8 +166,12 @@ func fsyncBars(s analyzer.Summary, victim string) template.HTML {
 		if w.Probe != nil && w.Probe.Iterations > 0 {
 			probe = w.Probe.WriteFsyncP95
 		}
+		traced := w.FsyncP95
+		if traced == 0 { // no fsync traced in the phase: no bar, not a bar of zero
+			traced = math.NaN()
+		}
 		b.Categories = append(b.Categories, w.Phase)
-		b.Series[0].Values = append(b.Series[0].Values, w.FsyncP95)
+		b.Series[0].Values = append(b.Series[0].Values, traced)
 		b.Series[1].Values = append(b.Series[1].Values, probe)
 	}
 	return b.SVG()

@@ -16,6 +16,7 @@ import (
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agentd"
 	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/internal/browsertest"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -205,6 +206,28 @@ func TestAgentIncidentNamesTheHogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertNamesHogs(t, "postmortem --data-dir", decodeReport(t, out), victim, hogs)
+
+	t.Run("html", func(t *testing.T) {
+		html := filepath.Join(t.TempDir(), "postmortem.html")
+		if _, err := nodectl(t, "postmortem", "--data-dir", dataDir, "--incident", in.ID, "--html", html); err != nil {
+			t.Fatal(err)
+		}
+		page := browsertest.Open(t, html, "report-postmortem")
+		for _, p := range page.Problems {
+			t.Errorf("chromium: %s", p)
+		}
+		var hogWait float64
+		for key, v := range page.Bars {
+			for _, h := range hogs {
+				if strings.HasPrefix(key, "culprits-") && strings.HasSuffix(key, "/"+h) {
+					hogWait += v
+				}
+			}
+		}
+		if hogWait <= 0 {
+			t.Errorf("the post-mortem's page charges no run-queue wait to a hog: %v", page.Bars)
+		}
+	})
 }
 
 func decodeReport(t *testing.T, out string) analyzer.Report {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -206,6 +207,33 @@ func TestNoisyCPUHogsCauseCPUContention(t *testing.T) {
 	}
 	if len(f.Evidence) == 0 {
 		t.Error("cpu-contention has no evidence")
+	}
+	t.Run("report", func(t *testing.T) { checkNoisyReport(t, run, []string{"cpu-hog-0", "cpu-hog-1"}) })
+}
+
+// checkNoisyReport renders a real noisy run through nodectl report and Chromium and reads the
+// victim's charts back: each hog's stacked run-queue wait per phase is the wait the run's
+// records charge to that hog's cgroup, and the probe's line holds every probe reading.
+func checkNoisyReport(t *testing.T, run *rundir.Run, hogs []string) {
+	page := renderReport(t, run.Dir, "report-noisy")
+	victim := workloadCgroup(run, "victim")
+	waits := append(run.Series(rundir.MetricRunqPreemptWait).Cgroup(victim), run.Series(rundir.MetricRunqWakeupWait).Cgroup(victim)...).ByLabel(rundir.LabelPreemptor)
+	for _, phase := range []string{"baseline", "stress"} {
+		w, _ := run.Phase(phase)
+		for _, hog := range hogs {
+			want := waits[workloadCgroup(run, hog)].Delta(w)
+			got, ok := page.Bars["culprits-victim/"+phase+"/"+hog]
+			if (ok || want > 0) && math.Abs(got-want) > 1e-9*max(1, want) {
+				t.Errorf("%s's run-queue wait charged to %s: page %g (drawn %v), run %g", phase, hog, got, ok, want)
+			}
+		}
+	}
+	if len(hogs) > 0 && page.Bars["culprits-victim/stress/"+hogs[0]] <= page.Bars["culprits-victim/baseline/"+hogs[0]] {
+		t.Errorf("the page does not show %s's run-queue wait rising in the stress phase", hogs[0])
+	}
+	readings := len(probeValues(t, run, rundir.MetricProbeCPUWork, "baseline")) + len(probeValues(t, run, rundir.MetricProbeCPUWork, "stress"))
+	if got := len(strings.Fields(page.Lines["probe-victim/"+rundir.MetricProbeCPUWork])); readings == 0 || got < readings {
+		t.Errorf("the probe's cpu-work line has %d points, the run's phases %d readings", got, readings)
 	}
 }
 

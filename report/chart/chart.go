@@ -173,14 +173,33 @@ func (s *svg) open(id, title, kind string) {
 	s.f(`<text class="title" x="%s" y="16">%s</text>`, num(left), esc(title))
 }
 
+// legendChar and legendGap are a legend name's estimated width per character and the room its
+// swatch and the gap after it take.
+const (
+	legendChar = 7.0
+	legendGap  = 22.0
+)
+
+// legend is one row, right-aligned, the last name rightmost; names too long for the row are
+// cut in their middle (long cgroup paths differ at their end) and kept whole in a tooltip.
 func (s *svg) legend(names []string) {
+	total := 0.0
+	for _, n := range names {
+		total += legendChar*float64(len([]rune(n))) + legendGap
+	}
+	limit := 0
+	if room := width - left - right; total > room && len(names) > 0 {
+		limit = max(6, int((room/float64(len(names))-legendGap)/legendChar))
+	}
 	x := width - right
-	// Right-aligned, the last name rightmost.
 	for i := len(names) - 1; i >= 0; i-- {
-		w := 7*float64(len([]rune(names[i]))) + 22
-		x -= w
-		s.f(`<g class="legend"><rect class="s%d fill" x="%s" y="21" width="10" height="10"/><text x="%s" y="30">%s</text></g>`,
-			i%palette, num(x), num(x+14), esc(names[i]))
+		shown := names[i]
+		if limit > 0 {
+			shown = shorten(shown, limit)
+		}
+		x -= legendChar*float64(len([]rune(shown))) + legendGap
+		s.f(`<g class="legend"><title>%s</title><rect class="s%d fill" x="%s" y="21" width="10" height="10"/><text x="%s" y="30">%s</text></g>`,
+			esc(names[i]), i%palette, num(x), num(x+14), esc(shown))
 	}
 }
 
@@ -296,11 +315,12 @@ func (b Bars) SVG() template.HTML {
 	if len(b.Categories) == 0 || len(b.Series) == 0 {
 		return empty(b.ID, b.Title)
 	}
-	hi := 0.0
+	hi, measured := 0.0, false
 	for c := range b.Categories {
 		sum := 0.0
 		for _, se := range b.Series {
 			if c < len(se.Values) && !math.IsNaN(se.Values[c]) {
+				measured = true
 				if b.Stacked {
 					sum += se.Values[c]
 				} else {
@@ -309,6 +329,9 @@ func (b Bars) SVG() template.HTML {
 			}
 		}
 		hi = math.Max(hi, sum)
+	}
+	if !measured {
+		return empty(b.ID, b.Title)
 	}
 	yt, y0, y1 := niceTicks(0, hi, 5)
 	ysc := scale{y0, y1, height - bottom, top + 8}

@@ -13,6 +13,7 @@ type element struct {
 	XMLName xml.Name
 	Attrs   []xml.Attr `xml:",any,attr"`
 	Kids    []element  `xml:",any"`
+	Text    string     `xml:",chardata"`
 }
 
 func (e element) attr(name string) string {
@@ -125,5 +126,43 @@ func TestFormat(t *testing.T) {
 func TestEmpty(t *testing.T) {
 	if got := string((Line{ID: "x", Title: "PSI"}).SVG()); !strings.Contains(got, "no data") {
 		t.Errorf("empty line chart: %s", got)
+	}
+	nothing := Bars{ID: "y", Title: "fsync", Categories: []string{"baseline", "stress"}, Series: []BarSeries{{Name: "traced", Values: []float64{math.NaN(), math.NaN()}}}}
+	if got := string(nothing.SVG()); !strings.Contains(got, "no data") {
+		t.Errorf("bars of no measurement: %s", got)
+	}
+}
+
+// A legend of long names (cgroup paths) stays inside the chart: the names are cut in their
+// middle, keeping the end that tells them apart, and each is whole in its tooltip.
+func TestLongLegendFits(t *testing.T) {
+	names := []string{"/nodectl/test-agent-14220/hog-1", "/nodectl/test-agent-14220/hog-0", "<kernel>", "/nodectl/test-agent-14220/victim", "/"}
+	b := Bars{ID: "culprits", Title: "wait", YUnit: Seconds, Stacked: true, Categories: []string{"baseline", "window"}}
+	for _, n := range names {
+		b.Series = append(b.Series, BarSeries{Name: n, Values: []float64{1, 2}})
+	}
+	var tips, shown []string
+	parse(t, string(b.SVG())).walk(func(e element) {
+		if e.XMLName.Local != "g" || e.attr("class") != "legend" {
+			return
+		}
+		for _, k := range e.Kids {
+			switch k.XMLName.Local {
+			case "title":
+				tips = append(tips, k.Text)
+			case "rect":
+				if x, _ := strconv.ParseFloat(k.attr("x"), 64); x < left {
+					t.Errorf("legend swatch at x=%g, left of the plot (%g)", x, left)
+				}
+			case "text":
+				shown = append(shown, k.Text)
+			}
+		}
+	})
+	if strings.Join(tips, ",") != strings.Join([]string{"/", "/nodectl/test-agent-14220/victim", "<kernel>", "/nodectl/test-agent-14220/hog-0", "/nodectl/test-agent-14220/hog-1"}, ",") {
+		t.Errorf("legend tooltips %q, want every name whole", tips)
+	}
+	if !strings.HasSuffix(shown[len(shown)-1], "hog-1") || !strings.Contains(shown[len(shown)-1], "…") {
+		t.Errorf("legend shows %q; want long names cut in the middle, keeping their end", shown)
 	}
 }
