@@ -10,7 +10,7 @@ LDFLAGS := -X github.com/nodectl/nodectl/cli/internal/clix.Version=$(VERSION)
 
 # The container runtimes the runc and runsc tests start for real, from Debian's packages, and
 # the headless Chromium (with a font) the report's rendering test opens reports in.
-TEST_PACKAGES := runc runsc containerd chromium fonts-dejavu-core
+TEST_PACKAGES := runc runsc containerd chromium fonts-dejavu-core bpftrace linux-perf
 # What make test-cluster adds: etcd for kube-apiserver, the CNI plugins (bridge, host-local,
 # loopback) for the kubelet's pods, ip to remove the bridge.
 CLUSTER_PACKAGES := etcd-server containernetworking-plugins iproute2

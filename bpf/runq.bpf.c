@@ -131,6 +131,19 @@ static __always_inline struct pair_val *pair_get(struct pair_key *k)
 	return bpf_map_lookup_elem(&pairs, k);
 }
 
+/* Now, by the clock of the run queue t is on: the scheduler has just updated it at every
+ * wakeup and switch, and reading it costs three loads where bpf_ktime_get_ns cost a helper
+ * call and a clocksource read (make bench). It is the clock the kernel's own enqueue stamp
+ * is in (queued_wait). 0 when t has no CFS queue, which no wait is stamped with. Kernels
+ * whose CFS queues do not point to their run queue use the monotonic clock throughout. */
+static __always_inline __u64 clock_of(struct task_struct *t)
+{
+	if (!bpf_core_field_exists(struct cfs_rq, rq))
+		return bpf_ktime_get_ns();
+	struct cfs_rq *cfs = t->se.cfs_rq;
+	return cfs ? cfs->rq->clock : 0;
+}
+
 static __always_inline void stamp_wakeup(struct task_struct *t)
 {
 	struct stamp *s = bpf_task_storage_get(&stamps, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -142,7 +155,7 @@ static __always_inline void stamp_wakeup(struct task_struct *t)
 	 * preemption, it is still waiting since then. */
 	if (s->ts && s->preempted)
 		return;
-	s->ts = bpf_ktime_get_ns();
+	s->ts = clock_of(t);
 	s->preempted = 0;
 	s->preemptor = throttled(t) ? PREEMPTOR_THROTTLED : PREEMPTOR_IDLE;
 }
@@ -154,6 +167,8 @@ int BPF_PROG(runq_wakeup, struct task_struct *p)
 	return 0;
 }
 
+/* Attached only where the kernel keeps no enqueue time of its own (queued_wait): creating a
+ * task's storage here cost every fork about 2 µs, more than the reference tracer's hash insert. */
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(runq_wakeup_new, struct task_struct *p)
 {
@@ -161,11 +176,26 @@ int BPF_PROG(runq_wakeup_new, struct task_struct *p)
 	return 0;
 }
 
+/* How long t has been queued on this CPU by the kernel's own account (CONFIG_SCHED_INFO: the
+ * rq clock at its enqueue, read before sched_info_arrive clears it), 0 when it keeps none.
+ * This is a task's first wait after its fork, which no stamp of ours saw: no program runs on
+ * sched_wakeup_new, and the task gets its storage only when it first waits again. A wait
+ * that a migration between CPUs split is counted from the migration. */
+static __always_inline __u64 queued_wait(struct task_struct *t)
+{
+	if (!bpf_core_field_exists(t->sched_info.last_queued) ||
+	    !bpf_core_field_exists(struct cfs_rq, rq))
+		return 0;
+	__u64 queued = t->sched_info.last_queued;
+	__u64 now = clock_of(t);
+	return queued && now > queued ? now - queued : 0;
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = clock_of(next);
 	struct stamp *s;
 
 	/* prev stays runnable: preempted, out of its slice, yielding or throttled. Checked by
@@ -194,10 +224,22 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	if (cur)
 		*cur = cg;
 	s = bpf_task_storage_get(&stamps, next, 0, 0);
-	if (!s || !s->ts)
-		return 0;
-	__u64 delta = now - s->ts;
-	s->ts = 0;
+	__u64 delta;
+	__u64 preemptor = PREEMPTOR_IDLE;
+	bool preempted = false;
+	if (s) {
+		if (!s->ts)
+			return 0;
+		delta = now > s->ts ? now - s->ts : 0;
+		s->ts = 0;
+		preemptor = s->preemptor;
+		preempted = s->preempted;
+		s->preempted = 0;
+	} else {
+		delta = queued_wait(next);
+		if (!delta)
+			return 0;
+	}
 
 	struct hist *h = hist_get(&latency, &cg);
 	if (h)
@@ -205,10 +247,8 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	else
 		count_drop(DROP_HIST_FULL);
 
-	struct pair_key k = { .victim = cg, .preemptor = s->preemptor };
-	if (s->preempted) {
-		s->preempted = 0;
-	} else {
+	struct pair_key k = { .victim = cg, .preemptor = preemptor };
+	if (!preempted) {
 		/* Woken: charged to the last task that held the CPU before next, unless its
 		 * quota was out at the wakeup (a quota that runs out later, while it waits, is
 		 * missed before 6.18, whose throttling switches the task out instead). From an

@@ -5,7 +5,11 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"runtime"
+	"slices"
 	"testing"
+	"time"
 )
 
 // TestMain lets the test binary be a side of the ping-pong, as the command is.
@@ -57,4 +61,36 @@ func metricName(tool string) string {
 		return "agent-1h"
 	}
 	return tool
+}
+
+// TestGoalsHold is the CI-sized comparison: three rounds of each workload under every tool,
+// the statistics runs for the per-event rows, and the sampler at 1,000 cgroups. A row fails
+// only when every one of its rounds is past its guard (goals.go): a regression that the run's
+// own spread does not explain. Nothing is compared with an absolute time, only ratios within
+// the run.
+func TestGoalsHold(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to load BPF programs")
+	}
+	for _, bin := range []string{"bpftrace", "perf"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("no %s on PATH: the comparison needs it (make deps installs it)", bin)
+		}
+	}
+	o := options{perfRounds: 3, statsRounds: 3, perfDuration: time.Second, perfPin: true, pingRounds: 3,
+		pingDuration: time.Second, cpu: runtime.NumCPU() - 1, samplingCgroups: 1000, samplingRounds: 3, samplingSpan: time.Second}
+	res, err := run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []goal{goalSwitch, goalWakeup, goalWakeupNew, goalPipe, goalPingPong, goalSampling} {
+		i := slices.IndexFunc(res.rows, func(r row) bool { return r.row == g.row })
+		switch {
+		case i < 0 || len(res.rows[i].rounds) == 0:
+			t.Errorf("%s: not measured", g.row)
+		case res.rows[i].regressed():
+			t.Errorf("%s: %.3f, every round (%s) past the guard %s (goal %s): %s", g.row, res.rows[i].value(),
+				fmtAll(res.rows[i].rounds), limitText(g, g.guard), limitText(g, g.goal), res.rows[i].detail)
+		}
+	}
 }

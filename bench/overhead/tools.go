@@ -107,6 +107,7 @@ func emptyTool() *tool {
 		}
 		for _, hook := range hooks {
 			prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+				Name:         hook, // cut to 15 characters by the kernel, as hookOf expects
 				Type:         ebpf.Tracing,
 				AttachType:   ebpf.AttachTraceRawTp,
 				AttachTo:     hook,
@@ -209,6 +210,8 @@ type runResult struct {
 	rate    float64       // ops per second
 	wall    time.Duration // how long the workload ran
 	toolCPU time.Duration // CPU time the tool's own process used meanwhile, when it has one
+	// progs are the tool's programs' statistics in this run alone, when they were on.
+	progs map[string]progStats
 }
 
 // measure runs w once, under t when it is not nil. With acc it turns the BPF run-time
@@ -256,12 +259,15 @@ func measure(t *tool, w workload, acc map[string]*progStats) (_ runResult, err e
 		if err != nil {
 			return runResult{}, err
 		}
+		r.progs = map[string]progStats{}
 		for name, s := range after {
 			if acc[name] == nil {
 				acc[name] = &progStats{}
 			}
-			acc[name].runtime += s.runtime - before[name].runtime
-			acc[name].count += s.count - before[name].count
+			d := progStats{runtime: s.runtime - before[name].runtime, count: s.count - before[name].count}
+			r.progs[name] = d
+			acc[name].runtime += d.runtime
+			acc[name].count += d.count
 		}
 	}
 	return r, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/nodectl/nodectl/agent/hist"
+	"github.com/nodectl/nodectl/agent/trace/internal/features"
 	"github.com/nodectl/nodectl/agent/trace/internal/loader"
 )
 
@@ -35,8 +36,9 @@ type Tracer struct {
 	held    int  // pairs the map held at the last read of them
 }
 
-// New loads the programs and attaches them to sched_wakeup, sched_wakeup_new and
-// sched_switch. A failed New closes what it opened.
+// New loads the programs and attaches them to sched_wakeup and sched_switch, and to
+// sched_wakeup_new on a kernel without its own enqueue time (features.HaveSchedInfo). A failed
+// New closes what it opened.
 func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if cfg.MaxCgroups == 0 {
 		cfg.MaxCgroups = DefaultMaxCgroups
@@ -59,11 +61,17 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if err := loader.Load(rundir.ProgramRunq, spec, opts, &t.objs, log); err != nil {
 		return nil, err
 	}
-	t.links, err = loader.Attach(
+	hooks := []loader.Attachment{
 		loader.TpBTF("sched_wakeup", t.objs.RunqWakeup),
-		loader.TpBTF("sched_wakeup_new", t.objs.RunqWakeupNew),
 		loader.TpBTF("sched_switch", t.objs.RunqSwitch),
-	)
+	}
+	// Where the kernel stamps a task's enqueue itself, a new task's first wait is read from
+	// that stamp at its switch-in, and forks run no program (bpf/runq.bpf.c, queued_wait).
+	if err := features.HaveSchedInfo(); err != nil {
+		log.Debug("no scheduler enqueue time: tracing sched_wakeup_new", "reason", err)
+		hooks = append(hooks, loader.TpBTF("sched_wakeup_new", t.objs.RunqWakeupNew))
+	}
+	t.links, err = loader.Attach(hooks...)
 	if err != nil {
 		t.Close()
 		return nil, err

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodectl/nodectl/agent/trace/internal/cgtest"
+	"github.com/nodectl/nodectl/agent/trace/internal/features"
 )
 
 func newTracer(t *testing.T, cfg Config) *Tracer {
@@ -254,6 +255,41 @@ func TestWakeupAttribution(t *testing.T) {
 		if n != 0 {
 			t.Errorf("drops %s = %d, want 0", r, n)
 		}
+	}
+}
+
+// A new task's first wait, from its fork to its first run, is recorded with no program on
+// sched_wakeup_new where the kernel keeps its own enqueue time: subshells that exit at once
+// next to a busy neighbour wait only that once, and their parent, which forks them without
+// waiting for them and then sleeps through their exits, is woken by none of them. So the
+// cgroup's waits that followed no preemption of ours are at least one per child.
+func TestForkedTaskFirstWait(t *testing.T) {
+	tr := newTracer(t, Config{})
+	if err := features.HaveSchedInfo(); err != nil {
+		t.Logf("no scheduler enqueue time (%v): sched_wakeup_new is traced instead", err)
+	}
+	g := cgtest.Make(t, "cpu", "forker", "neighbour")
+	cpu := cgtest.LastCPU(t)
+	g["neighbour"].Busy(t, cpu)
+	const children = 200
+	g["forker"].Start(t, cpu, "sh", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do (:) & i=$((i+1)); done; exec sleep 600", children))
+	forker := g["forker"].ID
+	notPreempted := func(st Stats) uint64 {
+		n := st.Latency[forker].Count
+		for _, p := range st.Pairs {
+			if p.Victim == forker && !p.Woken {
+				n -= p.Count
+			}
+		}
+		return n
+	}
+	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return notPreempted(st) >= children })
+	t.Logf("forker: %d waits, %d of them not after a preemption; %d children", st.Latency[forker].Count, notPreempted(st), children)
+	if n := notPreempted(st); n < children {
+		t.Errorf("the forker's cgroup had %d waits after no preemption, want one for each of its %d children at least", n, children)
+	}
+	if n := st.Drops["task_storage"]; n != 0 {
+		t.Errorf("task storage drops %d, want 0", n)
 	}
 }
 

@@ -5,6 +5,8 @@ package features
 import (
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -32,5 +34,25 @@ func TestHaveBPFMemAlloc(t *testing.T) {
 	}
 	if again := HaveBPFMemAlloc(); again != err {
 		t.Errorf("second probe gave %v, first %v: not cached", again, err)
+	}
+}
+
+// The enqueue time is there exactly when the kernel shows its per-task run delays
+// (/proc/self/schedstat, CONFIG_SCHED_INFO) and has the cpu cgroup controller (whose CFS
+// queues are grouped, CONFIG_FAIR_GROUP_SCHED).
+func TestHaveSchedInfo(t *testing.T) {
+	_, statErr := os.Stat("/proc/self/schedstat")
+	controllers, err := os.ReadFile("/proc/cgroups")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu := regexp.MustCompile(`(?m)^cpu\s`).Match(controllers)
+	err = HaveSchedInfo()
+	t.Logf("schedstat: %v, cpu controller: %v, probe: %v", statErr, cpu, err)
+	switch want := statErr == nil && cpu; {
+	case want && err != nil:
+		t.Errorf("probe: %v, want present", err)
+	case !want && !errors.Is(err, ebpf.ErrNotSupported):
+		t.Errorf("probe: %v, want ErrNotSupported", err)
 	}
 }
