@@ -42,7 +42,8 @@ struct pair_val {
 };
 
 /* Per-task: when it became runnable and, if it was preempted, who switched it out; if it
- * was woken, PREEMPTOR_THROTTLED when its quota had run out at the time. */
+ * was woken, PREEMPTOR_THROTTLED when its quota had run out at the time. With the kernel's
+ * stamps (kernel_stamps), ts is its run_delay as it last ran. */
 struct stamp {
 	__u64 ts; /* 0 when the task is not waiting */
 	__u64 preemptor;
@@ -81,6 +82,12 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } oncpu SEC(".maps");
+
+/* Set by the loader from its probes of the same fields (features.HaveKernelStamps and
+ * HaveSchedInfo; see kernel_stamps and queued_wait). A test clears them to trace the way a
+ * kernel without them is traced. */
+volatile const bool use_kernel_stamps = false;
+volatile const bool use_enqueue_stamp = false;
 
 /* Keep the enums in BTF so that bpf2go generates their Go constants. */
 const enum drop_reason *unused_drop_reason __attribute__((unused));
@@ -167,8 +174,9 @@ int BPF_PROG(runq_wakeup, struct task_struct *p)
 	return 0;
 }
 
-/* Attached only where the kernel keeps no enqueue time of its own (queued_wait): creating a
- * task's storage here cost every fork about 2 µs, more than the reference tracer's hash insert. */
+/* sched_wakeup is attached only where the kernel lacks the stamps (kernel_stamps) and
+ * sched_wakeup_new only where it keeps no enqueue time (queued_wait): creating a task's
+ * storage here cost every fork about 2 µs, more than the reference tracer's hash insert. */
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(runq_wakeup_new, struct task_struct *p)
 {
@@ -176,19 +184,32 @@ int BPF_PROG(runq_wakeup_new, struct task_struct *p)
 	return 0;
 }
 
-/* How long t has been queued on this CPU by the kernel's own account (CONFIG_SCHED_INFO: the
- * rq clock at its enqueue, read before sched_info_arrive clears it), 0 when it keeps none.
- * This is a task's first wait after its fork, which no stamp of ours saw: no program runs on
- * sched_wakeup_new, and the task gets its storage only when it first waits again. A wait
- * that a migration between CPUs split is counted from the migration. */
-static __always_inline __u64 queued_wait(struct task_struct *t)
+/* The kernel keeps every stamp the waits need itself: each task's enqueue time and the waits
+ * a migration between CPUs split off (CONFIG_SCHED_INFO: sched_info.last_queued, run_delay, in
+ * the run queue's clock), and a task whose quota ran out is switched out runnable, like a
+ * preempted one (the task-based throttling of 6.18: task_struct.throttle_node). Then no
+ * program runs on a wakeup: a task's wait is its time queued on the CPU it runs on plus
+ * run_delay's growth since it last ran (see sched_switch). The loader probes the same fields
+ * (features.HaveKernelStamps) to leave sched_wakeup unattached. */
+static __always_inline bool kernel_stamps(void)
 {
-	if (!bpf_core_field_exists(t->sched_info.last_queued) ||
+	return use_kernel_stamps && bpf_core_field_exists(struct sched_info, last_queued) &&
+	       bpf_core_field_exists(struct sched_info, run_delay) &&
+	       bpf_core_field_exists(struct cfs_rq, rq) &&
+	       bpf_core_field_exists(struct task_struct, throttle_node);
+}
+
+/* Whether the kernel stamped t's enqueue (CONFIG_SCHED_INFO: the rq clock then, read before
+ * sched_info_arrive clears it), and how long t has been queued on this CPU since: a wait of
+ * 0 ns (picked before the clock moved) is a wait too, as the kernel counts it. */
+static __always_inline bool queued_wait(struct task_struct *t, __u64 now, __u64 *wait)
+{
+	if (!use_enqueue_stamp || !bpf_core_field_exists(t->sched_info.last_queued) ||
 	    !bpf_core_field_exists(struct cfs_rq, rq))
-		return 0;
+		return false;
 	__u64 queued = t->sched_info.last_queued;
-	__u64 now = clock_of(t);
-	return queued && now > queued ? now - queued : 0;
+	*wait = now > queued ? now - queued : 0;
+	return queued != 0;
 }
 
 SEC("tp_btf/sched_switch")
@@ -196,18 +217,23 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	     unsigned int prev_state)
 {
 	__u64 now = clock_of(next);
+	__u64 cg = next->pid ? cgroup_of(next) : 0;
 	struct stamp *s;
 
 	/* prev stays runnable: preempted, out of its slice, yielding or throttled. Checked by
 	 * state, not only by the preempt flag: on 6.18 a busy task whose slice ran out switches
 	 * with preempt false and TASK_RUNNING, as the reschedule happens on return to user space.
-	 * The idle task never waits. */
+	 * The idle task never waits. With the kernel's stamps ts is prev's run_delay, which it
+	 * was at its switch-in (see there); else the time. */
 	if (prev->pid && (preempt || prev_state == TASK_RUNNING)) {
 		s = bpf_task_storage_get(&stamps, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (s) {
-			s->ts = now;
-			s->preemptor = throttled(prev) ? PREEMPTOR_THROTTLED : preemptor_of(next);
+			s->ts = kernel_stamps() ? prev->sched_info.run_delay : now;
 			s->preempted = 1;
+			s->preemptor = throttled(prev)		     ? PREEMPTOR_THROTTLED :
+				       !next->pid		     ? PREEMPTOR_IDLE :
+				       (next->flags & PF_KTHREAD) ? PREEMPTOR_KERNEL :
+								    cg;
 		} else {
 			count_drop(DROP_STORAGE_FAIL);
 		}
@@ -215,19 +241,34 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 
 	__u32 zero = 0;
 	__u64 *cur = bpf_map_lookup_elem(&oncpu, &zero);
-	if (!next->pid) {
-		if (cur)
-			*cur = 0;
-		return 0;
-	}
-	__u64 cg = cgroup_of(next);
 	if (cur)
 		*cur = cg;
+	if (!next->pid)
+		return 0;
 	s = bpf_task_storage_get(&stamps, next, 0, 0);
-	__u64 delta;
+	__u64 delta = 0;
 	__u64 preemptor = PREEMPTOR_IDLE;
 	bool preempted = false;
-	if (s) {
+	if (kernel_stamps()) {
+		/* The wait so far on this CPU, and what migrations split off since the task last
+		 * ran: run_delay's growth since then. ts is run_delay as sched_info_arrive leaves
+		 * it once this switch is done, kept only for a task with storage: one that was
+		 * preempted once since the tracer started (a task that only ever sleeps gets none,
+		 * and forks and wakeups allocate nothing; its waits a migration split are counted
+		 * from the migration). */
+		if (!queued_wait(next, now, &delta))
+			return 0;
+		if (s) {
+			__u64 delay = next->sched_info.run_delay;
+			__u64 split = delay - s->ts;
+			s->ts = delay + delta;
+			delta += split;
+			preempted = s->preempted;
+			if (preempted)
+				preemptor = s->preemptor;
+			s->preempted = 0;
+		}
+	} else if (s) {
 		if (!s->ts)
 			return 0;
 		delta = now > s->ts ? now - s->ts : 0;
@@ -236,8 +277,11 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 		preempted = s->preempted;
 		s->preempted = 0;
 	} else {
-		delta = queued_wait(next);
-		if (!delta)
+		/* A task's first wait after its fork, which no stamp of ours saw: where the kernel
+		 * keeps its enqueue time no program runs on sched_wakeup_new, and the task gets
+		 * storage only when it first waits again. A wait a migration split is counted
+		 * from the migration. */
+		if (!queued_wait(next, now, &delta))
 			return 0;
 	}
 

@@ -67,7 +67,11 @@ const quietEvery = 4
 //
 // Past slowBudget cgroups, with or without Active, a fast file that read all zeros after the
 // cgroup had used CPU (cpu.stat without a CPU limit) is read on the cgroup's turns only: it
-// moves only once a limit is set. With Active, a light cgroup (lightCPU) is read every
+// moves only once a limit is set. And without Active, off its turn, a cgroup whose CPU usage
+// (the first fast file) is what it was at its previous read has the rest of its fast tier
+// left unread: its
+// throttling moves only while it runs, and its memory usage, which reclaim from outside may
+// lower, is read on its turn. An idle cgroup then costs one read a Sample instead of three. With Active, a light cgroup (lightCPU) is read every
 // lightEvery samples at most.
 type Cgroups struct {
 	l          *cgroup.Layout
@@ -211,12 +215,15 @@ func (s *Cgroups) sample(now time.Time, full bool) ([]rundir.Record, error) {
 		}
 		// A quiet cgroup's turn may be passed over, once its fast tier shows it quiet.
 		mayDefer := slow && !full && s.active != nil && every > 1 && (s.priority == nil || !s.priority(p))
+		// Off its turn, a cgroup whose CPU usage did not move has the rest of its fast tier
+		// left unread (see Cgroups); with Active, the tracer already said which ran.
+		stillSkips := !slow && every > 1 && s.active == nil
 		var err error
 		// A cgroup removed and made again under the same path reads ENODEV through the old
 		// descriptors: forget them and read the new one.
 		for range 2 {
 			var gone bool
-			out, gone, err = s.read(out, now, p, slow, mayDefer)
+			out, gone, err = s.read(out, now, p, slow, mayDefer, stillSkips)
 			if !gone {
 				break
 			}
@@ -236,9 +243,10 @@ func (s *Cgroups) sample(now time.Time, full bool) ([]rundir.Record, error) {
 }
 
 // read appends path's records, of the slow tier too if slow, unless mayDefer and the fast
-// tier shows the cgroup quiet (see quietEvery); gone says the cgroup vanished while it was
-// read, and then nothing of it is appended.
-func (s *Cgroups) read(out []rundir.Record, now time.Time, path string, slow, mayDefer bool) (_ []rundir.Record, gone bool, err error) {
+// tier shows the cgroup quiet (see quietEvery); with stillSkips, a CPU usage the same as at
+// the previous read ends the read there. gone says the cgroup vanished while it was read, and
+// then nothing of it is appended.
+func (s *Cgroups) read(out []rundir.Record, now time.Time, path string, slow, mayDefer, stillSkips bool) (_ []rundir.Record, gone bool, err error) {
 	o := s.open.by[path]
 	if o == nil {
 		o = &cgOpen{fd: make([]int, len(s.files)), absent: make([]uint64, len(s.files)), quiet: make([]bool, len(s.files))}
@@ -314,6 +322,11 @@ func (s *Cgroups) read(out []rundir.Record, now time.Time, path string, slow, ma
 		}
 		if out, err = f.read(out, now, path, b); err != nil {
 			return out[:n], false, fmt.Errorf("parsing %s: %w", f.name, err)
+		}
+		if i == 0 && stillSkips && o.readAt > 0 {
+			if cpu, _ := usages(out[n:]); cpu == o.cpu {
+				break
+			}
 		}
 	}
 	return out, false, nil

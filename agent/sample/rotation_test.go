@@ -103,8 +103,14 @@ func TestCgroupRotation(t *testing.T) {
 		fast, slow := tiers(recs)
 		var rotated int
 		for i, p := range paths {
-			if !slices.Equal(fast[p], wantFast[p]) {
-				t.Fatalf("tick %d, cgroup %d: fast tier %v, want %v", tick, i, fast[p], wantFast[p])
+			// Idle, off its turn, a cgroup's CPU usage is read and the rest of its fast tier
+			// left: it did not move.
+			want := wantFast[p]
+			if i > 0 && len(slow[p]) == 0 {
+				want = cpuUsageOnly(want)
+			}
+			if !slices.Equal(fast[p], want) {
+				t.Fatalf("tick %d, cgroup %d: fast tier %v, want %v", tick, i, fast[p], want)
 			}
 			switch {
 			case len(slow[p]) == 0:
@@ -136,6 +142,55 @@ func TestCgroupRotation(t *testing.T) {
 	for _, p := range paths {
 		if !slices.Equal(fast[p], wantFast[p]) || !slices.Equal(slow[p], wantSlow[p]) {
 			t.Fatalf("SampleFull after rotating, cgroup %s: %v %v, want %v %v", p, fast[p], slow[p], wantFast[p], wantSlow[p])
+		}
+	}
+}
+
+// cpuUsageOnly keeps the CPU usage among a cgroup's fast-tier keys.
+func cpuUsageOnly(keys []string) []string {
+	return slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return k != rundir.MetricCPUUsage })
+}
+
+// Past the budget, off its turn, a cgroup whose CPU usage moved since its previous read has
+// its whole fast tier read, at every Sample; one whose usage stayed has its usage alone read.
+func TestCgroupIdleReadsItsUsageOnly(t *testing.T) {
+	l, paths := makeCgroups(t, 6)
+	busy := spinIn(t, l, path.Dir(paths[0])+"/busy")
+	if err := l.Create(busy, cgroup.Limits{CPUMilli: 500}); err != nil { // throttled: cpu.stat moves
+		t.Fatal(err)
+	}
+	paths = append(paths, busy)
+	time.Sleep(300 * time.Millisecond) // periods throttled by now: its cpu.stat is not all zeros
+	s := NewCgroups(l, func() []string { return paths })
+	s.slowBudget = 2
+	full, err := s.SampleFull(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFast, _ := tiers(full)
+	if len(cpuUsageOnly(wantFast[paths[0]])) != 1 || len(wantFast[paths[0]]) < 2 {
+		t.Fatalf("fast tier %v: want the CPU usage and more", wantFast[paths[0]])
+	}
+	for tick := 1; tick <= 8; tick++ {
+		time.Sleep(50 * time.Millisecond)
+		recs, err := s.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, slow := tiers(recs)
+		// Its memory usage may read 0 (the shell's pages were charged before it moved in),
+		// and a fast file of zeros is read on turns only; its throttling moves.
+		if !slices.Contains(fast[busy], rundir.MetricCPUThrottled) {
+			t.Errorf("tick %d: the busy cgroup's fast tier %v, want its throttling too", tick, fast[busy])
+		}
+		for i, p := range paths[:len(paths)-1] {
+			want := cpuUsageOnly(wantFast[p])
+			if len(slow[p]) > 0 {
+				want = wantFast[p]
+			}
+			if !slices.Equal(fast[p], want) {
+				t.Errorf("tick %d, idle cgroup %d: fast tier %v, want %v", tick, i, fast[p], want)
+			}
 		}
 	}
 }

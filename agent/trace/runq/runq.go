@@ -37,6 +37,9 @@ type Config struct {
 	// PairsBudget is about how many pairs ReadPart reads at a call: past it, it reads the
 	// pairs map every ceil(pairs / PairsBudget) calls. 0 means DefaultPairsBudget.
 	PairsBudget int
+	// noKernelStamps traces as on a kernel without the scheduler's stamps (sched_wakeup and
+	// sched_wakeup_new traced): for the tests of that way on a kernel that has them.
+	noKernelStamps bool
 }
 
 // Pair is what one cgroup's preemptions of another cost it, cumulative; or, Woken, what

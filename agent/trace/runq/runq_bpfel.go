@@ -72,6 +72,8 @@ const (
 	runqVarCgroupV1         = "cgroup_v1"
 	runqVarUnusedDropReason = "unused_drop_reason"
 	runqVarUnusedWaitKind   = "unused_wait_kind"
+	runqVarUseEnqueueStamp  = "use_enqueue_stamp"
+	runqVarUseKernelStamps  = "use_kernel_stamps"
 )
 
 // loadRunq returns the embedded CollectionSpec for runq.
@@ -139,6 +141,8 @@ type runqVariableSpecs struct {
 	CgroupV1         *ebpf.VariableSpec `ebpf:"cgroup_v1"`
 	UnusedDropReason *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
 	UnusedWaitKind   *ebpf.VariableSpec `ebpf:"unused_wait_kind"`
+	UseEnqueueStamp  *ebpf.VariableSpec `ebpf:"use_enqueue_stamp"`
+	UseKernelStamps  *ebpf.VariableSpec `ebpf:"use_kernel_stamps"`
 }
 
 // runqObjects contains all objects after they have been loaded into the kernel.
@@ -185,6 +189,8 @@ type runqVariables struct {
 	CgroupV1         *ebpf.Variable `ebpf:"cgroup_v1"`
 	UnusedDropReason *ebpf.Variable `ebpf:"unused_drop_reason"`
 	UnusedWaitKind   *ebpf.Variable `ebpf:"unused_wait_kind"`
+	UseEnqueueStamp  *ebpf.Variable `ebpf:"use_enqueue_stamp"`
+	UseKernelStamps  *ebpf.Variable `ebpf:"use_kernel_stamps"`
 }
 
 // runqPrograms contains all programs after they have been loaded into the kernel.

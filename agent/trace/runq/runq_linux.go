@@ -36,9 +36,9 @@ type Tracer struct {
 	held    int  // pairs the map held at the last read of them
 }
 
-// New loads the programs and attaches them to sched_wakeup and sched_switch, and to
-// sched_wakeup_new on a kernel without its own enqueue time (features.HaveSchedInfo). A failed
-// New closes what it opened.
+// New loads the programs and attaches them to sched_switch, to sched_wakeup on a kernel
+// without the stamps of features.HaveKernelStamps, and to sched_wakeup_new on one without its
+// own enqueue time (features.HaveSchedInfo). A failed New closes what it opened.
 func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if cfg.MaxCgroups == 0 {
 		cfg.MaxCgroups = DefaultMaxCgroups
@@ -58,17 +58,28 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 		runqMapLatency: cfg.MaxCgroups,
 		runqMapPairs:   cfg.MaxPairs,
 	}}
+	// Where the kernel stamps what the waits need itself, wakeups run no program, and where
+	// it stamps a task's enqueue, forks run none: sched_switch reads the stamps
+	// (bpf/runq.bpf.c, kernel_stamps and queued_wait).
+	stamps, enqueue := errors.New("not asked for"), errors.New("not asked for")
+	if !cfg.noKernelStamps {
+		stamps, enqueue = features.HaveKernelStamps(), features.HaveSchedInfo()
+	}
+	for name, err := range map[string]error{"use_kernel_stamps": stamps, "use_enqueue_stamp": enqueue} {
+		if err := spec.Variables[name].Set(err == nil); err != nil {
+			return nil, fmt.Errorf("setting %s of runq: %w", name, err)
+		}
+	}
 	if err := loader.Load(rundir.ProgramRunq, spec, opts, &t.objs, log); err != nil {
 		return nil, err
 	}
-	hooks := []loader.Attachment{
-		loader.TpBTF("sched_wakeup", t.objs.RunqWakeup),
-		loader.TpBTF("sched_switch", t.objs.RunqSwitch),
+	hooks := []loader.Attachment{loader.TpBTF("sched_switch", t.objs.RunqSwitch)}
+	if stamps != nil {
+		log.Debug("tracing sched_wakeup", "reason", stamps)
+		hooks = append(hooks, loader.TpBTF("sched_wakeup", t.objs.RunqWakeup))
 	}
-	// Where the kernel stamps a task's enqueue itself, a new task's first wait is read from
-	// that stamp at its switch-in, and forks run no program (bpf/runq.bpf.c, queued_wait).
-	if err := features.HaveSchedInfo(); err != nil {
-		log.Debug("no scheduler enqueue time: tracing sched_wakeup_new", "reason", err)
+	if enqueue != nil {
+		log.Debug("no scheduler enqueue time: tracing sched_wakeup_new", "reason", enqueue)
 		hooks = append(hooks, loader.TpBTF("sched_wakeup_new", t.objs.RunqWakeupNew))
 	}
 	t.links, err = loader.Attach(hooks...)

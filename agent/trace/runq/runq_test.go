@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -21,10 +24,15 @@ import (
 	"github.com/nodectl/nodectl/agent/trace/internal/features"
 )
 
+// withoutKernelStamps makes newTracer trace as on a kernel without the scheduler's stamps
+// (TestWithoutKernelStamps).
+var withoutKernelStamps bool
+
 func newTracer(t *testing.T, cfg Config) *Tracer {
 	t.Helper()
 	cgtest.RequireRoot(t)
 	cfg.CgroupV1 = cgtest.V1()
+	cfg.noKernelStamps = withoutKernelStamps
 	tr, err := New(cfg, slog.New(slog.DiscardHandler))
 	if errors.Is(err, ebpf.ErrNotSupported) {
 		t.Skipf("kernel lacks a feature the run-queue tracer needs: %v", err)
@@ -293,27 +301,60 @@ func TestForkedTaskFirstWait(t *testing.T) {
 	}
 }
 
-// A cgroup out of quota waits for its next period, not for its neighbour: the waits are
-// charged to the throttled preemptor, those of its busy loop that was switched out as those of
-// its sleeper that woke meanwhile.
-func TestThrottledAttribution(t *testing.T) {
-	tr := newTracer(t, Config{})
+// On a kernel without the scheduler's stamps (before 6.18, or without CONFIG_SCHED_INFO) the
+// tracer stamps wakeups and forks itself: the attribution tests again, that way, with the
+// same kernel's scheduler doing the same work.
+func TestWithoutKernelStamps(t *testing.T) {
+	withoutKernelStamps = true
+	defer func() { withoutKernelStamps = false }()
+	for _, c := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"preemption_pairs", TestPreemptionPairs},
+		{"kernel_preemptor", TestKernelPreemptor},
+		{"wakeup_attribution", TestWakeupAttribution},
+		{"forked_task_first_wait", TestForkedTaskFirstWait},
+		{"throttled_attribution", TestThrottledAttribution},
+		{"waits_match_the_kernels_run_delay", TestWaitsMatchTheKernelsRunDelay},
+	} {
+		t.Run(c.name, c.test)
+	}
+}
+
+// cappedNextToNeighbour makes cgroups capped, with quotaUs of CPU every 100 ms, and neighbour,
+// and on one CPU a busy loop and a sleeper in capped and a busy loop in neighbour.
+func cappedNextToNeighbour(t *testing.T, quotaUs int) map[string]*cgtest.Group {
+	t.Helper()
 	g := cgtest.Make(t, "cpu", "capped", "neighbour")
 	if cgtest.V1() {
 		g["capped"].Write(t, "cpu.cfs_period_us", "100000")
-		g["capped"].Write(t, "cpu.cfs_quota_us", "5000")
+		g["capped"].Write(t, "cpu.cfs_quota_us", fmt.Sprint(quotaUs))
 	} else {
-		g["capped"].Write(t, "cpu.max", "5000 100000")
+		g["capped"].Write(t, "cpu.max", fmt.Sprintf("%d 100000", quotaUs))
 	}
 	cpu := cgtest.LastCPU(t)
 	g["capped"].Busy(t, cpu)
 	startSleeper(t, g["capped"], cpu)
 	g["neighbour"].Busy(t, cpu)
+	return g
+}
+
+// A cgroup out of quota waits for its next period, not for its neighbour: the waits are
+// charged to the throttled preemptor, those of its busy loop that was switched out as those of
+// its sleeper that woke meanwhile (where wakeups are traced; with the kernel's stamps, after
+// the switch its throttling made).
+func TestThrottledAttribution(t *testing.T) {
+	tr := newTracer(t, Config{})
+	g := cappedNextToNeighbour(t, 5000)
 	// Twenty periods, for a ratio that does not hang on one period.
 	time.Sleep(2 * time.Second)
 	capped, neighbour := g["capped"].ID, g["neighbour"].ID
+	// With the kernel's stamps nothing runs at a wakeup: a task woken while its cgroup is
+	// throttled runs, is throttled on its way to user space and waits after a switch.
+	stamped := !withoutKernelStamps && features.HaveKernelStamps() == nil
 	st := waitFor(t, tr, 10*time.Second, func(st Stats) bool {
-		return pair(st, capped, PreemptorThrottled).WaitNs > 0 && woken(st, capped, PreemptorThrottled).WaitNs > 0
+		return pair(st, capped, PreemptorThrottled).WaitNs > 0 && (stamped || woken(st, capped, PreemptorThrottled).WaitNs > 0)
 	})
 	throttled, byNeighbour := pair(st, capped, PreemptorThrottled), pair(st, capped, neighbour)
 	wokenThrottled, wokenNeighbour := woken(st, capped, PreemptorThrottled), woken(st, capped, neighbour)
@@ -322,7 +363,10 @@ func TestThrottledAttribution(t *testing.T) {
 	if throttled.Count == 0 || throttled.WaitNs == 0 {
 		t.Fatalf("capped by <throttled>: %+v, want throttled waits", throttled)
 	}
-	if wokenThrottled.Count == 0 {
+	switch {
+	case stamped && wokenThrottled.Count != 0:
+		t.Errorf("capped woken while throttled: %+v, want none with the kernel's stamps (no wakeup is traced)", wokenThrottled)
+	case !stamped && wokenThrottled.Count == 0:
 		t.Errorf("capped woken while throttled: %+v, want wakeups charged to <throttled>", wokenThrottled)
 	}
 	// 5 ms of quota per 100 ms: about 95 ms of each period is throttling, a few ms at most
@@ -506,7 +550,7 @@ func TestReadPartSpreadsPairs(t *testing.T) {
 	tr := newTracer(t, Config{ChangedOnly: true, PairsBudget: 1})
 	g := cgtest.Make(t, "cpu", "a", "b")
 	cpu := cgtest.LastCPU(t)
-	g["a"].Busy(t, cpu)
+	busyA := g["a"].Busy(t, cpu)
 	g["b"].Busy(t, cpu)
 	a, b := g["a"].ID, g["b"].ID
 	if st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return pair(st, a, b).Count > 0 && pair(st, b, a).Count > 0 }); pair(st, a, b).Count == 0 {
@@ -517,8 +561,16 @@ func TestReadPartSpreadsPairs(t *testing.T) {
 		t.Fatalf("the pairs map held %d pairs, want at least a's and b's", held)
 	}
 	var withPairs int
+	runs := timesRun(t, busyA.Process.Pid)
 	for range 2 * held {
-		time.Sleep(10 * time.Millisecond)
+		// a has waited and run again since the last call, whatever the VM's timing.
+		for deadline := time.Now().Add(5 * time.Second); timesRun(t, busyA.Process.Pid) == runs; {
+			if time.Now().After(deadline) {
+				t.Fatal("a busy loop sharing a CPU did not run again within 5 s")
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		runs = timesRun(t, busyA.Process.Pid)
 		st, err := tr.ReadPart()
 		if err != nil {
 			t.Fatal(err)
@@ -532,5 +584,81 @@ func TestReadPartSpreadsPairs(t *testing.T) {
 	}
 	if withPairs < 1 || withPairs > 3 {
 		t.Errorf("%d of %d ReadPart calls read the pairs of a map of %d, budget 1: want about 2", withPairs, 2*held, held)
+	}
+}
+
+// timesRun is how many times the kernel put pid on a CPU (/proc/<pid>/schedstat, its third
+// field).
+func timesRun(t *testing.T, pid int) uint64 {
+	t.Helper()
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run, delay, times uint64
+	if _, err := fmt.Sscan(string(st), &run, &delay, &times); err != nil {
+		t.Fatalf("parsing schedstat %q: %v", st, err)
+	}
+	return times
+}
+
+// runDelay is the kernel's own total run-queue wait (/proc/<tid>/schedstat, its second
+// field) of every thread in the group's tasks file.
+func runDelay(t *testing.T, g *cgtest.Group) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(g.Dir, "tasks"))
+	if os.IsNotExist(err) {
+		b, err = os.ReadFile(filepath.Join(g.Dir, "cgroup.threads"))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum uint64
+	for _, tid := range strings.Fields(string(b)) {
+		st, err := os.ReadFile("/proc/" + tid + "/schedstat")
+		if err != nil {
+			continue // exited
+		}
+		var run, delay uint64
+		if _, err := fmt.Sscan(string(st), &run, &delay); err == nil {
+			sum += delay
+		}
+	}
+	return sum
+}
+
+// The waits recorded for a cgroup add up to what the kernel itself counts for its tasks
+// (sched_info.run_delay): a capped busy loop and sleeper next to a neighbour on one CPU,
+// throttled most of each period, preempted and woken; and a sleeper free to move between CPUs
+// that hogs keep busy, whose waits the scheduler splits by migrating it (the tracer then adds
+// what run_delay grew by since the task last ran).
+func TestWaitsMatchTheKernelsRunDelay(t *testing.T) {
+	t.Run("one_cpu_throttled", func(t *testing.T) {
+		tr := newTracer(t, Config{})
+		matchRunDelay(t, tr, cappedNextToNeighbour(t, 20000)["capped"])
+	})
+	t.Run("migrating", func(t *testing.T) {
+		tr := newTracer(t, Config{})
+		g := cgtest.Make(t, "cpu", "sleeper", "hogs")
+		for range runtime.NumCPU() + 1 {
+			g["hogs"].Busy(t, -1)
+		}
+		startSleeper(t, g["sleeper"], -1)
+		matchRunDelay(t, tr, g["sleeper"])
+	})
+}
+
+// matchRunDelay compares the waits the tracer records for g over 3 s with the kernel's count.
+func matchRunDelay(t *testing.T, tr *Tracer, g *cgtest.Group) {
+	time.Sleep(300 * time.Millisecond)
+	before, kernel0 := read(t, tr).Latency[g.ID].SumNs, runDelay(t, g)
+	time.Sleep(3 * time.Second)
+	after, kernel1 := read(t, tr).Latency[g.ID].SumNs, runDelay(t, g)
+	got, want := float64(after-before), float64(kernel1-kernel0)
+	t.Logf("%s waited %.3f s by the tracer, %.3f s by the kernel (x%.3f)", g.Path, got/1e9, want/1e9, got/want)
+	// The two reads of each are not at the same instant, and a wait in progress at either
+	// edge counts on one side only: a period (100 ms) per task at most.
+	if want == 0 || math.Abs(got-want) > 0.05*want+2*100e6 {
+		t.Errorf("the tracer recorded %.3f s of waits, the kernel %.3f s", got/1e9, want/1e9)
 	}
 }

@@ -35,21 +35,38 @@ var HaveBPFMemAlloc = sync.OnceValue(func() error {
 // clock it is in (CONFIG_FAIR_GROUP_SCHED: cfs_rq.rq). With both, the run-queue tracer reads
 // a new task's first wait at its switch-in and runs nothing on sched_wakeup_new.
 var HaveSchedInfo = sync.OnceValue(func() error {
+	return haveMembers([2]string{"task_struct", "sched_info"}, [2]string{"sched_info", "last_queued"}, [2]string{"cfs_rq", "rq"})
+})
+
+// HaveKernelStamps probes for everything the run-queue tracer needs to run nothing on a
+// wakeup: HaveSchedInfo's fields, the waits a migration split off (sched_info.run_delay), and
+// throttling that switches a task out runnable (Linux 6.18's task-based throttling:
+// task_struct.throttle_node), which the tracer otherwise checks at each wakeup
+// (bpf/runq.bpf.c, kernel_stamps: the same fields).
+var HaveKernelStamps = sync.OnceValue(func() error {
+	if err := HaveSchedInfo(); err != nil {
+		return err
+	}
+	return haveMembers([2]string{"sched_info", "run_delay"}, [2]string{"task_struct", "throttle_node"})
+})
+
+// haveMembers says whether the kernel's BTF has each struct (first) with its member (second).
+func haveMembers(want ...[2]string) error {
 	spec, err := btf.LoadKernelSpec()
 	if err != nil {
 		return fmt.Errorf("reading kernel BTF: %w", err)
 	}
-	for _, want := range [][2]string{{"task_struct", "sched_info"}, {"sched_info", "last_queued"}, {"cfs_rq", "rq"}} {
+	for _, w := range want {
 		var s *btf.Struct
-		if err := spec.TypeByName(want[0], &s); err != nil {
+		if err := spec.TypeByName(w[0], &s); err != nil {
 			if errors.Is(err, btf.ErrNotFound) {
-				return fmt.Errorf("no struct %s in kernel BTF: %w", want[0], ebpf.ErrNotSupported)
+				return fmt.Errorf("no struct %s in kernel BTF: %w", w[0], ebpf.ErrNotSupported)
 			}
 			return err
 		}
-		if !slices.ContainsFunc(s.Members, func(m btf.Member) bool { return m.Name == want[1] }) {
-			return fmt.Errorf("no %s.%s in kernel BTF: %w", want[0], want[1], ebpf.ErrNotSupported)
+		if !slices.ContainsFunc(s.Members, func(m btf.Member) bool { return m.Name == w[1] }) {
+			return fmt.Errorf("no %s.%s in kernel BTF: %w", w[0], w[1], ebpf.ErrNotSupported)
 		}
 	}
 	return nil
-})
+}
