@@ -95,7 +95,7 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 		if res == nil {
 			res = cgroup.NewResolver(cfg.Layout)
 		}
-		t, err := trace.New(trace.Config{CgroupV1: cfg.Layout.V1, Programs: cfg.Programs, Sysfs: cfg.Host.Sysfs, Tracefs: cfg.Host.Tracefs},
+		t, err := trace.New(trace.Config{CgroupV1: cfg.Layout.V1, Programs: cfg.Programs, Sysfs: cfg.Host.Sysfs, Tracefs: cfg.Host.Tracefs, Procfs: cfg.Host.Procfs},
 			res, cfg.Log.With("component", "trace"))
 		if err != nil {
 			return nil, fmt.Errorf("starting the tracer: %w", err)

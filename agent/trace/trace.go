@@ -66,6 +66,10 @@ type Config struct {
 	// Tracefs is where tracefs is mounted, for the fsync program's syscall tracepoints, when
 	// the host has mounted it nowhere; "" means /sys/kernel/tracing.
 	Tracefs string
+	// Procfs is the host's procfs, whose pid 1's mount table chooses the fsync program's
+	// hooks (fsync.ChooseHooks) unless FsyncHooks names them; "" means /proc.
+	Procfs     string
+	FsyncHooks fsync.Hooks
 	// Removed cgroups' entries are looked for every ForgetEvery collections, or at the first
 	// collection that finds a map fuller than ForgetFill (0..1), and early again only once it
 	// grew by earlyGrowth: each look walks every key of the maps and asks the resolver about
@@ -147,7 +151,19 @@ func New(cfg Config, res Resolver, log *slog.Logger) (*Tracer, error) {
 	t := &Tracer{res: res, log: log, forgetEvery: cfg.ForgetEvery, forgetFill: cfg.ForgetFill,
 		status: map[string]string{}}
 	var errs []error
-	if slices.Contains(want, ProgramFsync) {
+	fsyncHooks := cfg.FsyncHooks
+	if fsyncHooks == "" && slices.Contains(want, ProgramFsync) {
+		h, why, err := fsync.ChooseHooks(cfg.Procfs)
+		if err != nil {
+			log.Warn("tracer program not loaded", "program", ProgramFsync, "err", err)
+			t.status[ProgramFsync] = err.Error()
+			errs = append(errs, err)
+		} else {
+			log.Info("fsync hooks", "hooks", h, "why", why)
+			fsyncHooks = h
+		}
+	}
+	if fsyncHooks == fsync.HooksSyscalls {
 		// Before anything loads: the library reads the mount table once, at the first load.
 		m, err := tracefs.Ensure(cfg.Tracefs)
 		if err != nil {
@@ -162,13 +178,13 @@ func New(cfg Config, res Resolver, log *slog.Logger) (*Tracer, error) {
 	}
 	for _, p := range Programs {
 		if _, done := t.status[p]; done {
-			continue // fsync, without tracefs
+			continue // fsync, without hooks or tracefs
 		}
 		if !slices.Contains(want, p) {
 			t.status[p] = "not requested"
 			continue
 		}
-		src, err := load(p, cfg, log)
+		src, err := load(p, cfg, fsyncHooks, log)
 		if err != nil {
 			log.Warn("tracer program not loaded", "program", p, "err", err)
 			t.status[p] = err.Error()
@@ -214,7 +230,7 @@ func newSource[S any](program, controller string, tr loaded[S], toSeries func(S,
 	return src
 }
 
-func load(program string, cfg Config, log *slog.Logger) (source, error) {
+func load(program string, cfg Config, fsyncHooks fsync.Hooks, log *slog.Logger) (source, error) {
 	switch program {
 	case ProgramRunq:
 		tr, err := runq.New(runq.Config{CgroupV1: cfg.CgroupV1, ChangedOnly: true}, log)
@@ -223,7 +239,7 @@ func load(program string, cfg Config, log *slog.Logger) (source, error) {
 		}
 		return newSource(program, cgroup.CPU, tr, runqSeries, func(st runq.Stats) float64 { return st.Fill }), nil
 	case ProgramFsync:
-		tr, err := fsync.New(fsync.Config{CgroupV1: cfg.CgroupV1, Sysfs: cfg.Sysfs}, log)
+		tr, err := fsync.New(fsync.Config{CgroupV1: cfg.CgroupV1, Sysfs: cfg.Sysfs, Hooks: fsyncHooks}, log)
 		if err != nil {
 			return source{}, err
 		}

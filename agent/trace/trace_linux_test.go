@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodectl/nodectl/agent/trace/fsync"
 	"github.com/nodectl/nodectl/agent/trace/internal/cgtest"
 	"github.com/nodectl/nodectl/agent/trace/tracefs"
 	"github.com/nodectl/nodectl/rundir"
@@ -122,7 +123,7 @@ func TestCollectReal(t *testing.T) {
 	}
 }
 
-// The fsync program gets tracefs mounted when the host has not mounted it, and the machine is
+// The fsync program on the syscall hooks gets tracefs mounted when the host has not mounted it, and the machine is
 // left as found: a tracefs that was there is neither mounted over nor unmounted, one that was
 // not is unmounted at Close. This host has one or not; TestTracefsMountedWhenMissing makes
 // sure the other case runs too.
@@ -143,7 +144,7 @@ func TestTracefsMountedWhenMissing(t *testing.T) {
 func testTracefsLeftAsFound(t *testing.T) {
 	_, had := tracefs.Find()
 	before := cgtest.TracefsMounts(t)
-	tr, err := New(Config{CgroupV1: cgtest.V1(), Programs: []string{ProgramFsync}}, &walkResolver{}, slog.New(slog.DiscardHandler))
+	tr, err := New(Config{CgroupV1: cgtest.V1(), Programs: []string{ProgramFsync}, FsyncHooks: fsync.HooksSyscalls}, &walkResolver{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -182,13 +183,14 @@ func testTracefsLeftAsFound(t *testing.T) {
 	t.Logf("tracefs available before: %v; mounted by the tracer: %d", had, len(added))
 }
 
-// Without tracefs the fsync program is reported not attached, saying why, and the others run.
+// Without tracefs the fsync program on the syscall hooks is reported not attached, saying why,
+// and the others run.
 func TestNoTracefsSkipsFsyncOnly(t *testing.T) {
 	if !cgtest.WithoutTracefs(t) {
 		return
 	}
 	nowhere := filepath.Join(t.TempDir(), "missing")
-	tr, err := New(Config{CgroupV1: cgtest.V1(), Tracefs: nowhere}, &walkResolver{}, slog.New(slog.DiscardHandler))
+	tr, err := New(Config{CgroupV1: cgtest.V1(), Tracefs: nowhere, FsyncHooks: fsync.HooksSyscalls}, &walkResolver{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -200,6 +202,29 @@ func TestNoTracefsSkipsFsyncOnly(t *testing.T) {
 	for _, p := range []string{ProgramRunq, ProgramBlkio} {
 		if st[p] != StatusAttached {
 			t.Errorf("program %s: %s", p, st[p])
+		}
+	}
+}
+
+// On ext4's hooks the fsync program needs no tracefs: it runs without one, and none is mounted.
+func TestExt4HooksNeedNoTracefs(t *testing.T) {
+	if !cgtest.WithoutTracefs(t) {
+		return
+	}
+	before := cgtest.TracefsMounts(t)
+	nowhere := filepath.Join(t.TempDir(), "missing")
+	tr, err := New(Config{CgroupV1: cgtest.V1(), Tracefs: nowhere, Programs: []string{ProgramFsync}, FsyncHooks: fsync.HooksExt4},
+		&walkResolver{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	if s := tr.Status()[ProgramFsync]; s != StatusAttached {
+		t.Errorf("fsync: %s", s)
+	}
+	for id, dir := range cgtest.TracefsMounts(t) {
+		if _, ok := before[id]; !ok {
+			t.Errorf("tracefs mounted at %s for ext4's hooks", dir)
 		}
 	}
 }

@@ -39,6 +39,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodectl/nodectl/agent/trace/fsync"
 	"github.com/nodectl/nodectl/bench/internal/proc"
 )
 
@@ -58,6 +59,7 @@ func main() {
 	flag.IntVar(&o.pingRounds, "ping-rounds", o.pingRounds, "ping-pong rounds")
 	flag.DurationVar(&o.pingDuration, "duration", o.pingDuration, "length of one ping-pong run")
 	flag.IntVar(&o.cpu, "cpu", o.cpu, "CPU both sides of the ping-pong are pinned to")
+	flag.IntVar(&o.syscalls, "syscalls", o.syscalls, "getppid calls in a run of the syscall row (0: left out)")
 	flag.Parse()
 	if _, err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "overhead:", err)
@@ -72,6 +74,7 @@ type options struct {
 	pingRounds              int
 	pingDuration            time.Duration
 	cpu                     int
+	syscalls                int  // getppid calls a run of the syscall row; 0 leaves it out
 	agents                  bool // also run the whole agent as its own process
 	// The sampler's cost: at samplingCgroups cgroups, samplingRounds of samplingSpan each of
 	// its rotating and of its full Sample; no cgroups, not measured.
@@ -84,7 +87,7 @@ type options struct {
 // perf bench a few percent, and per-event costs settle within a few runs.
 var defaults = options{
 	perfRounds: 10, statsRounds: 3, perfDuration: 1500 * time.Millisecond, perfPin: true,
-	pingRounds: 4, pingDuration: time.Second, cpu: runtime.NumCPU() - 1, agents: true,
+	pingRounds: 4, pingDuration: time.Second, cpu: runtime.NumCPU() - 1, syscalls: 5_000_000, agents: true,
 	samplingCgroups: 1000, samplingRounds: 3, samplingSpan: 2 * time.Second,
 }
 
@@ -103,10 +106,14 @@ type result struct {
 const (
 	perfBench = "perf bench sched pipe"
 	pingPong  = "Go ping-pong, one CPU"
+	syscalls  = "getppid loop"
 	detached  = "detached"
 	nodectl   = "nodectl"
-	bpftrace  = "bpftrace"
-	empty     = "empty programs"
+	// The tracer with its fsync program on the syscall tracepoints, as on a node with a
+	// writable disk filesystem other than ext4: only in the syscall row.
+	nodectlSyscalls = "nodectl@syscalls"
+	bpftrace        = "bpftrace"
+	empty           = "empty programs"
 	// The whole agent as its own process, sampling and writing every second as deployed, and
 	// with an interval long enough that it only traces and serves: the difference is what its
 	// sampling, its writer and their garbage cost.
@@ -134,7 +141,7 @@ func run(o options) (result, error) {
 	}
 	defer release()
 
-	tools := map[string]*tool{nodectl: nodectlTool(), empty: emptyTool()}
+	tools := map[string]*tool{nodectl: nodectlTool(""), nodectlSyscalls: nodectlTool(fsync.HooksSyscalls), empty: emptyTool()}
 	if bt, err := bpftraceTool(); err != nil {
 		fmt.Printf("bpftrace left out: %v\n", err)
 	} else {
@@ -185,6 +192,18 @@ func run(o options) (result, error) {
 	res.rows = append(res.rows, row{goal: goalPingPong, rounds: m.roundRatios(nodectl), detail: fmt.Sprintf("bpftrace %s, empty programs %s",
 		num(res.ratio[pingPong], bpftrace, "%.3f"), num(res.ratio[pingPong], empty, "%.3f"))})
 
+	if o.syscalls > 0 {
+		sys := workload{name: syscalls, run: func() (float64, error) { return getppidRun(o.syscalls), nil }}
+		fmt.Printf("\n== %s (%d a run), %d rounds\n", syscalls, o.syscalls, o.pingRounds)
+		m, err := compare(o.pingRounds, 0, sys, tools, []string{nodectl, nodectlSyscalls, empty, bpftrace})
+		if err != nil {
+			return result{}, err
+		}
+		res.ratio[syscalls] = m.ratios()
+		res.rows = append(res.rows, row{goal: goalSyscall, rounds: m.roundRatios(nodectl), detail: fmt.Sprintf("fsync at syscall tracepoints %s, bpftrace %s, empty programs %s",
+			num(res.ratio[syscalls], nodectlSyscalls, "%.3f"), num(res.ratio[syscalls], bpftrace, "%.3f"), num(res.ratio[syscalls], empty, "%.3f"))})
+	}
+
 	if o.samplingCgroups > 0 {
 		rotating, full, err := samplingCost(o.samplingCgroups, o.samplingRounds, o.samplingSpan)
 		if err != nil {
@@ -219,7 +238,7 @@ func printSummary(res result) {
 	const row = "%-44s %10s %10s %10s\n"
 	fmt.Printf("\n== nodectl vs bpftrace (per-cgroup run-queue histogram) vs empty programs\n")
 	fmt.Printf(row, "", nodectl, bpftrace, "empty")
-	for _, w := range []string{perfBench, pingPong} {
+	for _, w := range []string{perfBench, pingPong, syscalls} {
 		if r, ok := res.ratio[w]; ok {
 			fmt.Printf(row, "throughput ratio, "+w, num(r, nodectl, "%.3f"), num(r, bpftrace, "%.3f"), num(r, empty, "%.3f"))
 		}
@@ -279,7 +298,7 @@ func compare(rounds, statsRounds int, w workload, tools map[string]*tool, names 
 	}
 	fmt.Printf("%-6s", "round")
 	for _, mode := range m.modes {
-		fmt.Printf(" %15s", mode)
+		fmt.Printf(" %16s", mode)
 	}
 	fmt.Println("   (ops/s)")
 	for r := range rounds {
@@ -330,13 +349,13 @@ func compare(rounds, statsRounds int, w workload, tools map[string]*tool, names 
 		}
 		fmt.Printf("%-6d", r+1)
 		for _, mode := range m.modes {
-			fmt.Printf(" %15.0f", got[mode])
+			fmt.Printf(" %16.0f", got[mode])
 		}
 		fmt.Println()
 	}
 	fmt.Printf("%-6s", "median")
 	for _, mode := range m.modes {
-		fmt.Printf(" %15.0f", median(m.rate[mode]))
+		fmt.Printf(" %16.0f", median(m.rate[mode]))
 	}
 	fmt.Println()
 	for _, mode := range m.modes[1:] {

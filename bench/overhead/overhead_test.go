@@ -35,7 +35,7 @@ func BenchmarkOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for w, unit := range map[string]string{perfBench: "perf", pingPong: "pingpong"} {
+	for w, unit := range map[string]string{perfBench: "perf", pingPong: "pingpong", syscalls: "getppid"} {
 		for tool, r := range res.ratio[w] {
 			b.ReportMetric(r, unit+"-ratio-"+metricName(tool))
 		}
@@ -59,6 +59,8 @@ func metricName(tool string) string {
 		return "agent-1s"
 	case agent1h:
 		return "agent-1h"
+	case nodectlSyscalls:
+		return "nodectl-syscalls"
 	}
 	return tool
 }
@@ -78,12 +80,12 @@ func TestGoalsHold(t *testing.T) {
 		}
 	}
 	o := options{perfRounds: 3, statsRounds: 3, perfDuration: time.Second, perfPin: true, pingRounds: 3,
-		pingDuration: time.Second, cpu: runtime.NumCPU() - 1, samplingCgroups: 1000, samplingRounds: 3, samplingSpan: time.Second}
+		pingDuration: time.Second, cpu: runtime.NumCPU() - 1, syscalls: 2_000_000, samplingCgroups: 1000, samplingRounds: 3, samplingSpan: time.Second}
 	res, err := run(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, g := range []goal{goalSwitch, goalWakeup, goalWakeupNew, goalPipe, goalPingPong, goalSampling} {
+	for _, g := range []goal{goalSwitch, goalWakeup, goalWakeupNew, goalPipe, goalPingPong, goalSyscall, goalSampling} {
 		i := slices.IndexFunc(res.rows, func(r row) bool { return r.row == g.row })
 		switch {
 		case i < 0 || len(res.rows[i].rounds) == 0:

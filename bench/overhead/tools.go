@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodectl/nodectl/agent/trace"
+	"github.com/nodectl/nodectl/agent/trace/fsync"
 	"github.com/nodectl/nodectl/agent/trace/tracefs"
 	"github.com/nodectl/nodectl/bench/internal/proc"
 )
@@ -80,10 +81,12 @@ type progStats struct {
 	count   uint64
 }
 
-func nodectlTool() *tool {
+// nodectlTool loads the tracer as the agent does, with its fsync program on hooks ("" for
+// the ones it chooses).
+func nodectlTool(hooks fsync.Hooks) *tool {
 	t := &tool{}
 	t.start = func() (*attachment, error) {
-		tr, err := trace.New(trace.Config{CgroupV1: cgroupV1()}, nopResolver{}, slog.New(slog.DiscardHandler))
+		tr, err := trace.New(trace.Config{CgroupV1: cgroupV1(), FsyncHooks: hooks}, nopResolver{}, slog.New(slog.DiscardHandler))
 		if err != nil {
 			return nil, fmt.Errorf("loading tracer: %w", err)
 		}

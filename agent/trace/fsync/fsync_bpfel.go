@@ -62,6 +62,8 @@ const (
 	fsyncProgExitFdatasync      = "exit_fdatasync"
 	fsyncProgExitFsync          = "exit_fsync"
 	fsyncProgExitSyncFileRange  = "exit_sync_file_range"
+	fsyncProgExt4SyncEnter      = "ext4_sync_enter"
+	fsyncProgExt4SyncExit       = "ext4_sync_exit"
 	fsyncVarCgroupV1            = "cgroup_v1"
 	fsyncVarUnusedDropReason    = "unused_drop_reason"
 )
@@ -114,6 +116,8 @@ type fsyncProgramSpecs struct {
 	ExitFdatasync      *ebpf.ProgramSpec `ebpf:"exit_fdatasync"`
 	ExitFsync          *ebpf.ProgramSpec `ebpf:"exit_fsync"`
 	ExitSyncFileRange  *ebpf.ProgramSpec `ebpf:"exit_sync_file_range"`
+	Ext4SyncEnter      *ebpf.ProgramSpec `ebpf:"ext4_sync_enter"`
+	Ext4SyncExit       *ebpf.ProgramSpec `ebpf:"ext4_sync_exit"`
 }
 
 // fsyncMapSpecs contains maps before they are loaded into the kernel.
@@ -184,6 +188,8 @@ type fsyncPrograms struct {
 	ExitFdatasync      *ebpf.Program `ebpf:"exit_fdatasync"`
 	ExitFsync          *ebpf.Program `ebpf:"exit_fsync"`
 	ExitSyncFileRange  *ebpf.Program `ebpf:"exit_sync_file_range"`
+	Ext4SyncEnter      *ebpf.Program `ebpf:"ext4_sync_enter"`
+	Ext4SyncExit       *ebpf.Program `ebpf:"ext4_sync_exit"`
 }
 
 func (p *fsyncPrograms) Close() error {
@@ -194,6 +200,8 @@ func (p *fsyncPrograms) Close() error {
 		p.ExitFdatasync,
 		p.ExitFsync,
 		p.ExitSyncFileRange,
+		p.Ext4SyncEnter,
+		p.Ext4SyncExit,
 	)
 }
 

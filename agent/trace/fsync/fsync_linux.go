@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"github.com/nodectl/nodectl/rundir"
+	"io"
 	"log/slog"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/nodectl/nodectl/agent/blockdev"
@@ -29,14 +31,41 @@ var dropReasons = map[fsyncDropReason]string{
 
 // Tracer owns the loaded programs, their maps and links. It is not safe for concurrent use.
 type Tracer struct {
-	objs    fsyncObjects
+	objs    io.Closer  // *ext4Objects or *syscallObjects
+	maps    *fsyncMaps // objs' maps
+	hooks   Hooks
 	links   []link.Link
 	sysfs   string
 	latency loader.Batch[fsyncFsyncKey, fsyncHist]
 }
 
-// New loads the programs and attaches them to the enter and exit tracepoints of the three
-// syscalls. A failed New closes what it opened.
+// ext4Objects and syscallObjects are the maps with the programs of one set of hooks:
+// LoadAndAssign loads only the programs a struct names.
+type ext4Objects struct {
+	fsyncMaps
+	Enter *ebpf.Program `ebpf:"ext4_sync_enter"`
+	Exit  *ebpf.Program `ebpf:"ext4_sync_exit"`
+}
+
+func (o *ext4Objects) Close() error { return _FsyncClose(o.Enter, o.Exit, &o.fsyncMaps) }
+
+type syscallObjects struct {
+	fsyncMaps
+	EnterFsync         *ebpf.Program `ebpf:"enter_fsync"`
+	EnterFdatasync     *ebpf.Program `ebpf:"enter_fdatasync"`
+	EnterSyncFileRange *ebpf.Program `ebpf:"enter_sync_file_range"`
+	ExitFsync          *ebpf.Program `ebpf:"exit_fsync"`
+	ExitFdatasync      *ebpf.Program `ebpf:"exit_fdatasync"`
+	ExitSyncFileRange  *ebpf.Program `ebpf:"exit_sync_file_range"`
+}
+
+func (o *syscallObjects) Close() error {
+	return _FsyncClose(o.EnterFsync, o.EnterFdatasync, o.EnterSyncFileRange, o.ExitFsync, o.ExitFdatasync, o.ExitSyncFileRange, &o.fsyncMaps)
+}
+
+// New loads the programs of cfg.Hooks (chosen by ChooseHooks when empty) and attaches them:
+// enter and exit of ext4_sync_file, or of the three syscalls. A failed New closes what it
+// opened.
 func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if cfg.MaxEntries == 0 {
 		cfg.MaxEntries = DefaultMaxEntries
@@ -44,41 +73,66 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if cfg.Sysfs == "" {
 		cfg.Sysfs = "/sys"
 	}
+	if cfg.Hooks == "" {
+		h, why, err := ChooseHooks(cfg.Procfs)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("fsync hooks", "hooks", h, "why", why)
+		cfg.Hooks = h
+	}
 	spec, err := loadFsync()
 	if err != nil {
 		return nil, fmt.Errorf("loading fsync spec: %w", err)
 	}
-	t := &Tracer{sysfs: cfg.Sysfs}
+	t := &Tracer{sysfs: cfg.Sysfs, hooks: cfg.Hooks}
 	opts := loader.Options{CgroupV1: cfg.CgroupV1, PerCgroup: map[string]uint32{fsyncMapLatency: cfg.MaxEntries}}
-	if err := loader.Load(rundir.ProgramFsync, spec, opts, &t.objs, log); err != nil {
+	// Exits first: a call that enters before its exit is attached would leave an entry behind.
+	var hooks []loader.Attachment
+	switch cfg.Hooks {
+	case HooksExt4:
+		o := &ext4Objects{}
+		t.objs, t.maps = o, &o.fsyncMaps
+		err = loader.Load(rundir.ProgramFsync, spec, opts, o, log)
+		hooks = []loader.Attachment{loader.TpBTF("ext4_sync_file_exit", o.Exit), loader.TpBTF("ext4_sync_file_enter", o.Enter)}
+	case HooksSyscalls:
+		o := &syscallObjects{}
+		t.objs, t.maps = o, &o.fsyncMaps
+		err = loader.Load(rundir.ProgramFsync, spec, opts, o, log)
+		hooks = []loader.Attachment{
+			loader.Tracepoint("syscalls", "sys_exit_fsync", o.ExitFsync),
+			loader.Tracepoint("syscalls", "sys_exit_fdatasync", o.ExitFdatasync),
+			loader.Tracepoint("syscalls", "sys_exit_sync_file_range", o.ExitSyncFileRange),
+			loader.Tracepoint("syscalls", "sys_enter_fsync", o.EnterFsync),
+			loader.Tracepoint("syscalls", "sys_enter_fdatasync", o.EnterFdatasync),
+			loader.Tracepoint("syscalls", "sys_enter_sync_file_range", o.EnterSyncFileRange),
+		}
+	default:
+		return nil, fmt.Errorf("fsync hooks %q: want %q or %q", cfg.Hooks, HooksExt4, HooksSyscalls)
+	}
+	if err != nil {
 		return nil, err
 	}
-	// Exits first: a call that enters before its exit is attached would leave an entry behind.
-	t.links, err = loader.Attach(
-		loader.Tracepoint("syscalls", "sys_exit_fsync", t.objs.ExitFsync),
-		loader.Tracepoint("syscalls", "sys_exit_fdatasync", t.objs.ExitFdatasync),
-		loader.Tracepoint("syscalls", "sys_exit_sync_file_range", t.objs.ExitSyncFileRange),
-		loader.Tracepoint("syscalls", "sys_enter_fsync", t.objs.EnterFsync),
-		loader.Tracepoint("syscalls", "sys_enter_fdatasync", t.objs.EnterFdatasync),
-		loader.Tracepoint("syscalls", "sys_enter_sync_file_range", t.objs.EnterSyncFileRange),
-	)
-	if err != nil {
+	if t.links, err = loader.Attach(hooks...); err != nil {
 		t.Close()
 		return nil, err
 	}
 	return t, nil
 }
 
+// Hooks tells which hooks the tracer took.
+func (t *Tracer) Hooks() Hooks { return t.hooks }
+
 // Read sums the per-CPU values of the maps. Keys that differ only in the partition of a disk
 // are added together.
 func (t *Tracer) Read() (Stats, error) {
-	if t.objs.Latency == nil {
+	if t.maps == nil {
 		return Stats{}, errors.New("reading fsync maps: tracer closed")
 	}
 	st := Stats{Latency: map[Key]hist.Log2{}}
 
 	entries := 0
-	err := t.latency.Each(t.objs.Latency, func(k fsyncFsyncKey, hs []fsyncHist) {
+	err := t.latency.Each(t.maps.Latency, func(k fsyncFsyncKey, hs []fsyncHist) {
 		entries++
 		var sum loader.HistSum
 		for _, h := range hs {
@@ -90,9 +144,9 @@ func (t *Tracer) Read() (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("reading fsync latency map: %w", err)
 	}
-	st.Fill = loader.Fill(entries, t.objs.Latency)
+	st.Fill = loader.Fill(entries, t.maps.Latency)
 
-	if st.Drops, err = loader.Drops(t.objs.Drops, dropReasons); err != nil {
+	if st.Drops, err = loader.Drops(t.maps.Drops, dropReasons); err != nil {
 		return Stats{}, fmt.Errorf("reading fsync maps: %w", err)
 	}
 	return st, nil
@@ -110,10 +164,10 @@ func (t *Tracer) disk(dev uint32) string {
 // Forget deletes the entries of cgroups that live reports gone and returns how many it
 // deleted.
 func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
-	if t.objs.Latency == nil {
+	if t.maps == nil {
 		return 0, errors.New("forgetting fsync entries: tracer closed")
 	}
-	n, err := t.latency.DeleteIf(t.objs.Latency, func(k fsyncFsyncKey) bool { return !live(k.Cgroup) })
+	n, err := t.latency.DeleteIf(t.maps.Latency, func(k fsyncFsyncKey) bool { return !live(k.Cgroup) })
 	if err != nil {
 		return n, fmt.Errorf("forgetting fsync latency entries: %w", err)
 	}
@@ -122,7 +176,10 @@ func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
 
 // Close detaches and unloads everything. It is safe to call more than once.
 func (t *Tracer) Close() error {
-	err := loader.Close(rundir.ProgramFsync, t.links, &t.objs)
-	t.links, t.objs = nil, fsyncObjects{}
+	if t.objs == nil {
+		return nil
+	}
+	err := loader.Close(rundir.ProgramFsync, t.links, t.objs)
+	t.links, t.objs, t.maps = nil, nil, nil
 	return err
 }

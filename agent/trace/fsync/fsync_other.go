@@ -19,3 +19,4 @@ func New(Config, *slog.Logger) (*Tracer, error) {
 func (*Tracer) Read() (Stats, error)                  { return Stats{}, errors.ErrUnsupported }
 func (*Tracer) Forget(func(uint64) bool) (int, error) { return 0, errors.ErrUnsupported }
 func (*Tracer) Close() error                          { return nil }
+func (*Tracer) Hooks() Hooks                          { return "" }

@@ -81,12 +81,34 @@ func syncs(dir string) error {
 	return os.WriteFile(filepath.Join(dir, timesFile), b, 0o644)
 }
 
+// TestFsyncLatency runs the syncs under each set of hooks: ext4's sees fsync and fdatasync
+// (told by their datasync flag) and not sync_file_range, which syncs no file; the syscalls'
+// sees all three.
 func TestFsyncLatency(t *testing.T) {
 	cgtest.RequireRoot(t)
+	t.Run("ext4", func(t *testing.T) {
+		testFsyncLatency(t, HooksExt4, map[string]uint64{"fsync": nFsync, "fdatasync": nFdatasync})
+	})
+	t.Run("syscalls", func(t *testing.T) {
+		testFsyncLatency(t, HooksSyscalls, map[string]uint64{"fsync": nFsync, "fdatasync": nFdatasync, "sync_file_range": nSyncFileRange})
+	})
+}
+
+func testFsyncLatency(t *testing.T, hooks Hooks, wantCounts map[string]uint64) {
+	dir, disk := cgtest.DiskDir(t)
+	if hooks == HooksExt4 {
+		var fs unix.Statfs_t
+		if err := unix.Statfs(dir, &fs); err != nil {
+			t.Fatal(err)
+		}
+		if fs.Type != unix.EXT4_SUPER_MAGIC {
+			t.Skipf("%s is not on ext4 (statfs type %#x)", dir, fs.Type)
+		}
+	}
 	g := cgtest.Make(t, "blkio", "syncer")["syncer"]
 
 	const capacity = 256
-	tr, err := New(Config{CgroupV1: cgtest.V1(), MaxEntries: capacity}, slog.New(slog.DiscardHandler))
+	tr, err := New(Config{CgroupV1: cgtest.V1(), MaxEntries: capacity, Hooks: hooks}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -95,8 +117,10 @@ func TestFsyncLatency(t *testing.T) {
 			t.Errorf("Close: %v", err)
 		}
 	})
+	if tr.Hooks() != hooks {
+		t.Errorf("Hooks() = %q, want %q", tr.Hooks(), hooks)
+	}
 
-	dir, disk := cgtest.DiskDir(t)
 	cmd := g.Start(t, -1, "env", helperEnv+"="+dir, os.Args[0])
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("helper: %v", err)
@@ -115,7 +139,10 @@ func TestFsyncLatency(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Read: %v", err)
 	}
-	for sc, want := range map[string]uint64{"fsync": nFsync, "fdatasync": nFdatasync, "sync_file_range": nSyncFileRange} {
+	if n := len(keysOf(st, g.ID)); n != len(wantCounts) {
+		t.Errorf("%d keys of the cgroup, want %d: %v", n, len(wantCounts), keysOf(st, g.ID))
+	}
+	for sc, want := range wantCounts {
 		k := Key{Cgroup: g.ID, Dev: disk, Syscall: sc}
 		h, ok := st.Latency[k]
 		if !ok {
@@ -144,8 +171,8 @@ func TestFsyncLatency(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Forget: %v", err)
 	}
-	if n < 3 {
-		t.Errorf("Forget deleted %d entries, want at least 3", n)
+	if n < len(wantCounts) {
+		t.Errorf("Forget deleted %d entries, want at least %d", n, len(wantCounts))
 	}
 	st, err = tr.Read()
 	if err != nil {
@@ -219,4 +246,54 @@ func TestClosedTracer(t *testing.T) {
 		t.Fatalf("New: %v", err)
 	}
 	cgtest.CheckClose(t, tr)
+}
+
+// A container's fsync goes through its overlay to the upper file: on ext4's hooks it is
+// recorded with the disk under the overlay, where the syscall hooks see only the overlay's
+// anonymous device.
+func TestFsyncThroughOverlay(t *testing.T) {
+	cgtest.RequireRoot(t)
+	dir, disk := cgtest.DiskDir(t)
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if fs.Type != unix.EXT4_SUPER_MAGIC {
+		t.Skipf("%s is not on ext4 (statfs type %#x)", dir, fs.Type)
+	}
+	merged := filepath.Join(dir, "merged")
+	for _, d := range []string{"lower", "upper", "work", "merged"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s/lower,upperdir=%s/upper,workdir=%s/work", dir, dir, dir)
+	if err := unix.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+		t.Skipf("mounting an overlay: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(merged, 0); err != nil {
+			t.Errorf("unmounting the overlay: %v", err)
+		}
+	})
+	g := cgtest.Make(t, "blkio", "container")["container"]
+	tr, err := New(Config{CgroupV1: cgtest.V1(), MaxEntries: 64, Hooks: HooksExt4}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { tr.Close() })
+
+	if err := g.Start(t, -1, "env", helperEnv+"="+merged, os.Args[0]).Wait(); err != nil {
+		t.Fatalf("helper: %v", err)
+	}
+	st, err := tr.Read()
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	for sc, want := range map[string]uint64{"fsync": nFsync, "fdatasync": nFdatasync} {
+		k := Key{Cgroup: g.ID, Dev: disk, Syscall: sc}
+		if h := st.Latency[k]; h.Count != want {
+			t.Errorf("%+v: %d calls, want %d; have %v", k, h.Count, want, keysOf(st, g.ID))
+		}
+	}
 }
