@@ -73,6 +73,37 @@ struct {
 	__type(value, struct pair_val);
 } pairs SEC(".maps");
 
+/* Each CPU's own histograms of the victims it sees most, ahead of the latency hash: a slot is
+ * an array index, found without hashing the key (a per-CPU hash lookup was about 30 ns of a
+ * switch, make bench), picked from the cgroup id and taken by the first victim that lands on
+ * it while free. Victims whose slot another holds go to the latency map. Slots are freed when
+ * their cgroup is removed (runq_rmdir), so that a churn of cgroups leaves them to the living.
+ * User space adds each cgroup's slots, on every CPU, to its latency entry. */
+struct slot {
+	__u64 cgroup; /* 0 when free */
+	struct hist h;
+};
+
+/* max_entries, a power of two, is set by the loader, and slot_mask to one less. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct slot);
+} slots SEC(".maps");
+
+volatile const __u32 slot_mask = 63;
+/* Possible CPUs, set by the loader: runq_rmdir frees a cgroup's slot on each. */
+volatile const __u32 nr_cpus = 1;
+#define MAX_CPUS 8192
+
+/* A cgroup's slot: high bits of its id times a 64-bit golden ratio (Fibonacci hashing),
+ * which spreads ids handed out in sequence. */
+static __always_inline __u32 slot_of(__u64 cg)
+{
+	return (__u32)((cg * 0x9E3779B97F4A7C15ULL) >> 40) & slot_mask;
+}
+
 /* The cgroup of the task each CPU switched to last (0: the idle task). User space reads it
  * with the maps: a cgroup on a CPU then may run on for long without a switch, which the
  * latency map would not show, so its counters are read at the next interval too. */
@@ -126,6 +157,49 @@ static __always_inline __u64 preemptor_of(struct task_struct *t)
 	if (t->flags & PF_KTHREAD)
 		return PREEMPTOR_KERNEL;
 	return cgroup_of(t);
+}
+
+/* The histogram of cg's waits on this CPU: its slot when it holds it or takes it now, else
+ * its entry in the latency map (also for id 0, an unreadable cgroup, which marks a free slot). */
+static __always_inline struct hist *victim_hist(__u64 cg)
+{
+	__u32 idx = slot_of(cg);
+	struct slot *sl = bpf_map_lookup_elem(&slots, &idx);
+	if (sl && cg) {
+		if (sl->cgroup == cg)
+			return &sl->h;
+		if (!sl->cgroup) {
+			/* Cleared before it is owned, so that a reader never sees the counts of
+			 * the removed cgroup that held it under the new one's id. */
+			__builtin_memset(&sl->h, 0, sizeof(sl->h));
+			barrier();
+			sl->cgroup = cg;
+			return &sl->h;
+		}
+	}
+	return hist_get(&latency, &cg);
+}
+
+/* A removed cgroup of the hierarchy the ids are from gives up its slot on every CPU. It has
+ * no task left to wait, so no CPU writes its slot meanwhile; the CPU that takes the slot next
+ * clears it (victim_hist). The other hierarchies' ids are numbered apart and may be equal. */
+SEC("tp_btf/cgroup_rmdir")
+int BPF_PROG(runq_rmdir, struct cgroup *cgrp, const char *path)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct cgroup *ours = cgroup_v1 ?
+		t->cgroups->subsys[bpf_core_enum_value(enum cgroup_subsys_id, cpu_cgrp_id)]->cgroup :
+		t->cgroups->dfl_cgrp;
+	if (!ours || cgrp->root != ours->root)
+		return 0;
+	__u64 id = cgrp->kn->id;
+	__u32 idx = slot_of(id);
+	for (__u32 cpu = 0; cpu < nr_cpus && cpu < MAX_CPUS; cpu++) {
+		struct slot *sl = bpf_map_lookup_percpu_elem(&slots, &idx, cpu);
+		if (sl && sl->cgroup == id)
+			sl->cgroup = 0;
+	}
+	return 0;
 }
 
 static __always_inline struct pair_val *pair_get(struct pair_key *k)
@@ -285,7 +359,7 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 			return 0;
 	}
 
-	struct hist *h = hist_get(&latency, &cg);
+	struct hist *h = victim_hist(cg);
 	if (h)
 		hist_add(h, delta);
 	else

@@ -42,6 +42,12 @@ type runqPairVal struct {
 	WaitNs uint64
 }
 
+type runqSlot struct {
+	_      structs.HostLayout
+	Cgroup uint64
+	H      runqHist
+}
+
 type runqStamp struct {
 	_         structs.HostLayout
 	Ts        uint64
@@ -65,11 +71,15 @@ const (
 	runqMapLatency          = "latency"
 	runqMapOncpu            = "oncpu"
 	runqMapPairs            = "pairs"
+	runqMapSlots            = "slots"
 	runqMapStamps           = "stamps"
+	runqProgRunqRmdir       = "runq_rmdir"
 	runqProgRunqSwitch      = "runq_switch"
 	runqProgRunqWakeup      = "runq_wakeup"
 	runqProgRunqWakeupNew   = "runq_wakeup_new"
 	runqVarCgroupV1         = "cgroup_v1"
+	runqVarNrCpus           = "nr_cpus"
+	runqVarSlotMask         = "slot_mask"
 	runqVarUnusedDropReason = "unused_drop_reason"
 	runqVarUnusedWaitKind   = "unused_wait_kind"
 	runqVarUseEnqueueStamp  = "use_enqueue_stamp"
@@ -118,6 +128,7 @@ type runqSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type runqProgramSpecs struct {
+	RunqRmdir     *ebpf.ProgramSpec `ebpf:"runq_rmdir"`
 	RunqSwitch    *ebpf.ProgramSpec `ebpf:"runq_switch"`
 	RunqWakeup    *ebpf.ProgramSpec `ebpf:"runq_wakeup"`
 	RunqWakeupNew *ebpf.ProgramSpec `ebpf:"runq_wakeup_new"`
@@ -131,6 +142,7 @@ type runqMapSpecs struct {
 	Latency *ebpf.MapSpec `ebpf:"latency"`
 	Oncpu   *ebpf.MapSpec `ebpf:"oncpu"`
 	Pairs   *ebpf.MapSpec `ebpf:"pairs"`
+	Slots   *ebpf.MapSpec `ebpf:"slots"`
 	Stamps  *ebpf.MapSpec `ebpf:"stamps"`
 }
 
@@ -139,6 +151,8 @@ type runqMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type runqVariableSpecs struct {
 	CgroupV1         *ebpf.VariableSpec `ebpf:"cgroup_v1"`
+	NrCpus           *ebpf.VariableSpec `ebpf:"nr_cpus"`
+	SlotMask         *ebpf.VariableSpec `ebpf:"slot_mask"`
 	UnusedDropReason *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
 	UnusedWaitKind   *ebpf.VariableSpec `ebpf:"unused_wait_kind"`
 	UseEnqueueStamp  *ebpf.VariableSpec `ebpf:"use_enqueue_stamp"`
@@ -169,6 +183,7 @@ type runqMaps struct {
 	Latency *ebpf.Map `ebpf:"latency"`
 	Oncpu   *ebpf.Map `ebpf:"oncpu"`
 	Pairs   *ebpf.Map `ebpf:"pairs"`
+	Slots   *ebpf.Map `ebpf:"slots"`
 	Stamps  *ebpf.Map `ebpf:"stamps"`
 }
 
@@ -178,6 +193,7 @@ func (m *runqMaps) Close() error {
 		m.Latency,
 		m.Oncpu,
 		m.Pairs,
+		m.Slots,
 		m.Stamps,
 	)
 }
@@ -187,6 +203,8 @@ func (m *runqMaps) Close() error {
 // It can be passed to loadRunqObjects or ebpf.CollectionSpec.LoadAndAssign.
 type runqVariables struct {
 	CgroupV1         *ebpf.Variable `ebpf:"cgroup_v1"`
+	NrCpus           *ebpf.Variable `ebpf:"nr_cpus"`
+	SlotMask         *ebpf.Variable `ebpf:"slot_mask"`
 	UnusedDropReason *ebpf.Variable `ebpf:"unused_drop_reason"`
 	UnusedWaitKind   *ebpf.Variable `ebpf:"unused_wait_kind"`
 	UseEnqueueStamp  *ebpf.Variable `ebpf:"use_enqueue_stamp"`
@@ -197,6 +215,7 @@ type runqVariables struct {
 //
 // It can be passed to loadRunqObjects or ebpf.CollectionSpec.LoadAndAssign.
 type runqPrograms struct {
+	RunqRmdir     *ebpf.Program `ebpf:"runq_rmdir"`
 	RunqSwitch    *ebpf.Program `ebpf:"runq_switch"`
 	RunqWakeup    *ebpf.Program `ebpf:"runq_wakeup"`
 	RunqWakeupNew *ebpf.Program `ebpf:"runq_wakeup_new"`
@@ -204,6 +223,7 @@ type runqPrograms struct {
 
 func (p *runqPrograms) Close() error {
 	return _RunqClose(
+		p.RunqRmdir,
 		p.RunqSwitch,
 		p.RunqWakeup,
 		p.RunqWakeupNew,

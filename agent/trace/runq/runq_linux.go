@@ -29,7 +29,14 @@ type Tracer struct {
 	objs    runqObjects
 	links   []link.Link
 	latency loader.Batch[uint64, runqHist]
+	slots   loader.Batch[uint32, runqSlot]
 	pairs   loader.Batch[runqPairKey, runqPairVal]
+	// slotSeen is each slot owner's count, on all CPUs, at the last read: with ChangedOnly a
+	// cgroup whose slots moved is read whole even when its latency entry did not.
+	slotSeen map[uint64]uint64
+	// gone are slot owners Forget found removed: their slots are freed at their rmdir, and
+	// one whose rmdir the program missed (a run skipped for recursion) is not read again.
+	gone    map[uint64]bool
 	changed bool // Config.ChangedOnly
 	budget  int  // Config.PairsBudget
 	parts   int  // ReadPart calls since the pairs were last read
@@ -53,7 +60,13 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if cfg.PairsBudget <= 0 {
 		cfg.PairsBudget = DefaultPairsBudget
 	}
-	t := &Tracer{changed: cfg.ChangedOnly, budget: cfg.PairsBudget}
+	if cfg.slots == 0 {
+		cfg.slots = defaultSlots
+	}
+	if cfg.slots&(cfg.slots-1) != 0 {
+		return nil, fmt.Errorf("runq slots %d: want a power of two", cfg.slots)
+	}
+	t := &Tracer{changed: cfg.ChangedOnly, budget: cfg.PairsBudget, slotSeen: map[uint64]uint64{}, gone: map[uint64]bool{}}
 	opts := loader.Options{CgroupV1: cfg.CgroupV1, PerCgroup: map[string]uint32{
 		runqMapLatency: cfg.MaxCgroups,
 		runqMapPairs:   cfg.MaxPairs,
@@ -70,10 +83,20 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 			return nil, fmt.Errorf("setting %s of runq: %w", name, err)
 		}
 	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("counting CPUs: %w", err)
+	}
+	spec.Maps[runqMapSlots].MaxEntries = cfg.slots
+	for name, v := range map[string]uint32{"slot_mask": cfg.slots - 1, "nr_cpus": uint32(cpus)} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("setting %s of runq: %w", name, err)
+		}
+	}
 	if err := loader.Load(rundir.ProgramRunq, spec, opts, &t.objs, log); err != nil {
 		return nil, err
 	}
-	hooks := []loader.Attachment{loader.TpBTF("sched_switch", t.objs.RunqSwitch)}
+	hooks := []loader.Attachment{loader.TpBTF("cgroup_rmdir", t.objs.RunqRmdir), loader.TpBTF("sched_switch", t.objs.RunqSwitch)}
 	if stamps != nil {
 		log.Debug("tracing sched_wakeup", "reason", stamps)
 		hooks = append(hooks, loader.TpBTF("sched_wakeup", t.objs.RunqWakeup))
@@ -109,16 +132,34 @@ func (t *Tracer) read(pairs bool) (Stats, error) {
 	}
 	st := Stats{Latency: map[uint64]hist.Log2{}}
 
+	slots, err := t.readSlots()
+	if err != nil {
+		return Stats{}, err
+	}
 	latencies, err := each(t.changed, &t.latency, t.objs.Latency, func(h runqHist) uint64 { return h.Count }, func(id uint64, hs []runqHist) {
-		var sum loader.HistSum
-		for _, h := range hs {
-			sum.Add(h.Slots[:], h.Count, h.SumNs)
-		}
-		st.Latency[id] = sum.Log2()
+		st.Latency[id] = merged(hs, slots[id])
 	})
 	if err != nil {
 		return Stats{}, fmt.Errorf("reading runq latency map: %w", err)
 	}
+	// A cgroup with slots whose latency entry was not read (it has none, or it did not change).
+	seen := make(map[uint64]uint64, len(slots))
+	for id, sum := range slots {
+		n := sum.Count()
+		seen[id] = n
+		if _, done := st.Latency[id]; done || t.changed && t.slotSeen[id] == n {
+			continue
+		}
+		var hs []runqHist
+		switch err := t.objs.Latency.Lookup(id, &hs); {
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			hs = nil
+		case err != nil:
+			return Stats{}, fmt.Errorf("reading runq latency of cgroup %d: %w", id, err)
+		}
+		st.Latency[id] = merged(hs, sum)
+	}
+	t.slotSeen = seen
 
 	if pairs {
 		n, err := each(t.changed, &t.pairs, t.objs.Pairs, func(v runqPairVal) uint64 { return v.Count }, func(k runqPairKey, vs []runqPairVal) {
@@ -153,6 +194,46 @@ func (t *Tracer) read(pairs bool) (Stats, error) {
 	return st, nil
 }
 
+// readSlots sums the slots of every CPU by the cgroup holding them, leaving out those Forget
+// found removed.
+func (t *Tracer) readSlots() (map[uint64]*loader.HistSum, error) {
+	sums := map[uint64]*loader.HistSum{}
+	stillGone := map[uint64]bool{}
+	err := t.slots.Each(t.objs.Slots, func(_ uint32, per []runqSlot) {
+		for _, s := range per {
+			if t.gone[s.Cgroup] {
+				stillGone[s.Cgroup] = true
+			}
+			if s.Cgroup == 0 || t.gone[s.Cgroup] {
+				continue
+			}
+			sum := sums[s.Cgroup]
+			if sum == nil {
+				sum = &loader.HistSum{}
+				sums[s.Cgroup] = sum
+			}
+			sum.Add(s.H.Slots[:], s.H.Count, s.H.SumNs)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading runq slots: %w", err)
+	}
+	t.gone = stillGone
+	return sums, nil
+}
+
+// merged is a cgroup's histogram: its latency entry's per-CPU values and its slots' sum.
+func merged(hs []runqHist, slots *loader.HistSum) hist.Log2 {
+	var sum loader.HistSum
+	if slots != nil {
+		sum = *slots
+	}
+	for _, h := range hs {
+		sum.Add(h.Slots[:], h.Count, h.SumNs)
+	}
+	return sum.Log2()
+}
+
 // Forget deletes the entries of cgroups that live reports gone: latency entries by id, pairs
 // whose victim or (real) preemptor is gone. It returns how many entries it deleted.
 func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
@@ -162,6 +243,11 @@ func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
 	n, err := t.latency.DeleteIf(t.objs.Latency, func(id uint64) bool { return !live(id) })
 	if err != nil {
 		return n, fmt.Errorf("forgetting runq latency entries: %w", err)
+	}
+	for id := range t.slotSeen {
+		if !live(id) {
+			t.gone[id] = true
+		}
 	}
 	m, err := t.pairs.DeleteIf(t.objs.Pairs, func(k runqPairKey) bool {
 		return !live(k.Victim) || !special(k.Preemptor) && !live(k.Preemptor)

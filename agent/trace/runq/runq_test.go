@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -120,14 +121,22 @@ func startSleeper(t *testing.T, g *cgtest.Group, cpu int) {
 	g.Start(t, cpu, "env", sleeperEnv+"=1", os.Args[0], "-test.run=^$")
 }
 
+// busyPair makes cgroups a and b with a busy loop each on one CPU, and returns them, the CPU
+// and a's loop.
+func busyPair(t *testing.T) (map[string]*cgtest.Group, int, *exec.Cmd) {
+	t.Helper()
+	g := cgtest.Make(t, "cpu", "a", "b")
+	cpu := cgtest.LastCPU(t)
+	a := g["a"].Busy(t, cpu)
+	g["b"].Busy(t, cpu)
+	return g, cpu, a
+}
+
 // Two busy loops sharing one CPU preempt each other: both wait in the run queue, and each
 // pair is charged to the other's cgroup.
 func TestPreemptionPairs(t *testing.T) {
 	tr := newTracer(t, Config{})
-	g := cgtest.Make(t, "cpu", "a", "b")
-	cpu := cgtest.LastCPU(t)
-	g["a"].Busy(t, cpu)
-	g["b"].Busy(t, cpu)
+	g, _, _ := busyPair(t)
 	a, b := g["a"].ID, g["b"].ID
 	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool {
 		return st.Latency[a].Count > 0 && st.Latency[b].Count > 0 &&
@@ -152,7 +161,8 @@ func TestPreemptionPairs(t *testing.T) {
 			t.Errorf("drops %s = %d, want 0", r, n)
 		}
 	}
-	want := max(float64(len(st.Latency))/DefaultMaxCgroups, float64(len(st.Pairs))/DefaultMaxPairs)
+	// The latency map holds the cgroups without a slot on some CPU.
+	want := max(float64(entries(t, tr.objs.Latency))/DefaultMaxCgroups, float64(len(st.Pairs))/DefaultMaxPairs)
 	if st.Fill != want {
 		t.Errorf("fill %g, want %g: the fuller map's entries over its capacity", st.Fill, want)
 	}
@@ -470,18 +480,32 @@ func liveIDs(t *testing.T, mount string) map[uint64]bool {
 	return ids
 }
 
-// Full maps count drops instead of failing silently.
+// entries counts the keys of a map.
+func entries(t *testing.T, m *ebpf.Map) int {
+	t.Helper()
+	var k uint64
+	var v []runqHist
+	n := 0
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatalf("iterating %v: %v", m, err)
+	}
+	return n
+}
+
+// Full maps count drops instead of failing silently. With one slot a CPU, the cgroups that
+// do not get it go to the latency map, of one entry.
 func TestDropsWhenFull(t *testing.T) {
-	tr := newTracer(t, Config{MaxCgroups: 1, MaxPairs: 1})
-	g := cgtest.Make(t, "cpu", "a", "b")
-	cpu := cgtest.LastCPU(t)
-	g["a"].Busy(t, cpu)
-	g["b"].Busy(t, cpu)
+	tr := newTracer(t, Config{MaxCgroups: 1, MaxPairs: 1, slots: 1})
+	busyPair(t)
 	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool {
 		return st.Drops["latency_map_full"] > 0 && st.Drops["pairs_map_full"] > 0
 	})
-	if len(st.Latency) > 1 || len(st.Pairs) > 1 {
-		t.Errorf("maps over capacity: %d cgroups, %d pairs", len(st.Latency), len(st.Pairs))
+	if n := entries(t, tr.objs.Latency); n > 1 || len(st.Pairs) > 1 {
+		t.Errorf("maps over capacity: %d cgroups, %d pairs", n, len(st.Pairs))
 	}
 	for _, r := range []string{"latency_map_full", "pairs_map_full"} {
 		if st.Drops[r] == 0 {
@@ -519,10 +543,7 @@ func TestOnCPU(t *testing.T) {
 // totals: a cgroup gone quiet's are in no read, and come back, counting on, when it runs again.
 func TestChangedOnly(t *testing.T) {
 	tr := newTracer(t, Config{ChangedOnly: true})
-	g := cgtest.Make(t, "cpu", "a", "b")
-	cpu := cgtest.LastCPU(t)
-	la := g["a"].Busy(t, cpu)
-	g["b"].Busy(t, cpu)
+	g, cpu, la := busyPair(t)
 	a, b := g["a"].ID, g["b"].ID
 	if st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return pair(st, a, b).Count > 0 }); pair(st, a, b).Count == 0 {
 		t.Fatal("a was never preempted by b")
@@ -548,10 +569,7 @@ func TestChangedOnly(t *testing.T) {
 // Past the budget ReadPart reads the pairs every ceil(pairs / budget) calls, Read every time.
 func TestReadPartSpreadsPairs(t *testing.T) {
 	tr := newTracer(t, Config{ChangedOnly: true, PairsBudget: 1})
-	g := cgtest.Make(t, "cpu", "a", "b")
-	cpu := cgtest.LastCPU(t)
-	busyA := g["a"].Busy(t, cpu)
-	g["b"].Busy(t, cpu)
+	g, _, busyA := busyPair(t)
 	a, b := g["a"].ID, g["b"].ID
 	if st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return pair(st, a, b).Count > 0 && pair(st, b, a).Count > 0 }); pair(st, a, b).Count == 0 {
 		t.Fatal("a and b never preempted each other")
@@ -646,6 +664,58 @@ func TestWaitsMatchTheKernelsRunDelay(t *testing.T) {
 		startSleeper(t, g["sleeper"], -1)
 		matchRunDelay(t, tr, g["sleeper"])
 	})
+	// One slot a CPU: the sleeper's waits are in a slot on some CPUs, in the latency map on
+	// others, and a read of what changed adds them up.
+	t.Run("migrating_one_slot", func(t *testing.T) {
+		tr := newTracer(t, Config{slots: 1, ChangedOnly: true})
+		g := cgtest.Make(t, "cpu", "sleeper", "hogs")
+		for range runtime.NumCPU() + 1 {
+			g["hogs"].Busy(t, -1)
+		}
+		startSleeper(t, g["sleeper"], -1)
+		matchRunDelay(t, tr, g["sleeper"])
+	})
+}
+
+// slotOwners returns the cgroups holding a slot, with the CPUs they hold one on.
+func slotOwners(t *testing.T, tr *Tracer) map[uint64][]int {
+	t.Helper()
+	owners := map[uint64][]int{}
+	var idx uint32
+	var per []runqSlot
+	it := tr.objs.Slots.Iterate()
+	for it.Next(&idx, &per) {
+		for cpu, s := range per {
+			if s.Cgroup != 0 {
+				owners[s.Cgroup] = append(owners[s.Cgroup], cpu)
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatalf("reading the slots: %v", err)
+	}
+	return owners
+}
+
+// A cgroup's waits land in its slot on the CPU it runs on, and its removal frees the slot for
+// the next cgroup.
+func TestSlotsFreedAtRmdir(t *testing.T) {
+	tr := newTracer(t, Config{})
+	g, cpu, la := busyPair(t)
+	a := g["a"].ID
+	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return st.Latency[a].Count > 0 })
+	if cpus := slotOwners(t, tr)[a]; !slices.Contains(cpus, cpu) {
+		t.Fatalf("a waited (%d times) on CPU %d but holds slots on CPUs %v", st.Latency[a].Count, cpu, cpus)
+	}
+	la.Process.Kill()
+	la.Wait()
+	g["a"].Remove(t)
+	if cpus, ok := slotOwners(t, tr)[a]; ok {
+		t.Errorf("a, removed, still holds slots on CPUs %v", cpus)
+	}
+	if _, ok := read(t, tr).Latency[a]; ok {
+		t.Errorf("a, removed, is still read")
+	}
 }
 
 // matchRunDelay compares the waits the tracer records for g over 3 s with the kernel's count.
@@ -660,5 +730,25 @@ func matchRunDelay(t *testing.T, tr *Tracer, g *cgtest.Group) {
 	// edge counts on one side only: a period (100 ms) per task at most.
 	if want == 0 || math.Abs(got-want) > 0.05*want+2*100e6 {
 		t.Errorf("the tracer recorded %.3f s of waits, the kernel %.3f s", got/1e9, want/1e9)
+	}
+}
+
+// A slot owner Forget is told is gone is not read again, for the case of an rmdir the program
+// missed (here a cgroup is said to be gone while it still holds its slot).
+func TestForgottenSlotOwnerNotRead(t *testing.T) {
+	tr := newTracer(t, Config{})
+	g, _, _ := busyPair(t)
+	a := g["a"].ID
+	waitFor(t, tr, 15*time.Second, func(st Stats) bool { return st.Latency[a].Count > 0 })
+	if _, ok := slotOwners(t, tr)[a]; !ok {
+		t.Fatal("a holds no slot")
+	}
+	if _, err := tr.Forget(func(id uint64) bool { return id != a }); err != nil {
+		t.Fatalf("Forget: %v", err)
+	}
+	for range 2 {
+		if h, ok := read(t, tr).Latency[a]; ok {
+			t.Errorf("a, forgotten, read again: %+v", h)
+		}
 	}
 }

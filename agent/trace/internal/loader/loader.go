@@ -137,6 +137,9 @@ func (s *HistSum) Add(slots []uint64, count, sumNs uint64) {
 }
 
 // Log2 returns the sum.
+// Count is the number of values added.
+func (s *HistSum) Count() uint64 { return s.count }
+
 func (s *HistSum) Log2() hist.Log2 { return hist.FromSlots(s.slots[:], s.count, s.sumNs) }
 
 // Drops reads the per-CPU drop counters of bpf/include/common.h, by reason name; every reason
