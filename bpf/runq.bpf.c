@@ -93,6 +93,10 @@ struct {
 } slots SEC(".maps");
 
 volatile const __u32 slot_mask = 63;
+/* Set by the loader where the kernel has what runq_rmdir needs (bpf_loop, 5.17, and
+ * bpf_map_lookup_percpu_elem, 5.19): without it slots would never be freed, and every cgroup
+ * goes to the maps. */
+volatile const bool use_slots = false;
 /* Possible CPUs, set by the loader: runq_rmdir frees a cgroup's slot on each. */
 volatile const __u32 nr_cpus = 1;
 #define MAX_CPUS 8192
@@ -102,6 +106,30 @@ volatile const __u32 nr_cpus = 1;
 static __always_inline __u32 slot_of(__u64 cg)
 {
 	return (__u32)((cg * 0x9E3779B97F4A7C15ULL) >> 40) & slot_mask;
+}
+
+/* The pairs, too, first in slots of each CPU's own (as the victims' histograms; see slots),
+ * more of them as there are more pairs than cgroups. A pair slot is free while its victim is
+ * 0; removing a cgroup frees every pair slot it is in, as victim or preemptor. */
+struct pair_slot {
+	struct pair_key key;
+	struct pair_val val;
+};
+
+/* max_entries, a power of two, is set by the loader, and pair_slot_mask to one less. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 128);
+	__type(key, __u32);
+	__type(value, struct pair_slot);
+} pair_slots SEC(".maps");
+
+volatile const __u32 pair_slot_mask = 127;
+
+static __always_inline __u32 pair_slot_of(const struct pair_key *k)
+{
+	__u64 h = (k->victim ^ (k->preemptor * 0xC2B2AE3D27D4EB4FULL) ^ k->kind) * 0x9E3779B97F4A7C15ULL;
+	return (__u32)(h >> 40) & pair_slot_mask;
 }
 
 /* The cgroup of the task each CPU switched to last (0: the idle task). User space reads it
@@ -164,7 +192,7 @@ static __always_inline __u64 preemptor_of(struct task_struct *t)
 static __always_inline struct hist *victim_hist(__u64 cg)
 {
 	__u32 idx = slot_of(cg);
-	struct slot *sl = bpf_map_lookup_elem(&slots, &idx);
+	struct slot *sl = use_slots ? bpf_map_lookup_elem(&slots, &idx) : NULL;
 	if (sl && cg) {
 		if (sl->cgroup == cg)
 			return &sl->h;
@@ -180,9 +208,24 @@ static __always_inline struct hist *victim_hist(__u64 cg)
 	return hist_get(&latency, &cg);
 }
 
-/* A removed cgroup of the hierarchy the ids are from gives up its slot on every CPU. It has
- * no task left to wait, so no CPU writes its slot meanwhile; the CPU that takes the slot next
- * clears it (victim_hist). The other hierarchies' ids are numbered apart and may be equal. */
+/* bpf_loop's step i over the pair slots of every CPU: frees the one at i if the removed
+ * cgroup *id is in it. */
+static long free_pair_slot(__u64 i, void *ctx)
+{
+	__u64 id = *(__u64 *)ctx;
+	__u32 cpu = i / (pair_slot_mask + 1);
+	__u32 idx = i & pair_slot_mask;
+	struct pair_slot *sl = bpf_map_lookup_percpu_elem(&pair_slots, &idx, cpu);
+	if (sl && sl->key.victim && (sl->key.victim == id || sl->key.preemptor == id))
+		sl->key.victim = 0;
+	return 0;
+}
+
+/* A removed cgroup of the hierarchy the ids are from gives up its slot, and the pair slots
+ * it is in, on every CPU. It has no task left to wait, so no CPU writes its slot meanwhile
+ * (a pair of it may still be charged, to a task that waited behind it since before: counted
+ * anew, of a cgroup that is gone); the CPU that takes a slot next clears it (victim_hist,
+ * pair_get). The other hierarchies' ids are numbered apart and may be equal. */
 SEC("tp_btf/cgroup_rmdir")
 int BPF_PROG(runq_rmdir, struct cgroup *cgrp, const char *path)
 {
@@ -199,11 +242,33 @@ int BPF_PROG(runq_rmdir, struct cgroup *cgrp, const char *path)
 		if (sl && sl->cgroup == id)
 			sl->cgroup = 0;
 	}
+	/* A cgroup is in pairs with any other, at any index: every pair slot of every CPU, a few
+	 * µs a CPU, once per removed cgroup. */
+	bpf_loop(nr_cpus * (pair_slot_mask + 1), free_pair_slot, &id, 0);
 	return 0;
 }
 
+/* The counters of pair k on this CPU: its slot when it holds it or takes it now, else its
+ * entry in the pairs map. */
 static __always_inline struct pair_val *pair_get(struct pair_key *k)
 {
+	__u32 idx = pair_slot_of(k);
+	struct pair_slot *sl = use_slots ? bpf_map_lookup_elem(&pair_slots, &idx) : NULL;
+	if (sl && k->victim) {
+		if (sl->key.victim == k->victim && sl->key.preemptor == k->preemptor &&
+		    sl->key.kind == k->kind)
+			return &sl->val;
+		if (!sl->key.victim) {
+			/* Cleared, then owned: the victim, which marks it taken, last. */
+			sl->val.count = 0;
+			sl->val.wait_ns = 0;
+			sl->key.preemptor = k->preemptor;
+			sl->key.kind = k->kind;
+			barrier();
+			sl->key.victim = k->victim;
+			return &sl->val;
+		}
+	}
 	struct pair_val *v = bpf_map_lookup_elem(&pairs, k);
 	if (v)
 		return v;

@@ -40,14 +40,22 @@ type Config struct {
 	// noKernelStamps traces as on a kernel without the scheduler's stamps (sched_wakeup and
 	// sched_wakeup_new traced): for the tests of that way on a kernel that has them.
 	noKernelStamps bool
+	// noSlots leaves the slots unused, as on a kernel without the helpers that free them:
+	// for the tests of the maps.
+	noSlots bool
 	// slots per CPU (bpf/runq.bpf.c, slots), a power of two; 0 means defaultSlots. A test
-	// takes one to send most cgroups to the latency map.
-	slots uint32
+	// takes one to send most cgroups to the latency map. pairSlots is the same for the pairs;
+	// 0 means pairSlotsPerSlot times slots.
+	slots, pairSlots uint32
 }
 
 // defaultSlots: 22 KiB a CPU (4.3 MiB at 192 CPUs), allocated at load; a CPU rarely sees
-// more busy cgroups at once, and the others are served by the latency map.
-const defaultSlots = 64
+// more busy cgroups at once, and the others are served by the latency map. Pair slots are
+// pairSlotsPerSlot times as many, 40 bytes each (10 KiB a CPU).
+const (
+	defaultSlots     = 64
+	pairSlotsPerSlot = 4
+)
 
 // Pair is what one cgroup's preemptions of another cost it, cumulative; or, Woken, what
 // Victim's tasks waited after a wakeup while Preemptor held the CPU.

@@ -36,6 +36,12 @@ type runqPairKey struct {
 	Pad       uint32
 }
 
+type runqPairSlot struct {
+	_   structs.HostLayout
+	Key runqPairKey
+	Val runqPairVal
+}
+
 type runqPairVal struct {
 	_      structs.HostLayout
 	Count  uint64
@@ -70,6 +76,7 @@ const (
 	runqMapDrops            = "drops"
 	runqMapLatency          = "latency"
 	runqMapOncpu            = "oncpu"
+	runqMapPairSlots        = "pair_slots"
 	runqMapPairs            = "pairs"
 	runqMapSlots            = "slots"
 	runqMapStamps           = "stamps"
@@ -79,11 +86,13 @@ const (
 	runqProgRunqWakeupNew   = "runq_wakeup_new"
 	runqVarCgroupV1         = "cgroup_v1"
 	runqVarNrCpus           = "nr_cpus"
+	runqVarPairSlotMask     = "pair_slot_mask"
 	runqVarSlotMask         = "slot_mask"
 	runqVarUnusedDropReason = "unused_drop_reason"
 	runqVarUnusedWaitKind   = "unused_wait_kind"
 	runqVarUseEnqueueStamp  = "use_enqueue_stamp"
 	runqVarUseKernelStamps  = "use_kernel_stamps"
+	runqVarUseSlots         = "use_slots"
 )
 
 // loadRunq returns the embedded CollectionSpec for runq.
@@ -138,12 +147,13 @@ type runqProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type runqMapSpecs struct {
-	Drops   *ebpf.MapSpec `ebpf:"drops"`
-	Latency *ebpf.MapSpec `ebpf:"latency"`
-	Oncpu   *ebpf.MapSpec `ebpf:"oncpu"`
-	Pairs   *ebpf.MapSpec `ebpf:"pairs"`
-	Slots   *ebpf.MapSpec `ebpf:"slots"`
-	Stamps  *ebpf.MapSpec `ebpf:"stamps"`
+	Drops     *ebpf.MapSpec `ebpf:"drops"`
+	Latency   *ebpf.MapSpec `ebpf:"latency"`
+	Oncpu     *ebpf.MapSpec `ebpf:"oncpu"`
+	PairSlots *ebpf.MapSpec `ebpf:"pair_slots"`
+	Pairs     *ebpf.MapSpec `ebpf:"pairs"`
+	Slots     *ebpf.MapSpec `ebpf:"slots"`
+	Stamps    *ebpf.MapSpec `ebpf:"stamps"`
 }
 
 // runqVariableSpecs contains global variables before they are loaded into the kernel.
@@ -152,11 +162,13 @@ type runqMapSpecs struct {
 type runqVariableSpecs struct {
 	CgroupV1         *ebpf.VariableSpec `ebpf:"cgroup_v1"`
 	NrCpus           *ebpf.VariableSpec `ebpf:"nr_cpus"`
+	PairSlotMask     *ebpf.VariableSpec `ebpf:"pair_slot_mask"`
 	SlotMask         *ebpf.VariableSpec `ebpf:"slot_mask"`
 	UnusedDropReason *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
 	UnusedWaitKind   *ebpf.VariableSpec `ebpf:"unused_wait_kind"`
 	UseEnqueueStamp  *ebpf.VariableSpec `ebpf:"use_enqueue_stamp"`
 	UseKernelStamps  *ebpf.VariableSpec `ebpf:"use_kernel_stamps"`
+	UseSlots         *ebpf.VariableSpec `ebpf:"use_slots"`
 }
 
 // runqObjects contains all objects after they have been loaded into the kernel.
@@ -179,12 +191,13 @@ func (o *runqObjects) Close() error {
 //
 // It can be passed to loadRunqObjects or ebpf.CollectionSpec.LoadAndAssign.
 type runqMaps struct {
-	Drops   *ebpf.Map `ebpf:"drops"`
-	Latency *ebpf.Map `ebpf:"latency"`
-	Oncpu   *ebpf.Map `ebpf:"oncpu"`
-	Pairs   *ebpf.Map `ebpf:"pairs"`
-	Slots   *ebpf.Map `ebpf:"slots"`
-	Stamps  *ebpf.Map `ebpf:"stamps"`
+	Drops     *ebpf.Map `ebpf:"drops"`
+	Latency   *ebpf.Map `ebpf:"latency"`
+	Oncpu     *ebpf.Map `ebpf:"oncpu"`
+	PairSlots *ebpf.Map `ebpf:"pair_slots"`
+	Pairs     *ebpf.Map `ebpf:"pairs"`
+	Slots     *ebpf.Map `ebpf:"slots"`
+	Stamps    *ebpf.Map `ebpf:"stamps"`
 }
 
 func (m *runqMaps) Close() error {
@@ -192,6 +205,7 @@ func (m *runqMaps) Close() error {
 		m.Drops,
 		m.Latency,
 		m.Oncpu,
+		m.PairSlots,
 		m.Pairs,
 		m.Slots,
 		m.Stamps,
@@ -204,11 +218,13 @@ func (m *runqMaps) Close() error {
 type runqVariables struct {
 	CgroupV1         *ebpf.Variable `ebpf:"cgroup_v1"`
 	NrCpus           *ebpf.Variable `ebpf:"nr_cpus"`
+	PairSlotMask     *ebpf.Variable `ebpf:"pair_slot_mask"`
 	SlotMask         *ebpf.Variable `ebpf:"slot_mask"`
 	UnusedDropReason *ebpf.Variable `ebpf:"unused_drop_reason"`
 	UnusedWaitKind   *ebpf.Variable `ebpf:"unused_wait_kind"`
 	UseEnqueueStamp  *ebpf.Variable `ebpf:"use_enqueue_stamp"`
 	UseKernelStamps  *ebpf.Variable `ebpf:"use_kernel_stamps"`
+	UseSlots         *ebpf.Variable `ebpf:"use_slots"`
 }
 
 // runqPrograms contains all programs after they have been loaded into the kernel.

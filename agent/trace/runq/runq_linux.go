@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/nodectl/nodectl/agent/hist"
@@ -36,11 +37,16 @@ type Tracer struct {
 	slotSeen map[uint64]uint64
 	// gone are slot owners Forget found removed: their slots are freed at their rmdir, and
 	// one whose rmdir the program missed (a run skipped for recursion) is not read again.
-	gone    map[uint64]bool
-	changed bool // Config.ChangedOnly
-	budget  int  // Config.PairsBudget
-	parts   int  // ReadPart calls since the pairs were last read
-	held    int  // pairs the map held at the last read of them
+	gone map[uint64]bool
+	// The same for the pair slots: each slot pair's count at the last read of the pairs, and
+	// the pairs Forget found with a removed cgroup.
+	pairSlots loader.Batch[uint32, runqPairSlot]
+	pairSeen  map[runqPairKey]uint64
+	pairGone  map[runqPairKey]bool
+	changed   bool // Config.ChangedOnly
+	budget    int  // Config.PairsBudget
+	parts     int  // ReadPart calls since the pairs were last read
+	held      int  // pairs the map held at the last read of them
 }
 
 // New loads the programs and attaches them to sched_switch, to sched_wakeup on a kernel
@@ -63,10 +69,14 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if cfg.slots == 0 {
 		cfg.slots = defaultSlots
 	}
-	if cfg.slots&(cfg.slots-1) != 0 {
-		return nil, fmt.Errorf("runq slots %d: want a power of two", cfg.slots)
+	if cfg.pairSlots == 0 {
+		cfg.pairSlots = pairSlotsPerSlot * cfg.slots
 	}
-	t := &Tracer{changed: cfg.ChangedOnly, budget: cfg.PairsBudget, slotSeen: map[uint64]uint64{}, gone: map[uint64]bool{}}
+	if cfg.slots&(cfg.slots-1) != 0 || cfg.pairSlots&(cfg.pairSlots-1) != 0 {
+		return nil, fmt.Errorf("runq slots %d and pair slots %d: want powers of two", cfg.slots, cfg.pairSlots)
+	}
+	t := &Tracer{changed: cfg.ChangedOnly, budget: cfg.PairsBudget, slotSeen: map[uint64]uint64{}, gone: map[uint64]bool{},
+		pairSeen: map[runqPairKey]uint64{}, pairGone: map[runqPairKey]bool{}}
 	opts := loader.Options{CgroupV1: cfg.CgroupV1, PerCgroup: map[string]uint32{
 		runqMapLatency: cfg.MaxCgroups,
 		runqMapPairs:   cfg.MaxPairs,
@@ -87,8 +97,22 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("counting CPUs: %w", err)
 	}
+	// Slots need a program at cgroup removal to free them, whose helpers older kernels lack:
+	// there it does nothing and stays unattached, and the maps take every cgroup.
+	slots := errors.New("not asked for")
+	if !cfg.noSlots {
+		slots = features.HaveSlotHelpers()
+	}
+	if err := spec.Variables["use_slots"].Set(slots == nil); err != nil {
+		return nil, fmt.Errorf("setting use_slots of runq: %w", err)
+	}
+	if slots != nil {
+		log.Debug("no per-CPU slots", "reason", slots)
+		spec.Programs[runqProgRunqRmdir].Instructions = asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}
+	}
 	spec.Maps[runqMapSlots].MaxEntries = cfg.slots
-	for name, v := range map[string]uint32{"slot_mask": cfg.slots - 1, "nr_cpus": uint32(cpus)} {
+	spec.Maps[runqMapPairSlots].MaxEntries = cfg.pairSlots
+	for name, v := range map[string]uint32{"slot_mask": cfg.slots - 1, "pair_slot_mask": cfg.pairSlots - 1, "nr_cpus": uint32(cpus)} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("setting %s of runq: %w", name, err)
 		}
@@ -96,7 +120,10 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if err := loader.Load(rundir.ProgramRunq, spec, opts, &t.objs, log); err != nil {
 		return nil, err
 	}
-	hooks := []loader.Attachment{loader.TpBTF("cgroup_rmdir", t.objs.RunqRmdir), loader.TpBTF("sched_switch", t.objs.RunqSwitch)}
+	hooks := []loader.Attachment{loader.TpBTF("sched_switch", t.objs.RunqSwitch)}
+	if slots == nil {
+		hooks = append(hooks, loader.TpBTF("cgroup_rmdir", t.objs.RunqRmdir))
+	}
 	if stamps != nil {
 		log.Debug("tracing sched_wakeup", "reason", stamps)
 		hooks = append(hooks, loader.TpBTF("sched_wakeup", t.objs.RunqWakeup))
@@ -162,18 +189,9 @@ func (t *Tracer) read(pairs bool) (Stats, error) {
 	t.slotSeen = seen
 
 	if pairs {
-		n, err := each(t.changed, &t.pairs, t.objs.Pairs, func(v runqPairVal) uint64 { return v.Count }, func(k runqPairKey, vs []runqPairVal) {
-			p := Pair{Victim: k.Victim, Preemptor: k.Preemptor, Woken: runqWaitKind(k.Kind) == runqWaitKindWAIT_WOKEN}
-			for _, v := range vs {
-				p.Count += v.Count
-				p.WaitNs += v.WaitNs
-			}
-			st.Pairs = append(st.Pairs, p)
-		})
-		if err != nil {
-			return Stats{}, fmt.Errorf("reading runq pairs map: %w", err)
+		if err := t.readPairs(&st); err != nil {
+			return Stats{}, err
 		}
-		t.held, t.parts = n, 0
 	}
 
 	st.Fill = max(loader.Fill(latencies, t.objs.Latency), loader.Fill(t.held, t.objs.Pairs))
@@ -192,6 +210,75 @@ func (t *Tracer) read(pairs bool) (Stats, error) {
 		return Stats{}, fmt.Errorf("reading runq maps: %w", err)
 	}
 	return st, nil
+}
+
+// readPairs adds the pairs to st: those of the pairs map (with ChangedOnly, that changed) with
+// their slots on every CPU added, and those only in slots (that changed).
+func (t *Tracer) readPairs(st *Stats) error {
+	slots, err := t.readPairSlots()
+	if err != nil {
+		return err
+	}
+	seen := make(map[runqPairKey]uint64, len(slots))
+	for k, v := range slots {
+		seen[k] = v.Count
+	}
+	add := func(k runqPairKey, vs []runqPairVal) {
+		p := Pair{Victim: k.Victim, Preemptor: k.Preemptor, Woken: runqWaitKind(k.Kind) == runqWaitKindWAIT_WOKEN}
+		if v, ok := slots[k]; ok {
+			p.Count, p.WaitNs = v.Count, v.WaitNs
+			delete(slots, k)
+		}
+		for _, v := range vs {
+			p.Count += v.Count
+			p.WaitNs += v.WaitNs
+		}
+		st.Pairs = append(st.Pairs, p)
+	}
+	n, err := each(t.changed, &t.pairs, t.objs.Pairs, func(v runqPairVal) uint64 { return v.Count }, add)
+	if err != nil {
+		return fmt.Errorf("reading runq pairs map: %w", err)
+	}
+	// Pairs in slots whose entry was not read (there is none, or it did not change).
+	for k, v := range slots {
+		if t.changed && t.pairSeen[k] == v.Count {
+			continue
+		}
+		var vs []runqPairVal
+		if err := t.objs.Pairs.Lookup(k, &vs); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("reading runq pair %+v: %w", k, err)
+		}
+		add(k, vs)
+	}
+	t.pairSeen = seen
+	t.held, t.parts = n, 0
+	return nil
+}
+
+// readPairSlots sums the pair slots of every CPU by pair, leaving out those Forget found
+// with a removed cgroup.
+func (t *Tracer) readPairSlots() (map[runqPairKey]runqPairVal, error) {
+	sums := map[runqPairKey]runqPairVal{}
+	stillGone := map[runqPairKey]bool{}
+	err := t.pairSlots.Each(t.objs.PairSlots, func(_ uint32, per []runqPairSlot) {
+		for _, s := range per {
+			switch {
+			case s.Key.Victim == 0:
+			case t.pairGone[s.Key]:
+				stillGone[s.Key] = true
+			default:
+				v := sums[s.Key]
+				v.Count += s.Val.Count
+				v.WaitNs += s.Val.WaitNs
+				sums[s.Key] = v
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading runq pair slots: %w", err)
+	}
+	t.pairGone = stillGone
+	return sums, nil
 }
 
 // readSlots sums the slots of every CPU by the cgroup holding them, leaving out those Forget
@@ -249,9 +336,13 @@ func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
 			t.gone[id] = true
 		}
 	}
-	m, err := t.pairs.DeleteIf(t.objs.Pairs, func(k runqPairKey) bool {
-		return !live(k.Victim) || !special(k.Preemptor) && !live(k.Preemptor)
-	})
+	gone := func(k runqPairKey) bool { return !live(k.Victim) || !special(k.Preemptor) && !live(k.Preemptor) }
+	for k := range t.pairSeen {
+		if gone(k) {
+			t.pairGone[k] = true
+		}
+	}
+	m, err := t.pairs.DeleteIf(t.objs.Pairs, gone)
 	if err != nil {
 		return n + m, fmt.Errorf("forgetting runq pairs: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/agent/trace/internal/cgtest"
 	"github.com/nodectl/nodectl/agent/trace/internal/features"
 )
@@ -161,8 +163,8 @@ func TestPreemptionPairs(t *testing.T) {
 			t.Errorf("drops %s = %d, want 0", r, n)
 		}
 	}
-	// The latency map holds the cgroups without a slot on some CPU.
-	want := max(float64(entries(t, tr.objs.Latency))/DefaultMaxCgroups, float64(len(st.Pairs))/DefaultMaxPairs)
+	// The maps hold the cgroups and pairs without a slot on some CPU.
+	want := max(float64(entries(t, tr.objs.Latency))/DefaultMaxCgroups, float64(entries(t, tr.objs.Pairs))/DefaultMaxPairs)
 	if st.Fill != want {
 		t.Errorf("fill %g, want %g: the fuller map's entries over its capacity", st.Fill, want)
 	}
@@ -396,7 +398,7 @@ func TestThrottledAttribution(t *testing.T) {
 // Entries of a removed cgroup go at the next Forget; a live one's stay, those with a special
 // preemptor too.
 func TestForget(t *testing.T) {
-	tr := newTracer(t, Config{})
+	tr := newTracer(t, Config{noSlots: true})
 	g := cgtest.Make(t, "cpu", "gone", "kept")
 	cpu := cgtest.LastCPU(t)
 	g["gone"].Busy(t, cpu)
@@ -483,17 +485,16 @@ func liveIDs(t *testing.T, mount string) map[uint64]bool {
 // entries counts the keys of a map.
 func entries(t *testing.T, m *ebpf.Map) int {
 	t.Helper()
-	var k uint64
-	var v []runqHist
-	n := 0
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		n++
+	var cur any
+	for n := 0; ; n++ {
+		next := make([]byte, m.KeySize())
+		if err := m.NextKey(cur, next); errors.Is(err, ebpf.ErrKeyNotExist) {
+			return n
+		} else if err != nil {
+			t.Fatalf("walking %v: %v", m, err)
+		}
+		cur = next
 	}
-	if err := it.Err(); err != nil {
-		t.Fatalf("iterating %v: %v", m, err)
-	}
-	return n
 }
 
 // Full maps count drops instead of failing silently. With one slot a CPU, the cgroups that
@@ -504,8 +505,8 @@ func TestDropsWhenFull(t *testing.T) {
 	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool {
 		return st.Drops["latency_map_full"] > 0 && st.Drops["pairs_map_full"] > 0
 	})
-	if n := entries(t, tr.objs.Latency); n > 1 || len(st.Pairs) > 1 {
-		t.Errorf("maps over capacity: %d cgroups, %d pairs", n, len(st.Pairs))
+	if n, m := entries(t, tr.objs.Latency), entries(t, tr.objs.Pairs); n > 1 || m > 1 {
+		t.Errorf("maps over capacity: %d cgroups, %d pairs", n, m)
 	}
 	for _, r := range []string{"latency_map_full", "pairs_map_full"} {
 		if st.Drops[r] == 0 {
@@ -542,7 +543,7 @@ func TestOnCPU(t *testing.T) {
 // With ChangedOnly a read returns the entries that changed since the previous one, with their
 // totals: a cgroup gone quiet's are in no read, and come back, counting on, when it runs again.
 func TestChangedOnly(t *testing.T) {
-	tr := newTracer(t, Config{ChangedOnly: true})
+	tr := newTracer(t, Config{ChangedOnly: true, noSlots: true})
 	g, cpu, la := busyPair(t)
 	a, b := g["a"].ID, g["b"].ID
 	if st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return pair(st, a, b).Count > 0 }); pair(st, a, b).Count == 0 {
@@ -568,7 +569,7 @@ func TestChangedOnly(t *testing.T) {
 
 // Past the budget ReadPart reads the pairs every ceil(pairs / budget) calls, Read every time.
 func TestReadPartSpreadsPairs(t *testing.T) {
-	tr := newTracer(t, Config{ChangedOnly: true, PairsBudget: 1})
+	tr := newTracer(t, Config{ChangedOnly: true, PairsBudget: 1, noSlots: true})
 	g, _, busyA := busyPair(t)
 	a, b := g["a"].ID, g["b"].ID
 	if st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return pair(st, a, b).Count > 0 && pair(st, b, a).Count > 0 }); pair(st, a, b).Count == 0 {
@@ -677,6 +678,28 @@ func TestWaitsMatchTheKernelsRunDelay(t *testing.T) {
 	})
 }
 
+// withFreeSlot makes a cgroup whose slot on cpu is free, of the tracer's slots: its waits
+// there will be in its slot.
+func withFreeSlot(t *testing.T, tr *Tracer, cpu int, slots uint32) *cgtest.Group {
+	t.Helper()
+	for i := range 10 {
+		name := fmt.Sprint("a", i)
+		g := cgtest.Make(t, "cpu", name)[name]
+		var per []runqSlot
+		if err := tr.objs.Slots.Lookup(slotOf(g.ID, slots-1), &per); err != nil {
+			t.Fatalf("reading a slot: %v", err)
+		}
+		if per[cpu].Cgroup == 0 {
+			return g
+		}
+	}
+	t.Fatalf("no cgroup of 10 found its slot free on CPU %d", cpu)
+	return nil
+}
+
+// slotOf is bpf/runq.bpf.c's slot_of.
+func slotOf(id uint64, mask uint32) uint32 { return uint32((id*0x9E3779B97F4A7C15)>>40) & mask }
+
 // slotOwners returns the cgroups holding a slot, with the CPUs they hold one on.
 func slotOwners(t *testing.T, tr *Tracer) map[uint64][]int {
 	t.Helper()
@@ -697,21 +720,137 @@ func slotOwners(t *testing.T, tr *Tracer) map[uint64][]int {
 	return owners
 }
 
+// pairSlotKeys returns the pairs holding a pair slot on some CPU.
+func pairSlotKeys(t *testing.T, tr *Tracer) []runqPairKey {
+	t.Helper()
+	var keys []runqPairKey
+	var idx uint32
+	var per []runqPairSlot
+	it := tr.objs.PairSlots.Iterate()
+	for it.Next(&idx, &per) {
+		for _, s := range per {
+			if s.Key.Victim != 0 {
+				keys = append(keys, s.Key)
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatalf("reading the pair slots: %v", err)
+	}
+	return keys
+}
+
+// Every wait of a busy loop is a preemption, charged to a pair: what a cgroup's pairs add up
+// to over a while equals what its histogram does, whether they are in slots or in the pairs
+// map or both (one slot and one pair slot a CPU, busy loops on every CPU), read whole or by
+// change.
+func TestPairsAddUpToLatency(t *testing.T) {
+	for _, changed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("changed_only_%v", changed), func(t *testing.T) {
+			tr := newTracer(t, Config{slots: 1, pairSlots: 16, ChangedOnly: changed})
+			g := cgtest.Make(t, "cpu", "a", "b")
+			for range runtime.NumCPU() {
+				g["a"].Busy(t, -1)
+				g["b"].Busy(t, -1)
+			}
+			type key struct {
+				victim, preemptor uint64
+				woken             bool
+			}
+			hists := map[uint64]hist.Log2{}
+			pairs := map[key]Pair{}
+			// totals reads the cgroups' histograms and their pairs' sums by victim,
+			// cumulative: a read by change updates what changed.
+			type total struct{ waits, waitNs, charged, chargedNs uint64 }
+			totals := func() map[uint64]total {
+				st := read(t, tr)
+				maps.Copy(hists, st.Latency)
+				for _, p := range st.Pairs {
+					pairs[key{p.Victim, p.Preemptor, p.Woken}] = p
+				}
+				out := map[uint64]total{}
+				for _, c := range []string{"a", "b"} {
+					id := g[c].ID
+					tt := total{waits: hists[id].Count, waitNs: hists[id].SumNs}
+					for k, p := range pairs {
+						if k.victim == id {
+							tt.charged += p.Count
+							tt.chargedNs += p.WaitNs
+						}
+					}
+					out[id] = tt
+				}
+				return out
+			}
+			time.Sleep(500 * time.Millisecond) // past the loops' start, a fork and a wakeup each
+			before := totals()
+			time.Sleep(2 * time.Second)
+			after := totals()
+			inSlots := map[runqPairKey]bool{}
+			for _, k := range pairSlotKeys(t, tr) {
+				if k.Victim == g["a"].ID || k.Victim == g["b"].ID {
+					inSlots[k] = true
+				}
+			}
+			var k runqPairKey
+			var vs []runqPairVal
+			inMap := 0
+			for it := tr.objs.Pairs.Iterate(); it.Next(&k, &vs); {
+				if k.Victim == g["a"].ID || k.Victim == g["b"].ID {
+					inMap++
+				}
+			}
+			t.Logf("%d pairs: %d in a pair slot on some CPU, %d in the pairs map", len(pairs), len(inSlots), inMap)
+			if len(inSlots) == 0 || inMap == 0 {
+				t.Errorf("the pairs of a and b are not both in slots and in the map (%d, %d): 16 slots a CPU should leave some of each", len(inSlots), inMap)
+			}
+			for _, c := range []string{"a", "b"} {
+				b, a := before[g[c].ID], after[g[c].ID]
+				waits, charged := a.waits-b.waits, a.charged-b.charged
+				waitNs, chargedNs := float64(a.waitNs-b.waitNs), float64(a.chargedNs-b.chargedNs)
+				t.Logf("%s: %d waits of %.3f s in its histogram, %d of %.3f s in its pairs", c, waits, waitNs/1e9, charged, chargedNs/1e9)
+				if waits < 100 {
+					t.Fatalf("%s waited %d times in 2 s, want busy loops preempting each other", c, waits)
+				}
+				// The histograms and the pairs are read a few µs apart: a switch or two at
+				// the edges.
+				if d := int64(waits) - int64(charged); d > 4 || d < -4 || math.Abs(waitNs-chargedNs) > 0.03*waitNs {
+					t.Errorf("%s's pairs add up to %d waits of %.0f ns, its histogram to %d of %.0f ns", c, charged, chargedNs, waits, waitNs)
+				}
+			}
+		})
+	}
+}
+
 // A cgroup's waits land in its slot on the CPU it runs on, and its removal frees the slot for
 // the next cgroup.
 func TestSlotsFreedAtRmdir(t *testing.T) {
-	tr := newTracer(t, Config{})
-	g, cpu, la := busyPair(t)
-	a := g["a"].ID
+	// Enough pair slots that one of a's pairs finds its own free; a's slot on its CPU is
+	// checked free before it runs there.
+	const slots = 4096
+	tr := newTracer(t, Config{slots: slots, pairSlots: slots})
+	cpu := cgtest.LastCPU(t)
+	ga := withFreeSlot(t, tr, cpu, slots)
+	la := ga.Busy(t, cpu)
+	cgtest.Make(t, "cpu", "b")["b"].Busy(t, cpu)
+	a := ga.ID
 	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return st.Latency[a].Count > 0 })
 	if cpus := slotOwners(t, tr)[a]; !slices.Contains(cpus, cpu) {
 		t.Fatalf("a waited (%d times) on CPU %d but holds slots on CPUs %v", st.Latency[a].Count, cpu, cpus)
 	}
+	if !slices.ContainsFunc(pairSlotKeys(t, tr), func(k runqPairKey) bool { return k.Victim == a || k.Preemptor == a }) {
+		t.Fatalf("a is in no pair slot")
+	}
 	la.Process.Kill()
 	la.Wait()
-	g["a"].Remove(t)
+	ga.Remove(t)
 	if cpus, ok := slotOwners(t, tr)[a]; ok {
 		t.Errorf("a, removed, still holds slots on CPUs %v", cpus)
+	}
+	for _, k := range pairSlotKeys(t, tr) {
+		if k.Victim == a || k.Preemptor == a {
+			t.Errorf("a, removed, is still in a pair slot: %+v", k)
+		}
 	}
 	if _, ok := read(t, tr).Latency[a]; ok {
 		t.Errorf("a, removed, is still read")
@@ -737,8 +876,11 @@ func matchRunDelay(t *testing.T, tr *Tracer, g *cgtest.Group) {
 // missed (here a cgroup is said to be gone while it still holds its slot).
 func TestForgottenSlotOwnerNotRead(t *testing.T) {
 	tr := newTracer(t, Config{})
-	g, _, _ := busyPair(t)
-	a := g["a"].ID
+	cpu := cgtest.LastCPU(t)
+	ga := withFreeSlot(t, tr, cpu, defaultSlots)
+	ga.Busy(t, cpu)
+	cgtest.Make(t, "cpu", "b")["b"].Busy(t, cpu)
+	a := ga.ID
 	waitFor(t, tr, 15*time.Second, func(st Stats) bool { return st.Latency[a].Count > 0 })
 	if _, ok := slotOwners(t, tr)[a]; !ok {
 		t.Fatal("a holds no slot")

@@ -9,7 +9,9 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
 )
 
 // HaveBPFMemAlloc probes for the BPF memory allocator (Linux 6.1), with which a hash map that
@@ -70,3 +72,16 @@ func haveMembers(want ...[2]string) error {
 	}
 	return nil
 }
+
+// HaveSlotHelpers probes for the helpers that free a removed cgroup's per-CPU slots in the
+// run-queue tracer (bpf/runq.bpf.c, runq_rmdir): bpf_loop (Linux 5.17) and
+// bpf_map_lookup_percpu_elem (5.19). Both are base helpers, offered to every program type a
+// privileged loader may load: the probe loads socket filters.
+var HaveSlotHelpers = sync.OnceValue(func() error {
+	for _, fn := range []asm.BuiltinFunc{asm.FnLoop, asm.FnMapLookupPercpuElem} {
+		if err := features.HaveProgramHelper(ebpf.SocketFilter, fn); err != nil {
+			return fmt.Errorf("helper %s: %w", fn, err)
+		}
+	}
+	return nil
+})

@@ -78,3 +78,12 @@ func TestHaveKernelStamps(t *testing.T) {
 		t.Errorf("kernel %d.%d: %v, want ErrNotSupported (no task-based throttling)", major, minor, err)
 	}
 }
+
+func TestHaveSlotHelpers(t *testing.T) {
+	major, minor := kernelVersion(t)
+	err := HaveSlotHelpers()
+	t.Logf("kernel %d.%d: %v", major, minor, err)
+	if newer := major > 5 || major == 5 && minor >= 19; newer != (err == nil) {
+		t.Errorf("kernel %d.%d: slot helpers %v", major, minor, err)
+	}
+}
