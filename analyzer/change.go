@@ -52,9 +52,12 @@ type probeChange struct {
 	// slower than the baseline's: it weighs every iteration and the overlap of the two phases.
 	// Both p-values are adjusted for the measure's two tests.
 	bodyP float64
-	// above counts the stress iterations slower than every baseline one, and tailP is the
-	// chance of at least that many were both phases alike (Rosenbaum's exceedance test): a tail
-	// that grew puts iterations beyond anything the baseline did.
+	// above counts the stress iterations slower than every baseline one by more than
+	// probeMinRiseSeconds, and tailP is the chance of at least that many were both phases alike
+	// (Rosenbaum's exceedance test, of which counting past the slowest plus a margin is a
+	// stricter version: its chance is an upper bound): a tail that grew puts iterations beyond
+	// anything the baseline did. Without the margin, a body shifted by a millisecond put 6 of 8
+	// past the slowest while one outlier made the p95 1.6x: a shift and an outlier, not a tail.
 	above int
 	tailP float64
 	// excessB and excessS sum how far each iteration of the phase lay above the baseline's
@@ -80,7 +83,7 @@ func compareProbe(m probeMeasure, base, stress []float64) (probeChange, bool) {
 	}
 	slowest := slices.Max(base)
 	for _, v := range stress {
-		if v > slowest {
+		if v > slowest+probeMinRiseSeconds {
 			c.above++
 		}
 	}
@@ -137,7 +140,7 @@ func (c probeChange) chance() float64 {
 
 // describe says how the measure changed, which part of it rose, and how sure that is: e.g.
 // "CPU work p95 72ms → 529ms (7.3x) while its p50 went 69.8ms → 83.6ms (1.2x): the tail slowed
-// (p95 of 11 iterations against 6 in the baseline, 11 of them slower than every baseline one: a
+// (p95 of 11 iterations against 6 in the baseline, 11 of them over 5ms slower than every baseline one: a
 // 0.0081% chance if nothing had changed)".
 func (c probeChange) describe() string {
 	p50 := fmt.Sprintf("p50 %s → %s (%s)", fmtSeconds(c.p50B), fmtSeconds(c.p50S), factor(ratio(c.p50S, c.p50B)))
@@ -155,7 +158,7 @@ func (c probeChange) describe() string {
 		how = fmt.Sprintf("p50 of %d iterations against %d in the baseline", c.nS, c.nB)
 	}
 	if c.tailRose() {
-		how += fmt.Sprintf(", %d of them slower than every baseline one", c.above)
+		how += fmt.Sprintf(", %d of them over %s slower than every baseline one", c.above, fmtSeconds(probeMinRiseSeconds))
 	}
 	return fmt.Sprintf("%s (%s: a %s chance if nothing had changed)", what, how, fmtPercent(c.chance()))
 }

@@ -58,7 +58,7 @@ func TestTailSlowdownIsCPUContention(t *testing.T) {
 	if f.Severity != SeverityCritical {
 		t.Errorf("severity %s, want critical for a 7x tail", f.Severity)
 	}
-	for _, want := range []string{"the tail slowed", "p95 of 20 iterations against 10 in the baseline", "20 of them slower than every baseline one"} {
+	for _, want := range []string{"the tail slowed", "p95 of 20 iterations against 10 in the baseline", "20 of them over 5ms slower than every baseline one"} {
 		if !strings.Contains(f.Summary, want) {
 			t.Errorf("summary %q lacks %q", f.Summary, want)
 		}
