@@ -15,8 +15,26 @@ TEST_PACKAGES := runc runsc containerd chromium fonts-dejavu-core bpftrace linux
 # loopback) for the kubelet's pods, ip to remove the bridge.
 CLUSTER_PACKAGES := etcd-server containernetworking-plugins iproute2
 KUBE_VERSION ?= 1.37.2
+# The VM lane: QEMU, the guest's busybox, the tools that pack its initramfs and disk.
+VM_PACKAGES := qemu-system-x86 busybox-static cpio e2fsprogs
+# The kernels make test-vm boots, one Debian package each (unpacked into /var/cache/nodectl,
+# never installed): a second kernel is one more word here.
+VM_KERNELS ?= linux-image-cloud-amd64
 
-.PHONY: help generate generate-api build image deps deps-cluster test test-cluster fuzz bench demo lint
+# install-missing: apt-get installs those of the packages $(1) that are missing (as root); without
+# root or apt-get it says who needs them ($(2)) and exits with $(3).
+define install-missing
+missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+if [ -z "$$missing" ]; then exit 0; fi; \
+missing=$$(echo $$missing); \
+if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	echo "make: $$missing not installed; $(2) (apt-get install $$missing, as root)" >&2; exit $(3); \
+fi; \
+echo "make: installing $$missing"; \
+apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null
+endef
+
+.PHONY: help generate generate-api build image deps deps-cluster deps-vm test test-cluster test-vm fuzz bench demo lint
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -37,34 +55,28 @@ image: build ## the agent's container image: bin/nodectl-image.tar, tagged nodec
 	$(GO) run ./build/mkimage -binary $(BIN) -tag nodectl:$(VERSION) -version $(VERSION) -out $(IMAGE)
 
 deps: ## install what the tests need (runc, runsc, containerd from Debian) when missing; idempotent
-	@missing=$$(for p in $(TEST_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
-	if [ -z "$$missing" ]; then exit 0; fi; \
-	missing=$$(echo $$missing); \
-	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
-		echo "make deps: $$missing not installed; the runc and runsc tests need them (apt-get install $$missing, as root)" >&2; exit 0; \
-	fi; \
-	echo "make deps: installing $$missing"; \
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null
+	@$(call install-missing,$(TEST_PACKAGES),the runc and runsc tests need them,0)
 
 test: deps ## run every test (installing what they need first); as root the BPF, cgroup and end-to-end tests run for real; then a short fuzz of every fuzz target
 	CGO_ENABLED=0 $(GO) test -count=1 -p 1 -timeout 40m ./...
 	$(MAKE) fuzz
+	$(MAKE) test-vm
 	$(MAKE) test-cluster
 
 deps-cluster: ## install what test-cluster needs (etcd-server, containernetworking-plugins, iproute2 from Debian) when missing; idempotent
-	@missing=$$(for p in $(CLUSTER_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
-	if [ -z "$$missing" ]; then exit 0; fi; \
-	missing=$$(echo $$missing); \
-	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
-		echo "make deps-cluster: $$missing not installed; the cluster tests need them (apt-get install $$missing, as root)" >&2; exit 1; \
-	fi; \
-	echo "make deps-cluster: installing $$missing"; \
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null
+	@$(call install-missing,$(CLUSTER_PACKAGES),the cluster tests need them,1)
 
 test-cluster: deps deps-cluster image ## a real control plane (etcd, kube-apiserver) and kubelet node (private containerd, runc and gVisor pods), as root, with the agent's DaemonSet of deploy/ on it; builds kube-apiserver and the kubelet once into /var/cache/nodectl (202 MB)
 	KUBE_VERSION=$(KUBE_VERSION) ./testcluster/build-kube.sh
 	NODECTL_TEST_CLUSTER=1 NODECTL_BIN=$(abspath $(BIN)) NODECTL_IMAGE=$(abspath $(IMAGE)) NODECTL_IMAGE_TAG=$(VERSION) \
 		CGO_ENABLED=0 $(GO) test -count=1 -p 1 -timeout 30m ./testcluster/... ./agent/kube/
+
+deps-vm: ## install what test-vm needs (qemu-system-x86, busybox-static, cpio, e2fsprogs from Debian) when missing; idempotent
+	@$(call install-missing,$(VM_PACKAGES),the VM lane needs them,1)
+
+test-vm: deps-vm ## boot each kernel of VM_KERNELS under QEMU with pure cgroup v2 and run the tracer, sampler, agent and noisy tests there (as root; console logs in $$NODECTL_TEST_ARTIFACTS)
+	@dirs=""; for k in $(VM_KERNELS); do d=$$(./testvm/fetch-kernel.sh $$k) || exit 1; dirs="$$dirs $$d"; done; \
+	NODECTL_TEST_VM=1 NODECTL_VM_KERNELS="$$dirs" CGO_ENABLED=0 $(GO) test -count=1 -v -timeout 90m ./testvm/
 
 # A count, not a duration: with a duration Go's fuzzing coordinator can fail a target at the
 # deadline having found nothing ("context deadline exceeded", go.dev/issue/75804, fixed in Go

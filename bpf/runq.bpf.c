@@ -176,6 +176,28 @@ static __always_inline bool throttled(struct task_struct *t)
 	return cfs && cfs->throttle_count > 0;
 }
 
+/* Whether t's cgroup, or one of the three above it, began a throttling after since (the run
+ * queue's clock): before 6.18 a task woken while its quota lasted stays queued through a
+ * throttling that begins while it waits, which its wakeup's stamp cannot know (6.1 in make
+ * test-vm: a capped sleeper's waits charged to its neighbour). A pod's quota throttles above
+ * its containers' cgroups. */
+static __always_inline bool throttled_since(struct task_struct *t, __u64 since)
+{
+	if (!bpf_core_field_exists(struct cfs_rq, throttled_clock) ||
+	    !bpf_core_field_exists(struct sched_entity, parent))
+		return false;
+	struct sched_entity *se = &t->se;
+	for (int i = 0; i < 4 && se; i++) {
+		struct cfs_rq *cfs = se->cfs_rq;
+		if (!cfs)
+			return false;
+		if (cfs->throttled_clock > since)
+			return true;
+		se = se->parent;
+	}
+	return false;
+}
+
 /* Whom a wait for t is charged to: the idle task, a kernel thread (kworker, ksoftirqd, jbd2,
  * kswapd: system work, whichever cgroup it sits in), or a user task's cgroup. */
 static __always_inline __u64 preemptor_of(struct task_struct *t)
@@ -385,7 +407,7 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	if (!next->pid)
 		return 0;
 	s = bpf_task_storage_get(&stamps, next, 0, 0);
-	__u64 delta = 0;
+	__u64 delta = 0, woken_at = 0;
 	__u64 preemptor = PREEMPTOR_IDLE;
 	bool preempted = false;
 	if (kernel_stamps()) {
@@ -411,6 +433,7 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 		if (!s->ts)
 			return 0;
 		delta = now > s->ts ? now - s->ts : 0;
+		woken_at = s->ts;
 		s->ts = 0;
 		preemptor = s->preemptor;
 		preempted = s->preempted;
@@ -433,12 +456,13 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	struct pair_key k = { .victim = cg, .preemptor = preemptor };
 	if (!preempted) {
 		/* Woken: charged to the last task that held the CPU before next, unless its
-		 * quota was out at the wakeup (a quota that runs out later, while it waits, is
-		 * missed before 6.18, whose throttling switches the task out instead). From an
-		 * idle CPU it waited for nobody, and costs no lookup. */
+		 * quota was out at the wakeup or ran out while it waited (throttled_since; 6.18's
+		 * throttling switches the task out instead, a preemption). From an idle CPU it
+		 * waited for nobody, and costs no lookup. */
 		k.kind = WAIT_WOKEN;
 		if (k.preemptor != PREEMPTOR_THROTTLED)
-			k.preemptor = preemptor_of(prev);
+			k.preemptor = woken_at && throttled_since(next, woken_at) ? PREEMPTOR_THROTTLED :
+										    preemptor_of(prev);
 		if (k.preemptor == PREEMPTOR_IDLE)
 			return 0;
 	}

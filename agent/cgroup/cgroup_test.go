@@ -240,9 +240,9 @@ func TestLifecycle(t *testing.T) {
 		}
 		ids[c] = id
 	}
-	if l.V1 && ids["cpu"] == ids["blkio"] {
-		t.Fatalf("cpu and blkio ids are both %d; v1 hierarchies number cgroups separately", ids["cpu"])
-	}
+	// Each id is checked against its own hierarchy's inode: v1 hierarchies number their cgroups
+	// separately, but on a fresh machine two of them may hold the same count, so equal ids of
+	// cpu and blkio prove nothing either way.
 	if _, ok := r.Path("cpu", 1<<62); ok {
 		t.Fatal("resolved an id that does not exist")
 	}

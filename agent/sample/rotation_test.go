@@ -107,7 +107,7 @@ func TestCgroupRotation(t *testing.T) {
 			// left: it did not move.
 			want := wantFast[p]
 			if i > 0 && len(slow[p]) == 0 {
-				want = cpuUsageOnly(want)
+				want = cpuUsageOnly(l, want)
 			}
 			if !slices.Equal(fast[p], want) {
 				t.Fatalf("tick %d, cgroup %d: fast tier %v, want %v", tick, i, fast[p], want)
@@ -146,9 +146,18 @@ func TestCgroupRotation(t *testing.T) {
 	}
 }
 
-// cpuUsageOnly keeps the CPU usage among a cgroup's fast-tier keys.
-func cpuUsageOnly(keys []string) []string {
-	return slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return k != rundir.MetricCPUUsage })
+// cpuUsageOnly keeps, of a cgroup's fast-tier keys, those of the file its CPU usage is read from:
+// on v1 cpuacct.usage, the usage alone; on v2 cpu.stat, the usage with the throttling counters
+// (one read gives them all).
+func cpuUsageOnly(l *cgroup.Layout, keys []string) []string {
+	usageFile := []string{rundir.MetricCPUUsage}
+	if !l.V1 {
+		usageFile = nil
+		for _, k := range v2CPUStat {
+			usageFile = append(usageFile, k.metric)
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return !slices.Contains(usageFile, k) })
 }
 
 // Past the budget, off its turn, a cgroup whose CPU usage moved since its previous read has
@@ -168,7 +177,7 @@ func TestCgroupIdleReadsItsUsageOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantFast, _ := tiers(full)
-	if len(cpuUsageOnly(wantFast[paths[0]])) != 1 || len(wantFast[paths[0]]) < 2 {
+	if usage := cpuUsageOnly(l, wantFast[paths[0]]); len(usage) == 0 || len(usage) >= len(wantFast[paths[0]]) {
 		t.Fatalf("fast tier %v: want the CPU usage and more", wantFast[paths[0]])
 	}
 	for tick := 1; tick <= 8; tick++ {
@@ -184,7 +193,7 @@ func TestCgroupIdleReadsItsUsageOnly(t *testing.T) {
 			t.Errorf("tick %d: the busy cgroup's fast tier %v, want its throttling too", tick, fast[busy])
 		}
 		for i, p := range paths[:len(paths)-1] {
-			want := cpuUsageOnly(wantFast[p])
+			want := cpuUsageOnly(l, wantFast[p])
 			if len(slow[p]) > 0 {
 				want = wantFast[p]
 			}

@@ -87,6 +87,8 @@ var rules = map[string][]string{
 	// The cluster tests' harness (a real control plane and kubelet) stands apart: it runs
 	// Kubernetes, not nodectl, so the code under test cannot lean on it.
 	"testcluster": {},
+	// The VM lane builds the test binaries and boots them; it imports nothing of nodectl's.
+	"testvm": {},
 	// Build tools (make image) wrap the binary; they import nothing of nodectl's.
 	"build/": {},
 	// deploy/ holds manifests; its test renders them with kustomize.
