@@ -353,7 +353,7 @@ const daemonsEvery = time.Minute
 
 // findDaemons looks for the system daemons and records them in the agent's meta.
 func (a *Agent) findDaemons() {
-	found, _, err := daemons.Find(a.cfg.Host.Procfs, a.layout.V1, a.cfg.Daemons)
+	found, _, err := daemons.Find(a.cfg.Host.Procfs, a.layout, a.cfg.Daemons)
 	if err != nil {
 		a.log.Warn("looking for system daemons", "err", err)
 		return

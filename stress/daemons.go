@@ -19,7 +19,7 @@ func (r *noisyRun) daemonWorkloads() ([]rundir.Workload, error) {
 	if len(r.cfg.Daemons) == 0 {
 		return nil, nil
 	}
-	found, inRoot, err := daemons.Find(r.cfg.Paths.Procfs, r.layout.V1, r.cfg.Daemons)
+	found, inRoot, err := daemons.Find(r.cfg.Paths.Procfs, r.layout, r.cfg.Daemons)
 	if err != nil {
 		return nil, err // it names the setting
 	}

@@ -437,7 +437,8 @@ func (r *Result) Failures() string {
 	return strings.Join(keep, "\n")
 }
 
-// Skipped are the tests the binary skipped, with the reason each gave.
+// Skipped are the tests the binary skipped, each with the reason it logged (the line above its
+// "--- SKIP").
 func (r *Result) Skipped() []string {
 	var out []string
 	for i, l := range r.Output {
@@ -446,10 +447,10 @@ func (r *Result) Skipped() []string {
 			continue
 		}
 		why := ""
-		if i+1 < len(r.Output) {
-			why = strings.TrimSpace(r.Output[i+1])
+		if i > 0 && strings.HasPrefix(r.Output[i-1], " ") {
+			why = ": " + strings.TrimSpace(r.Output[i-1])
 		}
-		out = append(out, strings.TrimPrefix(t, "--- SKIP: ")+" "+why)
+		out = append(out, strings.TrimPrefix(t, "--- SKIP: ")+why)
 	}
 	sort.Strings(out)
 	return out

@@ -21,16 +21,13 @@ var guestTests = []GuestTest{
 	{Pkg: "./agent/trace/internal/features", Timeout: 2 * time.Minute},
 	{Pkg: "./agent/trace/internal/loader", Timeout: 5 * time.Minute},
 	{Pkg: "./agent/trace/tracefs", Timeout: 2 * time.Minute},
-	// TestPairsAddUpToLatency wants a cgroup's pairs to add up exactly to its histogram between
-	// two reads while busy loops fill every CPU; a read takes the histograms before the pairs,
-	// and under emulation, the reader sharing the vCPUs with the loops, waits land between the
-	// two (1 run in 4: 233 waits in the pairs, 239 in the histogram). It runs on the host.
-	{Pkg: "./agent/trace/runq", Skip: "^TestPairsAddUpToLatency$", Timeout: 10 * time.Minute},
+	{Pkg: "./agent/trace/runq", Timeout: 10 * time.Minute},
 	{Pkg: "./agent/trace/fsync", Timeout: 5 * time.Minute},
 	{Pkg: "./agent/trace/blkio", Timeout: 5 * time.Minute},
 	{Pkg: "./agent/trace/reclaim", Timeout: 5 * time.Minute},
 	{Pkg: "./agent/trace", Timeout: 10 * time.Minute},
 	{Pkg: "./agent/cgroup", Timeout: 5 * time.Minute},
+	{Pkg: "./agent/daemons", Timeout: 2 * time.Minute},
 	{Pkg: "./agent/sample", Timeout: 10 * time.Minute},
 	{Pkg: "./agent/swapfile", Timeout: 5 * time.Minute},
 	{Pkg: "./agent/session", Timeout: 5 * time.Minute},

@@ -207,10 +207,10 @@ func Parse(list string) ([]string, error) {
 }
 
 // Find lists the processes under procfsDir that run one of names (as Procs matches them), one
-// Daemon per cgroup, ordered as names then by lowest pid. v1 says the cpu controller is on a
-// v1 hierarchy (cgroup.Layout.V1). Processes in the root cgroup are left out and their daemons
+// Daemon per cgroup, ordered as names then by lowest pid, each cgroup a path of l's cpu
+// hierarchy (also from inside a private cgroup namespace: cgroup.Layout.ProcPath). Processes in the root cgroup are left out and their daemons
 // named in inRoot: there every other task of the root would be charged to them.
-func Find(procfsDir string, v1 bool, names []string) (found []Daemon, inRoot []string, err error) {
+func Find(procfsDir string, l *cgroup.Layout, names []string) (found []Daemon, inRoot []string, err error) {
 	procs, err := Procs(procfsDir, names...)
 	if err != nil {
 		return nil, nil, err
@@ -221,7 +221,7 @@ func Find(procfsDir string, v1 bool, names []string) (found []Daemon, inRoot []s
 	}
 	groups := map[string]*group{} // by cgroup
 	for _, p := range procs {
-		cg, err := cgroup.ProcPath(p.Proc, cgroup.CPU, v1)
+		cg, err := l.ProcPath(p.Proc, cgroup.CPU)
 		if gone(err) {
 			continue
 		}

@@ -3,6 +3,7 @@ package daemons
 import (
 	"cmp"
 	"fmt"
+	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/internal/badvalue"
 	"os"
 	"os/exec"
@@ -191,7 +192,7 @@ func TestFind(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, inRoot, err := Find(procfs, tc.v1, tc.names)
+			got, inRoot, err := Find(procfs, &cgroup.Layout{V1: tc.v1}, tc.names)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -211,7 +212,7 @@ func TestFindSkipsAProcessThatExited(t *testing.T) {
 	if err := os.Remove(filepath.Join(procfs, "42", "cgroup")); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := Find(procfs, true, []string{"kubelet"})
+	got, _, err := Find(procfs, &cgroup.Layout{V1: true}, []string{"kubelet"})
 	if err != nil || len(got) != 0 {
 		t.Errorf("Find = %v, %v; want nothing and no error", got, err)
 	}
