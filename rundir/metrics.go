@@ -126,6 +126,12 @@ const (
 	MetricMemorySwapPages   = "memory_swap_pages_total"   // labels op (in|out): v2 memory.stat pswpin/pswpout (kernel 6.12+); v1 has none
 	MetricMemoryOOMKills    = "memory_oom_kills_total"    // v1 memory.oom_control oom_kill, v2 memory.events oom_kill
 	MetricMemoryLimitEvents = "memory_limit_events_total" // labels kind (max|high): v1 memory.failcnt is max; v2 memory.events max, high
+	MetricMemorySwapLimit   = "memory_swap_limit_bytes"   // gauge: v2 memory.swap.max, none while "max" (LimitedSwap gives each Burstable pod its share)
+
+	// A cgroup's I/O by device from v2 io.stat (v1 blkio keeps other counters), charged as the
+	// block layer charges it: to the cgroup that dirtied the pages, writeback included.
+	MetricCgroupIOBytes = "cgroup_io_bytes_total" // labels device, op (read|write|discard)
+	MetricCgroupIOs     = "cgroup_io_ios_total"   // labels device, op
 
 	// Node memory from /proc/meminfo, by the system sampler.
 	MetricMeminfo = "meminfo_bytes" // gauge, labels name (MemTotal, MemAvailable, SwapTotal, SwapFree)

@@ -141,6 +141,58 @@ func readValue(metric string, scale float64, labels map[string]string) func([]ru
 	}
 }
 
+// readLimit returns a parser of a v2 limit file: a number of bytes, or "max" for none, which
+// yields no record.
+func readLimit(metric string) func([]rundir.Record, time.Time, string, []byte) ([]rundir.Record, error) {
+	value := readValue(metric, 1, nil)
+	return func(out []rundir.Record, now time.Time, cg string, b []byte) ([]rundir.Record, error) {
+		if string(bytes.TrimSpace(b)) == rundir.LimitMax { // the word v2 writes for none, as the label's
+			return out, nil
+		}
+		return value(out, now, cg, b)
+	}
+}
+
+// ioStatKeys are v2 io.stat's keys: the metric and op of each.
+var ioStatKeys = map[string]struct{ metric, op string }{
+	"rbytes": {rundir.MetricCgroupIOBytes, rundir.OpRead},
+	"wbytes": {rundir.MetricCgroupIOBytes, rundir.OpWrite},
+	"dbytes": {rundir.MetricCgroupIOBytes, rundir.OpDiscard},
+	"rios":   {rundir.MetricCgroupIOs, rundir.OpRead},
+	"wios":   {rundir.MetricCgroupIOs, rundir.OpWrite},
+	"dios":   {rundir.MetricCgroupIOs, rundir.OpDiscard},
+}
+
+// readIOStat parses v2 io.stat: a line per disk the cgroup did I/O on, "MAJ:MIN key=value ...";
+// keys it does not know (the io.cost and latency controllers' own) are left.
+func readIOStat(out []rundir.Record, now time.Time, cg string, b []byte) ([]rundir.Record, error) {
+	for len(b) > 0 {
+		var line []byte
+		line, b, _ = bytes.Cut(b, []byte{'\n'})
+		fields := bytes.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		dev := string(fields[0])
+		if !bytes.ContainsRune(fields[0], ':') {
+			return out, fmt.Errorf("io.stat line %q: no MAJ:MIN first", line)
+		}
+		for _, f := range fields[1:] {
+			key, val, ok := bytes.Cut(f, []byte{'='})
+			k, known := ioStatKeys[string(key)]
+			if !ok || !known {
+				continue
+			}
+			v, err := strconv.ParseUint(string(val), 10, 64)
+			if err != nil {
+				return out, fmt.Errorf("io.stat %s %s: %w", dev, key, err)
+			}
+			out = append(out, sample(now, cg, k.metric, float64(v), map[string]string{rundir.LabelDevice: dev, rundir.LabelOp: k.op}))
+		}
+	}
+	return out, nil
+}
+
 // readPressure returns a parser of resource's PSI file: the total= of each line, in seconds.
 func readPressure(res string) func([]rundir.Record, time.Time, string, []byte) ([]rundir.Record, error) {
 	return func(out []rundir.Record, now time.Time, cg string, b []byte) ([]rundir.Record, error) {

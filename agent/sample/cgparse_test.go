@@ -72,3 +72,44 @@ func TestReadMemoryFiles(t *testing.T) {
 		t.Error("a bad value parsed")
 	}
 }
+
+// The parsers of v2 io.stat and memory.swap.max, on files as 6.1 writes them.
+func TestReadIOStatAndSwapLimit(t *testing.T) {
+	const cg = "/a"
+	recs, err := readIOStat(nil, time.Now(), cg, []byte("254:0 rbytes=4096 wbytes=8388608 rios=1 wios=20 dbytes=0 dios=0\n"+
+		"8:16 rbytes=512 wbytes=0 rios=1 wios=0 dbytes=0 dios=0 cost.vrate=100.00\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 12 {
+		t.Fatalf("%d records, want 6 for each of 2 disks: %+v", len(recs), recs)
+	}
+	for _, w := range []struct {
+		metric, dev, op string
+		v               float64
+	}{
+		{rundir.MetricCgroupIOBytes, "254:0", rundir.OpWrite, 8 << 20},
+		{rundir.MetricCgroupIOBytes, "254:0", rundir.OpRead, 4096},
+		{rundir.MetricCgroupIOs, "254:0", rundir.OpWrite, 20},
+		{rundir.MetricCgroupIOBytes, "8:16", rundir.OpRead, 512},
+		{rundir.MetricCgroupIOs, "8:16", rundir.OpDiscard, 0},
+	} {
+		if got := value(t, recs, cg, w.metric, rundir.LabelDevice, w.dev, rundir.LabelOp, w.op); got != w.v {
+			t.Errorf("%s %s %s = %v, want %v", w.metric, w.dev, w.op, got, w.v)
+		}
+	}
+	if _, err := readIOStat(nil, time.Now(), cg, []byte("rbytes=1\n")); err == nil {
+		t.Error("a line without a device parsed")
+	}
+	limit := readLimit(rundir.MetricMemorySwapLimit)
+	if recs, err := limit(nil, time.Now(), cg, []byte("max\n")); err != nil || len(recs) != 0 {
+		t.Errorf("memory.swap.max of max: %+v, %v; want no record", recs, err)
+	}
+	recs, err = limit(nil, time.Now(), cg, []byte("33554432\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := value(t, recs, cg, rundir.MetricMemorySwapLimit); got != 32<<20 {
+		t.Errorf("swap limit %v, want %v", got, 32<<20)
+	}
+}

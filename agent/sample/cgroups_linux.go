@@ -186,8 +186,10 @@ func v2Files(l *cgroup.Layout) []cgFile {
 		{cgroup.Unified, "cpu.stat", readFlat(v2CPUStat), false},
 		{cgroup.Unified, "memory.current", readValue(rundir.MetricMemoryUsage, 1, nil), false},
 		{cgroup.Unified, "memory.swap.current", readValue(rundir.MetricMemorySwap, 1, nil), true},
+		{cgroup.Unified, "memory.swap.max", readLimit(rundir.MetricMemorySwapLimit), true},
 		{cgroup.Unified, "memory.stat", readFlat(v2MemoryStat), true},
 		{cgroup.Unified, "memory.events", readFlat(v2MemoryEvents), true},
+		{cgroup.Unified, "io.stat", readIOStat, true},
 	}
 }
 
