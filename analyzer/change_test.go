@@ -55,7 +55,7 @@ func TestCompareProbe(t *testing.T) {
 			[]float64{0.251, 0.042, 0.044, 0.062, 0.126, 0.279, 0.043, 0.068, 0.068, 0.292, 0.060}, false, false, ""},
 		// Every iteration slower, but by less than probeMinRiseSeconds.
 		{"tiny", []float64{0.010, 0.010, 0.011, 0.010}, []float64{0.014, 0.014, 0.013, 0.014}, false, false, ""},
-		// Two against three: even all slower is a 10% chance.
+		// Two against three: even all slower is a 60% chance.
 		{"too_few", []float64{0.1, 0.1}, []float64{0.5, 0.6, 0.7}, false, false, ""},
 		// All equal: no rise and no error.
 		{"equal", []float64{0.1, 0.1}, []float64{0.1, 0.1}, false, false, ""},
@@ -100,7 +100,10 @@ func TestMinChance(t *testing.T) {
 	if p := minChance(2, 3); p <= probeAlpha {
 		t.Errorf("2 against 3: %v, want above %v", p, probeAlpha)
 	}
-	if p := minChance(4, 4); p > probeAlpha {
-		t.Errorf("4 against 4: %v, want at most %v", p, probeAlpha)
+	if p := minChance(4, 4); p <= probeAlpha {
+		t.Errorf("4 against 4: %v, want above %v", p, probeAlpha)
+	}
+	if p := minChance(5, 5); p > probeAlpha {
+		t.Errorf("5 against 5: %v, want at most %v", p, probeAlpha)
 	}
 }

@@ -112,9 +112,10 @@ func (g GuestTest) Name() string {
 }
 
 // Build compiles each test binary (static, CGO off) into dir/bin and lays out the guest's root
-// tree in dir: busybox and its applets, the sources (tests read their package's files), the
-// guest scripts and the test list.
-func Build(ctx context.Context, repo, dir string, tests []GuestTest, busybox string, log io.Writer) error {
+// tree in dir: busybox and its applets, the host's tools (the container runtimes) with the
+// libraries they load, the sources (tests read their package's files), the guest scripts and the
+// test list.
+func Build(ctx context.Context, repo, dir string, tests []GuestTest, busybox string, tools []string, log io.Writer) error {
 	bin := filepath.Join(dir, "guest", "bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return err
@@ -141,6 +142,11 @@ func Build(ctx context.Context, repo, dir string, tests []GuestTest, busybox str
 	}
 	if err := installBusybox(busybox, dir); err != nil {
 		return err
+	}
+	for _, tool := range tools {
+		if err := installWithLibraries(ctx, tool, dir); err != nil {
+			return err
+		}
 	}
 	files := map[string]string{
 		"etc/passwd":   "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
@@ -228,6 +234,34 @@ func installBusybox(busybox, root string) error {
 			return err
 		}
 		if err := os.Symlink("/bin/busybox", link); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// installWithLibraries copies the host's binary at path into root at the same place, with the
+// shared libraries and loader ldd names for it (none for a static one).
+func installWithLibraries(ctx context.Context, path, root string) error {
+	files := []string{path}
+	out, err := exec.CommandContext(ctx, "ldd", path).Output()
+	if err == nil { // ldd fails on a static binary: nothing more to copy
+		for _, f := range strings.Fields(string(out)) {
+			if strings.HasPrefix(f, "/") {
+				files = append(files, f)
+			}
+		}
+	}
+	for _, f := range files {
+		real, err := filepath.EvalSymlinks(f)
+		if err != nil {
+			return err
+		}
+		info, err := os.Stat(real)
+		if err != nil {
+			return err
+		}
+		if err := copyFile(real, filepath.Join(root, f), info.Mode().Perm()); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -30,6 +31,7 @@ var guestTests = []GuestTest{
 	{Pkg: "./agent/daemons", Timeout: 2 * time.Minute},
 	{Pkg: "./agent/sample", Timeout: 10 * time.Minute},
 	{Pkg: "./agent/swapfile", Timeout: 5 * time.Minute},
+	{Pkg: "./stress/launch", Timeout: 10 * time.Minute},
 	{Pkg: "./agent/session", Timeout: 5 * time.Minute},
 	{Pkg: "./agentd", Timeout: 10 * time.Minute},
 	{
@@ -83,7 +85,17 @@ func TestKernels(t *testing.T) {
 	work := t.TempDir()
 	root := filepath.Join(work, "root")
 	start := time.Now()
-	if err := Build(ctx, repo, root, tests, busybox, testWriter{t}); err != nil {
+	// The container runtimes, for stress/launch's runc and gVisor containers on v2 (make deps
+	// installs Debian's).
+	var tools []string
+	for _, rt := range []string{"runc", "runsc"} {
+		p, err := exec.LookPath(rt)
+		if err != nil {
+			t.Fatalf("%s: the guest's container tests need it (make deps installs it)", err)
+		}
+		tools = append(tools, p)
+	}
+	if err := Build(ctx, repo, root, tests, busybox, tools, testWriter{t}); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("built %d test binaries and the guest's tree in %v", len(tests), time.Since(start).Round(time.Second))
