@@ -165,7 +165,10 @@ func cpuUsageOnly(l *cgroup.Layout, keys []string) []string {
 func TestCgroupIdleReadsItsUsageOnly(t *testing.T) {
 	l, paths := makeCgroups(t, 6)
 	busy := spinIn(t, l, path.Dir(paths[0])+"/busy")
-	if err := l.Create(busy, cgroup.Limits{CPUMilli: 500}); err != nil { // throttled: cpu.stat moves
+	// Throttled, so its cpu.stat moves; 900m, so that it runs in every 50 ms between two
+	// Samples (at 500m it sat throttled through a whole one in a CI run: usage still, its usage
+	// alone read).
+	if err := l.Create(busy, cgroup.Limits{CPUMilli: 900}); err != nil {
 		t.Fatal(err)
 	}
 	paths = append(paths, busy)
