@@ -218,7 +218,7 @@ func TestFindSkipsAProcessThatExited(t *testing.T) {
 	}
 }
 
-// start runs a copy of sleep called name and returns it.
+// start runs a copy of sleep called name (its executable's name and comm) and returns it.
 func start(t *testing.T, name string) *exec.Cmd {
 	t.Helper()
 	sleep, err := exec.LookPath("sleep")
@@ -233,7 +233,8 @@ func start(t *testing.T, name string) *exec.Cmd {
 	if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "30")
+	// argv[0] stays "sleep": a busybox copied under another name would not know itself as sleep.
+	cmd := &exec.Cmd{Path: bin, Args: []string{"sleep", "30"}}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
