@@ -455,14 +455,16 @@ func Run(ctx context.Context, k Kernel, m Machine, initramfs, disk string, conso
 	return b, nil
 }
 
-// Failures are the lines of a test binary's output that say what failed: each failed test's
-// name and the log lines indented under it, or the tail when the binary died without saying.
+// Failures are the lines of a test binary's output that say what failed: up to 30 lines before
+// each failure line, each line once, or the tail when the binary died without saying.
 func (r *Result) Failures() string {
 	var keep []string
+	next := 0 // the first line not kept yet
 	for i, l := range r.Output {
 		if strings.Contains(l, "--- FAIL") || strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "FAIL") {
-			from := max(0, i-30)
+			from := max(next, i-30)
 			keep = append(keep, r.Output[from:i+1]...)
+			next = i + 1
 		}
 	}
 	if len(keep) == 0 {
