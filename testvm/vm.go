@@ -473,6 +473,32 @@ func (r *Result) Failures() string {
 	return strings.Join(keep, "\n")
 }
 
+// FailedTests names each test that failed with the last line its test file logged before it
+// failed (a Fatal's message, mostly): a summary short enough to survive a CI log's tail.
+func (r *Result) FailedTests() []string {
+	var out []string
+	for i, l := range r.Output {
+		name, ok := strings.CutPrefix(strings.TrimSpace(l), "--- FAIL: ")
+		if !ok {
+			continue
+		}
+		name, _, _ = strings.Cut(name, " ")
+		last := ""
+		for j := i - 1; j >= 0; j-- {
+			lj := strings.TrimSpace(r.Output[j])
+			if lj == "=== RUN   "+name {
+				break
+			}
+			if strings.Contains(lj, "_test.go:") {
+				last = lj
+				break
+			}
+		}
+		out = append(out, name+": "+last)
+	}
+	return out
+}
+
 // Skipped are the tests the binary skipped, each with the reason it logged (the line above its
 // "--- SKIP").
 func (r *Result) Skipped() []string {

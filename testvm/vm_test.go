@@ -175,6 +175,18 @@ func bootKernel(ctx context.Context, t *testing.T, k Kernel, tests []GuestTest, 
 		}
 		t.Logf("feature probes on %s:\n  %s", k.Release, strings.Join(probes, "\n  "))
 	}
+	// Last, so that it is in the tail of a long log: what failed, in a line each.
+	var failed []string
+	for _, g := range tests {
+		if r := ran[g.Name()]; r != nil {
+			for _, f := range r.FailedTests() {
+				failed = append(failed, g.Name()+" "+f)
+			}
+		}
+	}
+	if len(failed) > 0 {
+		t.Logf("failed in the guest:\n  %s", strings.Join(failed, "\n  "))
+	}
 }
 
 // requireStatic fails for a binary that needs a dynamic loader: the guest has no libraries.

@@ -81,7 +81,8 @@ func (r report) ids() []string {
 func noisyRun(t *testing.T, args ...string) (report, *rundir.Run) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "run")
-	full := append([]string{"stress", "noisy", "--trace", "--baseline", "8s", "--duration", "8s", "--out", dir}, args...)
+	phase := noisyPhase(t)
+	full := append([]string{"stress", "noisy", "--trace", "--baseline", phase, "--duration", phase, "--out", dir}, args...)
 	if _, err := nodectl(t, full...); err != nil {
 		t.Fatalf("stress noisy: %v", err)
 	}
@@ -101,6 +102,21 @@ func noisyRun(t *testing.T, args ...string) (report, *rundir.Run) {
 	return rep, run
 }
 
+// noisyPhase is how long each phase of a noisy run lasts: 8s, or NODECTL_TEST_NOISY_PHASE where
+// the probe's iteration is slow (make test-vm's emulated CPUs write its 64 MiB in about a second
+// alone and in five next to CPU hogs, so 8s of stress held one reading or none).
+func noisyPhase(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("NODECTL_TEST_NOISY_PHASE")
+	if p == "" {
+		return "8s"
+	}
+	if _, err := time.ParseDuration(p); err != nil {
+		t.Fatalf("NODECTL_TEST_NOISY_PHASE: %v", err)
+	}
+	return p
+}
+
 // probeValues are the victim probe's values of metric inside a phase.
 func probeValues(t *testing.T, run *rundir.Run, metric, phase string) []float64 {
 	t.Helper()
@@ -118,6 +134,23 @@ func logProbe(t *testing.T, run *rundir.Run) {
 	for _, phase := range []string{rundir.PhaseBaseline, rundir.PhaseStress} {
 		for _, m := range []string{rundir.MetricProbeCPUWork, rundir.MetricProbeWrite, rundir.MetricProbeFsync} {
 			t.Logf("%s %s: %.4f", phase, m, probeValues(t, run, m, phase))
+		}
+	}
+}
+
+// logRunqWaits logs the victim's run-queue wait in each phase and whom it waited behind, so
+// that a run without cpu-contention shows what the rule saw.
+func logRunqWaits(t *testing.T, run *rundir.Run) {
+	t.Helper()
+	victim := workloadCgroup(run, "victim")
+	for _, phase := range []string{rundir.PhaseBaseline, rundir.PhaseStress} {
+		w, _ := run.Phase(phase)
+		h := run.Series(rundir.MetricRunqLatency).Cgroup(victim).HistDelta(w)
+		t.Logf("%s: victim's run-queue wait %.3fs in %d waits", phase, float64(h.SumNs)/1e9, h.Count)
+		for _, m := range []string{rundir.MetricRunqPreemptWait, rundir.MetricRunqWakeupWait} {
+			for p, ss := range run.Series(m).Cgroup(victim).ByLabel(rundir.LabelPreemptor) {
+				t.Logf("%s: %s behind %s: %.3fs", phase, m, p, ss.Delta(w))
+			}
 		}
 	}
 }
@@ -196,6 +229,8 @@ func TestNoisyCPUHogsCauseCPUContention(t *testing.T) {
 	}
 	i, ok := finding(rep, "cpu-contention")
 	if !ok {
+		logProbe(t, run)
+		logRunqWaits(t, run)
 		t.Fatalf("no cpu-contention finding; got %v", rep.ids())
 	}
 	t.Run("fail_on_and_junit", func(t *testing.T) { checkGate(t, run.Dir) })
@@ -652,7 +687,8 @@ func TestHeartbeatNextToChurnIsStarved(t *testing.T) {
 	b, _ := run.Phase(rundir.PhaseBaseline)
 	s, _ := run.Phase(rundir.PhaseStress)
 	base, stress := slices.Max(late.Values(b)), slices.Max(late.Values(s))
-	t.Logf("heartbeat worst lateness: baseline %.4fs stress %.4fs (x%.1f); findings %v", base, stress, stress/base, rep.ids())
+	t.Logf("heartbeat worst lateness: baseline %.4fs stress %.4fs (x%.1f); p95 %.4fs -> %.4fs; findings %v", base, stress, stress/base,
+		quantile(late.Values(b), 0.95), quantile(late.Values(s), 0.95), rep.ids())
 	i, ok := finding(rep, "system-daemon-starvation")
 	if !ok {
 		t.Fatalf("no system-daemon-starvation finding; got %v", rep.ids())

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // A victim whose memory limit is below what it uses (its 64 MiB write's page cache) stalls in
@@ -68,6 +70,7 @@ func TestNeighbourFillingTheNodeMakesTheVictimReclaim(t *testing.T) {
 	i, ok := finding(rep, "memory-reclaim")
 	if !ok || rep.Findings[i].Victim != "victim" {
 		logProbe(t, run)
+		logReclaimStalls(t, run)
 		t.Fatalf("no memory-reclaim for the victim; findings %v", rep.ids())
 	}
 	f := rep.Findings[i]
@@ -83,5 +86,20 @@ func TestNeighbourFillingTheNodeMakesTheVictimReclaim(t *testing.T) {
 	}
 	if _, disk := finding(rep, "disk-contention"); disk {
 		t.Errorf("disk-contention next to a memory hog: %v", rep.ids())
+	}
+}
+
+// logReclaimStalls logs each workload's reclaim stalls by kind in each phase, so that a run
+// without memory-reclaim shows what the rule saw.
+func logReclaimStalls(t *testing.T, run *rundir.Run) {
+	t.Helper()
+	for _, phase := range []string{rundir.PhaseBaseline, rundir.PhaseStress} {
+		w, _ := run.Phase(phase)
+		for cg, ss := range run.Series(rundir.MetricReclaimStall).ByCgroup() {
+			for kind, k := range ss.ByLabel(rundir.LabelKind) {
+				h := k.HistDelta(w)
+				t.Logf("%s: %s %s reclaim stalls %.3fs in %d", phase, cg, kind, float64(h.SumNs)/1e9, h.Count)
+			}
+		}
 	}
 }

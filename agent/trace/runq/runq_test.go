@@ -679,15 +679,23 @@ func TestWaitsMatchTheKernelsRunDelay(t *testing.T) {
 	})
 }
 
-// withFreeSlot makes a cgroup whose slot on cpu is free, of the tracer's slots: its waits
-// there will be in its slot.
-func withFreeSlot(t *testing.T, tr *Tracer, cpu int, slots uint32) *cgtest.Group {
+// withFreeSlot makes a cgroup whose slot on cpu is free, of the tracer's slots, and is not
+// the slot of any of the cgroups others: its waits there land in its slot. A freshly loaded
+// tracer's slots are all free, so it first lets the cgroups already running on cpu (the test's
+// own, the kernel's threads') take theirs: one of them waking later into the new cgroup's free
+// slot took it in 1 of 4 boots of the VM lane.
+func withFreeSlot(t *testing.T, tr *Tracer, cpu int, slots uint32, others ...uint64) *cgtest.Group {
 	t.Helper()
+	time.Sleep(300 * time.Millisecond)
 	for i := range 10 {
 		name := fmt.Sprint("a", i)
 		g := cgtest.Make(t, "cpu", name)[name]
+		idx := slotOf(g.ID, slots-1)
+		if slices.ContainsFunc(others, func(o uint64) bool { return slotOf(o, slots-1) == idx }) {
+			continue
+		}
 		var per []runqSlot
-		if err := tr.objs.Slots.Lookup(slotOf(g.ID, slots-1), &per); err != nil {
+		if err := tr.objs.Slots.Lookup(idx, &per); err != nil {
 			t.Fatalf("reading a slot: %v", err)
 		}
 		if per[cpu].Cgroup == 0 {
@@ -872,9 +880,10 @@ func TestSlotsFreedAtRmdir(t *testing.T) {
 	const slots = 4096
 	tr := newTracer(t, Config{slots: slots, pairSlots: slots})
 	cpu := cgtest.LastCPU(t)
-	ga := withFreeSlot(t, tr, cpu, slots)
+	gb := cgtest.Make(t, "cpu", "b")["b"]
+	gb.Busy(t, cpu)
+	ga := withFreeSlot(t, tr, cpu, slots, gb.ID)
 	la := ga.Busy(t, cpu)
-	cgtest.Make(t, "cpu", "b")["b"].Busy(t, cpu)
 	a := ga.ID
 	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return st.Latency[a].Count > 0 })
 	if cpus := slotOwners(t, tr)[a]; !slices.Contains(cpus, cpu) {
@@ -919,13 +928,18 @@ func matchRunDelay(t *testing.T, tr *Tracer, g *cgtest.Group) {
 func TestForgottenSlotOwnerNotRead(t *testing.T) {
 	tr := newTracer(t, Config{})
 	cpu := cgtest.LastCPU(t)
-	ga := withFreeSlot(t, tr, cpu, defaultSlots)
+	gb := cgtest.Make(t, "cpu", "b")["b"]
+	gb.Busy(t, cpu)
+	ga := withFreeSlot(t, tr, cpu, defaultSlots, gb.ID)
 	ga.Busy(t, cpu)
-	cgtest.Make(t, "cpu", "b")["b"].Busy(t, cpu)
 	a := ga.ID
 	waitFor(t, tr, 15*time.Second, func(st Stats) bool { return st.Latency[a].Count > 0 })
 	if _, ok := slotOwners(t, tr)[a]; !ok {
-		t.Fatal("a holds no slot")
+		var per []runqSlot
+		if err := tr.objs.Slots.Lookup(slotOf(a, defaultSlots-1), &per); err != nil || len(per) <= cpu {
+			t.Fatalf("a holds no slot; reading its slot: %v", err)
+		}
+		t.Fatalf("a holds no slot; its slot on CPU %d is held by cgroup %d", cpu, per[cpu].Cgroup)
 	}
 	if _, err := tr.Forget(func(id uint64) bool { return id != a }); err != nil {
 		t.Fatalf("Forget: %v", err)
