@@ -83,7 +83,7 @@ test-vm: deps-vm ## boot each kernel of VM_KERNELS under QEMU with pure cgroup v
 # 1.27), as it did on a loaded CI machine here.
 FUZZTIME ?= 1000x
 fuzz: ## run each fuzz target for FUZZTIME (the flight recorder's reader, the API's request parsing)
-	@for pkg in ./agent/flightrec ./agent/apiserver; do \
+	@for pkg in ./agent/flightrec ./agent/rpc; do \
 		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 			echo "fuzz $$pkg $$f"; \
 			out=$$(mktemp); \
@@ -99,6 +99,11 @@ bench: build ## tracer and whole-agent overhead (detached vs attached, ns per ev
 demo: build ## a noisy run with CPU and disk neighbours, traced, and its explanation
 	./$(BIN) stress noisy --hog cpu,count=2 --hog disk --trace --baseline 15s --duration 20s
 
-lint: ## gofmt and go vet
-	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+# goimports, pinned: imports in three groups (standard library, others, nodectl's own).
+GOIMPORTS := golang.org/x/tools/cmd/goimports@v0.52.0
+
+lint: ## gofmt, goimports' grouping (-local: nodectl's own imports last) and go vet; generated files excepted
+	@files=$$(git ls-files --cached --others --exclude-standard '*.go' | xargs grep -L '^// Code generated .* DO NOT EDIT\.$$'); \
+	bad=$$(gofmt -l $$files; $(GO) run $(GOIMPORTS) -local github.com/nodectl/nodectl -l $$files); \
+	test -z "$$bad" || { echo "not formatted (gofmt, or goimports -local github.com/nodectl/nodectl -w):"; echo "$$bad"; exit 1; }
 	$(GO) vet ./...

@@ -24,6 +24,7 @@ import (
 	"github.com/nodectl/nodectl/agent/host"
 	"github.com/nodectl/nodectl/agent/session"
 	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/internal/atomicfile"
 	"github.com/nodectl/nodectl/internal/maproom"
 	"github.com/nodectl/nodectl/rundir"
 )
@@ -401,17 +402,13 @@ func (a *Agent) Meta() rundir.Meta {
 
 func (a *Agent) saveMeta() error { return writeJSON(filepath.Join(a.cfg.DataDir, metaFile), a.Meta()) }
 
-// writeJSON writes v through a temporary file and a rename.
+// writeJSON replaces path with v's JSON whole (internal/atomicfile).
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, b, 0o600)
 }
 
 // ReadMeta reads the agent's meta from a data directory.

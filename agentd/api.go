@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/nodectl/nodectl/agent/apiserver"
+	"github.com/nodectl/nodectl/agent/rpc"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/rundir"
 )
@@ -17,10 +17,10 @@ import (
 // backend answers the gRPC API from the agent.
 type backend struct {
 	a   *Agent
-	srv func() *apiserver.Server // the server, for its watchers' drops; set once it listens
+	srv func() *rpc.Server // the server, for its watchers' drops; set once it listens
 }
 
-var _ apiserver.Backend = backend{}
+var _ rpc.Backend = backend{}
 
 func (b backend) Status(context.Context) (*agentv1.Status, error) {
 	var watchDrops uint64
@@ -72,7 +72,7 @@ func (b backend) Query(ctx context.Context, from, to time.Time, step time.Durati
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if metric != "" && r.Metric != metric || prefix != "" && !apiserver.CgroupUnder(r.Cgroup, prefix) {
+		if metric != "" && r.Metric != metric || prefix != "" && !rpc.CgroupUnder(r.Cgroup, prefix) {
 			return nil
 		}
 		if buf = append(buf, r); len(buf) == chunk {

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 var t0 = time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodectl/nodectl/internal/atomicfile"
 	"github.com/nodectl/nodectl/internal/badvalue"
 )
 
@@ -116,11 +117,22 @@ type incidents struct {
 // incidentsDir is where the data directory keeps them.
 const incidentsDir = "incidents"
 
-// load reads the incidents kept in dir; one left open or analyzing by a previous agent is
-// analyzed again once its window has passed.
+// load reads the incidents kept in dir, after removing the half-written ones a crash left;
+// one left open or analyzing by a previous agent is analyzed again once its window has passed.
 func (m *incidents) load() error {
 	if err := os.MkdirAll(m.dir, 0o700); err != nil {
 		return fmt.Errorf("incidents: %w", err)
+	}
+	entries, err := os.ReadDir(m.dir)
+	if err != nil {
+		return fmt.Errorf("incidents: %w", err)
+	}
+	for _, e := range entries {
+		if atomicfile.Pending(e.Name()) {
+			if err := os.Remove(filepath.Join(m.dir, e.Name())); err != nil {
+				m.log.Warn("removing a half-written incident", "file", e.Name(), "err", err)
+			}
+		}
 	}
 	return m.read()
 }
@@ -299,15 +311,12 @@ func (m *incidents) evict() {
 
 func (m *incidents) path(id string) string { return filepath.Join(m.dir, id+".json") }
 
-// save writes in through a temporary file and a rename, so a reader sees it whole; a failure
-// (a full disk) is logged: the incident lives on in memory and is saved at its next change.
+// save replaces in's file whole (internal/atomicfile); a failure (a full disk) is logged: the
+// incident lives on in memory and is saved at its next change.
 func (m *incidents) save(in *Incident) {
 	b, err := json.MarshalIndent(in, "", "  ")
 	if err == nil {
-		tmp := m.path(in.ID) + ".tmp"
-		if err = os.WriteFile(tmp, b, 0o600); err == nil {
-			err = os.Rename(tmp, m.path(in.ID))
-		}
+		err = atomicfile.Write(m.path(in.ID), b, 0o600)
 	}
 	if err != nil {
 		m.log.Warn("saving an incident", "id", in.ID, "err", err)

@@ -9,20 +9,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/nodectl/nodectl/agent/apiserver"
 	"github.com/nodectl/nodectl/agent/exporter"
 	"github.com/nodectl/nodectl/agent/metricserver"
+	"github.com/nodectl/nodectl/agent/rpc"
 	"github.com/nodectl/nodectl/rundir"
 )
 
 // ServeConfig adds to an agent's Config where it answers.
 type ServeConfig struct {
 	Config
-	API apiserver.Config
+	API rpc.Config
 	// MetricsListen is the host:port of the Prometheus metrics; "" serves none.
 	MetricsListen string
 	// Ready, if set, is called once the agent records and listens.
-	Ready func(a *Agent, api *apiserver.Server, metrics *metricserver.Server)
+	Ready func(a *Agent, api *rpc.Server, metrics *metricserver.Server)
 }
 
 // Serve runs the agent with its gRPC API and Prometheus metrics until ctx is done, then stops
@@ -34,8 +34,8 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	}
 	defer func() { err = errors.Join(err, a.Close()) }()
 
-	var api *apiserver.Server
-	api, err = apiserver.New(cfg.API, backend{a: a, srv: func() *apiserver.Server { return api }})
+	var api *rpc.Server
+	api, err = rpc.New(cfg.API, backend{a: a, srv: func() *rpc.Server { return api }})
 	if err != nil {
 		return err
 	}

@@ -12,8 +12,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // Finding ids (extend, never rename).

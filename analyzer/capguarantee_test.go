@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // capRun is a 250m victim throttled alone (10 s), then kept under its quota by a CPU hog that

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 const containerdCg = "/system.slice/containerd.service"

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 func diff(t *testing.T, a, b *builder) *DiffReport {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/nodectl/nodectl/agent/hist"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // RenderJSON writes the report as the findings JSON contract (ARCHITECTURE.md).

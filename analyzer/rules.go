@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // Thresholds of the rules; docs/findings.md explains each.

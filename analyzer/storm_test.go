@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // stormWriter is one writer of a synthetic storm: its times, its bytes on the device and its

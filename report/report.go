@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/internal/atomicfile"
 	"github.com/nodectl/nodectl/report/chart"
 	"github.com/nodectl/nodectl/rundir"
 )
@@ -287,30 +288,21 @@ func (p *Page) Write(w io.Writer) error {
 	return nil
 }
 
-// WriteFile writes the page to path whole or not at all: to a temporary file beside it, then
-// renamed over it.
+// WriteFile writes the page to path whole or not at all (internal/atomicfile).
 func WriteFile(path string, p *Page) error {
 	dir := filepath.Dir(path)
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("writing the report %s: its directory %s does not exist", path, dir)
 	}
-	f, err := os.CreateTemp(dir, ".report-*.html")
+	f, err := atomicfile.Create(path, 0o644)
 	if err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
-	defer os.Remove(f.Name())
+	defer f.Abort()
 	if err := p.Write(f); err != nil {
-		f.Close()
 		return err
 	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return fmt.Errorf("writing the report: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing the report: %w", err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
+	if err := f.Commit(); err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
 	return nil

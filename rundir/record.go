@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/hist"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // FormatVersion names the run directory format; readers refuse a major version they do not

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/nodectl/nodectl/internal/atomicfile"
 )
 
 // Files of a run directory.
@@ -196,8 +198,7 @@ func WriteFindings(dir string, f any) error {
 	return writeJSONAtomic(dir, FindingsFile, f)
 }
 
-// writeJSONAtomic writes v to dir/name through a synced temporary file and a rename, so a
-// reader sees the old file or the new one, never a part.
+// writeJSONAtomic replaces dir/name with v's JSON whole (internal/atomicfile).
 func writeJSONAtomic(dir, name string, v any) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -206,35 +207,8 @@ func writeJSONAtomic(dir, name string, v any) error {
 	if err := enc.Encode(v); err != nil {
 		return fmt.Errorf("encoding %s: %w", name, err)
 	}
-	tmp, err := os.CreateTemp(dir, name+".tmp-*")
-	if err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, name), buf.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("writing %s: %w", name, err)
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
-	if _, err := tmp.Write(buf.Bytes()); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", name, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("syncing %s: %w", name, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", name, err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", name, err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("replacing %s: %w", name, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("syncing run directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing run directory: %w", err)
 	}
 	return nil
 }

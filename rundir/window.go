@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/hist"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // Window is a span of a run, (Start, End]: a phase, or the whole run.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/hist"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // openRecords writes recs through a Writer and reads them back.

@@ -1,8 +1,9 @@
 package stress
 
 import (
-	"github.com/nodectl/nodectl/internal/badvalue"
 	"strings"
+
+	"github.com/nodectl/nodectl/internal/badvalue"
 
 	"github.com/nodectl/nodectl/agent/daemons"
 	"github.com/nodectl/nodectl/rundir"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nodectl/nodectl/internal/badvalue"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/nodectl/nodectl/internal/badvalue"
 
 	"golang.org/x/sys/unix"
 

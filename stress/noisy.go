@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nodectl/nodectl/internal/badvalue"
 	"log/slog"
 	"maps"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nodectl/nodectl/internal/badvalue"
 
 	"github.com/nodectl/nodectl/agent/blockdev"
 	"github.com/nodectl/nodectl/agent/cgroup"

@@ -5,12 +5,13 @@ package stress
 
 import (
 	"fmt"
-	"github.com/nodectl/nodectl/internal/badvalue"
-	"github.com/nodectl/nodectl/rundir"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/nodectl/nodectl/internal/badvalue"
+	"github.com/nodectl/nodectl/rundir"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nodectl/nodectl/internal/badvalue"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nodectl/nodectl/internal/badvalue"
 
 	"golang.org/x/sys/unix"
 

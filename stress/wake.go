@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nodectl/nodectl/internal/badvalue"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nodectl/nodectl/internal/badvalue"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agent/sample"

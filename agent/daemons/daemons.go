@@ -8,7 +8,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/nodectl/nodectl/internal/badvalue"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/nodectl/nodectl/internal/badvalue"
 
 	"github.com/prometheus/procfs"
 

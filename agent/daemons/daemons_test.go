@@ -3,8 +3,6 @@ package daemons
 import (
 	"cmp"
 	"fmt"
-	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/internal/badvalue"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/internal/badvalue"
 )
 
 // The PID namespaces of the fake procfs: the host's (its PID 1's) and a nested node's.

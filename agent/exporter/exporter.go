@@ -9,9 +9,9 @@ package exporter
 import (
 	"sync"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/internal/maproom"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // DefaultMaxSeries bounds the workloads with series of their own.

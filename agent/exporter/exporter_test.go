@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/collect"
-	"github.com/nodectl/nodectl/agent/hist"
-	"github.com/nodectl/nodectl/rundir"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/nodectl/nodectl/agent/collect"
+	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 const (

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // container is the path of the i-th container cgroup of a churning node, cgroupfs driver.

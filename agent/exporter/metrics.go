@@ -5,9 +5,10 @@ import (
 	"os"
 	"strings"
 
-	"github.com/nodectl/nodectl/agent/hist"
-	"github.com/nodectl/nodectl/rundir"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // The labels every per-cgroup series carries: the cgroup's identity and its kind (Classify).

@@ -13,10 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/metricserver"
-	"github.com/nodectl/nodectl/rundir"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	"github.com/nodectl/nodectl/agent/metricserver"
+	"github.com/nodectl/nodectl/rundir"
 )
 
 // nodeOf returns a batch of a node of n container cgroups at tick, as the session makes it

@@ -9,8 +9,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // errCorrupt marks bytes that do not decode: a torn journal tail, a damaged segment.

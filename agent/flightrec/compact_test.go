@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // A churn of 1,500 cgroups, each with a series of a shape of its own, leaves the catalogue's

@@ -3,7 +3,9 @@ package flightrec
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -14,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // writerEnv makes the test binary the writer TestKill9 kills: it appends killTick(i) to the
@@ -462,5 +464,38 @@ func TestTornLongTick(t *testing.T) {
 		s = open(t, o)
 		same(t, fmt.Sprintf("cut at %d, then a tick", n), readAll(t, s, from, to, 0), expect(append(slices.Clone(ticks[:3]), next), from, to, 0))
 		s.Close()
+	}
+}
+
+// A crash in a seal or a pins save leaves a half-written replacement (internal/atomicfile's,
+// or an older agent's ".tmp"): readers skip it, and the writer removes it and reads the same.
+func TestHalfWrittenReplacementsRemoved(t *testing.T) {
+	ticks := randomTicks(11, 30, 6)
+	dir := t.TempDir()
+	o := Options{Dir: dir, SegmentSpan: 10 * time.Second, Now: func() time.Time { return t0 }}
+	s := open(t, o)
+	appendAll(t, s, ticks)
+	s.Close()
+	seg := segName(t0.Add(time.Hour).UnixNano())
+	half := []string{"." + seg + "8123456", seg + tmpSuffix, "." + pinsName + "42"}
+	for _, name := range half {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("half"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	from, to := t0.Add(-2*time.Hour), t0.Add(2*time.Hour)
+	want := expect(ticks, from, to, 0)
+	rd, err := OpenReader(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same(t, "reader", readAll(t, rd, from, to, 0), want)
+	s = open(t, o)
+	defer s.Close()
+	same(t, "writer", readAll(t, s, from, to, 0), want)
+	for _, name := range half {
+		if _, err := os.Stat(filepath.Join(dir, name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s left after the writer opened: %v", name, err)
+		}
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // tick is what one Append was given.

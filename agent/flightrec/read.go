@@ -14,8 +14,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/nodectl/nodectl/agent/hist"
+	"github.com/nodectl/nodectl/internal/atomicfile"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // Reader reads a store's directory without writing to it: while its agent writes, or a copy
@@ -138,7 +139,7 @@ func listDir(dir string) (listing, error) {
 		switch {
 		case strings.HasSuffix(name, badSuffix):
 			l.corrupt = append(l.corrupt, name)
-		case strings.HasSuffix(name, tmpSuffix):
+		case atomicfile.Pending(name) || strings.HasSuffix(name, tmpSuffix):
 			l.tmps = append(l.tmps, name)
 		case strings.HasPrefix(name, segPrefix) && strings.HasSuffix(name, segSuffix):
 			path := filepath.Join(dir, name)

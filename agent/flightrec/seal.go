@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"os"
 	"path/filepath"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/nodectl/nodectl/internal/atomicfile"
 )
 
 const (
@@ -35,22 +36,16 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// writeSegment seals the open segment into its file: a temporary file, synced, renamed into
-// place, and the directory synced, so that a segment file is always whole.
+// writeSegment seals the open segment into its file, replaced whole (internal/atomicfile), so
+// that a segment file is always whole.
 func (s *Store) writeSegment() (sf segFile, err error) {
 	o := &s.open
 	path := filepath.Join(s.o.Dir, segName(o.ticks[0]))
-	tmp := path + tmpSuffix
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := atomicfile.Create(path, 0o600)
 	if err != nil {
 		return segFile{}, err
 	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
+	defer f.Abort()
 	// A seal a few minutes apart: the encoder's memory goes back to the collector meanwhile.
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1),
 		zstd.WithEncoderCRC(false), zstd.WithWindowSize(segWindow), zstd.WithLowerEncoderMem(true))
@@ -90,16 +85,7 @@ func (s *Store) writeSegment() (sf segFile, err error) {
 	if _, err := f.WriteAt(h.marshal(), 0); err != nil {
 		return segFile{}, err
 	}
-	if err := f.Sync(); err != nil {
-		return segFile{}, err
-	}
-	if err := f.Close(); err != nil {
-		return segFile{}, err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return segFile{}, err
-	}
-	if err := syncDir(s.o.Dir); err != nil {
+	if err := f.Commit(); err != nil {
 		return segFile{}, err
 	}
 	return segFile{path: path, size: int64(headerSize + h.colsLen + h.evLen), h: h}, nil

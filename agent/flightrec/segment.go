@@ -181,7 +181,7 @@ func clampNanos(t time.Time) int64 {
 const (
 	segPrefix  = "seg-"
 	segSuffix  = ".nfr"
-	tmpSuffix  = ".tmp"
+	tmpSuffix  = ".tmp" // half-written files of agents before internal/atomicfile
 	badSuffix  = ".corrupt"
 	headerSize = 104
 	segVersion = 1
@@ -422,13 +422,4 @@ func decodeCols(raw []byte, keep Keep) (*segment, error) {
 	}
 	g.minT, g.maxT = g.ticks[0], g.ticks[len(g.ticks)-1]
 	return g, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/nodectl/nodectl/internal/atomicfile"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -762,37 +764,12 @@ func (s *Store) savePins() error {
 		return err
 	}
 	path := filepath.Join(s.o.Dir, pinsName)
-	err = writeFileAtomic(path, append(b, '\n'))
-	if err == nil {
-		err = syncDir(s.o.Dir)
-	}
+	err = atomicfile.Write(path, append(b, '\n'), 0o600)
 	s.pinsSaved = err == nil
 	if err != nil {
 		return s.failed("save pins", err)
 	}
 	return nil
-}
-
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + tmpSuffix
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
 }
 
 func (s *Store) loadPins() error {

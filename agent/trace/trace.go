@@ -5,7 +5,6 @@ package trace
 import (
 	"errors"
 	"fmt"
-	"github.com/nodectl/nodectl/agent/cgroup"
 	"log/slog"
 	"maps"
 	"slices"
@@ -14,13 +13,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/hist"
+	"github.com/nodectl/nodectl/agent/cgroup"
+
 	"github.com/nodectl/nodectl/agent/trace/blkio"
 	"github.com/nodectl/nodectl/agent/trace/fsync"
 	"github.com/nodectl/nodectl/agent/trace/reclaim"
 	"github.com/nodectl/nodectl/agent/trace/runq"
 	"github.com/nodectl/nodectl/agent/trace/tracefs"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // Program names, as in Config.Programs, Status and the program label of bpf_drops_total.

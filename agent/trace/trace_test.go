@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/agent/trace/blkio"
 	"github.com/nodectl/nodectl/agent/trace/fsync"
 	"github.com/nodectl/nodectl/agent/trace/runq"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // fakeResolver knows cgroups by (controller, id).

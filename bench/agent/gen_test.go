@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // node makes the agent's batches for a node of many cgroups, one second each, deterministically,

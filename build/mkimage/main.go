@@ -23,6 +23,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/nodectl/nodectl/internal/atomicfile"
 )
 
 // epoch is every time stamp of the image (files and config): the Unix epoch, as
@@ -155,20 +157,22 @@ func rootfs(cfg Config) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// Write writes img to out as a docker-archive tagged tag, through a temporary file renamed
-// into place, so that a failed run leaves no half-written image.
+// Write writes img to out as a docker-archive tagged tag, replaced whole (internal/atomicfile),
+// so that a failed run leaves no half-written image.
 func Write(out, tag string, img v1.Image) error {
 	ref, err := name.NewTag(tag)
 	if err != nil {
 		return fmt.Errorf("tag %q: %w", tag, err)
 	}
-	tmp := out + ".tmp"
-	if err := tarball.WriteToFile(tmp, ref, img); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing the image to %s: %w", tmp, err)
+	f, err := atomicfile.Create(out, 0o644)
+	if err != nil {
+		return fmt.Errorf("writing the image: %w", err)
 	}
-	if err := os.Rename(tmp, out); err != nil {
-		os.Remove(tmp)
+	defer f.Abort()
+	if err := tarball.Write(ref, img, f); err != nil {
+		return fmt.Errorf("writing the image to %s: %w", out, err)
+	}
+	if err := f.Commit(); err != nil {
 		return fmt.Errorf("writing the image: %w", err)
 	}
 	return nil

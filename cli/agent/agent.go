@@ -21,11 +21,11 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/nodectl/nodectl/agent/apiserver"
 	"github.com/nodectl/nodectl/agent/daemons"
 	"github.com/nodectl/nodectl/agent/flightrec"
 	"github.com/nodectl/nodectl/agent/host"
 	"github.com/nodectl/nodectl/agent/metricserver"
+	"github.com/nodectl/nodectl/agent/rpc"
 	"github.com/nodectl/nodectl/agent/session"
 	"github.com/nodectl/nodectl/agentd"
 	"github.com/nodectl/nodectl/analyzer"
@@ -100,7 +100,7 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 				}
 				defer srv.Close()
 			}
-			cfg.Ready = func(_ *agentd.Agent, api *apiserver.Server, metrics *metricserver.Server) {
+			cfg.Ready = func(_ *agentd.Agent, api *rpc.Server, metrics *metricserver.Server) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "nodectl agent: recording to %s; API on %s", cfg.DataDir, cfg.API.Socket)
 				if metrics != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "; metrics on %s", metrics.URL())
@@ -127,7 +127,7 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 	f.DurationVar(&cfg.Windows.After, "incident-after", cfg.Windows.After, "and ends this long after; then it is analyzed")
 	f.DurationVar(&cfg.Windows.Baseline, "incident-baseline", cfg.Windows.Baseline, "the quiet stretch before the window that it is compared with")
 	f.StringVar(&daemonList, "daemons", strings.Join(agentd.DefaultDaemons, ","), "system daemons to follow (program names, comma-separated; none for none)")
-	f.StringVar(&cfg.API.Socket, "socket", apiserver.DefaultSocket, "the API's unix socket (mode 0600)")
+	f.StringVar(&cfg.API.Socket, "socket", rpc.DefaultSocket, "the API's unix socket (mode 0600)")
 	f.StringVar(&cfg.API.TCP, "listen-tcp", "", "also serve the API on this host:port, with mTLS only (needs --tls-cert, --tls-key, --tls-client-ca)")
 	f.StringVar(&cfg.API.CertFile, "tls-cert", "", "the agent's certificate (PEM) for --listen-tcp")
 	f.StringVar(&cfg.API.KeyFile, "tls-key", "", "the agent's key (PEM) for --listen-tcp")
@@ -150,9 +150,9 @@ var settingFlags = map[string]string{
 	agentd.FieldMemoryPSIFull: "--trigger-memory-psi-full", agentd.FieldSwapPagesPerSecond: "--trigger-swap-pages",
 	agentd.FieldLeaseLate: "--trigger-lease-late",
 	agentd.FieldBefore:    "--incident-before", agentd.FieldAfter: "--incident-after", agentd.FieldBaseline: "--incident-baseline",
-	apiserver.FieldSocket: "--socket", apiserver.FieldTCP: "--listen-tcp", apiserver.FieldCertFile: "--tls-cert",
-	apiserver.FieldKeyFile: "--tls-key", apiserver.FieldClientCAFile: "--tls-client-ca",
-	apiserver.FieldHealth: "--health-listen", apiserver.FieldLoopback: "--api-listen",
+	rpc.FieldSocket: "--socket", rpc.FieldTCP: "--listen-tcp", rpc.FieldCertFile: "--tls-cert",
+	rpc.FieldKeyFile: "--tls-key", rpc.FieldClientCAFile: "--tls-client-ca",
+	rpc.FieldHealth: "--health-listen", rpc.FieldLoopback: "--api-listen",
 }
 
 // minRecorderSpan is the shortest segment span and series idle time the agent takes.
@@ -209,12 +209,12 @@ func agentDaemons(list string) ([]string, error) {
 }
 
 // dial connects to the running agent: --node's through the API server, else the local one.
-func dial(cmd *cobra.Command, d apiserver.DialConfig) (agentv1.AgentClient, io.Closer, error) {
+func dial(cmd *cobra.Command, d rpc.DialConfig) (agentv1.AgentClient, io.Closer, error) {
 	return agentsrc.Dial(cmd, d)
 }
 
 func statusCmd() *cobra.Command {
-	var d apiserver.DialConfig
+	var d rpc.DialConfig
 	var output string
 	var allNodes bool
 	cmd := &cobra.Command{
@@ -403,7 +403,7 @@ func findingsLine(in agentd.Incident) string {
 }
 
 func watchCmd() *cobra.Command {
-	var d apiserver.DialConfig
+	var d rpc.DialConfig
 	var metric, prefix, output string
 	cmd := &cobra.Command{
 		Use:   "watch",
@@ -437,7 +437,7 @@ func watchCmd() *cobra.Command {
 					fmt.Fprintf(cmd.ErrOrStderr(), "nodectl agent watch: %d batches lost (this client was too slow)\n", n)
 				}
 				for _, p := range b.GetRecords() {
-					r, err := apiserver.RecordFromProto(p)
+					r, err := rpc.RecordFromProto(p)
 					if err != nil {
 						return err
 					}

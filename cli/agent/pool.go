@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodectl/nodectl/agent/apiserver"
+	"github.com/nodectl/nodectl/agent/rpc"
 	"github.com/nodectl/nodectl/agentd"
 	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
@@ -181,8 +181,8 @@ type poolIncident struct {
 // poolIncidents prints every node's incidents, the most severe first, then the newest.
 func poolIncidents(cmd *cobra.Command, since time.Time, limit int, output string) error {
 	answers, err := askPool(cmd, func(ctx context.Context, c agentv1.AgentClient) ([]agentd.Incident, error) {
-		req := &agentv1.ListIncidentsRequest{Limit: apiserver.MaxListLimit}
-		if limit > 0 && limit < apiserver.MaxListLimit {
+		req := &agentv1.ListIncidentsRequest{Limit: rpc.MaxListLimit}
+		if limit > 0 && limit < rpc.MaxListLimit {
 			req.Limit = uint32(limit)
 		}
 		if !since.IsZero() {

@@ -5,10 +5,11 @@ package tune
 import (
 	"errors"
 	"fmt"
-	"github.com/nodectl/nodectl/agent/host"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/nodectl/nodectl/agent/host"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"

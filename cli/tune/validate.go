@@ -16,7 +16,7 @@ import (
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	htmlreport "github.com/nodectl/nodectl/report"
 	"github.com/nodectl/nodectl/rundir"
-	"github.com/nodectl/nodectl/tuner/validate"
+	"github.com/nodectl/nodectl/stress/validate"
 )
 
 // validateReserved are the stress flags validate sets itself.

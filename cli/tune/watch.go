@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nodectl/nodectl/agent/metricserver"
 	"time"
+
+	"github.com/nodectl/nodectl/agent/metricserver"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"

@@ -1,12 +1,13 @@
 package launch
 
 import (
-	"github.com/nodectl/nodectl/internal/badvalue"
 	"io"
 	"log/slog"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/nodectl/nodectl/internal/badvalue"
 
 	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/rundir"

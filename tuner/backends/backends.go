@@ -5,8 +5,9 @@ package backends
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/nodectl/nodectl/agent/host"
 	"slices"
+
+	"github.com/nodectl/nodectl/agent/host"
 
 	"github.com/nodectl/nodectl/tuner"
 	"github.com/nodectl/nodectl/tuner/cpuset"

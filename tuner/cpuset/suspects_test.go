@@ -2,11 +2,12 @@ package cpuset
 
 import (
 	"context"
-	"github.com/nodectl/nodectl/agent/host"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nodectl/nodectl/agent/host"
 
 	"github.com/nodectl/nodectl/tuner"
 )

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nodectl/nodectl/agent/host"
 	"io/fs"
 	"net/url"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/nodectl/nodectl/agent/host"
 
 	"github.com/prometheus/procfs"
 

@@ -7,12 +7,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/nodectl/nodectl/agent/host"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nodectl/nodectl/agent/host"
 
 	"golang.org/x/sys/unix"
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nodectl/nodectl/agent/host"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodectl/nodectl/agent/host"
 
 	"github.com/nodectl/nodectl/tuner"
 	"github.com/nodectl/nodectl/tuner/internal/tunertest"

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nodectl/nodectl/agent/host"
 	"io/fs"
 	"os"
 	"path"
@@ -18,6 +17,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/renameio/v2"
+
+	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/internal/atomicfile"
 	"github.com/nodectl/nodectl/tuner"
 )
 
@@ -100,49 +103,41 @@ func (f File) Write(b []byte, mode fs.FileMode) error {
 	return f.write(state{Bytes: b, Mode: mode})
 }
 
-// write replaces the file with st's file or link: a temporary file in the same directory,
-// synced, then renamed over it, and the directory synced, so a reader or a crash sees the
-// old file or the new one whole.
+// write replaces the file with st's file (internal/atomicfile) or link (renameio.Symlink), and
+// syncs the directory, so a reader or a crash sees the old file or the new one whole. The
+// temporary file is hidden and does not end in the daemon's suffix (.conf): no daemon reads it.
 func (f File) write(st state) error {
 	dir := filepath.Dir(f.path())
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("making its directory: %w", err)
 	}
-	// Hidden and not ending in the daemon's suffix (.conf), so no daemon reads it.
-	tmp := filepath.Join(dir, "."+filepath.Base(f.path())+".nodectl-tmp")
-	os.Remove(tmp) // left by a crash
-	err := func() error {
-		if st.Link != "" {
-			return os.Symlink(st.Link, tmp)
+	if st.Link != "" {
+		err := renameio.Symlink(st.Link, f.path())
+		if err == nil {
+			err = atomicfile.SyncDir(dir)
 		}
-		t, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, st.Mode)
 		if err != nil {
-			return err
+			return fmt.Errorf("writing: %w", err)
 		}
-		_, err = t.Write(st.Bytes)
-		if err == nil {
-			err = t.Sync()
-		}
-		if cerr := t.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Chown(tmp, st.UID, st.GID)
-		}
-		if err == nil {
-			// The mode passed to open goes through the umask; restoring must be exact.
-			err = os.Chmod(tmp, st.Mode)
-		}
-		return err
-	}()
+		return nil
+	}
+	t, err := atomicfile.Create(f.path(), st.Mode)
+	if err != nil {
+		return fmt.Errorf("writing: %w", err)
+	}
+	defer t.Abort()
+	_, err = t.Write(st.Bytes)
 	if err == nil {
-		err = os.Rename(tmp, f.path())
+		err = t.Chown(st.UID, st.GID)
 	}
 	if err == nil {
-		err = tuner.SyncDir(dir)
+		// Exact, as recorded: a chown may clear set-id bits the mode had.
+		err = t.Chmod(st.Mode)
+	}
+	if err == nil {
+		err = t.Commit()
 	}
 	if err != nil {
-		os.Remove(tmp)
 		return fmt.Errorf("writing: %w", err)
 	}
 	return nil
@@ -179,7 +174,7 @@ func (f File) Restore(prev tuner.Value) (changed bool, err error) {
 		if err := os.Remove(f.path()); err != nil {
 			return false, fmt.Errorf("removing: %w", err)
 		}
-		if err := tuner.SyncDir(filepath.Dir(f.path())); err != nil {
+		if err := atomicfile.SyncDir(filepath.Dir(f.path())); err != nil {
 			return false, fmt.Errorf("removing: %w", err)
 		}
 		changed = true

@@ -9,13 +9,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nodectl/nodectl/agent/host"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/nodectl/nodectl/agent/host"
 
 	"github.com/prometheus/procfs"
 

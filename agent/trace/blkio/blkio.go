@@ -7,7 +7,7 @@
 // on v1 and v2 hosts.
 package blkio
 
-import "github.com/nodectl/nodectl/agent/hist"
+import "github.com/nodectl/nodectl/rundir/hist"
 
 // DefaultMaxEntries is the io map capacity for Config's zero MaxEntries.
 const DefaultMaxEntries = 4096

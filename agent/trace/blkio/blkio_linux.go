@@ -5,15 +5,16 @@ package blkio
 import (
 	"errors"
 	"fmt"
-	"github.com/nodectl/nodectl/rundir"
 	"log/slog"
+
+	"github.com/nodectl/nodectl/rundir"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/nodectl/nodectl/agent/blockdev"
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/agent/trace/internal/loader"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 var opNames = map[blkioBlkOp]string{

@@ -17,8 +17,8 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/agent/trace/internal/cgtest"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // Helper modes of the test binary, selected by env: NODECTL_BLKIO_TEST_MODE names the mode,

@@ -7,7 +7,7 @@
 // package tracefs provides it, and the composite tracer uses that before it loads this one.
 package fsync
 
-import "github.com/nodectl/nodectl/agent/hist"
+import "github.com/nodectl/nodectl/rundir/hist"
 
 // DefaultMaxEntries is the latency map capacity for Config's zero MaxEntries.
 const DefaultMaxEntries = 4096

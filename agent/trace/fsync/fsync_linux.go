@@ -5,16 +5,17 @@ package fsync
 import (
 	"errors"
 	"fmt"
-	"github.com/nodectl/nodectl/rundir"
 	"io"
 	"log/slog"
+
+	"github.com/nodectl/nodectl/rundir"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/nodectl/nodectl/agent/blockdev"
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/agent/trace/internal/loader"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 var syscallNames = map[fsyncFsyncSyscall]string{

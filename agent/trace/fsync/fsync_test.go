@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/agent/trace/internal/cgtest"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // helperEnv makes the test binary a workload: it does the syncs in the named directory.

@@ -5,10 +5,11 @@
 package reclaim
 
 import (
-	"github.com/nodectl/nodectl/rundir"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/hist"
+	"github.com/nodectl/nodectl/rundir"
+
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // Stall kinds, as in Key.Kind.

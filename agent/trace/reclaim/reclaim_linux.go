@@ -7,10 +7,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/nodectl/nodectl/rundir"
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/nodectl/nodectl/rundir"
 
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"

@@ -4,7 +4,7 @@
 // ran on the CPU just before the victim got it.
 package runq
 
-import "github.com/nodectl/nodectl/agent/hist"
+import "github.com/nodectl/nodectl/rundir/hist"
 
 // Special preemptor ids. Kernfs ids start at 1 (a hierarchy's root, so 1 is taken) and, on
 // 64-bit, stay far below 2^63, so none collides with a cgroup.

@@ -5,17 +5,18 @@ package runq
 import (
 	"errors"
 	"fmt"
-	"github.com/nodectl/nodectl/rundir"
 	"log/slog"
 	"slices"
+
+	"github.com/nodectl/nodectl/rundir"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/agent/trace/internal/features"
 	"github.com/nodectl/nodectl/agent/trace/internal/loader"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // Drop reasons as reported in Stats.Drops.

@@ -23,9 +23,9 @@ import (
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/agent/trace/internal/cgtest"
 	"github.com/nodectl/nodectl/agent/trace/internal/features"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // withoutKernelStamps makes newTracer trace as on a kernel without the scheduler's stamps

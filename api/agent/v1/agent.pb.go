@@ -713,7 +713,7 @@ func (x *Record) GetMessage() string {
 	return ""
 }
 
-// Histogram is a cumulative log2 histogram of nanoseconds (agent/hist): bucket i counts values
+// Histogram is a cumulative log2 histogram of nanoseconds (rundir/hist): bucket i counts values
 // in [2^i, 2^(i+1)) ns, bucket 0 also 0.
 type Histogram struct {
 	state protoimpl.MessageState `protogen:"open.v1"`

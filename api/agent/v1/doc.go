@@ -1,3 +1,3 @@
 // Package agentv1 is the node agent's gRPC API, generated from agent.proto (`make generate-api`).
-// The server is agent/apiserver; docs/api.md describes the API.
+// The server is agent/rpc; docs/api.md describes the API.
 package agentv1

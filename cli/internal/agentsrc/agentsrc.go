@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/nodectl/nodectl/agent/apiserver"
 	"github.com/nodectl/nodectl/agent/flightrec"
+	"github.com/nodectl/nodectl/agent/rpc"
 	"github.com/nodectl/nodectl/agentd"
 	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
@@ -31,7 +31,7 @@ import (
 // Flags say how to reach the recorder.
 type Flags struct {
 	DataDir string
-	Dial    apiserver.DialConfig
+	Dial    rpc.DialConfig
 }
 
 // Register adds the flags.
@@ -41,8 +41,8 @@ func (f *Flags) Register(fs *pflag.FlagSet) {
 }
 
 // DialFlags adds the flags that say where the running agent is.
-func DialFlags(fs *pflag.FlagSet, d *apiserver.DialConfig) {
-	fs.StringVar(&d.Socket, "socket", apiserver.DefaultSocket, "the agent's unix socket")
+func DialFlags(fs *pflag.FlagSet, d *rpc.DialConfig) {
+	fs.StringVar(&d.Socket, "socket", rpc.DefaultSocket, "the agent's unix socket")
 	fs.StringVar(&d.TCP, "agent-tcp", "", "the agent's TCP address (host:port, mTLS) instead of its socket")
 	fs.StringVar(&d.CertFile, "tls-cert", "", "client certificate (PEM) for --agent-tcp")
 	fs.StringVar(&d.KeyFile, "tls-key", "", "client key (PEM) for --agent-tcp")
@@ -85,7 +85,7 @@ func Open(cmd *cobra.Command, f Flags) (Recorder, error) {
 		}
 		return &dataDir{dir: f.DataDir, rd: rd, meta: meta}, nil
 	}
-	c, closer, err := apiserver.Dial(ctx, f.Dial)
+	c, closer, err := rpc.Dial(ctx, f.Dial)
 	if err != nil {
 		return nil, fmt.Errorf("%w (or read a data directory with --data-dir)", err)
 	}
@@ -94,10 +94,10 @@ func Open(cmd *cobra.Command, f Flags) (Recorder, error) {
 
 // Dial connects to the running agent: cmd's --node one through the API server, else the one
 // d names.
-func Dial(cmd *cobra.Command, d apiserver.DialConfig) (agentv1.AgentClient, io.Closer, error) {
+func Dial(cmd *cobra.Command, d rpc.DialConfig) (agentv1.AgentClient, io.Closer, error) {
 	rf := remote.FromCommand(cmd)
 	if rf.Node == "" {
-		return apiserver.Dial(cmd.Context(), d)
+		return rpc.Dial(cmd.Context(), d)
 	}
 	for _, name := range []string{"socket", "agent-tcp"} {
 		if fl := cmd.Flags().Lookup(name); fl != nil && fl.Changed {
@@ -169,8 +169,8 @@ func (r *remoteAgent) Analyze(ctx context.Context, w agentd.Window) (*analyzer.R
 
 func (r *remoteAgent) Incidents(ctx context.Context, since time.Time, limit int) ([]agentd.Incident, error) {
 	// The API lists at most MaxListLimit at once: "all" asks for that.
-	if limit <= 0 || limit > apiserver.MaxListLimit {
-		limit = apiserver.MaxListLimit
+	if limit <= 0 || limit > rpc.MaxListLimit {
+		limit = rpc.MaxListLimit
 	}
 	req := &agentv1.ListIncidentsRequest{Limit: uint32(limit)}
 	if !since.IsZero() {
@@ -231,7 +231,7 @@ func (q *querySource) Read(from, to time.Time, step time.Duration, fn func(rundi
 			return err
 		}
 		for _, p := range chunk.GetRecords() {
-			rec, err := apiserver.RecordFromProto(p)
+			rec, err := rpc.RecordFromProto(p)
 			if err != nil {
 				return err
 			}

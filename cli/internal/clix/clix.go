@@ -5,13 +5,14 @@ package clix
 import (
 	"context"
 	"fmt"
-	"github.com/nodectl/nodectl/agent/host"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/nodectl/nodectl/agent/host"
 
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"

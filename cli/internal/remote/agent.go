@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
 
-	"github.com/nodectl/nodectl/agent/apiserver"
 	"github.com/nodectl/nodectl/agent/kube"
+	"github.com/nodectl/nodectl/agent/rpc"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 )
 
@@ -167,7 +167,7 @@ func (c *Cluster) DialPod(ctx context.Context, pod *corev1.Pod) (agentv1.AgentCl
 	if err != nil {
 		return nil, nil, err
 	}
-	client, conn, err := apiserver.Dial(ctx, apiserver.DialConfig{Loopback: addr})
+	client, conn, err := rpc.Dial(ctx, rpc.DialConfig{Loopback: addr})
 	if err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("the agent of node %s (pod %s/%s, through port-forward): %w", pod.Spec.NodeName, pod.Namespace, pod.Name, err)

@@ -5,13 +5,14 @@ package tunertest
 import (
 	"context"
 	"fmt"
-	"github.com/nodectl/nodectl/agent/host"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/nodectl/nodectl/agent/host"
 
 	"github.com/nodectl/nodectl/tuner"
 )

@@ -25,8 +25,8 @@ import (
 
 	"github.com/nodectl/nodectl/agent/blockdev"
 	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/agent/trace/tracefs"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 const root = "/sys/fs/cgroup"

@@ -14,9 +14,9 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	"github.com/nodectl/nodectl/agent/trace/internal/features"
 	"github.com/nodectl/nodectl/internal/maproom"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // Options are set on a collection before it loads.

@@ -1,4 +1,4 @@
-package apiserver
+package rpc
 
 import (
 	"math"
@@ -9,9 +9,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // testRecords has one record of each shape: value, histogram with labels, phase, event.

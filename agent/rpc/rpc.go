@@ -1,8 +1,8 @@
-// Package apiserver serves the node agent's gRPC API (api/agent/v1, docs/api.md) on a unix
+// Package rpc serves the node agent's gRPC API (api/agent/v1, docs/api.md) on a unix
 // socket and, with mTLS, on TCP: requests are checked here, answered by the agent through
 // Backend, and live samples and incidents are fanned out to watchers without ever blocking the
 // agent's collector. Dial is the client side, for the CLI.
-package apiserver
+package rpc
 
 import (
 	"context"

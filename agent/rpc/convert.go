@@ -1,13 +1,13 @@
-package apiserver
+package rpc
 
 import (
 	"fmt"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/nodectl/nodectl/agent/hist"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // RecordToProto is r on the wire. It shares r's labels and histogram buckets rather than copy
