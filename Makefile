@@ -40,7 +40,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 generate: generate-api ## regenerate the BPF objects and their Go bindings (needs clang-19, llvm-strip-19) and the API's protobufs
-	$(GO) generate ./agent/trace/...
+	$(GO) generate ./record/trace/...
 
 generate-api: ## regenerate the agent API's Go code from api/agent/v1/agent.proto (needs protoc; plugins pinned by go.mod)
 	protoc --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) --plugin=protoc-gen-go-grpc=$$($(GO) tool -n protoc-gen-go-grpc) \
@@ -94,7 +94,7 @@ fuzz: ## run each fuzz target for FUZZTIME (the flight recorder's reader, the AP
 
 bench: build ## tracer and whole-agent overhead (detached vs attached, ns per event); the agent at 1,000 live cgroups (RSS, CPU, flight recorder); an incident's analysis at 1,000 cgroups; a post-mortem over 1 h of 1,000 cgroups; cgroup sampling cost at 100 and 1,000 cgroups
 	NODECTL_BIN=$(abspath $(BIN)) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
-	$(GO) test -run '^$$' -bench BenchmarkCgroupSampling -benchtime 2s -timeout 10m ./agent/sample/
+	$(GO) test -run '^$$' -bench BenchmarkCgroupSampling -benchtime 2s -timeout 10m ./record/sample/
 
 demo: build ## a noisy run with CPU and disk neighbours, traced, and its explanation
 	./$(BIN) stress noisy --hog cpu,count=2 --hog disk --trace --baseline 15s --duration 20s

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/host/cgroup"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/launch"
 	"github.com/nodectl/nodectl/stress/workload"

@@ -5,7 +5,7 @@ import (
 
 	"github.com/nodectl/nodectl/internal/badvalue"
 
-	"github.com/nodectl/nodectl/agent/daemons"
+	"github.com/nodectl/nodectl/host/daemons"
 	"github.com/nodectl/nodectl/rundir"
 )
 

@@ -19,11 +19,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodectl/nodectl/agent/blockdev"
-	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/collect"
-	"github.com/nodectl/nodectl/agent/sample"
-	"github.com/nodectl/nodectl/agent/swapfile"
+	"github.com/nodectl/nodectl/host/blockdev"
+	"github.com/nodectl/nodectl/host/cgroup"
+	"github.com/nodectl/nodectl/host/swapfile"
+	"github.com/nodectl/nodectl/record/collect"
+	"github.com/nodectl/nodectl/record/sample"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/launch"
 	"github.com/nodectl/nodectl/stress/workload"

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/swapfile"
+	"github.com/nodectl/nodectl/host/swapfile"
 	"github.com/nodectl/nodectl/tuner"
 )
 

@@ -17,9 +17,9 @@ import (
 
 	"github.com/nodectl/nodectl/internal/badvalue"
 
-	"github.com/nodectl/nodectl/agent/blockdev"
-	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/trace"
+	"github.com/nodectl/nodectl/host/blockdev"
+	"github.com/nodectl/nodectl/host/cgroup"
+	"github.com/nodectl/nodectl/record/trace"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/launch"
 	"github.com/nodectl/nodectl/stress/workload"
@@ -31,7 +31,7 @@ type NoisyConfig struct {
 	VictimCPUMilli int64         // 0 = unlimited
 	VictimMemBytes int64         // 0 = unlimited
 	Heartbeat      time.Duration // period of the heartbeat probe in the system cgroup; 0 = none
-	Daemons        []string      // comm names of host daemons to follow (agent/daemons); none when empty
+	Daemons        []string      // comm names of host daemons to follow (host/daemons); none when empty
 	Baseline       time.Duration
 	Duration       time.Duration
 

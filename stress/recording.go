@@ -3,9 +3,9 @@ package stress
 import (
 	"github.com/nodectl/nodectl/internal/badvalue"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/collect"
-	"github.com/nodectl/nodectl/agent/session"
+	"github.com/nodectl/nodectl/host/cgroup"
+	"github.com/nodectl/nodectl/record/collect"
+	"github.com/nodectl/nodectl/record/session"
 	"github.com/nodectl/nodectl/rundir"
 )
 

@@ -18,9 +18,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/host"
-	"github.com/nodectl/nodectl/agent/trace/tracefs"
+	"github.com/nodectl/nodectl/host"
+	"github.com/nodectl/nodectl/host/cgroup"
+	"github.com/nodectl/nodectl/record/trace/tracefs"
 	"github.com/nodectl/nodectl/stress/launch"
 )
 

@@ -15,10 +15,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodectl/nodectl/agent/blockdev"
-	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/sample"
-	"github.com/nodectl/nodectl/agent/trace"
+	"github.com/nodectl/nodectl/host/blockdev"
+	"github.com/nodectl/nodectl/host/cgroup"
+	"github.com/nodectl/nodectl/record/sample"
+	"github.com/nodectl/nodectl/record/trace"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/launch"
 	"github.com/nodectl/nodectl/stress/workload"

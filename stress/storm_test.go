@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/sample"
+	"github.com/nodectl/nodectl/record/sample"
 	"github.com/nodectl/nodectl/rundir"
 )
 

@@ -11,9 +11,9 @@ import (
 
 	"github.com/nodectl/nodectl/internal/badvalue"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/sample"
-	"github.com/nodectl/nodectl/agent/trace"
+	"github.com/nodectl/nodectl/host/cgroup"
+	"github.com/nodectl/nodectl/record/sample"
+	"github.com/nodectl/nodectl/record/trace"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/launch"
 	"github.com/nodectl/nodectl/stress/workload"

@@ -536,7 +536,7 @@ var ErrNoKernel = errors.New("no kernel to boot: make test-vm unpacks them (test
 // turns). Multi-threaded TCG hung 6.1 guests while a tracer attached next to busy loops: one
 // vCPU waited in text_poke_bp for the other to answer its IPI while that one spun in __schedule
 // with interrupts off, at the very instruction being patched (make test-vm, three runs of
-// agent/trace/runq, at different tests); the same tests passed whole single-threaded.
+// record/trace/runq, at different tests); the same tests passed whole single-threaded.
 // NODECTL_VM_ACCEL overrides it.
 func accel() string {
 	if a := os.Getenv("NODECTL_VM_ACCEL"); a != "" {

@@ -19,24 +19,24 @@ import (
 // areas, the agent's pipeline, and end-to-end runs of the CLI: a traced noisy run with process
 // workloads, the agent's incidents and post-mortems, a memory neighbour and swap.
 var guestTests = []GuestTest{
-	{Pkg: "./agent/trace/internal/features", Timeout: 2 * time.Minute},
-	{Pkg: "./agent/trace/internal/loader", Timeout: 5 * time.Minute},
-	{Pkg: "./agent/trace/tracefs", Timeout: 2 * time.Minute},
+	{Pkg: "./record/trace/internal/features", Timeout: 2 * time.Minute},
+	{Pkg: "./record/trace/internal/loader", Timeout: 5 * time.Minute},
+	{Pkg: "./record/trace/tracefs", Timeout: 2 * time.Minute},
 	// TestReadPartSpreadsPairs failed once in five boots here ("a busy loop's histogram missing
 	// from a ReadPart" after schedstat showed it ran again); its cause under emulation is not
 	// found yet. It runs on the host.
-	{Pkg: "./agent/trace/runq", Skip: "^TestReadPartSpreadsPairs$", Timeout: 10 * time.Minute},
-	{Pkg: "./agent/trace/fsync", Timeout: 5 * time.Minute},
-	{Pkg: "./agent/trace/blkio", Timeout: 5 * time.Minute},
-	{Pkg: "./agent/trace/reclaim", Timeout: 5 * time.Minute},
-	{Pkg: "./agent/trace", Timeout: 10 * time.Minute},
-	{Pkg: "./agent/cgroup", Timeout: 5 * time.Minute},
-	{Pkg: "./agent/daemons", Timeout: 2 * time.Minute},
-	{Pkg: "./agent/sample", Timeout: 10 * time.Minute},
-	{Pkg: "./agent/swapfile", Timeout: 5 * time.Minute},
+	{Pkg: "./record/trace/runq", Skip: "^TestReadPartSpreadsPairs$", Timeout: 10 * time.Minute},
+	{Pkg: "./record/trace/fsync", Timeout: 5 * time.Minute},
+	{Pkg: "./record/trace/blkio", Timeout: 5 * time.Minute},
+	{Pkg: "./record/trace/reclaim", Timeout: 5 * time.Minute},
+	{Pkg: "./record/trace", Timeout: 10 * time.Minute},
+	{Pkg: "./host/cgroup", Timeout: 5 * time.Minute},
+	{Pkg: "./host/daemons", Timeout: 2 * time.Minute},
+	{Pkg: "./record/sample", Timeout: 10 * time.Minute},
+	{Pkg: "./host/swapfile", Timeout: 5 * time.Minute},
 	{Pkg: "./stress/launch", Timeout: 10 * time.Minute},
-	{Pkg: "./agent/session", Timeout: 5 * time.Minute},
-	{Pkg: "./agentd", Timeout: 10 * time.Minute},
+	{Pkg: "./record/session", Timeout: 5 * time.Minute},
+	{Pkg: "./agent", Timeout: 10 * time.Minute},
 	{
 		Pkg: "./cli/nodectl",
 		Run: "^(TestNoisyCPUHogsCauseCPUContention|TestNeighbourFillingTheNodeMakesTheVictimReclaim|" +
@@ -168,7 +168,7 @@ func bootKernel(ctx context.Context, t *testing.T, k Kernel, tests []GuestTest, 
 		})
 	}
 	// The feature probes' answers on this kernel (features_test.go asserts them by version).
-	if r := ran[GuestTest{Pkg: "./agent/trace/internal/features"}.Name()]; r != nil {
+	if r := ran[GuestTest{Pkg: "./record/trace/internal/features"}.Name()]; r != nil {
 		probes := r.Lines("features_test.go:")
 		if len(probes) == 0 {
 			t.Error("the feature probes logged no answer")

@@ -27,7 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/host/cgroup"
 )
 
 const (

@@ -1,5 +1,5 @@
 // Package exporter turns the agent's recording batches into Prometheus metrics per workload and
-// for the node, served by agent/metricserver. The records are cumulative series (the tracer's
+// for the node, served by internal/metricserver. The records are cumulative series (the tracer's
 // only when they changed), gauges and events; the exporter keeps, per cgroup and series, the
 // last value it saw and adds what each new one brings to the workload's series, so that a
 // counter only grows while its workload lives, and it makes the metrics at scrape time from a
@@ -19,7 +19,7 @@ const DefaultMaxSeries = 1000
 
 // DefaultForgetGrace is how many batches a forgotten cgroup's records are dropped for: the
 // tracer reports a removed cgroup's last values until it forgets its entries, every 30
-// snapshots (agent/trace.DefaultForgetEvery); adding them again would restart its series.
+// snapshots (record/trace.DefaultForgetEvery); adding them again would restart its series.
 const DefaultForgetGrace = 40
 
 // Overflow is the workload label of the series of the cgroups beyond Config.MaxSeries.

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/nodectl/nodectl/agent/collect"
+	"github.com/nodectl/nodectl/record/collect"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/rundir/hist"
 )

@@ -3,7 +3,7 @@ package exporter
 import (
 	"strings"
 
-	"github.com/nodectl/nodectl/agent/kubeid"
+	"github.com/nodectl/nodectl/host/kubeid"
 )
 
 // Workload kinds: the kind label of every per-cgroup series.

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
-	"github.com/nodectl/nodectl/agent/metricserver"
+	"github.com/nodectl/nodectl/internal/metricserver"
 	"github.com/nodectl/nodectl/rundir"
 )
 

@@ -21,10 +21,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
 	"github.com/nodectl/nodectl/agent/flightrec"
-	"github.com/nodectl/nodectl/agent/sample"
 	"github.com/nodectl/nodectl/bench/internal/proc"
+	"github.com/nodectl/nodectl/host/cgroup"
+	"github.com/nodectl/nodectl/record/sample"
 	"github.com/nodectl/nodectl/rundir"
 )
 

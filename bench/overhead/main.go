@@ -39,8 +39,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/trace/fsync"
 	"github.com/nodectl/nodectl/bench/internal/proc"
+	"github.com/nodectl/nodectl/record/trace/fsync"
 )
 
 func main() {

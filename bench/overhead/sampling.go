@@ -9,8 +9,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/sample"
+	"github.com/nodectl/nodectl/host/cgroup"
+	"github.com/nodectl/nodectl/record/sample"
 )
 
 // samplingCost is what the agent's cgroup sampler costs at n cgroups (each with a CPU and a

@@ -20,10 +20,10 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodectl/nodectl/agent/trace"
-	"github.com/nodectl/nodectl/agent/trace/fsync"
-	"github.com/nodectl/nodectl/agent/trace/tracefs"
 	"github.com/nodectl/nodectl/bench/internal/proc"
+	"github.com/nodectl/nodectl/record/trace"
+	"github.com/nodectl/nodectl/record/trace/fsync"
+	"github.com/nodectl/nodectl/record/trace/tracefs"
 )
 
 // hooks are the scheduler tracepoints the run-queue tracer uses, as the summary names them.

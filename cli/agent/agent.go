@@ -21,26 +21,26 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/nodectl/nodectl/agent/daemons"
+	"github.com/nodectl/nodectl/agent"
 	"github.com/nodectl/nodectl/agent/flightrec"
-	"github.com/nodectl/nodectl/agent/host"
-	"github.com/nodectl/nodectl/agent/metricserver"
 	"github.com/nodectl/nodectl/agent/rpc"
-	"github.com/nodectl/nodectl/agent/session"
-	"github.com/nodectl/nodectl/agentd"
 	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
 	"github.com/nodectl/nodectl/cli/internal/clix"
 	"github.com/nodectl/nodectl/cli/internal/remote"
+	"github.com/nodectl/nodectl/host"
+	"github.com/nodectl/nodectl/host/daemons"
 	"github.com/nodectl/nodectl/internal/badvalue"
+	"github.com/nodectl/nodectl/internal/metricserver"
+	"github.com/nodectl/nodectl/record/session"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress"
 )
 
 // New returns the agent command and its subcommands.
 func New() *cobra.Command {
-	cfg := agentd.ServeConfig{Config: agentd.Config{Host: host.Default(), Triggers: agentd.DefaultTriggers, Windows: agentd.DefaultWindows}}
+	cfg := agent.ServeConfig{Config: agent.Config{Host: host.Default(), Triggers: agent.DefaultTriggers, Windows: agent.DefaultWindows}}
 	var daemonList, memLimit, pprofListen string
 	var kc kubeFlags
 	var verbose bool
@@ -100,18 +100,18 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 				}
 				defer srv.Close()
 			}
-			cfg.Ready = func(_ *agentd.Agent, api *rpc.Server, metrics *metricserver.Server) {
+			cfg.Ready = func(_ *agent.Agent, api *rpc.Server, metrics *metricserver.Server) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "nodectl agent: recording to %s; API on %s", cfg.DataDir, cfg.API.Socket)
 				if metrics != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "; metrics on %s", metrics.URL())
 				}
 				fmt.Fprintln(cmd.ErrOrStderr())
 			}
-			return badvalue.Name(agentd.Serve(ctx, cfg), settingFlags)
+			return badvalue.Name(agent.Serve(ctx, cfg), settingFlags)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.DataDir, "data-dir", agentd.DefaultDataDir, "the flight recorder and incidents")
+	f.StringVar(&cfg.DataDir, "data-dir", agent.DefaultDataDir, "the flight recorder and incidents")
 	f.DurationVar(&cfg.Interval, "interval", time.Second, "sampling interval")
 	f.IntVar(&cfg.MaxCgroups, "max-cgroups", session.DefaultMaxCgroups, "most cgroups followed by the samplers and given series of their own in the metrics; more are counted as overflow")
 	f.Int64Var(&cfg.Retention.MaxBytes, "retention-size", flightrec.DefaultMaxBytes, "most bytes the flight recorder keeps; the oldest segments go first (pinned incidents stay)")
@@ -126,7 +126,7 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 	f.DurationVar(&cfg.Windows.Before, "incident-before", cfg.Windows.Before, "an incident's window starts this long before its trigger")
 	f.DurationVar(&cfg.Windows.After, "incident-after", cfg.Windows.After, "and ends this long after; then it is analyzed")
 	f.DurationVar(&cfg.Windows.Baseline, "incident-baseline", cfg.Windows.Baseline, "the quiet stretch before the window that it is compared with")
-	f.StringVar(&daemonList, "daemons", strings.Join(agentd.DefaultDaemons, ","), "system daemons to follow (program names, comma-separated; none for none)")
+	f.StringVar(&daemonList, "daemons", strings.Join(agent.DefaultDaemons, ","), "system daemons to follow (program names, comma-separated; none for none)")
 	f.StringVar(&cfg.API.Socket, "socket", rpc.DefaultSocket, "the API's unix socket (mode 0600)")
 	f.StringVar(&cfg.API.TCP, "listen-tcp", "", "also serve the API on this host:port, with mTLS only (needs --tls-cert, --tls-key, --tls-client-ca)")
 	f.StringVar(&cfg.API.CertFile, "tls-cert", "", "the agent's certificate (PEM) for --listen-tcp")
@@ -146,10 +146,10 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 
 // settingFlags maps the agent's settings to the flags that set them, for errors.
 var settingFlags = map[string]string{
-	agentd.FieldRunqStall: "--trigger-runq-stall", agentd.FieldDaemonWait: "--trigger-daemon-wait",
-	agentd.FieldMemoryPSIFull: "--trigger-memory-psi-full", agentd.FieldSwapPagesPerSecond: "--trigger-swap-pages",
-	agentd.FieldLeaseLate: "--trigger-lease-late",
-	agentd.FieldBefore:    "--incident-before", agentd.FieldAfter: "--incident-after", agentd.FieldBaseline: "--incident-baseline",
+	agent.FieldRunqStall: "--trigger-runq-stall", agent.FieldDaemonWait: "--trigger-daemon-wait",
+	agent.FieldMemoryPSIFull: "--trigger-memory-psi-full", agent.FieldSwapPagesPerSecond: "--trigger-swap-pages",
+	agent.FieldLeaseLate: "--trigger-lease-late",
+	agent.FieldBefore:    "--incident-before", agent.FieldAfter: "--incident-after", agent.FieldBaseline: "--incident-baseline",
 	rpc.FieldSocket: "--socket", rpc.FieldTCP: "--listen-tcp", rpc.FieldCertFile: "--tls-cert",
 	rpc.FieldKeyFile: "--tls-key", rpc.FieldClientCAFile: "--tls-client-ca",
 	rpc.FieldHealth: "--health-listen", rpc.FieldLoopback: "--api-listen",
@@ -159,7 +159,7 @@ var settingFlags = map[string]string{
 const minRecorderSpan = 10 * time.Second
 
 // checkFlags names the flag of a bad trigger, window or retention.
-func checkFlags(cfg agentd.ServeConfig) error {
+func checkFlags(cfg agent.ServeConfig) error {
 	switch {
 	case cfg.Retention.MaxBytes < 0:
 		return fmt.Errorf("--retention-size %d: must not be negative", cfg.Retention.MaxBytes)
@@ -346,7 +346,7 @@ every node's, the most severe first (the worst finding of each incident), then t
 			}
 			if output == "json" {
 				if list == nil {
-					list = []agentd.Incident{}
+					list = []agent.Incident{}
 				}
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -363,7 +363,7 @@ every node's, the most severe first (the worst finding of each incident), then t
 	return remote.Supports(cmd)
 }
 
-func renderIncidents(w io.Writer, list []agentd.Incident) error {
+func renderIncidents(w io.Writer, list []agent.Incident) error {
 	if len(list) == 0 {
 		_, err := fmt.Fprintln(w, "no incidents")
 		return err
@@ -377,7 +377,7 @@ func renderIncidents(w io.Writer, list []agentd.Incident) error {
 }
 
 // findingsLine sums up an incident's findings: id, victim and culprits of each.
-func findingsLine(in agentd.Incident) string {
+func findingsLine(in agent.Incident) string {
 	if in.AnalysisError != "" {
 		return "analysis failed: " + in.AnalysisError
 	}
@@ -525,7 +525,7 @@ read offline.`,
 	src.Register(cmd.Flags())
 	cmd.Flags().StringVar(&from, "from", "", "window start (RFC 3339, or a duration before now: 30m)")
 	cmd.Flags().StringVar(&to, "to", "now", "window end (RFC 3339, now, or a duration before now)")
-	cmd.Flags().DurationVar(&baseline, "baseline", agentd.DefaultWindows.Baseline, "the stretch before --from written as the baseline phase")
+	cmd.Flags().DurationVar(&baseline, "baseline", agent.DefaultWindows.Baseline, "the stretch before --from written as the baseline phase")
 	cmd.Flags().StringVar(&cgroup, "cgroup", "", "the cgroup under examination (written as an observed workload)")
 	cmd.Flags().StringVar(&out, "out", "", "run directory to write (must not exist or be empty)")
 	return remote.Supports(cmd)

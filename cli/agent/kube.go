@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/nodectl/nodectl/agent"
 	"github.com/nodectl/nodectl/agent/kube"
-	"github.com/nodectl/nodectl/agentd"
 )
 
 // kubeFlags are how the agent reaches Kubernetes: the API server (a kubeconfig, or the pod's
@@ -27,7 +27,7 @@ func (k *kubeFlags) register(f *pflag.FlagSet) {
 }
 
 // kube is the agent's Kubernetes configuration, nil off Kubernetes.
-func (k *kubeFlags) kube(log *slog.Logger) (*agentd.Kube, error) {
+func (k *kubeFlags) kube(log *slog.Logger) (*agent.Kube, error) {
 	inCluster := os.Getenv("KUBERNETES_SERVICE_HOST") != ""
 	if k.kubeconfig == "" && !inCluster {
 		return nil, nil
@@ -61,5 +61,5 @@ func (k *kubeFlags) kube(log *slog.Logger) (*agentd.Kube, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--kubeconfig %q: %w", k.kubeconfig, err)
 	}
-	return &agentd.Kube{Client: cs, Node: k.node, CRISocket: sock}, nil
+	return &agent.Kube{Client: cs, Node: k.node, CRISocket: sock}, nil
 }

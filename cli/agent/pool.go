@@ -16,8 +16,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nodectl/nodectl/agent"
 	"github.com/nodectl/nodectl/agent/rpc"
-	"github.com/nodectl/nodectl/agentd"
 	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/remote"
@@ -175,12 +175,12 @@ func poolStatus(cmd *cobra.Command, output string) error {
 type poolIncident struct {
 	Node     string `json:"node"`
 	Severity string `json:"severity,omitempty"`
-	agentd.Incident
+	agent.Incident
 }
 
 // poolIncidents prints every node's incidents, the most severe first, then the newest.
 func poolIncidents(cmd *cobra.Command, since time.Time, limit int, output string) error {
-	answers, err := askPool(cmd, func(ctx context.Context, c agentv1.AgentClient) ([]agentd.Incident, error) {
+	answers, err := askPool(cmd, func(ctx context.Context, c agentv1.AgentClient) ([]agent.Incident, error) {
 		req := &agentv1.ListIncidentsRequest{Limit: rpc.MaxListLimit}
 		if limit > 0 && limit < rpc.MaxListLimit {
 			req.Limit = uint32(limit)
@@ -192,9 +192,9 @@ func poolIncidents(cmd *cobra.Command, since time.Time, limit int, output string
 		if err != nil {
 			return nil, err
 		}
-		var list []agentd.Incident
+		var list []agent.Incident
 		for _, p := range resp.GetIncidents() {
-			list = append(list, agentd.IncidentFromProto(p))
+			list = append(list, agent.IncidentFromProto(p))
 		}
 		return list, nil
 	})
@@ -241,7 +241,7 @@ func poolIncidents(cmd *cobra.Command, since time.Time, limit int, output string
 }
 
 // incidentSeverity is the worst severity of an incident's findings, "" before its analysis.
-func incidentSeverity(in agentd.Incident) string {
+func incidentSeverity(in agent.Incident) string {
 	if len(in.Report) == 0 {
 		return ""
 	}

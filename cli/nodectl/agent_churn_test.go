@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/host/cgroup"
 )
 
 // agentStatus is what the churn test reads of `agent status -o json`.

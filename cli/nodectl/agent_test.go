@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agentd"
+	"github.com/nodectl/nodectl/agent"
 	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/host/cgroup"
 	"github.com/nodectl/nodectl/internal/browsertest"
 	"github.com/nodectl/nodectl/rundir"
 )
@@ -177,7 +177,7 @@ func TestAgentIncidentNamesTheHogs(t *testing.T) {
 		spin(t, layout, h, true)
 	}
 
-	in := waitIncident(t, sock, agentd.TriggerRunqStall, victim, 90*time.Second)
+	in := waitIncident(t, sock, agent.TriggerRunqStall, victim, 90*time.Second)
 	var live analyzer.Report
 	if err := json.Unmarshal(in.Report, &live); err != nil {
 		t.Fatalf("incident %s: %v (%s)", in.ID, err, in.AnalysisError)
@@ -431,19 +431,19 @@ func TestAgentOnAFullDisk(t *testing.T) {
 }
 
 // waitIncident polls the agent until it has an analyzed incident of trigger in cgroup.
-func waitIncident(t *testing.T, sock, trigger, cg string, within time.Duration) agentd.Incident {
+func waitIncident(t *testing.T, sock, trigger, cg string, within time.Duration) agent.Incident {
 	t.Helper()
 	for deadline := time.Now().Add(within); ; time.Sleep(time.Second) {
 		out, err := nodectl(t, "agent", "incidents", "--socket", sock, "-o", "json")
 		if err != nil {
 			t.Fatal(err)
 		}
-		var list []agentd.Incident
+		var list []agent.Incident
 		if err := json.Unmarshal([]byte(out), &list); err != nil {
 			t.Fatal(err)
 		}
-		i := slices.IndexFunc(list, func(in agentd.Incident) bool {
-			return in.Trigger == trigger && in.Cgroup == cg && in.State == agentd.StateClosed
+		i := slices.IndexFunc(list, func(in agent.Incident) bool {
+			return in.Trigger == trigger && in.Cgroup == cg && in.State == agent.StateClosed
 		})
 		if i >= 0 {
 			return list[i]
@@ -483,7 +483,7 @@ func TestAgentOOMKillIncident(t *testing.T) {
 	if err := cmd.Wait(); err == nil {
 		t.Fatal("the greedy shell was not OOM-killed")
 	}
-	in := waitIncident(t, ag.sock, agentd.TriggerOOMKill, greedy, 60*time.Second)
+	in := waitIncident(t, ag.sock, agent.TriggerOOMKill, greedy, 60*time.Second)
 	t.Logf("incident %s: %s", in.ID, in.Evidence)
 	var rep analyzer.Report
 	if err := json.Unmarshal(in.Report, &rep); err != nil {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/host/cgroup"
 	"github.com/nodectl/nodectl/rundir"
 )
 

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/host/cgroup"
 	"github.com/nodectl/nodectl/rundir"
 	wl "github.com/nodectl/nodectl/stress/workload"
 	"github.com/nodectl/nodectl/tuner"

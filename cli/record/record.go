@@ -9,14 +9,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/agent/host"
-	"github.com/nodectl/nodectl/agent/recording"
 	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/host"
+	"github.com/nodectl/nodectl/record"
 )
 
 // New returns the record command.
 func New() *cobra.Command {
-	cfg := recording.Config{}
+	cfg := record.Config{}
 	cfg.Host = host.Default()
 	var verbose bool
 	cmd := &cobra.Command{
@@ -53,7 +53,7 @@ run-queue wait, fsync latency and I/O. Ctrl-C ends the recording early and keeps
 					fmt.Fprintf(cmd.ErrOrStderr(), "\rrecording %s / %s, %d records", el.Round(time.Second), cfg.Duration, n)
 				}
 			}
-			dir, err := recording.Run(ctx, cfg)
+			dir, err := record.Run(ctx, cfg)
 			if tty {
 				fmt.Fprintln(cmd.ErrOrStderr())
 			}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/agentd"
+	"github.com/nodectl/nodectl/agent"
 	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
@@ -55,7 +55,7 @@ func runtimeClass(rt launch.Runtime, class string) string {
 type podSession struct {
 	node     string
 	c        *remote.Cluster
-	agent    agentv1.AgentClient
+	ac       agentv1.AgentClient
 	run      *podrun.Run
 	out      string
 	ncpu     int
@@ -92,7 +92,7 @@ func startPods(cmd *cobra.Command, rf *runFlags, scenario string, extra ...remot
 		stop()
 		return nil, nil, nil, err
 	}
-	if s.agent, closer, err = s.c.DialAgent(ctx, s.node); err != nil {
+	if s.ac, closer, err = s.c.DialAgent(ctx, s.node); err != nil {
 		return fail(err)
 	}
 	if s.ncpu, err = s.c.NodeCPUs(ctx, s.node); err != nil {
@@ -127,7 +127,7 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 		return err
 	}
 	defer finish()
-	run, node, ncpu, out, progress, agent := s.run, s.node, s.ncpu, s.out, s.progress, s.agent
+	run, node, ncpu, out, progress, ac := s.run, s.node, s.ncpu, s.out, s.progress, s.ac
 	class := runtimeClass(rf.opts.Runtime, rf.runtimeClass)
 	if cfg.VictimWorkRounds == 0 {
 		cfg.VictimWorkRounds = workload.DefaultWorkRounds
@@ -168,9 +168,9 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 		return err
 	}
 	to := time.Now()
-	w := agentd.Window{BaselineFrom: baselineFrom, From: from, To: to}
+	w := agent.Window{BaselineFrom: baselineFrom, From: from, To: to}
 	rep, err := s.finish(ctx, "the window and the pods' measurements", func() error {
-		return collect(ctx, agent, run, w, out, append([]podrun.Spec{victim}, hogs...), kinds)
+		return collect(ctx, ac, run, w, out, append([]podrun.Spec{victim}, hogs...), kinds)
 	})
 	if err != nil {
 		return err
@@ -276,8 +276,8 @@ func cleanNode(cmd *cobra.Command, node string, ids []string, output string) err
 // (an observed workload), and the workload pods' own measurements (the victim probe's), each
 // pod a workload of the run named as the agent names it (namespace/pod/container), the hogs of
 // their kind.
-func collect(ctx context.Context, agent agentv1.AgentClient, run *podrun.Run, w agentd.Window, out string, specs []podrun.Spec, kinds map[string]string) error {
-	cgroups, err := podCgroups(ctx, agent)
+func collect(ctx context.Context, ac agentv1.AgentClient, run *podrun.Run, w agent.Window, out string, specs []podrun.Spec, kinds map[string]string) error {
+	cgroups, err := podCgroups(ctx, ac)
 	if err != nil {
 		return err
 	}
@@ -298,7 +298,7 @@ func collect(ctx context.Context, agent agentv1.AgentClient, run *podrun.Run, w 
 		workloads = append(workloads, podSpecWorkload(s, name, kind, cg))
 	}
 	w.Cgroup = workloads[0].Cgroup
-	got, err := pullWindow(ctx, agent, w)
+	got, err := pullWindow(ctx, ac, w)
 	if err != nil {
 		return err
 	}
@@ -349,8 +349,8 @@ func measurementRecord(m workload.Measurement, cgroup, name string) rundir.Recor
 
 // podCgroups maps the names of the pods the node's agent knows (namespace/pod/container) to
 // their cgroups.
-func podCgroups(ctx context.Context, agent agentv1.AgentClient) (map[string]string, error) {
-	now, err := agentMeta(ctx, agent)
+func podCgroups(ctx context.Context, ac agentv1.AgentClient) (map[string]string, error) {
+	now, err := agentMeta(ctx, ac)
 	if err != nil {
 		return nil, err
 	}
@@ -362,9 +362,9 @@ func podCgroups(ctx context.Context, agent agentv1.AgentClient) (map[string]stri
 }
 
 // agentMeta is the node's agent's meta now: its pods, interval, tracer.
-func agentMeta(ctx context.Context, agent agentv1.AgentClient) (rundir.Meta, error) {
+func agentMeta(ctx context.Context, ac agentv1.AgentClient) (rundir.Meta, error) {
 	var m rundir.Meta
-	resp, err := agent.GetMeta(ctx, &agentv1.GetMetaRequest{})
+	resp, err := ac.GetMeta(ctx, &agentv1.GetMetaRequest{})
 	if err != nil {
 		return m, err
 	}
@@ -375,14 +375,14 @@ func agentMeta(ctx context.Context, agent agentv1.AgentClient) (rundir.Meta, err
 }
 
 // pullWindow reads a window of the node's agent's flight recorder into memory.
-func pullWindow(ctx context.Context, agent agentv1.AgentClient, w agentd.Window) (*rundir.Run, error) {
+func pullWindow(ctx context.Context, ac agentv1.AgentClient, w agent.Window) (*rundir.Run, error) {
 	tmp, err := os.MkdirTemp("", "nodectl-window-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
 	window := filepath.Join(tmp, "window")
-	if err := agentsrc.FromClient(agent, nil).Export(ctx, w, window); err != nil {
+	if err := agentsrc.FromClient(ac, nil).Export(ctx, w, window); err != nil {
 		return nil, err
 	}
 	return rundir.Open(window)
@@ -391,7 +391,7 @@ func pullWindow(ctx context.Context, agent agentv1.AgentClient, w agentd.Window)
 // pullSpan reads the node's agent's window of a run of pods, from start to end: a short
 // baseline gives every series its value as the run began.
 func (s *podSession) pullSpan(ctx context.Context, start, end time.Time) (*rundir.Run, error) {
-	return pullWindow(ctx, s.agent, agentd.Window{BaselineFrom: start.Add(-2 * time.Second), From: start, To: end})
+	return pullWindow(ctx, s.ac, agent.Window{BaselineFrom: start.Add(-2 * time.Second), From: start, To: end})
 }
 
 // writeScenario writes a run of pods as a run of its scenario: the agent's window with its

@@ -397,7 +397,7 @@ func (d *podDensity) keep(pod string, ms []workload.Measurement) {
 // memoryFullShare is the node's memory PSI full over [from, to] as a share of it, from the
 // agent's samples of the host's pressure; ok is false when the agent has none.
 func (d *podDensity) memoryFullShare(ctx context.Context, from, to time.Time) (float64, bool, error) {
-	stream, err := d.agent.Query(ctx, &agentv1.QueryRequest{From: timestamppb.New(from.Add(-5 * time.Second)), To: timestamppb.New(to.Add(time.Second)), Metric: rundir.MetricSystemPressure})
+	stream, err := d.ac.Query(ctx, &agentv1.QueryRequest{From: timestamppb.New(from.Add(-5 * time.Second)), To: timestamppb.New(to.Add(time.Second)), Metric: rundir.MetricSystemPressure})
 	if err != nil {
 		return 0, false, err
 	}
@@ -430,7 +430,7 @@ func (d *podDensity) memoryFullShare(ctx context.Context, from, to time.Time) (f
 // workloads named as the agent names them, the node as the kubelet's pods' cgroup, and the
 // sweep's own records (steps, readiness, the pods that ended, the collapse).
 func (d *podDensity) collect(ctx context.Context, start, end time.Time) error {
-	cgroups, err := podCgroups(ctx, d.agent)
+	cgroups, err := podCgroups(ctx, d.ac)
 	if err != nil {
 		return err
 	}

@@ -35,7 +35,7 @@ func clusterStorm(cmd *cobra.Command, rf *runFlags, cfg st.StormConfig) error {
 	}
 	defer finish()
 	w := &podStorm{podSession: s, cfg: cfg, events: make(chan stormLine, 64), line: st.NewLiveLine(s.progress, clix.IsTerminal(os.Stderr))}
-	meta, err := agentMeta(ctx, s.agent)
+	meta, err := agentMeta(ctx, s.ac)
 	if err != nil {
 		return err
 	}
@@ -229,7 +229,7 @@ func (w *podStorm) await(ctx context.Context, phase, metric string, n int) error
 // replaced by the storms'), each writer a workload with its pod's cgroup, on the device its
 // cgroups wrote the most to.
 func (w *podStorm) collect(ctx context.Context, start, end time.Time) error {
-	cgroups, err := podCgroups(ctx, w.agent)
+	cgroups, err := podCgroups(ctx, w.ac)
 	if err != nil {
 		return err
 	}

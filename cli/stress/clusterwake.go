@@ -150,7 +150,7 @@ func (w *podWake) await(ctx context.Context, name string, created time.Time) (wo
 // pod once the runtime lists its container (docs/agent.md, "On Kubernetes").
 func (w *podWake) cgroupOf(ctx context.Context, pod string) (string, error) {
 	for deadline := time.Now().Add(15 * time.Second); ; {
-		cgroups, err := podCgroups(ctx, w.agent)
+		cgroups, err := podCgroups(ctx, w.ac)
 		if err != nil {
 			return "", err
 		}
@@ -174,7 +174,7 @@ func (w *podWake) sampledAfter(ctx context.Context, cg string, from, t time.Time
 	deadline := t.Add(wakeSampleWait)
 	for {
 		followed := false
-		stream, err := w.agent.Query(ctx, &agentv1.QueryRequest{From: timestamppb.New(from), To: timestamppb.New(time.Now().Add(time.Second)),
+		stream, err := w.ac.Query(ctx, &agentv1.QueryRequest{From: timestamppb.New(from), To: timestamppb.New(time.Now().Add(time.Second)),
 			Metric: rundir.MetricCPUUsage, CgroupPrefix: cg})
 		if err != nil {
 			return time.Time{}, err

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/metricserver"
+	"github.com/nodectl/nodectl/internal/metricserver"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"

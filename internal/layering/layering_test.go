@@ -22,6 +22,8 @@ var rules = map[string][]string{
 	"internal/maproom":  {},
 	// Files replaced whole and durably, on renameio.
 	"internal/atomicfile": {},
+	// The one /metrics server (the agent, tune watch).
+	"internal/metricserver": {},
 	// Tests' helper: a page opened in headless Chromium.
 	"internal/browsertest": {},
 
@@ -29,28 +31,34 @@ var rules = map[string][]string{
 	// on nothing.
 	"rundir": {},
 
-	// The node side, bottom up: shared plumbing, then the kernel's readers (tracers and
-	// samplers), then the session that assembles them and the collector it feeds.
-	"agent/host":     {},
-	"agent/blockdev": {},
-	"agent/swapfile": {},
-	// Which pod and container a cgroup is: path forms, and the names the CRI and the API
-	// server give their ids.
-	"agent/kubeid":    {},
-	"agent/cgroup":    {},
-	"agent/daemons":   {"agent/cgroup"},
-	"agent/trace":     {"agent/trace", "agent/blockdev", "agent/cgroup", "rundir"},
-	"agent/sample":    {"agent/cgroup", "rundir"},
-	"agent/collect":   {"rundir"},
-	"agent/session":   {"agent/trace", "agent/sample", "agent/collect", "agent/cgroup", "agent/host", "rundir"},
-	"agent/recording": {"agent/session", "agent/cgroup", "agent/host", "rundir"},
-	// Exporters serve what the session reads; the flight recorder stores it.
-	"agent/metricserver": {},
-	"agent/exporter":     {"agent/kubeid", "rundir"},
-	"agent/flightrec":    {"rundir"},
+	// The host's plumbing: where its filesystems are, cgroups, system daemons, swap files,
+	// block devices, and which pod and container a cgroup is (path forms, and the names the CRI
+	// and the API server give their ids).
+	"host":          {},
+	"host/blockdev": {},
+	"host/swapfile": {},
+	"host/kubeid":   {},
+	"host/cgroup":   {},
+	"host/daemons":  {"host/cgroup"},
+
+	// The recording pipeline, bottom up: the kernel's readers (tracers and samplers), the
+	// collector they feed, the session that assembles them, and record, the whole node
+	// recorded for a while.
+	"record/trace":   {"record/trace", "host/blockdev", "host/cgroup", "rundir"},
+	"record/sample":  {"host/cgroup", "rundir"},
+	"record/collect": {"rundir"},
+	"record/session": {"record/trace", "record/sample", "record/collect", "host/cgroup", "host", "rundir"},
+	"record":         {"host/cgroup", "host", "rundir"},
+
 	// The agent's API: its protobufs depend on nothing; its server and client on the records.
 	"api/agent/v1": {},
-	"agent/rpc":    {"rundir", "api/agent/v1"},
+	// The always-on agent (package agent) assembles a session, the flight recorder, the API
+	// and the exporter, and runs the analyzer on its incidents; it names pods through
+	// agent/cri and agent/kube. Its parts below stand alone.
+	"agent":           {"host", "record", "internal/metricserver", "analyzer", "rundir", "api/agent/v1"},
+	"agent/exporter":  {"host/kubeid", "rundir"},
+	"agent/flightrec": {"rundir"},
+	"agent/rpc":       {"rundir", "api/agent/v1"},
 	// Kubernetes' view of the node: the CRI (containers to pods) and the API server (pods,
 	// the node's Lease and Node). Readers of their own, for the agent to join with cgroups.
 	"agent/cri":  {},
@@ -58,34 +66,29 @@ var rules = map[string][]string{
 	// The readers' API over client-go's fake, for tests only.
 	"agent/kube/kubefake": {},
 
-	// The always-on agent assembles the node side, the flight recorder, the API and the
-	// exporter, and runs the analyzer on its incidents; it names pods through agent/cri and
-	// agent/kube.
-	"agentd": {"agent/", "analyzer", "rundir", "api/agent/v1"},
-
 	// The analyzer reads runs offline: never the node.
 	"analyzer": {"rundir"},
 
 	// Reports render the analyzer's tables and a run's records; they never read the node.
 	"report": {"analyzer", "rundir"},
 
-	// The tuner changes the node through the agent's plumbing; it neither runs workloads nor
+	// The tuner changes the node through the host's plumbing; it neither runs workloads nor
 	// analyzes.
-	"tuner": {"tuner", "agent/cgroup", "agent/daemons", "agent/host", "agent/swapfile"},
+	"tuner": {"tuner", "host/cgroup", "host/daemons", "host", "host/swapfile"},
 
 	// Scenarios drive workloads and record them; they honour the tuner's state and change
 	// host settings through its backends, but leave explaining to the analyzer.
-	"stress": {"stress", "agent/", "rundir", "tuner"},
+	"stress": {"stress", "host", "record", "rundir", "tuner"},
 	// Validation runs a scenario before and after a tuning profile and compares the runs:
 	// the one scenario package that analyzes.
 	"stress/validate": {"stress", "tuner", "analyzer", "rundir"},
 
 	// Commands may use everything below them, but not each other, except through clix and
 	// the main package that assembles them.
-	"cli/":        {"agent/", "agentd", "api/agent/v1", "analyzer", "report", "rundir", "stress", "tuner", "cli/internal/"},
-	"cli/nodectl": {"cli/", "agent/", "agentd", "analyzer", "rundir", "stress", "tuner"},
+	"cli/":        {"agent", "api/agent/v1", "analyzer", "host", "internal/metricserver", "record", "report", "rundir", "stress", "tuner", "cli/internal/"},
+	"cli/nodectl": {"cli/", "agent", "analyzer", "host", "rundir", "stress", "tuner"},
 	// Benchmarks run the real binary; the post-mortem one also analyzes in process.
-	"bench/": {"agent/", "agentd", "bench/internal/"},
+	"bench/": {"agent", "host", "record", "bench/internal/"},
 
 	// The cluster tests' harness (a real control plane and kubelet) stands apart: it runs
 	// Kubernetes, not nodectl, so the code under test cannot lean on it.
@@ -101,15 +104,15 @@ var rules = map[string][]string{
 // tests may also import these, by the same prefixes as rules: helpers and the packages a test
 // provokes or checks an effect with.
 var tests = map[string][]string{
-	"agent/cri":      {"agent/cgroup"},                        // containers in real cgroups
-	"agent/exporter": {"agent/collect", "agent/metricserver"}, // a collector's snapshots, served
-	"agent/kube":     {"testcluster"},                         // a real API server
-	"agent/sample":   {"agent/swapfile", "analyzer"},          // swap thrashing, as the analyzer names it
+	"agent/cri":      {"host/cgroup"},                             // containers in real cgroups
+	"agent/exporter": {"record/collect", "internal/metricserver"}, // a collector's snapshots, served
+	"agent/kube":     {"testcluster"},                             // a real API server
+	"record/sample":  {"host/swapfile", "analyzer"},               // swap thrashing, as the analyzer names it
 	"bench/":         {"rundir"},
 	"cli/nodectl":    {"internal/browsertest"},
 	"report":         {"internal/browsertest"},
 	// The cluster suite: the agent's and the analyzer's types, read back from the cluster.
-	"testcluster/e2e": {"testcluster", "agentd", "analyzer", "rundir"},
+	"testcluster/e2e": {"testcluster", "agent", "analyzer", "rundir"},
 }
 
 // everyone may import these: they depend on nothing of the module.
@@ -184,10 +187,10 @@ func TestImportsFollowTheHouseMap(t *testing.T) {
 			if !ok || dep == pkg || covers(pkg, dep) || slices.Contains(everyone, dep) {
 				continue // outside the module, the package's own internals, or shared by all
 			}
-			if i := slices.IndexFunc(allowed, func(a string) bool { return covers(a, dep) }); i >= 0 {
-				use(used, prefix, allowed[i])
-			} else if i := slices.IndexFunc(extra, func(a string) bool { return covers(a, dep) }); i >= 0 {
-				use(testsUsed, tprefix, extra[i])
+			if a, ok := allowance(allowed, dep); ok {
+				use(used, prefix, a)
+			} else if a, ok := allowance(extra, dep); ok {
+				use(testsUsed, tprefix, a)
 			} else {
 				t.Errorf("%s imports %s, which the rule for %s does not allow (allowed: %s; to tests also: %s)",
 					path, dep, prefix, strings.Join(allowed, ", "), strings.Join(extra, ", "))
@@ -214,6 +217,17 @@ func TestImportsFollowTheHouseMap(t *testing.T) {
 	}
 }
 
+// allowance is the most specific of allowed that covers dep.
+func allowance(allowed []string, dep string) (string, bool) {
+	best, found := "", false
+	for _, a := range allowed {
+		if covers(a, dep) && (!found || len(a) > len(best)) {
+			best, found = a, true
+		}
+	}
+	return best, found
+}
+
 func use(used map[string]map[string]bool, prefix, allowance string) {
 	if used[prefix] == nil {
 		used[prefix] = map[string]bool{}
@@ -224,13 +238,15 @@ func use(used map[string]map[string]bool, prefix, allowance string) {
 // The rules themselves: the prefixes match what they should.
 func TestRuleFor(t *testing.T) {
 	for pkg, want := range map[string]string{
-		"agent/trace/runq": "agent/trace",
-		"cli/stress":       "cli/",
-		"cli/nodectl":      "cli/nodectl",
-		"tuner/cpuset":     "tuner",
-		"stress/validate":  "stress/validate",
-		"stress/launch":    "stress",
-		"rundir":           "rundir",
+		"record/trace/runq": "record/trace",
+		"cli/stress":        "cli/",
+		"cli/nodectl":       "cli/nodectl",
+		"tuner/cpuset":      "tuner",
+		"agent":             "agent",
+		"agent/rpc":         "agent/rpc",
+		"stress/validate":   "stress/validate",
+		"stress/launch":     "stress",
+		"rundir":            "rundir",
 	} {
 		if got, _, _ := ruleFor(pkg); got != want {
 			t.Errorf("rule for %s is %q, want %q", pkg, got, want)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/host/cgroup"
 	"github.com/nodectl/nodectl/stress/workload"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nodectl/nodectl/internal/badvalue"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/host/cgroup"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/workload"
 )

@@ -26,7 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodectl/nodectl/agentd"
+	"github.com/nodectl/nodectl/agent"
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/testcluster"
 )
@@ -180,8 +180,8 @@ func TestAgentOnARealNode(t *testing.T) {
 		defer cont()
 		time.Sleep(15 * time.Second)
 		cont()
-		in := waitIncident(ctx, t, nodectl, socket, func(in agentd.Incident) bool {
-			return in.Trigger == agentd.TriggerLeaseLate && in.Opened.After(stopped) && in.State == agentd.StateClosed
+		in := waitIncident(ctx, t, nodectl, socket, func(in agent.Incident) bool {
+			return in.Trigger == agent.TriggerLeaseLate && in.Opened.After(stopped) && in.State == agent.StateClosed
 		})
 		t.Logf("incident %s: %s; %s", in.ID, in.Where(), in.Evidence)
 		if !strings.Contains(in.Workload, "kubelet") {
@@ -492,10 +492,10 @@ func scrape(t *testing.T) scraped {
 }
 
 // waitIncident polls the agent's incidents until one matches.
-func waitIncident(ctx context.Context, t *testing.T, nodectl func(...string) []byte, socket string, match func(agentd.Incident) bool) agentd.Incident {
+func waitIncident(ctx context.Context, t *testing.T, nodectl func(...string) []byte, socket string, match func(agent.Incident) bool) agent.Incident {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
-	var seen []agentd.Incident
+	var seen []agent.Incident
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		seen = incidents(t, nodectl, socket)
 		for _, in := range seen {
@@ -510,12 +510,12 @@ func waitIncident(ctx context.Context, t *testing.T, nodectl func(...string) []b
 		list = append(list, in.ID+" "+in.State+" "+in.Evidence)
 	}
 	t.Fatalf("no such incident; the agent has:\n%s", strings.Join(list, "\n"))
-	return agentd.Incident{}
+	return agent.Incident{}
 }
 
-func incidents(t *testing.T, nodectl func(...string) []byte, socket string) []agentd.Incident {
+func incidents(t *testing.T, nodectl func(...string) []byte, socket string) []agent.Incident {
 	t.Helper()
-	var list []agentd.Incident
+	var list []agent.Incident
 	out := nodectl("agent", "incidents", "--socket", socket, "--limit", "0", "-o", "json")
 	if err := json.Unmarshal(out, &list); err != nil {
 		t.Fatalf("agent incidents -o json: %v\n%s", err, out)

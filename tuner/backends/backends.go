@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 
 	"github.com/nodectl/nodectl/tuner"
 	"github.com/nodectl/nodectl/tuner/cpuset"

@@ -16,9 +16,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/host/cgroup"
 	"github.com/nodectl/nodectl/tuner"
 	"github.com/nodectl/nodectl/tuner/backends"
 	"github.com/nodectl/nodectl/tuner/profile"

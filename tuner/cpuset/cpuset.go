@@ -16,13 +16,13 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 
 	"github.com/prometheus/procfs"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
-	"github.com/nodectl/nodectl/agent/daemons"
+	"github.com/nodectl/nodectl/host/cgroup"
+	"github.com/nodectl/nodectl/host/daemons"
 	"github.com/nodectl/nodectl/tuner"
 )
 

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/host/cgroup"
 	"github.com/nodectl/nodectl/tuner"
 	"github.com/nodectl/nodectl/tuner/internal/tunertest"
 )

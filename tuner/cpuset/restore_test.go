@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 
-	"github.com/nodectl/nodectl/agent/cgroup"
+	"github.com/nodectl/nodectl/host/cgroup"
 	"github.com/nodectl/nodectl/tuner"
 )
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/nodectl/nodectl/agent/daemons"
+	"github.com/nodectl/nodectl/host/daemons"
 	"github.com/nodectl/nodectl/tuner"
 )
 

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 
 	"github.com/nodectl/nodectl/tuner"
 	"github.com/nodectl/nodectl/tuner/nodefile"

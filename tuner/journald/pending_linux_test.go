@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 
-	"github.com/nodectl/nodectl/agent/daemons"
+	"github.com/nodectl/nodectl/host/daemons"
 	"github.com/nodectl/nodectl/tuner"
 )
 

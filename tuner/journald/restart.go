@@ -15,9 +15,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 
-	"github.com/nodectl/nodectl/agent/daemons"
+	"github.com/nodectl/nodectl/host/daemons"
 )
 
 // Daemon is what both settings restart, as tuner.Restarter names it.

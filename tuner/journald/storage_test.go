@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 
 	"golang.org/x/sys/unix"
 

@@ -16,11 +16,11 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 
 	"k8s.io/utils/cpuset"
 
-	"github.com/nodectl/nodectl/agent/daemons"
+	"github.com/nodectl/nodectl/host/daemons"
 	"github.com/nodectl/nodectl/tuner"
 	"github.com/nodectl/nodectl/tuner/nodefile"
 )

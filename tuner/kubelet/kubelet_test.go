@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 
 	"github.com/nodectl/nodectl/tuner"
 	"github.com/nodectl/nodectl/tuner/internal/tunertest"

@@ -19,7 +19,7 @@ import (
 
 	"github.com/google/renameio/v2"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 	"github.com/nodectl/nodectl/internal/atomicfile"
 	"github.com/nodectl/nodectl/tuner"
 )

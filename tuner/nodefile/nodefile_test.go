@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 
 	"github.com/nodectl/nodectl/tuner"
 	"github.com/nodectl/nodectl/tuner/internal/tunertest"

@@ -14,9 +14,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 
-	"github.com/nodectl/nodectl/agent/swapfile"
+	"github.com/nodectl/nodectl/host/swapfile"
 	"github.com/nodectl/nodectl/tuner"
 )
 

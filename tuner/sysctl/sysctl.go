@@ -16,7 +16,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 
 	"github.com/prometheus/procfs"
 

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent/host"
+	"github.com/nodectl/nodectl/host"
 
 	"github.com/nodectl/nodectl/tuner"
 )

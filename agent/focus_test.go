@@ -1,0 +1,99 @@
+package agent
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nodectl/nodectl/rundir"
+)
+
+// node is a recorder of many cgroups, each with a counter that grows by its rate a second from
+// the window's start on, and the incident cgroup's preempted wait by one neighbour.
+type node struct {
+	rates map[string]map[string]float64 // metric -> cgroup -> rise a second in the window
+	from  time.Time                     // the window's start
+}
+
+func (n *node) Read(from, to time.Time, _ time.Duration, fn func(rundir.Record) error) error {
+	for t := from; !t.After(to); t = t.Add(time.Second) {
+		in := max(0, t.Sub(n.from).Seconds())
+		for metric, byCg := range n.rates {
+			for cg, rate := range byCg {
+				r := value(metric, cg, 100+rate*in)
+				if metric == rundir.MetricRunqPreemptWait {
+					r = value(metric, "/victim", 100+rate*in, rundir.LabelPreemptor, cg)
+				}
+				r.Time = t
+				if err := fn(r); err != nil {
+					return err
+				}
+			}
+		}
+		v := 1.0
+		if err := fn(rundir.Record{Type: rundir.TypeSample, Time: t, Metric: rundir.MetricVmstat, Value: &v}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func newNode(cgroups int) *node {
+	n := &node{from: tick(120), rates: map[string]map[string]float64{
+		rundir.MetricCPUUsage: {}, rundir.MetricMemoryUsage: {}, rundir.MetricRunqPreemptWait: {"/neighbour": 0.5},
+	}}
+	for i := range cgroups {
+		n.rates[rundir.MetricCPUUsage][fmt.Sprintf("/idle%d", i)] = 0
+	}
+	for i := range 20 {
+		n.rates[rundir.MetricCPUUsage][fmt.Sprintf("/busy%02d", i)] = float64(i + 1)
+	}
+	n.rates[rundir.MetricMemoryUsage]["/grower"] = 1 << 20
+	n.rates[rundir.MetricCPUUsage]["/victim"] = 0.1
+	n.rates[rundir.MetricCPUUsage]["/kubelet"] = 0
+	return n
+}
+
+// On a node of many cgroups an incident's analysis keeps the incident's cgroup, the daemons,
+// its preemptors and the first risers of each ranking, and reads only those cgroups' samples
+// (the node's always); on a small node, every cgroup.
+func TestIncidentFocus(t *testing.T) {
+	meta := rundir.Meta{Interval: rundir.Duration(time.Second),
+		Workloads: []rundir.Workload{{Name: "kubelet", Kind: rundir.KindDaemon, Cgroup: "/kubelet"}}}
+	w := Window{BaselineFrom: tick(0), From: tick(120), To: tick(240), Cgroup: "/victim"}
+	src := newNode(100)
+	w, err := w.Incident(src, meta, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"/victim": true, "/kubelet": true, "/neighbour": true, "/grower": true}
+	for i := 20 - focusEach; i < 20; i++ { // the 16 busiest of 20
+		want[fmt.Sprintf("/busy%02d", i)] = true
+	}
+	if len(w.Cgroups) != len(want) {
+		t.Errorf("focus %v, want %v", w.Cgroups, want)
+	}
+	for cg := range want {
+		if !w.Cgroups[cg] {
+			t.Errorf("%s not in focus %v", cg, w.Cgroups)
+		}
+	}
+	run, err := w.Run(src, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, r := range run.Records {
+		if r.Type == rundir.TypeSample {
+			seen[r.Cgroup] = true
+		}
+	}
+	if seen["/idle0"] || seen["/busy00"] || !seen["/busy19"] || !seen[""] {
+		t.Errorf("read the samples of %v", seen)
+	}
+
+	small := Window{BaselineFrom: tick(0), From: tick(120), To: tick(240), Cgroup: "/victim"}
+	if small, err = small.Incident(newNode(10), meta, 0); err != nil || small.Cgroups != nil {
+		t.Errorf("a node of 33 cgroups: focus %v, %v; want every cgroup (nil)", small.Cgroups, err)
+	}
+}

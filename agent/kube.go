@@ -1,0 +1,268 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodectl/nodectl/agent/cri"
+	"github.com/nodectl/nodectl/agent/exporter"
+	"github.com/nodectl/nodectl/agent/kube"
+	"github.com/nodectl/nodectl/host/kubeid"
+	"github.com/nodectl/nodectl/rundir"
+)
+
+// Kube makes the agent a Kubernetes citizen: pods named in findings, incidents and metrics,
+// the node's Lease and Ready condition recorded. Nil in Config on a node without Kubernetes.
+type Kube struct {
+	Client kube.API // kube.Client
+	Node   string   // this node's name (the DaemonSet's NODE_NAME)
+	// CRISocket is the container runtime's CRI socket; "" names pods from the API server and
+	// the cgroup paths alone (no container names, no runtime handler).
+	CRISocket string
+}
+
+// nodePollEvery is how often the Node is read for its Ready condition and allocatable (the
+// agent's RBAC allows nodes get, not watch).
+const nodePollEvery = 10 * time.Second
+
+// bookingGetTimeout bounds the read of the Node a window's booking makes; the last one polled
+// stands in when it fails.
+const bookingGetTimeout = 2 * time.Second
+
+// maxPendingEvents bounds the Kubernetes events waiting for the next interval's batch (a Lease
+// renews every 10 s, the Node changes rarely): a stalled collector drops, and counts, the rest.
+const maxPendingEvents = 256
+
+// kubeSide is the agent's Kubernetes side: the pod informer, the CRI, the Lease watch and the
+// Node poll, and the events they make for the next batch.
+type kubeSide struct {
+	cfg    Kube
+	log    *slog.Logger
+	pods   *kube.Pods
+	ids    *kubeid.Resolver
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	// kubelet is the kubelet's cgroup, for the Lease's events ("" when not found).
+	kubelet func() string
+
+	criMu sync.Mutex
+	cri   *cri.Client
+
+	mu      sync.Mutex
+	pending []rundir.Record
+	dropped uint64
+	node    kube.Node
+	nodeOK  bool
+	lease   exporter.Lease
+}
+
+func startKube(cfg Kube, log *slog.Logger, kubelet func() string) *kubeSide {
+	ctx, cancel := context.WithCancel(context.Background())
+	k := &kubeSide{cfg: cfg, log: log, cancel: cancel, kubelet: kubelet,
+		pods: kube.NewPods(cfg.Client, cfg.Node, log.With("component", "pods"))}
+	src := kubeid.Sources{Pod: k.pod}
+	if cfg.CRISocket != "" {
+		src.Containers = k.containers
+	}
+	k.ids = kubeid.NewResolver(src)
+	k.wg.Add(3)
+	go func() { defer k.wg.Done(); k.pods.Run(ctx) }()
+	go func() {
+		defer k.wg.Done()
+		kube.WatchLease(ctx, cfg.Client, cfg.Node, k.renewed, log.With("component", "lease"))
+	}()
+	go func() {
+		defer k.wg.Done()
+		kube.PollReady(ctx, cfg.Client, cfg.Node, nodePollEvery, k.nodeChanged, log.With("component", "node")) //rundir:other: a log component
+	}()
+	return k
+}
+
+func (k *kubeSide) close() {
+	k.cancel()
+	k.wg.Wait()
+	k.criMu.Lock()
+	defer k.criMu.Unlock()
+	if k.cri != nil {
+		k.cri.Close()
+		k.cri = nil
+	}
+}
+
+// push queues an event for the next batch, never blocking its caller (a watch's).
+func (k *kubeSide) push(r rundir.Record) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.pending) >= maxPendingEvents {
+		k.dropped++
+		return
+	}
+	k.pending = append(k.pending, r)
+}
+
+func (k *kubeSide) renewed(r kube.Renewal) {
+	l := rundir.LeaseRenewal{RenewTime: r.RenewTime, Gap: r.Gap, Lag: r.Lag, LeaseDuration: r.LeaseDuration, Holder: r.Holder, Resync: r.Resync}
+	k.push(l.Record(r.Seen, k.kubelet()))
+	k.mu.Lock()
+	k.lease.Renewals++
+	k.lease.LastGap, k.lease.LastSeen = r.Gap, r.Seen
+	k.mu.Unlock()
+}
+
+// self is the Kubernetes side's figures for the exporter.
+func (k *kubeSide) self(s *exporter.Self) {
+	for _, id := range k.ids.Named(nil) {
+		s.Pods = append(s.Pods, exporter.PodInfo{Workload: id.Name, Kind: id.Kind, Namespace: id.Namespace, Pod: id.Pod,
+			Container: id.Container, QoS: id.QoS, RuntimeClass: id.RuntimeClass, Sandbox: id.Sandbox})
+	}
+	_, s.UnknownPods, _ = k.ids.Stats()
+	k.mu.Lock()
+	lease := k.lease
+	k.mu.Unlock()
+	s.Lease = &lease
+}
+
+// classify names a cgroup's workload for the exporter: its pod's name, else by its path once
+// its name has had a while to come.
+func (k *kubeSide) classify(cg string) (workload, kind string, ok bool) {
+	if k.ids.Pending(cg) {
+		return "", "", false
+	}
+	if id, ok := k.ids.Identify(cg); ok {
+		return id.Name, id.Kind, true
+	}
+	workload, kind = exporter.Classify(cg)
+	return workload, kind, true
+}
+
+func (k *kubeSide) nodeChanged(_, n kube.Node) {
+	k.mu.Lock()
+	k.node, k.nodeOK = n, true
+	k.mu.Unlock()
+	k.push(rundir.NodeReady{Status: n.Ready, Reason: n.ReadyReason, Since: n.ReadySince}.Record(time.Now()))
+}
+
+// Sample hands the queued events to the interval's batch (a session source).
+func (k *kubeSide) Sample(time.Time) ([]rundir.Record, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := k.pending
+	k.pending = nil
+	return out, nil
+}
+
+// pod is the informer's pod as the resolver wants it.
+func (k *kubeSide) pod(uid string) (kubeid.Pod, bool) {
+	p, ok := k.pods.ByUID(uid)
+	if !ok {
+		return kubeid.Pod{}, false
+	}
+	owner := ""
+	if p.OwnerKind != "" {
+		owner = p.OwnerKind + "/" + p.OwnerName
+	}
+	return kubeid.Pod{Namespace: p.Namespace, Name: p.Name, QoS: strings.ToLower(p.QoS), RuntimeClass: p.RuntimeClass, Owner: owner}, true
+}
+
+// containers lists the runtime's containers and sandboxes, dialing the CRI on first use and
+// again after a failure.
+func (k *kubeSide) containers(ctx context.Context) (kubeid.Lookup, error) {
+	k.criMu.Lock()
+	defer k.criMu.Unlock()
+	if k.cri == nil {
+		c, err := cri.Dial(ctx, k.cfg.CRISocket)
+		if err != nil {
+			k.log.Warn("the container runtime's CRI does not answer: containers are not named", "err", err)
+			return nil, err
+		}
+		k.cri = c
+	}
+	snap, err := k.cri.Snapshot(ctx)
+	if err != nil {
+		k.log.Warn("listing the container runtime's containers", "err", err)
+		k.cri.Close()
+		k.cri = nil
+		return nil, err
+	}
+	return func(id string) (kubeid.Container, bool) {
+		if c, s, ok := snap.Container(id); ok && s.PodUID != "" {
+			return kubeid.Container{Name: c.Name, PodUID: s.PodUID, PodName: s.PodName, PodNamespace: s.PodNamespace, Handler: s.RuntimeHandler}, true
+		}
+		if s, ok := snap.Sandbox(id); ok {
+			return kubeid.Container{Sandbox: true, PodUID: s.PodUID, PodName: s.PodName, PodNamespace: s.PodNamespace, Handler: s.RuntimeHandler}, true
+		}
+		return kubeid.Container{}, false
+	}, nil
+}
+
+// booking is what the API server books on the node now; nil before the Node was read.
+func (k *kubeSide) booking() *rundir.Booking {
+	k.mu.Lock()
+	n, ok := k.node, k.nodeOK
+	k.mu.Unlock()
+	if !ok || !k.pods.Synced() {
+		return nil
+	}
+	// The poll reports Ready transitions only: the attached volumes are read now.
+	ctx, cancel := context.WithTimeout(context.Background(), bookingGetTimeout)
+	if fresh, err := kube.GetNode(ctx, k.cfg.Client, k.cfg.Node); err == nil {
+		n = fresh
+	}
+	cancel()
+	b := &rundir.Booking{At: time.Now(), AllocatableCPUMilli: n.AllocatableCPUMilli, AllocatableMemory: n.AllocatableMemory,
+		MaxPods: n.MaxPods, AttachableVolumes: n.AttachableVolumes, AttachedVolumes: n.AttachedVolumes}
+	for _, p := range k.pods.List() {
+		if p.Phase == "Succeeded" || p.Phase == "Failed" {
+			continue
+		}
+		b.Pods++
+		b.RequestedCPUMilli += p.CPURequestMilli
+		b.RequestedMemory += p.MemoryRequest
+		if p.CPURequestMilli > 0 && (b.SmallestCPURequest == 0 || p.CPURequestMilli < b.SmallestCPURequest) {
+			b.SmallestCPURequest = p.CPURequestMilli
+		}
+		if p.CPULimitMilli > 0 {
+			b.CPULimitedPods++
+			b.CPULimitTotalMilli += p.CPULimitMilli
+		}
+		if p.MemoryLimit > 0 {
+			b.MemoryLimitedPods++
+			b.MemoryLimitTotal += p.MemoryLimit
+		}
+	}
+	return b
+}
+
+// windowPods are the named cgroups as a window's meta lists them, those keep admits (nil: all).
+func (k *kubeSide) windowPods(keep func(string) bool) []rundir.Pod {
+	var out []rundir.Pod
+	for cg, id := range k.ids.Named(keep) {
+		p := rundir.Pod{Cgroup: cg, Name: id.Name, Kind: id.Kind, Namespace: id.Namespace, Pod: id.Pod, Container: id.Container,
+			UID: id.UID, QoS: id.QoS, RuntimeClass: id.RuntimeClass, Handler: id.Handler, Owner: id.Owner, Sandbox: id.Sandbox}
+		if kp, ok := k.pods.ByUID(id.UID); ok {
+			p.CPURequest, p.MemoryRequest = milliString(kp.CPURequestMilli), bytesString(kp.MemoryRequest)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// milliString and bytesString write a request in Kubernetes notation; "" for none.
+func milliString(m int64) string {
+	if m <= 0 {
+		return ""
+	}
+	return resource.NewMilliQuantity(m, resource.DecimalSI).String()
+}
+
+func bytesString(b int64) string {
+	if b <= 0 {
+		return ""
+	}
+	return resource.NewQuantity(b, resource.BinarySI).String()
+}

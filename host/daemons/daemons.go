@@ -1,0 +1,270 @@
+// Package daemons finds a node's system daemons (kubelet, the container runtime, journald): the
+// host's processes running a named program. A stress run follows them as workloads by their
+// cgroups (Find); the tuner moves them onto reserved CPUs and tells whether one has started
+// since a change it reads only at start-up (Procs, Pending).
+package daemons
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nodectl/nodectl/internal/badvalue"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/nodectl/nodectl/host/cgroup"
+)
+
+// Default are the daemons followed unless configured otherwise: the kubelet, the two CRI
+// runtimes in the kubelet's path (containerd, CRI-O) and journald, which every daemon's logs go
+// through. dockerd is left out: since dockershim's removal it is no longer in the kubelet's path.
+var Default = []string{"kubelet", "containerd", "crio", "systemd-journald"}
+
+// commLen is how much of a program's name the kernel keeps as its comm (TASK_COMM_LEN less the
+// NUL), so systemd-journald's comm is "systemd-journal".
+const commLen = 15
+
+// userHZ is the unit of a process's start time in /proc/<pid>/stat; Linux fixes it at 100.
+const userHZ = 100
+
+// Proc is a running daemon process.
+type Proc struct {
+	procfs.Proc
+	Name    string // the name it was found by
+	Started time.Time
+}
+
+// Procs returns the processes of the procfs at procfsDir that run one of names, by pid. A
+// process runs name when all of these hold:
+//   - its comm is name cut to 15 bytes, as the kernel keeps it;
+//   - its executable's or argv[0]'s base name is name itself, so systemd-journal-upload (comm
+//     systemd-journal too) is not systemd-journald, and a kubelet run through a symlink
+//     (/usr/bin/kubelet -> kubelet-v1.34) is the kubelet;
+//   - it runs in the PID namespace of that procfs's PID 1, so a nested node's kubelet or a
+//     container's journald is not the host's. PID 1's rather than the reader's own, so an agent
+//     in a pod of its own PID namespace that reads the host's procfs (--procfs /host/proc)
+//     still finds the host's.
+//
+// Processes that exit while being read are left out.
+func Procs(procfsDir string, names ...string) ([]Proc, error) {
+	pfs, err := procfs.NewFS(procfsDir)
+	if err != nil {
+		return nil, fmt.Errorf("finding daemons: opening procfs %s: %w", procfsDir, err)
+	}
+	procs, err := pfs.AllProcs()
+	if err != nil {
+		return nil, fmt.Errorf("finding daemons: listing processes: %w", err)
+	}
+	byComm := map[string][]string{}
+	for _, n := range names {
+		c := n[:min(len(n), commLen)]
+		if !slices.Contains(byComm[c], n) {
+			byComm[c] = append(byComm[c], n)
+		}
+	}
+	hostNS := pidNS(procfsDir, 1)
+	var boot time.Time
+	var out []Proc
+	for _, p := range procs {
+		comm, err := p.Comm()
+		if gone(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("finding daemons: reading comm of %d: %w", p.PID, err)
+		}
+		if len(byComm[comm]) == 0 {
+			continue
+		}
+		name, ok := program(p, byComm[comm])
+		if !ok {
+			continue
+		}
+		if ns := pidNS(procfsDir, p.PID); hostNS != "" && ns != "" && ns != hostNS {
+			continue
+		}
+		st, err := p.Stat()
+		if gone(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("finding daemons: %s (pid %d): %w", name, p.PID, err)
+		}
+		if boot.IsZero() {
+			if boot, err = bootTime(procfsDir); err != nil {
+				return nil, fmt.Errorf("finding daemons: %w", err)
+			}
+		}
+		started := boot.Add(time.Duration(st.Starttime) * (time.Second / userHZ))
+		out = append(out, Proc{Proc: p, Name: name, Started: started})
+	}
+	slices.SortFunc(out, func(a, b Proc) int { return a.PID - b.PID })
+	return out, nil
+}
+
+// program is which of names p's program is called: its executable's base name, or that of the
+// name it was run by (argv[0]).
+func program(p procfs.Proc, names []string) (string, bool) {
+	// A binary replaced since it started (a package upgrade) reads "<path> (deleted)".
+	if exe, err := p.Executable(); err == nil {
+		if n := filepath.Base(strings.TrimSuffix(exe, " (deleted)")); slices.Contains(names, n) {
+			return n, true
+		}
+	}
+	if args, err := p.CmdLine(); err == nil && len(args) > 0 {
+		if n := filepath.Base(args[0]); slices.Contains(names, n) {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+// pidNS is the PID namespace of the process pid, "" when it cannot be read (not root).
+func pidNS(procfsDir string, pid int) string {
+	ns, err := os.Readlink(filepath.Join(procfsDir, strconv.Itoa(pid), "ns", "pid"))
+	if err != nil {
+		return ""
+	}
+	return ns
+}
+
+// bootTime is when the procfs's kernel booted: now less its uptime. Both have a resolution of
+// 10ms, where the boot time of /proc/stat, which procfs.ProcStat.StartTime adds to a start
+// time, has a second: too coarse for a restart that follows a change by less than that.
+func bootTime(procfsDir string) (time.Time, error) {
+	t0 := time.Now()
+	b, err := os.ReadFile(filepath.Join(procfsDir, "uptime"))
+	// The middle of the read, wall clock only: it is compared with file times.
+	now := t0.Add(time.Since(t0) / 2).Round(0)
+	if err != nil {
+		return time.Time{}, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return time.Time{}, fmt.Errorf("reading %s/uptime: empty", procfsDir)
+	}
+	up, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reading %s/uptime: %w", procfsDir, err)
+	}
+	return now.Add(-time.Duration(up * float64(time.Second))), nil
+}
+
+// Pending reports whether no daemon among procs started after changed, the time of a change
+// it reads only when it starts: none runs, or those running are older than the change.
+func Pending(procs []Proc, changed time.Time) bool {
+	for _, p := range procs {
+		if p.Started.After(changed) {
+			return false
+		}
+	}
+	return true
+}
+
+// Daemon is a daemon's processes in one cgroup.
+type Daemon struct {
+	// Name is the configured name (systemd-journald, not its comm); a daemon found in several
+	// cgroups is <name>, <name>-1, ... in the order of their lowest pid, and daemons sharing a
+	// cgroup are one Daemon named <a>+<b>.
+	Name string
+	// Cgroup is the path below the hierarchy root in the cpu controller's v1 hierarchy, or the
+	// unified one on v2: where the run-queue tracer charges the daemon's waits.
+	Cgroup string
+	PIDs   []int // ascending
+}
+
+// FieldDaemons names the list of daemons in errors.
+const FieldDaemons = "Daemons"
+
+// Parse reads a list of daemons: comma-separated program names; "" or "none" is no daemon.
+func Parse(list string) ([]string, error) {
+	list = strings.TrimSpace(list)
+	if list == "" || list == "none" {
+		return nil, nil
+	}
+	var names []string
+	for n := range strings.SplitSeq(list, ",") {
+		n = strings.TrimSpace(n)
+		switch {
+		case n == "":
+			return nil, badvalue.Errorf(FieldDaemons, strconv.Quote(list), "an empty name; want program names separated by commas, or none")
+		case strings.ContainsAny(n, "/+ \t"):
+			return nil, badvalue.Errorf(FieldDaemons, strconv.Quote(list), "%q is not a program name (no '/', '+' or spaces)", n)
+		case slices.Contains(names, n):
+			return nil, badvalue.Errorf(FieldDaemons, strconv.Quote(list), "%s is listed twice", n)
+		}
+		names = append(names, n)
+	}
+	return names, nil
+}
+
+// Find lists the processes under procfsDir that run one of names (as Procs matches them), one
+// Daemon per cgroup, ordered as names then by lowest pid, each cgroup a path of l's cpu
+// hierarchy (also from inside a private cgroup namespace: cgroup.Layout.ProcPath). Processes in the root cgroup are left out and their daemons
+// named in inRoot: there every other task of the root would be charged to them.
+func Find(procfsDir string, l *cgroup.Layout, names []string) (found []Daemon, inRoot []string, err error) {
+	procs, err := Procs(procfsDir, names...)
+	if err != nil {
+		return nil, nil, err
+	}
+	type group struct {
+		names []string
+		pids  []int
+	}
+	groups := map[string]*group{} // by cgroup
+	for _, p := range procs {
+		cg, err := l.ProcPath(p.Proc, cgroup.CPU)
+		if gone(err) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("finding daemons: %s: %w", p.Name, err)
+		}
+		g := groups[cg]
+		if g == nil {
+			g = &group{}
+			groups[cg] = g
+		}
+		if !slices.Contains(g.names, p.Name) {
+			g.names = append(g.names, p.Name)
+		}
+		g.pids = append(g.pids, p.PID)
+	}
+	rank := func(n string) int { return slices.Index(names, n) }
+	for cg, g := range groups {
+		slices.Sort(g.pids)
+		slices.SortFunc(g.names, func(a, b string) int { return cmp.Compare(rank(a), rank(b)) })
+		if cg == "/" {
+			inRoot = g.names
+			continue
+		}
+		found = append(found, Daemon{Name: strings.Join(g.names, "+"), Cgroup: cg, PIDs: g.pids})
+	}
+	slices.SortFunc(found, func(a, b Daemon) int {
+		first := func(d Daemon) string { n, _, _ := strings.Cut(d.Name, "+"); return n }
+		return cmp.Or(cmp.Compare(rank(first(a)), rank(first(b))), cmp.Compare(a.PIDs[0], b.PIDs[0]))
+	})
+	seen := map[string]int{}
+	for i := range found {
+		n := found[i].Name
+		if k := seen[n]; k > 0 {
+			found[i].Name = n + "-" + strconv.Itoa(k)
+		}
+		seen[n]++
+	}
+	return found, inRoot, nil
+}
+
+// gone says a process exited while it was being read.
+func gone(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
+}

@@ -1,0 +1,395 @@
+//go:build linux
+
+package sample
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodectl/nodectl/host/cgroup"
+	"github.com/nodectl/nodectl/rundir"
+)
+
+// fastMetrics are the series of the fast tier, read at every Sample.
+var fastMetrics = []string{rundir.MetricCPUUsage, rundir.MetricCPUPeriods, rundir.MetricCPUThrottled,
+	rundir.MetricCPUThrottledTime, rundir.MetricMemoryUsage}
+
+// tiers splits recs by cgroup into the keys (metric and labels) of the fast and the slow tier.
+func tiers(recs []rundir.Record) (fast, slow map[string][]string) {
+	fast, slow = map[string][]string{}, map[string][]string{}
+	for _, r := range recs {
+		key := r.Metric
+		for _, k := range slices.Sorted(maps.Keys(r.Labels)) {
+			key += "," + k + "=" + r.Labels[k]
+		}
+		if slices.Contains(fastMetrics, r.Metric) {
+			fast[r.Cgroup] = append(fast[r.Cgroup], key)
+		} else {
+			slow[r.Cgroup] = append(slow[r.Cgroup], key)
+		}
+	}
+	return fast, slow
+}
+
+// makeCgroups makes n cgroups under a fresh test parent.
+func makeCgroups(t *testing.T, n int) (*cgroup.Layout, []string) {
+	t.Helper()
+	l, parent := testParent(t, "test")
+	paths := make([]string, n)
+	for i := range paths {
+		paths[i] = fmt.Sprintf("%s/c%d", parent, i)
+		if err := l.Create(paths[i], cgroup.Limits{CPUMilli: 500, MemoryBytes: 64 << 20}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return l, paths
+}
+
+// spinIn makes cgroup cg, with no limit, and a shell spinning in it until the test ends.
+func spinIn(t *testing.T, l *cgroup.Layout, cg string) string {
+	t.Helper()
+	if err := l.Create(cg, cgroup.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	spin := exec.Command("sh", "-c", "while :; do :; done")
+	if err := spin.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { spin.Process.Kill(); spin.Wait() })
+	if err := l.AddProc(cg, spin.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	return cg
+}
+
+// Past the budget, each Sample reads every cgroup's fast tier and a staggered share's slow
+// tier, each cgroup's at least once in every `every` samples and the priority one's always;
+// SampleFull reads everything.
+func TestCgroupRotation(t *testing.T) {
+	l, paths := makeCgroups(t, 7)
+	s := NewCgroups(l, func() []string { return paths }).Priority(func(p string) bool { return p == paths[0] })
+	s.slowBudget = 2
+	const every = 4 // ceil(7/2)
+
+	full, err := s.SampleFull(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFast, wantSlow := tiers(full)
+	for _, p := range paths {
+		if len(wantFast[p]) == 0 || len(wantSlow[p]) == 0 {
+			t.Fatalf("cgroup %s: fast tier %v, slow tier %v; want both", p, wantFast[p], wantSlow[p])
+		}
+	}
+
+	lastSlow := map[string]int{}
+	for _, p := range paths {
+		lastSlow[p] = 0 // SampleFull read it
+	}
+	const ticks = 3 * every
+	for tick := 1; tick <= ticks; tick++ {
+		recs, err := s.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, slow := tiers(recs)
+		var rotated int
+		for i, p := range paths {
+			// Idle, off its turn, a cgroup's CPU usage is read and the rest of its fast tier
+			// left: it did not move.
+			want := wantFast[p]
+			if i > 0 && len(slow[p]) == 0 {
+				want = cpuUsageOnly(l, want)
+			}
+			if !slices.Equal(fast[p], want) {
+				t.Fatalf("tick %d, cgroup %d: fast tier %v, want %v", tick, i, fast[p], want)
+			}
+			switch {
+			case len(slow[p]) == 0:
+				if i == 0 {
+					t.Fatalf("tick %d: the priority cgroup's slow tier was not read", tick)
+				}
+				if tick-lastSlow[p] >= every {
+					t.Fatalf("tick %d, cgroup %d: slow tier last read at tick %d, want once in every %d", tick, i, lastSlow[p], every)
+				}
+			case slices.Equal(slow[p], wantSlow[p]):
+				lastSlow[p] = tick
+				if i > 0 {
+					rotated++
+				}
+			default:
+				t.Fatalf("tick %d, cgroup %d: slow tier %v, want all of %v or none", tick, i, slow[p], wantSlow[p])
+			}
+		}
+		if rotated > s.slowBudget {
+			t.Fatalf("tick %d: %d cgroups read their slow tier, budget %d", tick, rotated, s.slowBudget)
+		}
+	}
+
+	full, err = s.SampleFull(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, slow := tiers(full)
+	for _, p := range paths {
+		if !slices.Equal(fast[p], wantFast[p]) || !slices.Equal(slow[p], wantSlow[p]) {
+			t.Fatalf("SampleFull after rotating, cgroup %s: %v %v, want %v %v", p, fast[p], slow[p], wantFast[p], wantSlow[p])
+		}
+	}
+}
+
+// cpuUsageOnly keeps, of a cgroup's fast-tier keys, those of the file its CPU usage is read from:
+// on v1 cpuacct.usage, the usage alone; on v2 cpu.stat, the usage with the throttling counters
+// (one read gives them all).
+func cpuUsageOnly(l *cgroup.Layout, keys []string) []string {
+	usageFile := []string{rundir.MetricCPUUsage}
+	if !l.V1 {
+		usageFile = nil
+		for _, k := range v2CPUStat {
+			usageFile = append(usageFile, k.metric)
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return !slices.Contains(usageFile, k) })
+}
+
+// Past the budget, off its turn, a cgroup whose CPU usage moved since its previous read has
+// its whole fast tier read, at every Sample; one whose usage stayed has its usage alone read.
+func TestCgroupIdleReadsItsUsageOnly(t *testing.T) {
+	l, paths := makeCgroups(t, 6)
+	busy := spinIn(t, l, path.Dir(paths[0])+"/busy")
+	// Throttled, so its cpu.stat moves; 900m, so that it runs in every 50 ms between two
+	// Samples (at 500m it sat throttled through a whole one in a CI run: usage still, its usage
+	// alone read).
+	if err := l.Create(busy, cgroup.Limits{CPUMilli: 900}); err != nil {
+		t.Fatal(err)
+	}
+	paths = append(paths, busy)
+	time.Sleep(300 * time.Millisecond) // periods throttled by now: its cpu.stat is not all zeros
+	s := NewCgroups(l, func() []string { return paths })
+	s.slowBudget = 2
+	full, err := s.SampleFull(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFast, _ := tiers(full)
+	if usage := cpuUsageOnly(l, wantFast[paths[0]]); len(usage) == 0 || len(usage) >= len(wantFast[paths[0]]) {
+		t.Fatalf("fast tier %v: want the CPU usage and more", wantFast[paths[0]])
+	}
+	for tick := 1; tick <= 8; tick++ {
+		time.Sleep(50 * time.Millisecond)
+		recs, err := s.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, slow := tiers(recs)
+		// Its memory usage may read 0 (the shell's pages were charged before it moved in),
+		// and a fast file of zeros is read on turns only; its throttling moves.
+		if !slices.Contains(fast[busy], rundir.MetricCPUThrottled) {
+			t.Errorf("tick %d: the busy cgroup's fast tier %v, want its throttling too", tick, fast[busy])
+		}
+		for i, p := range paths[:len(paths)-1] {
+			want := cpuUsageOnly(l, wantFast[p])
+			if len(slow[p]) > 0 {
+				want = wantFast[p]
+			}
+			if !slices.Equal(fast[p], want) {
+				t.Errorf("tick %d, idle cgroup %d: fast tier %v, want %v", tick, i, fast[p], want)
+			}
+		}
+	}
+}
+
+// Up to the budget, Sample reads everything, as SampleFull does.
+func TestCgroupWithinBudget(t *testing.T) {
+	l, paths := makeCgroups(t, 3)
+	s := NewCgroups(l, func() []string { return paths })
+	full, err := s.SampleFull(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFast, wantSlow := tiers(full)
+	for range 3 {
+		recs, err := s.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, slow := tiers(recs)
+		for _, p := range paths {
+			if !slices.Equal(fast[p], wantFast[p]) || !slices.Equal(slow[p], wantSlow[p]) {
+				t.Fatalf("cgroup %s: %v %v, want %v %v", p, fast[p], slow[p], wantFast[p], wantSlow[p])
+			}
+		}
+	}
+}
+
+// A slow-tier file missing at first (a hybrid host's v2 cgroup made late) is found again while
+// rotating: within retryAbsent samples of its last look plus one rotation.
+func TestCgroupRotationFindsLateFile(t *testing.T) {
+	host, paths := makeCgroups(t, 5)
+	if !host.V1 || host.Unified == "" {
+		t.Skip("not a hybrid host")
+	}
+	late := paths[0] + "/late"
+	v1 := &cgroup.Layout{Root: host.Root, V1: true, Mounts: host.Mounts}
+	if err := v1.Create(late, cgroup.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	paths = append(paths, late)
+	s := NewCgroups(host, func() []string { return paths })
+	s.slowBudget = 2
+	const every = 3 // ceil(6/2)
+	pressure := func() bool {
+		recs, err := s.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(recs, func(r rundir.Record) bool {
+			return r.Cgroup == late && r.Metric == rundir.MetricCgroupPressure
+		})
+	}
+	for range 2 * every {
+		if pressure() {
+			t.Fatal("pressure of a cgroup with no v2 directory")
+		}
+	}
+	if err := os.Mkdir(filepath.Join(host.Unified, strings.TrimPrefix(late, "/")), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range retryAbsent + every {
+		if pressure() {
+			t.Logf("pressure read %d samples after its v2 cgroup was made", i+1)
+			return
+		}
+	}
+	t.Fatalf("no pressure %d samples after the v2 cgroup was made", retryAbsent+every)
+}
+
+// With Active, past the budget a Sample reads the fast tier of the cgroups named active and of
+// those whose slow turn it is, and no other; a named one that uses no CPU (light) every
+// lightEvery samples, one that spins at every sample. A cgroup that used CPU with cpu.stat all
+// zeros (no CPU limit) has cpu.stat read on its turns only.
+func TestCgroupActiveReadsWhatMayHaveChanged(t *testing.T) {
+	l, paths := makeCgroups(t, 6)
+	spinning := spinIn(t, l, path.Dir(paths[0])+"/spin") // no CPU limit: cpu.stat stays all zeros
+	paths = append(paths, spinning)
+	named := paths[1]
+	time.Sleep(20 * time.Millisecond) // it has used CPU
+	s := NewCgroups(l, func() []string { return paths }).Active(func(p string) bool { return p == named || p == spinning })
+	s.slowBudget = 2
+	const every = 4                                 // ceil(7/2)
+	if _, err := s.Sample(time.Now()); err != nil { // the first read of each: all of them
+		t.Fatal(err)
+	}
+	fastReads, periodReads := map[string]int{}, map[string]int{}
+	const ticks = 3 * every
+	for tick := 1; tick <= ticks; tick++ {
+		// The kernel charges CPU time at its ticks and switches: samples a few milliseconds
+		// apart could see the spinning cgroup's usage stand still, and call it light.
+		time.Sleep(50 * time.Millisecond)
+		recs, err := s.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, slow := tiers(recs)
+		for _, p := range paths {
+			if len(fast[p]) > 0 {
+				fastReads[p]++
+			}
+			if slices.Contains(fast[p], rundir.MetricCPUPeriods) {
+				periodReads[p]++
+			}
+			if len(slow[p]) > 0 && len(fast[p]) == 0 {
+				t.Fatalf("tick %d: %s's slow tier read without its fast tier", tick, p)
+			}
+		}
+	}
+	turns := ticks / every
+	for _, p := range paths {
+		if p == named {
+			continue
+		}
+		want := turns
+		if p == spinning {
+			want = ticks
+		}
+		if fastReads[p] != want {
+			t.Errorf("%s: fast tier read at %d of %d ticks, want %d", p, fastReads[p], ticks, want)
+		}
+	}
+	// The named cgroup has no process: light, it is read every lightEvery ticks or on its turn.
+	if n := fastReads[named]; n < ticks/lightEvery || n > ticks/lightEvery+turns {
+		t.Errorf("%s (light): fast tier read at %d of %d ticks, want %d to %d", named, n, ticks, ticks/lightEvery, ticks/lightEvery+turns)
+	}
+	if !l.V1 {
+		return // v2's cpu.stat has the CPU usage: never quiet
+	}
+	if periodReads[named] != fastReads[named] || periodReads[spinning] != turns {
+		t.Errorf("cpu.stat read at %d ticks of the limited cgroup named active (want its %d fast reads), at %d of the unlimited one (want its %d turns)",
+			periodReads[named], fastReads[named], periodReads[spinning], turns)
+	}
+}
+
+// With Active, a cgroup quiet since its last slow read has its slow tier read on one turn in
+// quietEvery; a busy one at each of its turns, and SampleFull reads everything.
+func TestCgroupQuietTurnsPassedOver(t *testing.T) {
+	l, paths := makeCgroups(t, 4)
+	spinning := spinIn(t, l, path.Dir(paths[0])+"/spin")
+	paths = append(paths, spinning)
+	s := NewCgroups(l, func() []string { return paths }).Active(func(p string) bool { return p == spinning })
+	s.slowBudget = 1
+	const every, turns = 5, 2 * quietEvery // ceil(5/1)
+	if _, err := s.Sample(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	slowReads := map[string]int{}
+	for range every * turns {
+		time.Sleep(20 * time.Millisecond) // the spinning cgroup's usage moves between samples
+		recs, err := s.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, slow := tiers(recs)
+		for p := range slow {
+			slowReads[p]++
+		}
+	}
+	for _, p := range paths {
+		want := turns / quietEvery // the first turn, then one in quietEvery
+		if p == spinning {
+			want = turns
+		}
+		if slowReads[p] != want {
+			t.Errorf("%s: slow tier read at %d of its %d turns, want %d", p, slowReads[p], turns, want)
+		}
+	}
+	recs, err := s.SampleFull(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, slow := tiers(recs); len(slow) != len(paths) {
+		t.Errorf("SampleFull read the slow tier of %d cgroups of %d", len(slow), len(paths))
+	}
+}
+
+func TestZeros(t *testing.T) {
+	for in, want := range map[string]bool{
+		"0\n": true,
+		"nr_periods 0\nnr_throttled 0\nthrottled_time 0\nnr_bursts 0\nburst_time 0\n": true,
+		"nr_periods 10\nnr_throttled 0\n":                                             false,
+		"pgpgin2 0\n":                                                                 true, // a digit in a key is no number
+		"usage 3\n":                                                                   false,
+		"":                                                                            true,
+	} {
+		if got := zeros([]byte(in)); got != want {
+			t.Errorf("zeros(%q) = %v, want %v", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,374 @@
+//go:build linux
+
+package runq
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/nodectl/nodectl/rundir"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/nodectl/nodectl/record/trace/internal/features"
+	"github.com/nodectl/nodectl/record/trace/internal/loader"
+	"github.com/nodectl/nodectl/rundir/hist"
+)
+
+// Drop reasons as reported in Stats.Drops.
+var dropReasons = map[runqDropReason]string{
+	runqDropReasonDROP_HIST_FULL:    "latency_map_full",
+	runqDropReasonDROP_PAIR_FULL:    "pairs_map_full",
+	runqDropReasonDROP_STORAGE_FAIL: "task_storage",
+}
+
+// Tracer owns the loaded programs, their maps and links. It is not safe for concurrent use.
+type Tracer struct {
+	objs    runqObjects
+	links   []link.Link
+	latency loader.Batch[uint64, runqHist]
+	slots   loader.Batch[uint32, runqSlot]
+	pairs   loader.Batch[runqPairKey, runqPairVal]
+	// slotSeen is each slot owner's count, on all CPUs, at the last read: with ChangedOnly a
+	// cgroup whose slots moved is read whole even when its latency entry did not.
+	slotSeen map[uint64]uint64
+	// gone are slot owners Forget found removed: their slots are freed at their rmdir, and
+	// one whose rmdir the program missed (a run skipped for recursion) is not read again.
+	gone map[uint64]bool
+	// The same for the pair slots: each slot pair's count at the last read of the pairs, and
+	// the pairs Forget found with a removed cgroup.
+	pairSlots loader.Batch[uint32, runqPairSlot]
+	pairSeen  map[runqPairKey]uint64
+	pairGone  map[runqPairKey]bool
+	changed   bool // Config.ChangedOnly
+	budget    int  // Config.PairsBudget
+	parts     int  // ReadPart calls since the pairs were last read
+	held      int  // pairs the map held at the last read of them
+}
+
+// New loads the programs and attaches them to sched_switch, to sched_wakeup on a kernel
+// without the stamps of features.HaveKernelStamps, and to sched_wakeup_new on one without its
+// own enqueue time (features.HaveSchedInfo). A failed New closes what it opened.
+func New(cfg Config, log *slog.Logger) (*Tracer, error) {
+	if cfg.MaxCgroups == 0 {
+		cfg.MaxCgroups = DefaultMaxCgroups
+	}
+	if cfg.MaxPairs == 0 {
+		cfg.MaxPairs = DefaultMaxPairs
+	}
+	spec, err := loadRunq()
+	if err != nil {
+		return nil, fmt.Errorf("loading runq spec: %w", err)
+	}
+	if cfg.PairsBudget <= 0 {
+		cfg.PairsBudget = DefaultPairsBudget
+	}
+	if cfg.slots == 0 {
+		cfg.slots = defaultSlots
+	}
+	if cfg.pairSlots == 0 {
+		cfg.pairSlots = pairSlotsPerSlot * cfg.slots
+	}
+	if cfg.slots&(cfg.slots-1) != 0 || cfg.pairSlots&(cfg.pairSlots-1) != 0 {
+		return nil, fmt.Errorf("runq slots %d and pair slots %d: want powers of two", cfg.slots, cfg.pairSlots)
+	}
+	t := &Tracer{changed: cfg.ChangedOnly, budget: cfg.PairsBudget, slotSeen: map[uint64]uint64{}, gone: map[uint64]bool{},
+		pairSeen: map[runqPairKey]uint64{}, pairGone: map[runqPairKey]bool{}}
+	opts := loader.Options{CgroupV1: cfg.CgroupV1, PerCgroup: map[string]uint32{
+		runqMapLatency: cfg.MaxCgroups,
+		runqMapPairs:   cfg.MaxPairs,
+	}}
+	// Where the kernel stamps what the waits need itself, wakeups run no program, and where
+	// it stamps a task's enqueue, forks run none: sched_switch reads the stamps
+	// (bpf/runq.bpf.c, kernel_stamps and queued_wait).
+	stamps, enqueue := errors.New("not asked for"), errors.New("not asked for")
+	if !cfg.noKernelStamps {
+		stamps, enqueue = features.HaveKernelStamps(), features.HaveSchedInfo()
+	}
+	for name, err := range map[string]error{"use_kernel_stamps": stamps, "use_enqueue_stamp": enqueue} {
+		if err := spec.Variables[name].Set(err == nil); err != nil {
+			return nil, fmt.Errorf("setting %s of runq: %w", name, err)
+		}
+	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("counting CPUs: %w", err)
+	}
+	// Slots need a program at cgroup removal to free them, whose helpers older kernels lack:
+	// there it does nothing and stays unattached, and the maps take every cgroup.
+	slots := errors.New("not asked for")
+	if !cfg.noSlots {
+		slots = features.HaveSlotHelpers()
+	}
+	if err := spec.Variables["use_slots"].Set(slots == nil); err != nil {
+		return nil, fmt.Errorf("setting use_slots of runq: %w", err)
+	}
+	if slots != nil {
+		log.Debug("no per-CPU slots", "reason", slots)
+		spec.Programs[runqProgRunqRmdir].Instructions = asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}
+	}
+	spec.Maps[runqMapSlots].MaxEntries = cfg.slots
+	spec.Maps[runqMapPairSlots].MaxEntries = cfg.pairSlots
+	for name, v := range map[string]uint32{"slot_mask": cfg.slots - 1, "pair_slot_mask": cfg.pairSlots - 1, "nr_cpus": uint32(cpus)} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("setting %s of runq: %w", name, err)
+		}
+	}
+	if err := loader.Load(rundir.ProgramRunq, spec, opts, &t.objs, log); err != nil {
+		return nil, err
+	}
+	hooks := []loader.Attachment{loader.TpBTF("sched_switch", t.objs.RunqSwitch)}
+	if slots == nil {
+		hooks = append(hooks, loader.TpBTF("cgroup_rmdir", t.objs.RunqRmdir))
+	}
+	if stamps != nil {
+		log.Debug("tracing sched_wakeup", "reason", stamps)
+		hooks = append(hooks, loader.TpBTF("sched_wakeup", t.objs.RunqWakeup))
+	}
+	if enqueue != nil {
+		log.Debug("no scheduler enqueue time: tracing sched_wakeup_new", "reason", enqueue)
+		hooks = append(hooks, loader.TpBTF("sched_wakeup_new", t.objs.RunqWakeupNew))
+	}
+	t.links, err = loader.Attach(hooks...)
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// Read sums the per-CPU values of every map (with Config.ChangedOnly, of the entries that
+// changed since the previous Read).
+func (t *Tracer) Read() (Stats, error) { return t.read(true) }
+
+// ReadPart is Read for every interval: while the pairs map holds more than Config.PairsBudget
+// entries it reads them only every ceil(pairs / PairsBudget) calls, and Pairs is empty in
+// between. With ChangedOnly nothing is lost: the next read has every pair that changed since.
+func (t *Tracer) ReadPart() (Stats, error) {
+	t.parts++
+	every := max(1, (t.held+t.budget-1)/t.budget)
+	return t.read(t.parts >= every)
+}
+
+func (t *Tracer) read(pairs bool) (Stats, error) {
+	if t.objs.Latency == nil {
+		return Stats{}, errors.New("reading runq maps: tracer closed")
+	}
+	st := Stats{Latency: map[uint64]hist.Log2{}}
+
+	slots, err := t.readSlots()
+	if err != nil {
+		return Stats{}, err
+	}
+	latencies, err := each(t.changed, &t.latency, t.objs.Latency, func(h runqHist) uint64 { return h.Count }, func(id uint64, hs []runqHist) {
+		st.Latency[id] = merged(hs, slots[id])
+	})
+	if err != nil {
+		return Stats{}, fmt.Errorf("reading runq latency map: %w", err)
+	}
+	// A cgroup with slots whose latency entry was not read (it has none, or it did not change).
+	seen := make(map[uint64]uint64, len(slots))
+	for id, sum := range slots {
+		n := sum.Count()
+		seen[id] = n
+		if _, done := st.Latency[id]; done || t.changed && t.slotSeen[id] == n {
+			continue
+		}
+		var hs []runqHist
+		switch err := t.objs.Latency.Lookup(id, &hs); {
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			hs = nil
+		case err != nil:
+			return Stats{}, fmt.Errorf("reading runq latency of cgroup %d: %w", id, err)
+		}
+		st.Latency[id] = merged(hs, sum)
+	}
+	t.slotSeen = seen
+
+	if pairs {
+		if err := t.readPairs(&st); err != nil {
+			return Stats{}, err
+		}
+	}
+
+	st.Fill = max(loader.Fill(latencies, t.objs.Latency), loader.Fill(t.held, t.objs.Pairs))
+
+	var cur []uint64
+	if err := t.objs.Oncpu.Lookup(uint32(0), &cur); err != nil {
+		return Stats{}, fmt.Errorf("reading runq oncpu map: %w", err)
+	}
+	for _, id := range cur {
+		if id != 0 && !slices.Contains(st.OnCPU, id) {
+			st.OnCPU = append(st.OnCPU, id)
+		}
+	}
+
+	if st.Drops, err = loader.Drops(t.objs.Drops, dropReasons); err != nil {
+		return Stats{}, fmt.Errorf("reading runq maps: %w", err)
+	}
+	return st, nil
+}
+
+// readPairs adds the pairs to st: those of the pairs map (with ChangedOnly, that changed) with
+// their slots on every CPU added, and those only in slots (that changed).
+func (t *Tracer) readPairs(st *Stats) error {
+	slots, err := t.readPairSlots()
+	if err != nil {
+		return err
+	}
+	seen := make(map[runqPairKey]uint64, len(slots))
+	for k, v := range slots {
+		seen[k] = v.Count
+	}
+	add := func(k runqPairKey, vs []runqPairVal) {
+		p := Pair{Victim: k.Victim, Preemptor: k.Preemptor, Woken: runqWaitKind(k.Kind) == runqWaitKindWAIT_WOKEN}
+		if v, ok := slots[k]; ok {
+			p.Count, p.WaitNs = v.Count, v.WaitNs
+			delete(slots, k)
+		}
+		for _, v := range vs {
+			p.Count += v.Count
+			p.WaitNs += v.WaitNs
+		}
+		st.Pairs = append(st.Pairs, p)
+	}
+	n, err := each(t.changed, &t.pairs, t.objs.Pairs, func(v runqPairVal) uint64 { return v.Count }, add)
+	if err != nil {
+		return fmt.Errorf("reading runq pairs map: %w", err)
+	}
+	// Pairs in slots whose entry was not read (there is none, or it did not change).
+	for k, v := range slots {
+		if t.changed && t.pairSeen[k] == v.Count {
+			continue
+		}
+		var vs []runqPairVal
+		if err := t.objs.Pairs.Lookup(k, &vs); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("reading runq pair %+v: %w", k, err)
+		}
+		add(k, vs)
+	}
+	t.pairSeen = seen
+	t.held, t.parts = n, 0
+	return nil
+}
+
+// readPairSlots sums the pair slots of every CPU by pair, leaving out those Forget found
+// with a removed cgroup.
+func (t *Tracer) readPairSlots() (map[runqPairKey]runqPairVal, error) {
+	sums := map[runqPairKey]runqPairVal{}
+	stillGone := map[runqPairKey]bool{}
+	err := t.pairSlots.Each(t.objs.PairSlots, func(_ uint32, per []runqPairSlot) {
+		for _, s := range per {
+			switch {
+			case s.Key.Victim == 0:
+			case t.pairGone[s.Key]:
+				stillGone[s.Key] = true
+			default:
+				v := sums[s.Key]
+				v.Count += s.Val.Count
+				v.WaitNs += s.Val.WaitNs
+				sums[s.Key] = v
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading runq pair slots: %w", err)
+	}
+	t.pairGone = stillGone
+	return sums, nil
+}
+
+// readSlots sums the slots of every CPU by the cgroup holding them, leaving out those Forget
+// found removed.
+func (t *Tracer) readSlots() (map[uint64]*loader.HistSum, error) {
+	sums := map[uint64]*loader.HistSum{}
+	stillGone := map[uint64]bool{}
+	err := t.slots.Each(t.objs.Slots, func(_ uint32, per []runqSlot) {
+		for _, s := range per {
+			if t.gone[s.Cgroup] {
+				stillGone[s.Cgroup] = true
+			}
+			if s.Cgroup == 0 || t.gone[s.Cgroup] {
+				continue
+			}
+			sum := sums[s.Cgroup]
+			if sum == nil {
+				sum = &loader.HistSum{}
+				sums[s.Cgroup] = sum
+			}
+			sum.Add(s.H.Slots[:], s.H.Count, s.H.SumNs)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading runq slots: %w", err)
+	}
+	t.gone = stillGone
+	return sums, nil
+}
+
+// merged is a cgroup's histogram: its latency entry's per-CPU values and its slots' sum.
+func merged(hs []runqHist, slots *loader.HistSum) hist.Log2 {
+	var sum loader.HistSum
+	if slots != nil {
+		sum = *slots
+	}
+	for _, h := range hs {
+		sum.Add(h.Slots[:], h.Count, h.SumNs)
+	}
+	return sum.Log2()
+}
+
+// Forget deletes the entries of cgroups that live reports gone: latency entries by id, pairs
+// whose victim or (real) preemptor is gone. It returns how many entries it deleted.
+func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
+	if t.objs.Latency == nil {
+		return 0, errors.New("forgetting runq entries: tracer closed")
+	}
+	n, err := t.latency.DeleteIf(t.objs.Latency, func(id uint64) bool { return !live(id) })
+	if err != nil {
+		return n, fmt.Errorf("forgetting runq latency entries: %w", err)
+	}
+	for id := range t.slotSeen {
+		if !live(id) {
+			t.gone[id] = true
+		}
+	}
+	gone := func(k runqPairKey) bool { return !live(k.Victim) || !special(k.Preemptor) && !live(k.Preemptor) }
+	for k := range t.pairSeen {
+		if gone(k) {
+			t.pairGone[k] = true
+		}
+	}
+	m, err := t.pairs.DeleteIf(t.objs.Pairs, gone)
+	if err != nil {
+		return n + m, fmt.Errorf("forgetting runq pairs: %w", err)
+	}
+	return n + m, nil
+}
+
+// Close detaches and unloads everything. It is safe to call more than once.
+func (t *Tracer) Close() error {
+	err := loader.Close(rundir.ProgramRunq, t.links, &t.objs)
+	t.links, t.objs = nil, runqObjects{}
+	return err
+}
+
+// special reports whether a preemptor id stands for no cgroup.
+func special(preemptor uint64) bool {
+	return preemptor == PreemptorIdle || preemptor == PreemptorThrottled || preemptor == PreemptorKernel
+}
+
+// each reads m through b, whole or its changes (told by sig) as configured, and returns how
+// many entries m holds.
+func each[K, V comparable](changed bool, b *loader.Batch[K, V], m *ebpf.Map, sig func(V) uint64, fn func(K, []V)) (int, error) {
+	if changed {
+		return b.Changed(m, sig, fn)
+	}
+	n := 0
+	err := b.Each(m, func(k K, vs []V) { n++; fn(k, vs) })
+	return n, err
+}

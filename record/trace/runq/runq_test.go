@@ -1,0 +1,952 @@
+//go:build linux
+
+package runq
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
+
+	"github.com/nodectl/nodectl/record/trace/internal/cgtest"
+	"github.com/nodectl/nodectl/record/trace/internal/features"
+	"github.com/nodectl/nodectl/rundir/hist"
+)
+
+// withoutKernelStamps makes newTracer trace as on a kernel without the scheduler's stamps
+// (TestWithoutKernelStamps).
+var withoutKernelStamps bool
+
+func newTracer(t *testing.T, cfg Config) *Tracer {
+	t.Helper()
+	cgtest.RequireRoot(t)
+	cfg.CgroupV1 = cgtest.V1()
+	cfg.noKernelStamps = withoutKernelStamps
+	tr, err := New(cfg, slog.New(slog.DiscardHandler))
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		t.Skipf("kernel lacks a feature the run-queue tracer needs: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+func read(t *testing.T, tr *Tracer) Stats {
+	t.Helper()
+	st, err := tr.Read()
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	return st
+}
+
+// waitFor reads until ok holds or timeout passes, and returns the last read. On a loaded
+// machine the test's pinned loops may take a while to meet.
+func waitFor(t *testing.T, tr *Tracer, timeout time.Duration, ok func(Stats) bool) Stats {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		st := read(t, tr)
+		if ok(st) || time.Now().After(deadline) {
+			return st
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// pair returns what preemptions of victim by preemptor cost it.
+func pair(st Stats, victim, preemptor uint64) Pair { return find(st, victim, preemptor, false) }
+
+// woken returns what victim waited after wakeups while preemptor held the CPU.
+func woken(st Stats, victim, preemptor uint64) Pair { return find(st, victim, preemptor, true) }
+
+func find(st Stats, victim, preemptor uint64, woken bool) Pair {
+	for _, p := range st.Pairs {
+		if p.Victim == victim && p.Preemptor == preemptor && p.Woken == woken {
+			return p
+		}
+	}
+	return Pair{}
+}
+
+// wokenWait sums victim's waits after wakeups while other cgroups (or no cgroup) held the CPU.
+func wokenWait(st Stats, victim uint64) uint64 {
+	var ns uint64
+	for _, p := range st.Pairs {
+		if p.Victim == victim && p.Preemptor != victim && p.Woken {
+			ns += p.WaitNs
+		}
+	}
+	return ns
+}
+
+// sleeperEnv makes the test binary run sleeper instead of the tests.
+const sleeperEnv = "NODECTL_RUNQ_SLEEPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(sleeperEnv) != "" {
+		sleeper()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// sleeper wakes up every millisecond for a short burst of work, as a latency-sensitive
+// service does, until it is killed.
+func sleeper() {
+	for {
+		time.Sleep(time.Millisecond)
+		for end := time.Now().Add(50 * time.Microsecond); time.Now().Before(end); {
+		}
+	}
+}
+
+// startSleeper runs sleeper in g, pinned to cpu.
+func startSleeper(t *testing.T, g *cgtest.Group, cpu int) {
+	t.Helper()
+	g.Start(t, cpu, "env", sleeperEnv+"=1", os.Args[0], "-test.run=^$")
+}
+
+// busyPair makes cgroups a and b with a busy loop each on one CPU, and returns them, the CPU
+// and a's loop.
+func busyPair(t *testing.T) (map[string]*cgtest.Group, int, *exec.Cmd) {
+	t.Helper()
+	g := cgtest.Make(t, "cpu", "a", "b")
+	cpu := cgtest.LastCPU(t)
+	a := g["a"].Busy(t, cpu)
+	g["b"].Busy(t, cpu)
+	return g, cpu, a
+}
+
+// Two busy loops sharing one CPU preempt each other: both wait in the run queue, and each
+// pair is charged to the other's cgroup.
+func TestPreemptionPairs(t *testing.T) {
+	tr := newTracer(t, Config{})
+	g, _, _ := busyPair(t)
+	a, b := g["a"].ID, g["b"].ID
+	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool {
+		return st.Latency[a].Count > 0 && st.Latency[b].Count > 0 &&
+			pair(st, a, b).WaitNs > 0 && pair(st, b, a).WaitNs > 0
+	})
+	for name, id := range map[string]uint64{"a": a, "b": b} {
+		if h := st.Latency[id]; h.Count == 0 || h.SumNs == 0 {
+			t.Errorf("cgroup %s (id %d): run-queue histogram %+v, want waits", name, id, h)
+		}
+	}
+	for _, c := range []struct{ name, victim, preemptor string }{
+		{"a_by_b", "a", "b"},
+		{"b_by_a", "b", "a"},
+	} {
+		p := pair(st, g[c.victim].ID, g[c.preemptor].ID)
+		if p.Count == 0 || p.WaitNs == 0 {
+			t.Errorf("%s: %+v, want preemptions with waits", c.name, p)
+		}
+	}
+	for r, n := range st.Drops {
+		if n != 0 {
+			t.Errorf("drops %s = %d, want 0", r, n)
+		}
+	}
+	// The maps hold the cgroups and pairs without a slot on some CPU.
+	want := max(float64(entries(t, tr.objs.Latency))/DefaultMaxCgroups, float64(entries(t, tr.objs.Pairs))/DefaultMaxPairs)
+	if st.Fill != want {
+		t.Errorf("fill %g, want %g: the fuller map's entries over its capacity", st.Fill, want)
+	}
+}
+
+// statRefresh, written, runs a kworker on every CPU and waits for them all (since Linux 4.4).
+const statRefresh = "/proc/sys/vm/stat_refresh"
+
+// Kernel threads that run on a busy loop's CPU preempt it as <kernel>, not as the root cgroup
+// they sit in, where system daemons are too.
+func TestKernelPreemptor(t *testing.T) {
+	tr := newTracer(t, Config{})
+	g := cgtest.Make(t, "cpu", "busy", "kick")
+	// The heaviest weight: the busy loop then holds its CPU most of the time even on a loaded
+	// machine, so that the kworkers mostly preempt it rather than whatever else runs there.
+	if cgtest.V1() {
+		g["busy"].Write(t, "cpu.shares", "262144")
+	} else {
+		g["busy"].Write(t, "cpu.weight", "10000")
+	}
+	cpu := cgtest.LastCPU(t)
+	g["busy"].Busy(t, cpu)
+	// Kept off the busy loop's CPU when there is another: the busy loop then only yields it
+	// to the kworkers (and whatever else the machine runs there).
+	const writes = 300
+	kick := g["kick"].Start(t, otherCPU(t, cpu), "sh", "-c",
+		fmt.Sprintf("i=0; while [ $i -lt %d ]; do echo 1 > %s; i=$((i+1)); done", writes, statRefresh))
+	if err := kick.Wait(); err != nil {
+		t.Fatalf("writing %s %d times: %v", statRefresh, writes, err)
+	}
+	busy := g["busy"].ID
+	root := rootID(t)
+	st := read(t, tr)
+	kernel, byRoot := pair(st, busy, PreemptorKernel), pair(st, busy, root)
+	t.Logf("busy by <kernel>: %+v; by the root cgroup: %+v", kernel, byRoot)
+	if kernel.Count == 0 || kernel.WaitNs == 0 {
+		t.Fatalf("busy by <kernel>: %+v, want preemptions with waits", kernel)
+	}
+	// Each write ran a kworker on the busy loop's CPU, which it held most of the time: all of
+	// them preempt it on a quiet machine, a third at worst when three busy loops of the root
+	// cgroup shared the CPU.
+	if kernel.Count < writes/10 {
+		t.Errorf("busy preempted %d times by <kernel> after %d writes, want at least %d", kernel.Count, writes, writes/10)
+	}
+	// Charged to the root cgroup, the kworkers would not be <kernel> at all: the count above
+	// is the check. The root cgroup's own count is not compared with it: it is whatever else
+	// runs there on that CPU, and under `go test ./...` other packages' tests do (411 root
+	// preemptions against 273 <kernel> ones in one such run).
+}
+
+// otherCPU returns a CPU this process may run on other than cpu, or cpu when it has no other.
+func otherCPU(t *testing.T, cpu int) int {
+	t.Helper()
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatalf("reading affinity: %v", err)
+	}
+	for c := range 1024 {
+		if c != cpu && set.IsSet(c) {
+			return c
+		}
+	}
+	return cpu
+}
+
+// rootID is the id of the cpu hierarchy's root cgroup.
+func rootID(t *testing.T) uint64 {
+	t.Helper()
+	mount := cgtest.Mount("cpu")
+	fi, err := os.Stat(mount)
+	if err != nil {
+		t.Fatalf("stat %s: %v", mount, err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+// A task woken on a CPU where a neighbour runs waits for the neighbour: the wait is charged to
+// it as a woken pair, never to a cgroup that ran only on another CPU.
+func TestWakeupAttribution(t *testing.T) {
+	tr := newTracer(t, Config{})
+	g := cgtest.Make(t, "cpu", "sleeper", "neighbour", "elsewhere")
+	cpu := cgtest.LastCPU(t)
+	g["neighbour"].Busy(t, cpu)
+	startSleeper(t, g["sleeper"], cpu)
+	other := otherCPU(t, cpu)
+	if other != cpu {
+		g["elsewhere"].Busy(t, other)
+	}
+	sleeper, neighbour := g["sleeper"].ID, g["neighbour"].ID
+	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool {
+		return woken(st, sleeper, neighbour).Count >= 100
+	})
+	w := woken(st, sleeper, neighbour)
+	t.Logf("sleeper woken behind neighbour: %+v; behind any other cgroup %d ns", w, wokenWait(st, sleeper)-w.WaitNs)
+	if w.Count == 0 || w.WaitNs == 0 {
+		t.Fatalf("sleeper woken behind neighbour: %+v, want waits", w)
+	}
+	// How much of the waiting the neighbour accounts for depends on what else the machine
+	// runs on that CPU; a cgroup on another CPU accounts for none.
+	if p := woken(st, sleeper, g["elsewhere"].ID); other != cpu && p.Count != 0 {
+		t.Errorf("sleeper woken behind a cgroup that ran on another CPU only: %+v", p)
+	}
+	if p := woken(st, sleeper, PreemptorIdle); p.Count != 0 {
+		t.Errorf("waits on an idle CPU charged to <idle>: %+v, want none recorded", p)
+	}
+	// New pairs come in bursts here, two a switch if the program did not take care.
+	for r, n := range st.Drops {
+		if n != 0 {
+			t.Errorf("drops %s = %d, want 0", r, n)
+		}
+	}
+}
+
+// A new task's first wait, from its fork to its first run, is recorded with no program on
+// sched_wakeup_new where the kernel keeps its own enqueue time: subshells that exit at once
+// next to a busy neighbour wait only that once, and their parent, which forks them without
+// waiting for them and then sleeps through their exits, is woken by none of them. So the
+// cgroup's waits that followed no preemption of ours are at least one per child.
+func TestForkedTaskFirstWait(t *testing.T) {
+	tr := newTracer(t, Config{})
+	if err := features.HaveSchedInfo(); err != nil {
+		t.Logf("no scheduler enqueue time (%v): sched_wakeup_new is traced instead", err)
+	}
+	g := cgtest.Make(t, "cpu", "forker", "neighbour")
+	cpu := cgtest.LastCPU(t)
+	g["neighbour"].Busy(t, cpu)
+	const children = 200
+	g["forker"].Start(t, cpu, "sh", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do (:) & i=$((i+1)); done; exec sleep 600", children))
+	forker := g["forker"].ID
+	notPreempted := func(st Stats) uint64 {
+		n := st.Latency[forker].Count
+		for _, p := range st.Pairs {
+			if p.Victim == forker && !p.Woken {
+				n -= p.Count
+			}
+		}
+		return n
+	}
+	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return notPreempted(st) >= children })
+	t.Logf("forker: %d waits, %d of them not after a preemption; %d children", st.Latency[forker].Count, notPreempted(st), children)
+	if n := notPreempted(st); n < children {
+		t.Errorf("the forker's cgroup had %d waits after no preemption, want one for each of its %d children at least", n, children)
+	}
+	if n := st.Drops["task_storage"]; n != 0 {
+		t.Errorf("task storage drops %d, want 0", n)
+	}
+}
+
+// On a kernel without the scheduler's stamps (before 6.18, or without CONFIG_SCHED_INFO) the
+// tracer stamps wakeups and forks itself: the attribution tests again, that way, with the
+// same kernel's scheduler doing the same work.
+func TestWithoutKernelStamps(t *testing.T) {
+	withoutKernelStamps = true
+	defer func() { withoutKernelStamps = false }()
+	for _, c := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"preemption_pairs", TestPreemptionPairs},
+		{"kernel_preemptor", TestKernelPreemptor},
+		{"wakeup_attribution", TestWakeupAttribution},
+		{"forked_task_first_wait", TestForkedTaskFirstWait},
+		{"throttled_attribution", TestThrottledAttribution},
+		{"waits_match_the_kernels_run_delay", TestWaitsMatchTheKernelsRunDelay},
+	} {
+		t.Run(c.name, c.test)
+	}
+}
+
+// cappedNextToNeighbour makes cgroups capped, with quotaUs of CPU every 100 ms, and neighbour,
+// and on one CPU a busy loop and a sleeper in capped and a busy loop in neighbour.
+func cappedNextToNeighbour(t *testing.T, quotaUs int) map[string]*cgtest.Group {
+	t.Helper()
+	g := cgtest.Make(t, "cpu", "capped", "neighbour")
+	if cgtest.V1() {
+		g["capped"].Write(t, "cpu.cfs_period_us", "100000")
+		g["capped"].Write(t, "cpu.cfs_quota_us", fmt.Sprint(quotaUs))
+	} else {
+		g["capped"].Write(t, "cpu.max", fmt.Sprintf("%d 100000", quotaUs))
+	}
+	cpu := cgtest.LastCPU(t)
+	g["capped"].Busy(t, cpu)
+	startSleeper(t, g["capped"], cpu)
+	g["neighbour"].Busy(t, cpu)
+	return g
+}
+
+// A cgroup out of quota waits for its next period, not for its neighbour: the waits are
+// charged to the throttled preemptor, those of its busy loop that was switched out as those of
+// its sleeper that woke meanwhile (where wakeups are traced; with the kernel's stamps, after
+// the switch its throttling made).
+func TestThrottledAttribution(t *testing.T) {
+	tr := newTracer(t, Config{})
+	g := cappedNextToNeighbour(t, 5000)
+	// Twenty periods, for a ratio that does not hang on one period.
+	time.Sleep(2 * time.Second)
+	capped, neighbour := g["capped"].ID, g["neighbour"].ID
+	// With the kernel's stamps nothing runs at a wakeup: a task woken while its cgroup is
+	// throttled runs, is throttled on its way to user space and waits after a switch.
+	stamped := !withoutKernelStamps && features.HaveKernelStamps() == nil
+	st := waitFor(t, tr, 10*time.Second, func(st Stats) bool {
+		return pair(st, capped, PreemptorThrottled).WaitNs > 0 && (stamped || woken(st, capped, PreemptorThrottled).WaitNs > 0)
+	})
+	throttled, byNeighbour := pair(st, capped, PreemptorThrottled), pair(st, capped, neighbour)
+	wokenThrottled, wokenNeighbour := woken(st, capped, PreemptorThrottled), woken(st, capped, neighbour)
+	t.Logf("capped by <throttled>: %+v; by neighbour: %+v", throttled, byNeighbour)
+	t.Logf("capped woken while throttled: %+v; behind neighbour: %+v", wokenThrottled, wokenNeighbour)
+	if throttled.Count == 0 || throttled.WaitNs == 0 {
+		t.Fatalf("capped by <throttled>: %+v, want throttled waits", throttled)
+	}
+	switch {
+	case stamped && wokenThrottled.Count != 0:
+		t.Errorf("capped woken while throttled: %+v, want none with the kernel's stamps (no wakeup is traced)", wokenThrottled)
+	case !stamped && wokenThrottled.Count == 0:
+		t.Errorf("capped woken while throttled: %+v, want wakeups charged to <throttled>", wokenThrottled)
+	}
+	// 5 ms of quota per 100 ms: about 95 ms of each period is throttling, a few ms at most
+	// is the neighbour's turn. Since 6.18 a task woken while its cgroup is throttled runs
+	// until it returns to user space and waits out the throttling after a switch, so the
+	// split between the kinds of wait depends on the kernel; their sum does not.
+	if th, nb := throttled.WaitNs+wokenThrottled.WaitNs, byNeighbour.WaitNs+wokenNeighbour.WaitNs; th < 3*nb {
+		t.Errorf("capped waited %d ns throttled and %d ns for its neighbour, want throttling to dominate", th, nb)
+	}
+	for _, w := range []bool{false, true} {
+		if p := find(st, neighbour, PreemptorThrottled, w); p.Count != 0 {
+			t.Errorf("unlimited neighbour charged to <throttled>: %+v", p)
+		}
+	}
+}
+
+// Entries of a removed cgroup go at the next Forget; a live one's stay, those with a special
+// preemptor too.
+func TestForget(t *testing.T) {
+	tr := newTracer(t, Config{noSlots: true})
+	g := cgtest.Make(t, "cpu", "gone", "kept")
+	cpu := cgtest.LastCPU(t)
+	g["gone"].Busy(t, cpu)
+	g["kept"].Busy(t, cpu)
+	gone, kept := g["gone"].ID, g["kept"].ID
+	// Kernel work on the loops' CPU, for pairs with <kernel> as the preemptor.
+	for range 20 {
+		if err := os.WriteFile(statRefresh, []byte("1"), 0); err != nil {
+			t.Fatalf("provoking kernel work: %v", err)
+		}
+	}
+	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool {
+		return st.Latency[gone].Count > 0 && pair(st, kept, gone).Count > 0
+	})
+	if st.Latency[gone].Count == 0 || pair(st, kept, gone).Count == 0 {
+		t.Fatalf("no entries for cgroup gone before removal: latency %+v, pair %+v",
+			st.Latency[gone], pair(st, kept, gone))
+	}
+
+	g["gone"].Remove(t)
+	live := liveIDs(t, cgtest.Mount("cpu"))
+	n, err := tr.Forget(func(id uint64) bool { return live[id] })
+	if err != nil {
+		t.Fatalf("Forget: %v", err)
+	}
+	if n < 2 {
+		t.Errorf("Forget deleted %d entries, want at least the latency and one pair", n)
+	}
+	before := st
+	st = read(t, tr)
+	kernel := 0
+	for _, p := range before.Pairs {
+		if !live[p.Victim] || !special(p.Preemptor) && !live[p.Preemptor] {
+			continue
+		}
+		if p.Preemptor == PreemptorKernel {
+			kernel++
+		}
+		if q := find(st, p.Victim, p.Preemptor, p.Woken); q.Count < p.Count {
+			t.Errorf("pair of live cgroups forgotten: %+v, now %+v", p, q)
+		}
+	}
+	if kernel == 0 {
+		t.Errorf("no pair with <kernel> as the preemptor to keep, after kernel work on the loops' CPU")
+	}
+	if _, ok := st.Latency[gone]; ok {
+		t.Errorf("latency of removed cgroup still present")
+	}
+	for _, p := range st.Pairs {
+		if p.Victim == gone || p.Preemptor == gone {
+			t.Errorf("pair of removed cgroup still present: %+v", p)
+		}
+	}
+	if st.Latency[kept].Count == 0 {
+		t.Errorf("latency of live cgroup forgotten")
+	}
+}
+
+// liveIDs returns the ids (directory inodes) of every cgroup in the hierarchy at mount.
+func liveIDs(t *testing.T, mount string) map[uint64]bool {
+	t.Helper()
+	ids := map[uint64]bool{}
+	err := filepath.WalkDir(mount, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			// A cgroup removed during the walk.
+			return nil
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		ids[fi.Sys().(*syscall.Stat_t).Ino] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("walking %s: %v", mount, err)
+	}
+	return ids
+}
+
+// entries counts the keys of a map.
+func entries(t *testing.T, m *ebpf.Map) int {
+	t.Helper()
+	var cur any
+	for n := 0; ; n++ {
+		next := make([]byte, m.KeySize())
+		if err := m.NextKey(cur, next); errors.Is(err, ebpf.ErrKeyNotExist) {
+			return n
+		} else if err != nil {
+			t.Fatalf("walking %v: %v", m, err)
+		}
+		cur = next
+	}
+}
+
+// Full maps count drops instead of failing silently. With one slot a CPU, the cgroups that
+// do not get it go to the latency map, of one entry.
+func TestDropsWhenFull(t *testing.T) {
+	tr := newTracer(t, Config{MaxCgroups: 1, MaxPairs: 1, slots: 1})
+	busyPair(t)
+	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool {
+		return st.Drops["latency_map_full"] > 0 && st.Drops["pairs_map_full"] > 0
+	})
+	if n, m := entries(t, tr.objs.Latency), entries(t, tr.objs.Pairs); n > 1 || m > 1 {
+		t.Errorf("maps over capacity: %d cgroups, %d pairs", n, m)
+	}
+	for _, r := range []string{"latency_map_full", "pairs_map_full"} {
+		if st.Drops[r] == 0 {
+			t.Errorf("drops %s = 0, want > 0 (all drops: %v)", r, st.Drops)
+		}
+	}
+}
+
+func TestCloseTwice(t *testing.T) {
+	cgtest.CheckClose(t, newTracer(t, Config{}))
+}
+
+// A busy loop's cgroup is on its CPU at a read, however long since its last switch; a cgroup
+// whose tasks sleep is not.
+func TestOnCPU(t *testing.T) {
+	tr := newTracer(t, Config{})
+	g := cgtest.Make(t, "cpu", "busy", "sleeper")
+	cpu := cgtest.LastCPU(t)
+	g["busy"].Busy(t, cpu)
+	startSleeper(t, g["sleeper"], cpu)
+	busy, sleeper := g["busy"].ID, g["sleeper"].ID
+	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return slices.Contains(st.OnCPU, busy) })
+	if !slices.Contains(st.OnCPU, busy) {
+		t.Fatalf("on CPU %v, want the busy loop's cgroup %d among them", st.OnCPU, busy)
+	}
+	if slices.Contains(st.OnCPU, sleeper) {
+		t.Errorf("on CPU %v: the sleeper's cgroup %d is among them", st.OnCPU, sleeper)
+	}
+	if slices.Contains(st.OnCPU, 0) {
+		t.Errorf("on CPU %v: an idle CPU is among them", st.OnCPU)
+	}
+}
+
+// With ChangedOnly a read returns the entries that changed since the previous one, with their
+// totals: a cgroup gone quiet's are in no read, and come back, counting on, when it runs again.
+func TestChangedOnly(t *testing.T) {
+	tr := newTracer(t, Config{ChangedOnly: true, noSlots: true})
+	g, cpu, la := busyPair(t)
+	a, b := g["a"].ID, g["b"].ID
+	if st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return pair(st, a, b).Count > 0 }); pair(st, a, b).Count == 0 {
+		t.Fatal("a was never preempted by b")
+	}
+	la.Process.Kill()
+	la.Wait()
+	before := read(t, tr).Latency[a].Count // a's last waits, if any since
+	time.Sleep(100 * time.Millisecond)
+	st := read(t, tr)
+	if _, ok := st.Latency[a]; ok || pair(st, a, b).Count != 0 {
+		t.Errorf("a, stopped: its histogram and pair are in a read after they stopped changing")
+	}
+	if st.Fill == 0 {
+		t.Errorf("fill 0: it counts every entry, changed or not")
+	}
+	g["a"].Busy(t, cpu)
+	st = waitFor(t, tr, 15*time.Second, func(st Stats) bool { _, ok := st.Latency[a]; return ok })
+	if h, ok := st.Latency[a]; !ok || h.Count <= before {
+		t.Errorf("a, busy again: histogram %+v, want a total above the %d waits before it stopped", h, before)
+	}
+}
+
+// Past the budget ReadPart reads the pairs every ceil(pairs / budget) calls, Read every time.
+func TestReadPartSpreadsPairs(t *testing.T) {
+	tr := newTracer(t, Config{ChangedOnly: true, PairsBudget: 1, noSlots: true})
+	g, _, busyA := busyPair(t)
+	a, b := g["a"].ID, g["b"].ID
+	if st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return pair(st, a, b).Count > 0 && pair(st, b, a).Count > 0 }); pair(st, a, b).Count == 0 {
+		t.Fatal("a and b never preempted each other")
+	}
+	held := tr.held
+	if held < 2 {
+		t.Fatalf("the pairs map held %d pairs, want at least a's and b's", held)
+	}
+	var withPairs int
+	runs := timesRun(t, busyA.Process.Pid)
+	for range 2 * held {
+		// a has waited and run again since the last call, whatever the VM's timing.
+		for deadline := time.Now().Add(5 * time.Second); timesRun(t, busyA.Process.Pid) == runs; {
+			if time.Now().After(deadline) {
+				t.Fatal("a busy loop sharing a CPU did not run again within 5 s")
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		runs = timesRun(t, busyA.Process.Pid)
+		st, err := tr.ReadPart()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Pairs) > 0 {
+			withPairs++
+		}
+		if _, ok := st.Latency[a]; !ok {
+			t.Fatal("a busy loop's histogram missing from a ReadPart: the latency map is read at every call")
+		}
+	}
+	if withPairs < 1 || withPairs > 3 {
+		t.Errorf("%d of %d ReadPart calls read the pairs of a map of %d, budget 1: want about 2", withPairs, 2*held, held)
+	}
+}
+
+// timesRun is how many times the kernel put pid on a CPU (/proc/<pid>/schedstat, its third
+// field).
+func timesRun(t *testing.T, pid int) uint64 {
+	t.Helper()
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run, delay, times uint64
+	if _, err := fmt.Sscan(string(st), &run, &delay, &times); err != nil {
+		t.Fatalf("parsing schedstat %q: %v", st, err)
+	}
+	return times
+}
+
+// runDelay is the kernel's own total run-queue wait (/proc/<tid>/schedstat, its second
+// field) of every thread in the group's tasks file.
+func runDelay(t *testing.T, g *cgtest.Group) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(g.Dir, "tasks"))
+	if os.IsNotExist(err) {
+		b, err = os.ReadFile(filepath.Join(g.Dir, "cgroup.threads"))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum uint64
+	for _, tid := range strings.Fields(string(b)) {
+		st, err := os.ReadFile("/proc/" + tid + "/schedstat")
+		if err != nil {
+			continue // exited
+		}
+		var run, delay uint64
+		if _, err := fmt.Sscan(string(st), &run, &delay); err == nil {
+			sum += delay
+		}
+	}
+	return sum
+}
+
+// The waits recorded for a cgroup add up to what the kernel itself counts for its tasks
+// (sched_info.run_delay): a capped busy loop and sleeper next to a neighbour on one CPU,
+// throttled most of each period, preempted and woken; and a sleeper free to move between CPUs
+// that hogs keep busy, whose waits the scheduler splits by migrating it (the tracer then adds
+// what run_delay grew by since the task last ran).
+func TestWaitsMatchTheKernelsRunDelay(t *testing.T) {
+	t.Run("one_cpu_throttled", func(t *testing.T) {
+		tr := newTracer(t, Config{})
+		matchRunDelay(t, tr, cappedNextToNeighbour(t, 20000)["capped"])
+	})
+	t.Run("migrating", func(t *testing.T) {
+		tr := newTracer(t, Config{})
+		g := cgtest.Make(t, "cpu", "sleeper", "hogs")
+		for range runtime.NumCPU() + 1 {
+			g["hogs"].Busy(t, -1)
+		}
+		startSleeper(t, g["sleeper"], -1)
+		matchRunDelay(t, tr, g["sleeper"])
+	})
+	// One slot a CPU: the sleeper's waits are in a slot on some CPUs, in the latency map on
+	// others, and a read of what changed adds them up.
+	t.Run("migrating_one_slot", func(t *testing.T) {
+		tr := newTracer(t, Config{slots: 1, ChangedOnly: true})
+		g := cgtest.Make(t, "cpu", "sleeper", "hogs")
+		for range runtime.NumCPU() + 1 {
+			g["hogs"].Busy(t, -1)
+		}
+		startSleeper(t, g["sleeper"], -1)
+		matchRunDelay(t, tr, g["sleeper"])
+	})
+}
+
+// withFreeSlot makes a cgroup whose slot on cpu is free, of the tracer's slots, and is not
+// the slot of any of the cgroups others: its waits there land in its slot. A freshly loaded
+// tracer's slots are all free, so it first lets the cgroups already running on cpu (the test's
+// own, the kernel's threads') take theirs: one of them waking later into the new cgroup's free
+// slot took it in 1 of 4 boots of the VM lane.
+func withFreeSlot(t *testing.T, tr *Tracer, cpu int, slots uint32, others ...uint64) *cgtest.Group {
+	t.Helper()
+	time.Sleep(300 * time.Millisecond)
+	for i := range 10 {
+		name := fmt.Sprint("a", i)
+		g := cgtest.Make(t, "cpu", name)[name]
+		idx := slotOf(g.ID, slots-1)
+		if slices.ContainsFunc(others, func(o uint64) bool { return slotOf(o, slots-1) == idx }) {
+			continue
+		}
+		var per []runqSlot
+		if err := tr.objs.Slots.Lookup(idx, &per); err != nil {
+			t.Fatalf("reading a slot: %v", err)
+		}
+		if per[cpu].Cgroup == 0 {
+			return g
+		}
+	}
+	t.Fatalf("no cgroup of 10 found its slot free on CPU %d", cpu)
+	return nil
+}
+
+// slotOf is bpf/runq.bpf.c's slot_of.
+func slotOf(id uint64, mask uint32) uint32 { return uint32((id*0x9E3779B97F4A7C15)>>40) & mask }
+
+// slotOwners returns the cgroups holding a slot, with the CPUs they hold one on.
+func slotOwners(t *testing.T, tr *Tracer) map[uint64][]int {
+	t.Helper()
+	owners := map[uint64][]int{}
+	var idx uint32
+	var per []runqSlot
+	it := tr.objs.Slots.Iterate()
+	for it.Next(&idx, &per) {
+		for cpu, s := range per {
+			if s.Cgroup != 0 {
+				owners[s.Cgroup] = append(owners[s.Cgroup], cpu)
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatalf("reading the slots: %v", err)
+	}
+	return owners
+}
+
+// pairSlotKeys returns the pairs holding a pair slot on some CPU.
+func pairSlotKeys(t *testing.T, tr *Tracer) []runqPairKey {
+	t.Helper()
+	var keys []runqPairKey
+	var idx uint32
+	var per []runqPairSlot
+	it := tr.objs.PairSlots.Iterate()
+	for it.Next(&idx, &per) {
+		for _, s := range per {
+			if s.Key.Victim != 0 {
+				keys = append(keys, s.Key)
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatalf("reading the pair slots: %v", err)
+	}
+	return keys
+}
+
+// Every wait of a busy loop is a preemption, charged to a pair: what a cgroup's pairs add up
+// to over a while equals what its histogram does, whether they are in slots or in the pairs
+// map or both (one slot and one pair slot a CPU, busy loops on every CPU), read whole or by
+// change.
+func TestPairsAddUpToLatency(t *testing.T) {
+	for _, changed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("changed_only_%v", changed), func(t *testing.T) {
+			tr := newTracer(t, Config{slots: 1, pairSlots: 16, ChangedOnly: changed})
+			g := cgtest.Make(t, "cpu", "a", "b")
+			var loops []*exec.Cmd
+			for range runtime.NumCPU() {
+				loops = append(loops, g["a"].Busy(t, -1), g["b"].Busy(t, -1))
+			}
+			type key struct {
+				victim, preemptor uint64
+				woken             bool
+			}
+			hists := map[uint64]hist.Log2{}
+			pairs := map[key]Pair{}
+			// totals reads the cgroups' histograms and their pairs' sums by victim,
+			// cumulative: a read by change updates what changed.
+			type total struct{ waits, waitNs, charged, chargedNs uint64 }
+			totals := func() map[uint64]total {
+				st := read(t, tr)
+				maps.Copy(hists, st.Latency)
+				for _, p := range st.Pairs {
+					pairs[key{p.Victim, p.Preemptor, p.Woken}] = p
+				}
+				out := map[uint64]total{}
+				for _, c := range []string{"a", "b"} {
+					id := g[c].ID
+					tt := total{waits: hists[id].Count, waitNs: hists[id].SumNs}
+					for k, p := range pairs {
+						if k.victim == id {
+							tt.charged += p.Count
+							tt.chargedNs += p.WaitNs
+						}
+					}
+					out[id] = tt
+				}
+				return out
+			}
+			// A read takes the histograms before the pairs: waits in between would be in one and
+			// not the other (under emulation, the reader sharing the CPUs with the loops, 6 of
+			// 239). The loops are stopped while each read is taken; continued, each is woken once,
+			// and one woken on an idle CPU waited for nobody: in its histogram, not its pairs.
+			time.Sleep(500 * time.Millisecond) // past the loops' start, a fork and a wakeup each
+			stopped(t, loops, true)
+			before := totals()
+			stopped(t, loops, false)
+			time.Sleep(2 * time.Second)
+			stopped(t, loops, true)
+			after := totals()
+			stopped(t, loops, false)
+			inSlots := map[runqPairKey]bool{}
+			for _, k := range pairSlotKeys(t, tr) {
+				if k.Victim == g["a"].ID || k.Victim == g["b"].ID {
+					inSlots[k] = true
+				}
+			}
+			var k runqPairKey
+			var vs []runqPairVal
+			inMap := 0
+			for it := tr.objs.Pairs.Iterate(); it.Next(&k, &vs); {
+				if k.Victim == g["a"].ID || k.Victim == g["b"].ID {
+					inMap++
+				}
+			}
+			t.Logf("%d pairs: %d in a pair slot on some CPU, %d in the pairs map", len(pairs), len(inSlots), inMap)
+			if len(inSlots) == 0 || inMap == 0 {
+				t.Errorf("the pairs of a and b are not both in slots and in the map (%d, %d): 16 slots a CPU should leave some of each", len(inSlots), inMap)
+			}
+			for _, c := range []string{"a", "b"} {
+				b, a := before[g[c].ID], after[g[c].ID]
+				waits, charged := a.waits-b.waits, a.charged-b.charged
+				waitNs, chargedNs := float64(a.waitNs-b.waitNs), float64(a.chargedNs-b.chargedNs)
+				t.Logf("%s: %d waits of %.3f s in its histogram, %d of %.3f s in its pairs", c, waits, waitNs/1e9, charged, chargedNs/1e9)
+				if waits < 100 {
+					t.Fatalf("%s waited %d times in 2 s, want busy loops preempting each other", c, waits)
+				}
+				// At most each of its loops woken on an idle CPU when continued is in its histogram
+				// alone.
+				if d := int64(waits) - int64(charged); d > int64(runtime.NumCPU()) || d < 0 || math.Abs(waitNs-chargedNs) > 0.03*waitNs {
+					t.Errorf("%s's pairs add up to %d waits of %.0f ns, its histogram to %d of %.0f ns", c, charged, chargedNs, waits, waitNs)
+				}
+			}
+		})
+	}
+}
+
+// stopped stops the processes (SIGSTOP) and waits until each is stopped, or continues them.
+func stopped(t *testing.T, cmds []*exec.Cmd, stop bool) {
+	t.Helper()
+	for _, c := range cmds {
+		sig := syscall.SIGCONT
+		if stop {
+			sig = syscall.SIGSTOP
+		}
+		if err := c.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range cmds {
+		for deadline := time.Now().Add(10 * time.Second); stop; {
+			p, err := procfs.NewProc(c.Process.Pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := p.Stat()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.State == "T" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pid %d not stopped after 10 s: state %s", c.Process.Pid, st.State)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// A cgroup's waits land in its slot on the CPU it runs on, and its removal frees the slot for
+// the next cgroup.
+func TestSlotsFreedAtRmdir(t *testing.T) {
+	// Enough pair slots that one of a's pairs finds its own free; a's slot on its CPU is
+	// checked free before it runs there.
+	const slots = 4096
+	tr := newTracer(t, Config{slots: slots, pairSlots: slots})
+	cpu := cgtest.LastCPU(t)
+	gb := cgtest.Make(t, "cpu", "b")["b"]
+	gb.Busy(t, cpu)
+	ga := withFreeSlot(t, tr, cpu, slots, gb.ID)
+	la := ga.Busy(t, cpu)
+	a := ga.ID
+	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return st.Latency[a].Count > 0 })
+	if cpus := slotOwners(t, tr)[a]; !slices.Contains(cpus, cpu) {
+		t.Fatalf("a waited (%d times) on CPU %d but holds slots on CPUs %v", st.Latency[a].Count, cpu, cpus)
+	}
+	if !slices.ContainsFunc(pairSlotKeys(t, tr), func(k runqPairKey) bool { return k.Victim == a || k.Preemptor == a }) {
+		t.Fatalf("a is in no pair slot")
+	}
+	la.Process.Kill()
+	la.Wait()
+	ga.Remove(t)
+	if cpus, ok := slotOwners(t, tr)[a]; ok {
+		t.Errorf("a, removed, still holds slots on CPUs %v", cpus)
+	}
+	for _, k := range pairSlotKeys(t, tr) {
+		if k.Victim == a || k.Preemptor == a {
+			t.Errorf("a, removed, is still in a pair slot: %+v", k)
+		}
+	}
+	if _, ok := read(t, tr).Latency[a]; ok {
+		t.Errorf("a, removed, is still read")
+	}
+}
+
+// matchRunDelay compares the waits the tracer records for g over 3 s with the kernel's count.
+func matchRunDelay(t *testing.T, tr *Tracer, g *cgtest.Group) {
+	time.Sleep(300 * time.Millisecond)
+	before, kernel0 := read(t, tr).Latency[g.ID].SumNs, runDelay(t, g)
+	time.Sleep(3 * time.Second)
+	after, kernel1 := read(t, tr).Latency[g.ID].SumNs, runDelay(t, g)
+	got, want := float64(after-before), float64(kernel1-kernel0)
+	t.Logf("%s waited %.3f s by the tracer, %.3f s by the kernel (x%.3f)", g.Path, got/1e9, want/1e9, got/want)
+	// The two reads of each are not at the same instant, and a wait in progress at either
+	// edge counts on one side only: a period (100 ms) per task at most.
+	if want == 0 || math.Abs(got-want) > 0.05*want+2*100e6 {
+		t.Errorf("the tracer recorded %.3f s of waits, the kernel %.3f s", got/1e9, want/1e9)
+	}
+}
+
+// A slot owner Forget is told is gone is not read again, for the case of an rmdir the program
+// missed (here a cgroup is said to be gone while it still holds its slot).
+func TestForgottenSlotOwnerNotRead(t *testing.T) {
+	tr := newTracer(t, Config{})
+	cpu := cgtest.LastCPU(t)
+	gb := cgtest.Make(t, "cpu", "b")["b"]
+	gb.Busy(t, cpu)
+	ga := withFreeSlot(t, tr, cpu, defaultSlots, gb.ID)
+	ga.Busy(t, cpu)
+	a := ga.ID
+	waitFor(t, tr, 15*time.Second, func(st Stats) bool { return st.Latency[a].Count > 0 })
+	if _, ok := slotOwners(t, tr)[a]; !ok {
+		var per []runqSlot
+		if err := tr.objs.Slots.Lookup(slotOf(a, defaultSlots-1), &per); err != nil || len(per) <= cpu {
+			t.Fatalf("a holds no slot; reading its slot: %v", err)
+		}
+		t.Fatalf("a holds no slot; its slot on CPU %d is held by cgroup %d", cpu, per[cpu].Cgroup)
+	}
+	if _, err := tr.Forget(func(id uint64) bool { return id != a }); err != nil {
+		t.Fatalf("Forget: %v", err)
+	}
+	for range 2 {
+		if h, ok := read(t, tr).Latency[a]; ok {
+			t.Errorf("a, forgotten, read again: %+v", h)
+		}
+	}
+}
