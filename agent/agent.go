@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,7 +17,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/flightrec"
-	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/host"
 	"github.com/nodectl/nodectl/host/cgroup"
 	"github.com/nodectl/nodectl/host/daemons"
@@ -44,7 +43,7 @@ type Config struct {
 	MaxCgroups int           // 0: session.DefaultMaxCgroups
 	Retention  flightrec.Options
 	Triggers   Triggers
-	Windows    Windows
+	Windows    recorded.Windows
 	Daemons    []string
 	Version    string
 	Log        *slog.Logger
@@ -69,7 +68,7 @@ type Agent struct {
 	mu          sync.Mutex
 	observers   []func(t time.Time, batch []rundir.Record)
 	forget      []func(cgroups []string)
-	incidentFns []func(Incident)
+	incidentFns []func(recorded.Incident)
 	daemons     map[string]string // cgroup → daemon name
 	drops       map[dropKey]float64
 	lastTick    time.Time
@@ -84,9 +83,8 @@ type Agent struct {
 	wg   sync.WaitGroup
 }
 
-// metaFile is the agent's rundir.Meta in the data directory: what a post-mortem without the
+// recorded.MetaFile is the agent's rundir.Meta in the data directory: what a post-mortem without the
 // agent needs to know of the node.
-const metaFile = rundir.MetaFile
 
 // Start opens the data directory, loads the tracer and starts
 // recording. Nothing is left behind when it fails.
@@ -100,8 +98,8 @@ func Start(cfg Config) (a *Agent, err error) {
 	if cfg.Triggers == (Triggers{}) {
 		cfg.Triggers = DefaultTriggers
 	}
-	if cfg.Windows == (Windows{}) {
-		cfg.Windows = DefaultWindows
+	if cfg.Windows == (recorded.Windows{}) {
+		cfg.Windows = recorded.DefaultWindows
 	}
 	if err := errors.Join(cfg.Triggers.Validate(), cfg.Windows.Validate()); err != nil {
 		return nil, err
@@ -128,7 +126,7 @@ func Start(cfg Config) (a *Agent, err error) {
 		// In a pod the host name is the pod's: the node is the one Kubernetes knows.
 		a.meta.Node = cfg.Kube.Node
 	}
-	a.inc = &incidents{dir: filepath.Join(cfg.DataDir, incidentsDir), windows: cfg.Windows, log: cfg.Log.With("component", "incidents"),
+	a.inc = &incidents{dir: filepath.Join(cfg.DataDir, recorded.IncidentsDir), windows: cfg.Windows, log: cfg.Log.With("component", "incidents"),
 		pin: a.store.Pin, unpin: a.store.Unpin, analyze: a.analyzeWindow, publish: a.publishIncident,
 		oldest: func() time.Time { return a.store.Status().Oldest }}
 	if err := a.inc.load(); err != nil {
@@ -178,13 +176,13 @@ func (a *Agent) OnForget(fn func(cgroups []string)) {
 }
 
 // OnIncident adds a consumer of every incident opened, analyzing or closed.
-func (a *Agent) OnIncident(fn func(Incident)) {
+func (a *Agent) OnIncident(fn func(recorded.Incident)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.incidentFns = append(a.incidentFns, fn)
 }
 
-func (a *Agent) publishIncident(in Incident) {
+func (a *Agent) publishIncident(in recorded.Incident) {
 	a.mu.Lock()
 	fns := a.incidentFns
 	a.mu.Unlock()
@@ -400,7 +398,9 @@ func (a *Agent) Meta() rundir.Meta {
 	return m
 }
 
-func (a *Agent) saveMeta() error { return writeJSON(filepath.Join(a.cfg.DataDir, metaFile), a.Meta()) }
+func (a *Agent) saveMeta() error {
+	return writeJSON(filepath.Join(a.cfg.DataDir, recorded.MetaFile), a.Meta())
+}
 
 // writeJSON replaces path with v's JSON whole (internal/atomicfile).
 func writeJSON(path string, v any) error {
@@ -411,66 +411,24 @@ func writeJSON(path string, v any) error {
 	return atomicfile.Write(path, b, 0o600)
 }
 
-// ReadMeta reads the agent's meta from a data directory.
-func ReadMeta(dataDir string) (rundir.Meta, error) {
-	var m rundir.Meta
-	b, err := os.ReadFile(filepath.Join(dataDir, metaFile))
-	if err != nil {
-		return m, fmt.Errorf("reading the agent's data directory: %w", err)
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return m, fmt.Errorf("reading %s: %w", filepath.Join(dataDir, metaFile), err)
-	}
-	return m, nil
-}
-
 // analyzeWindow runs the analyzer on a window of the flight recorder.
 //
 // The analysis holds the window's records in the agent's memory: it reads each phase at as many
 // ticks as keep them within analysisRecords (every series changing at every tick read), at
 // least 2 (the phase's edges, where counters are exact), so that a node of thousands of series
 // costs the agent a bounded transient, at the price of coarser gauges. Close stops it.
-func (a *Agent) analyzeWindow(w Window) (json.RawMessage, error) {
+func (a *Agent) analyzeWindow(w recorded.Window) (json.RawMessage, error) {
 	w.Stop = a.stop
 	w, err := w.Incident(a.store, a.Meta(), a.store.Status().Series)
 	if err != nil {
 		return nil, err
 	}
 	defer debug.FreeOSMemory() // the transient back to the kernel, not held as the agent's RSS
-	return AnalyzeWindow(a.store, a.Meta(), w)
-}
-
-// Incident is w read as the agent reads an incident's window from src, a recorder of that many
-// series: each phase at as many ticks as keep the records within analysisRecords, and on a
-// node of many cgroups only those in focus (see focus).
-func (w Window) Incident(src Source, meta rundir.Meta, series int) (Window, error) {
-	if series > 0 {
-		w.Ticks = min(analysisTicks, max(2, analysisRecords/(2*series)))
-	}
-	keep, err := w.focus(src, meta)
-	w.Cgroups = keep
-	return w, err
-}
-
-// analysisRecords bounds the records an incident's analysis reads into the agent's memory
-// (about 200 bytes each).
-const analysisRecords = 150_000
-
-// AnalyzeWindow reads a window from src and returns the analyzer's JSON report.
-func AnalyzeWindow(src Source, meta rundir.Meta, w Window) (json.RawMessage, error) {
-	run, err := w.Run(src, meta)
-	if err != nil {
-		return nil, err
-	}
-	rep, err := analyzer.Analyze(run)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(rep)
+	return recorded.AnalyzeWindow(a.store, a.Meta(), w)
 }
 
 // Analyze runs the analyzer on a window of the live recorder.
-func (a *Agent) Analyze(w Window) (json.RawMessage, error) { return a.analyzeWindow(w) }
+func (a *Agent) Analyze(w recorded.Window) (json.RawMessage, error) { return a.analyzeWindow(w) }
 
 // Read reads the live recorder.
 func (a *Agent) Read(from, to time.Time, step time.Duration, fn func(rundir.Record) error) error {
@@ -478,10 +436,12 @@ func (a *Agent) Read(from, to time.Time, step time.Duration, fn func(rundir.Reco
 }
 
 // Incidents lists the incidents opened since, newest first, at most limit (0: all).
-func (a *Agent) Incidents(since time.Time, limit int) []Incident { return a.inc.list(since, limit) }
+func (a *Agent) Incidents(since time.Time, limit int) []recorded.Incident {
+	return a.inc.list(since, limit)
+}
 
 // Incident returns one incident.
-func (a *Agent) Incident(id string) (Incident, bool) { return a.inc.get(id) }
+func (a *Agent) Incident(id string) (recorded.Incident, bool) { return a.inc.get(id) }
 
 // Close stops recording, waits for the analysis under way, and closes the store.
 func (a *Agent) Close() error {

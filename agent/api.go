@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/agent/rpc"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/rundir"
@@ -94,7 +95,7 @@ func (b backend) Analyze(_ context.Context, from, to time.Time, baseline time.Du
 	if baseline == 0 {
 		baseline = b.a.cfg.Windows.Baseline
 	}
-	w := Window{BaselineFrom: from.Add(-baseline), From: from, To: to, Cgroup: cgroup}
+	w := recorded.Window{BaselineFrom: from.Add(-baseline), From: from, To: to, Cgroup: cgroup}
 	rep, err := b.a.Analyze(w)
 	if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
@@ -105,7 +106,7 @@ func (b backend) Analyze(_ context.Context, from, to time.Time, baseline time.Du
 func (b backend) Incidents(since time.Time, limit int) []*agentv1.Incident {
 	var out []*agentv1.Incident
 	for _, in := range b.a.Incidents(since, limit) {
-		out = append(out, IncidentToProto(in))
+		out = append(out, recorded.IncidentToProto(in))
 	}
 	return out
 }
@@ -115,24 +116,5 @@ func (b backend) Incident(id string) (*agentv1.Incident, bool) {
 	if !ok {
 		return nil, false
 	}
-	return IncidentToProto(in), true
-}
-
-// IncidentToProto is the API's form of an incident.
-func IncidentToProto(in Incident) *agentv1.Incident {
-	return &agentv1.Incident{Id: in.ID, Opened: timestamppb.New(in.Opened), Trigger: in.Trigger, Cgroup: in.Cgroup,
-		Workload: in.Workload, Evidence: in.Evidence, WindowFrom: timestamppb.New(in.WindowFrom), WindowTo: timestamppb.New(in.WindowTo),
-		BaselineFrom: timestamppb.New(in.BaselineFrom), BaselineTo: timestamppb.New(in.WindowFrom), State: in.State,
-		ReportJson: string(in.Report), AnalysisError: in.AnalysisError, Repeats: uint32(in.Repeats)}
-}
-
-// IncidentFromProto is an incident read from the API.
-func IncidentFromProto(p *agentv1.Incident) Incident {
-	in := Incident{ID: p.GetId(), Opened: p.GetOpened().AsTime(), Trigger: p.GetTrigger(), Cgroup: p.GetCgroup(),
-		Workload: p.GetWorkload(), Evidence: p.GetEvidence(), WindowFrom: p.GetWindowFrom().AsTime(), WindowTo: p.GetWindowTo().AsTime(),
-		BaselineFrom: p.GetBaselineFrom().AsTime(), State: p.GetState(), AnalysisError: p.GetAnalysisError(), Repeats: int(p.GetRepeats())}
-	if p.GetReportJson() != "" {
-		in.Report = []byte(p.GetReportJson())
-	}
-	return in
+	return recorded.IncidentToProto(in), true
 }

@@ -56,9 +56,6 @@ const (
 	FieldMemoryPSIFull      = "Triggers.MemoryPSIFull"
 	FieldSwapPagesPerSecond = "Triggers.SwapPagesPerSecond"
 	FieldLeaseLate          = "Triggers.LeaseLate"
-	FieldBefore             = "Windows.Before"
-	FieldAfter              = "Windows.After"
-	FieldBaseline           = "Windows.Baseline"
 )
 
 // Validate names a bound out of range.

@@ -14,76 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/internal/atomicfile"
-	"github.com/nodectl/nodectl/internal/badvalue"
 )
-
-// Incident states.
-const (
-	StateOpen      = "open"      // its window is still being recorded
-	StateAnalyzing = "analyzing" // the window closed; the analyzer runs on it
-	StateClosed    = "closed"    // analyzed: Report (or AnalysisError) is final
-)
-
-// Incident is a trigger that fired, the window around it and, once that closed, the analyzer's
-// report on it. It is kept as JSON in the data directory's incidents/ and served by the API.
-type Incident struct {
-	ID       string    `json:"id"`
-	Opened   time.Time `json:"opened"`
-	Trigger  string    `json:"trigger"`
-	Cgroup   string    `json:"cgroup,omitempty"`   // empty for the node
-	Workload string    `json:"workload,omitempty"` // the cgroup's daemon or pod (namespace/pod[/container]), when known
-	Evidence string    `json:"evidence"`           // the first evidence
-	// Repeats counts the same trigger in the same cgroup again while the window was open.
-	Repeats      int       `json:"repeats,omitempty"`
-	BaselineFrom time.Time `json:"baseline_from"`
-	WindowFrom   time.Time `json:"window_from"`
-	WindowTo     time.Time `json:"window_to"`
-	State        string    `json:"state"`
-	// Report is the analyzer's JSON report of the window against the baseline.
-	Report        json.RawMessage `json:"report,omitempty"`
-	AnalysisError string          `json:"analysis_error,omitempty"`
-}
-
-// Where names what the incident fired for: its workload (a daemon, a pod) with its cgroup, else
-// its cgroup's path, else the node.
-func (in *Incident) Where() string {
-	switch {
-	case in.Workload != "" && in.Cgroup != "":
-		return in.Workload + " (" + in.Cgroup + ")"
-	case in.Cgroup == "":
-		return "the node"
-	}
-	return in.Cgroup
-}
-
-// Window is the incident's window for the analyzer and exports.
-func (in *Incident) Window() Window {
-	return Window{BaselineFrom: in.BaselineFrom, From: in.WindowFrom, To: in.WindowTo, Cgroup: in.Cgroup}
-}
-
-// Windows configures the window around an incident.
-type Windows struct {
-	Before   time.Duration // of the window, before the trigger
-	After    time.Duration // after it: the analysis runs once this has passed
-	Baseline time.Duration // the quiet stretch before the window it is compared with
-}
-
-// DefaultWindows: a minute before and after the trigger, against the two minutes before that.
-var DefaultWindows = Windows{Before: time.Minute, After: time.Minute, Baseline: 2 * time.Minute}
-
-// Validate names a bad duration.
-func (w Windows) Validate() error {
-	switch {
-	case w.Before < 0:
-		return badvalue.Errorf(FieldBefore, w.Before.String(), "must not be negative")
-	case w.After <= 0:
-		return badvalue.Errorf(FieldAfter, w.After.String(), "must be more than 0")
-	case w.Baseline <= 0:
-		return badvalue.Errorf(FieldBaseline, w.Baseline.String(), "must be more than 0")
-	}
-	return nil
-}
 
 // Bounds on incidents, so that a node in trouble for days does not fill the disk or memory
 // with them: open at once (more triggers are counted as suppressed) and kept (the oldest closed
@@ -96,26 +29,25 @@ const (
 // incidents opens, analyzes and keeps the incidents. It is safe for concurrent use.
 type incidents struct {
 	dir     string
-	windows Windows
+	windows recorded.Windows
 	log     *slog.Logger
 	// pin and unpin protect a window in the flight recorder; analyze runs the analyzer on a
 	// window; publish tells the API's subscribers; oldest is the oldest data kept.
 	pin     func(id string, from, to time.Time) error
 	unpin   func(id string) error
-	analyze func(Window) (json.RawMessage, error)
-	publish func(Incident)
+	analyze func(recorded.Window) (json.RawMessage, error)
+	publish func(recorded.Incident)
 	oldest  func() time.Time
 
 	mu         sync.Mutex
-	all        map[string]*Incident
+	all        map[string]*recorded.Incident
 	seq        int
 	suppressed uint64
 	opened     map[string]uint64 // by trigger, since the agent started: a counter never going down
 	work       chan string       // ids whose window closed, for the one analysis worker
 }
 
-// incidentsDir is where the data directory keeps them.
-const incidentsDir = "incidents"
+// recorded.IncidentsDir is where the data directory keeps them.
 
 // load reads the incidents kept in dir, after removing the half-written ones a crash left;
 // one left open or analyzing by a previous agent is analyzed again once its window has passed.
@@ -137,31 +69,20 @@ func (m *incidents) load() error {
 	return m.read()
 }
 
-// read reads the incidents in dir without writing anything.
+// read reads the incidents in dir without writing anything; one a previous agent left
+// analyzing is open again.
 func (m *incidents) read() error {
-	m.all = map[string]*Incident{}
+	m.all = map[string]*recorded.Incident{}
 	m.work = make(chan string, maxOpenIncidents+maxKeptIncidents)
-	entries, err := os.ReadDir(m.dir)
+	all, err := recorded.LoadIncidents(m.dir, m.log)
 	if err != nil {
-		return fmt.Errorf("incidents: %w", err)
+		return err
 	}
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".json") {
-			continue
+	for _, in := range all {
+		if in.State == recorded.StateAnalyzing {
+			in.State = recorded.StateOpen
 		}
-		b, err := os.ReadFile(filepath.Join(m.dir, e.Name()))
-		var in Incident
-		if err == nil {
-			err = json.Unmarshal(b, &in)
-		}
-		if err != nil || in.ID == "" {
-			m.log.Warn("skipping an unreadable incident", "file", e.Name(), "err", err)
-			continue
-		}
-		if in.State == StateAnalyzing {
-			in.State = StateOpen
-		}
-		m.all[in.ID] = &in
+		m.all[in.ID] = in
 	}
 	return nil
 }
@@ -190,9 +111,9 @@ func (m *incidents) fire(fs []firing) {
 	}
 }
 
-func (m *incidents) openFor(trigger, cgroup string) *Incident {
+func (m *incidents) openFor(trigger, cgroup string) *recorded.Incident {
 	for _, in := range m.all {
-		if in.State == StateOpen && in.Trigger == trigger && in.Cgroup == cgroup {
+		if in.State == recorded.StateOpen && in.Trigger == trigger && in.Cgroup == cgroup {
 			return in
 		}
 	}
@@ -202,7 +123,7 @@ func (m *incidents) openFor(trigger, cgroup string) *Incident {
 func (m *incidents) countOpen() int {
 	n := 0
 	for _, in := range m.all {
-		if in.State != StateClosed {
+		if in.State != recorded.StateClosed {
 			n++
 		}
 	}
@@ -210,14 +131,14 @@ func (m *incidents) countOpen() int {
 }
 
 // open makes the incident of f, its window clipped to the data kept, and pins it.
-func (m *incidents) open(f firing) *Incident {
+func (m *incidents) open(f firing) *recorded.Incident {
 	m.seq++
 	id := fmt.Sprintf("%s-%s-%d", f.Time.UTC().Format("20060102-150405"), f.Trigger, m.seq)
 	for m.all[id] != nil {
 		m.seq++
 		id = fmt.Sprintf("%s-%s-%d", f.Time.UTC().Format("20060102-150405"), f.Trigger, m.seq)
 	}
-	in := &Incident{ID: id, Opened: f.Time, Trigger: f.Trigger, Cgroup: f.Cgroup, Workload: f.Workload, Evidence: f.Evidence, State: StateOpen,
+	in := &recorded.Incident{ID: id, Opened: f.Time, Trigger: f.Trigger, Cgroup: f.Cgroup, Workload: f.Workload, Evidence: f.Evidence, State: recorded.StateOpen,
 		WindowFrom: f.Time.Add(-m.windows.Before), WindowTo: f.Time.Add(m.windows.After)}
 	in.BaselineFrom = in.WindowFrom.Add(-m.windows.Baseline)
 	// The quiet stretch before is what the agent has: it may have started just before.
@@ -241,8 +162,8 @@ func (m *incidents) tick(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, in := range m.all {
-		if in.State == StateOpen && !now.Before(in.WindowTo) {
-			in.State = StateAnalyzing
+		if in.State == recorded.StateOpen && !now.Before(in.WindowTo) {
+			in.State = recorded.StateAnalyzing
 			m.save(in)
 			m.publish(*in)
 			m.work <- in.ID
@@ -260,7 +181,7 @@ func (m *incidents) analyzeLoop(done <-chan struct{}) {
 		case id := <-m.work:
 			m.mu.Lock()
 			in := m.all[id]
-			var w Window
+			var w recorded.Window
 			if in != nil {
 				w = in.Window()
 			}
@@ -269,12 +190,12 @@ func (m *incidents) analyzeLoop(done <-chan struct{}) {
 				continue
 			}
 			report, err := m.analyze(w)
-			if errors.Is(err, ErrStopped) {
+			if errors.Is(err, recorded.ErrStopped) {
 				// The agent is stopping: the next one analyzes it (load reopens it).
 				return
 			}
 			m.mu.Lock()
-			in.State, in.Report = StateClosed, report
+			in.State, in.Report = recorded.StateClosed, report
 			if err != nil {
 				in.AnalysisError = err.Error()
 				m.log.Warn("incident analysis failed", "id", id, "err", err)
@@ -294,13 +215,13 @@ func (m *incidents) evict() {
 	if len(m.all) <= maxKeptIncidents {
 		return
 	}
-	var closed []*Incident
+	var closed []*recorded.Incident
 	for _, in := range m.all {
-		if in.State == StateClosed {
+		if in.State == recorded.StateClosed {
 			closed = append(closed, in)
 		}
 	}
-	slices.SortFunc(closed, func(a, b *Incident) int { return a.Opened.Compare(b.Opened) })
+	slices.SortFunc(closed, func(a, b *recorded.Incident) int { return a.Opened.Compare(b.Opened) })
 	for _, in := range closed[:min(len(closed), len(m.all)-maxKeptIncidents)] {
 		delete(m.all, in.ID)
 		if err := errors.Join(os.Remove(m.path(in.ID)), m.unpin(in.ID)); err != nil {
@@ -313,7 +234,7 @@ func (m *incidents) path(id string) string { return filepath.Join(m.dir, id+".js
 
 // save replaces in's file whole (internal/atomicfile); a failure (a full disk) is logged: the
 // incident lives on in memory and is saved at its next change.
-func (m *incidents) save(in *Incident) {
+func (m *incidents) save(in *recorded.Incident) {
 	b, err := json.MarshalIndent(in, "", "  ")
 	if err == nil {
 		err = atomicfile.Write(m.path(in.ID), b, 0o600)
@@ -325,28 +246,30 @@ func (m *incidents) save(in *Incident) {
 
 // list returns copies of the incidents opened at or after since, newest first, at most limit
 // (0: all).
-func (m *incidents) list(since time.Time, limit int) []Incident {
+func (m *incidents) list(since time.Time, limit int) []recorded.Incident {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []Incident
+	var out []recorded.Incident
 	for _, in := range m.all {
 		if !in.Opened.Before(since) {
 			out = append(out, *in)
 		}
 	}
-	slices.SortFunc(out, func(a, b Incident) int { return cmp.Or(b.Opened.Compare(a.Opened), strings.Compare(a.ID, b.ID)) })
+	slices.SortFunc(out, func(a, b recorded.Incident) int {
+		return cmp.Or(b.Opened.Compare(a.Opened), strings.Compare(a.ID, b.ID))
+	})
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
 	return out
 }
 
-func (m *incidents) get(id string) (Incident, bool) {
+func (m *incidents) get(id string) (recorded.Incident, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	in, ok := m.all[id]
 	if !ok {
-		return Incident{}, false
+		return recorded.Incident{}, false
 	}
 	return *in, true
 }
@@ -364,22 +287,9 @@ func (m *incidents) byTrigger() (opened map[string]uint64, open map[string]int) 
 	defer m.mu.Unlock()
 	opened, open = maps.Clone(m.opened), map[string]int{}
 	for _, in := range m.all {
-		if in.State != StateClosed {
+		if in.State != recorded.StateClosed {
 			open[in.Trigger]++
 		}
 	}
 	return opened, open
-}
-
-// ReadIncidents reads the incidents kept in a data directory, for a post-mortem without the
-// agent, newest first.
-func ReadIncidents(dataDir string) ([]Incident, error) {
-	m := &incidents{dir: filepath.Join(dataDir, incidentsDir), log: slog.New(slog.DiscardHandler)}
-	if _, err := os.Stat(m.dir); err != nil {
-		return nil, fmt.Errorf("no incidents in %s: %w", dataDir, err)
-	}
-	if err := m.read(); err != nil {
-		return nil, err
-	}
-	return m.list(time.Time{}, 0), nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/nodectl/nodectl/agent/exporter"
+	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/agent/rpc"
 	"github.com/nodectl/nodectl/internal/metricserver"
 	"github.com/nodectl/nodectl/rundir"
@@ -41,7 +42,7 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	}
 	defer api.Close()
 	a.OnBatch(api.PublishSamples)
-	a.OnIncident(func(in Incident) { api.PublishIncident(IncidentToProto(in)) })
+	a.OnIncident(func(in recorded.Incident) { api.PublishIncident(recorded.IncidentToProto(in)) })
 
 	var metrics *metricserver.Server
 	if cfg.MetricsListen != "" {

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent"
 	"github.com/nodectl/nodectl/agent/flightrec"
+	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/bench/internal/proc"
 )
 
@@ -23,10 +23,10 @@ import (
 // one opens. It runs once whatever b.N (use -benchtime 1x).
 func BenchmarkIncidentAnalysis(b *testing.B) {
 	dir := b.TempDir()
-	d := agent.DefaultWindows
+	d := recorded.DefaultWindows
 	to := time.Now().UTC().Truncate(time.Second)
 	// The incident is a contended cgroup's (gen_test.go), as the agent's detector would open it.
-	w := agent.Window{BaselineFrom: to.Add(-d.After - d.Before - d.Baseline), From: to.Add(-d.After - d.Before), To: to,
+	w := recorded.Window{BaselineFrom: to.Add(-d.After - d.Before - d.Baseline), From: to.Add(-d.After - d.Before), To: to,
 		Cgroup: newNode(liveCgroups, windowSeed).contended[0]}
 	st, err := writeWindow(dir, w)
 	if err != nil {
@@ -36,7 +36,7 @@ func BenchmarkIncidentAnalysis(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	meta, err := agent.ReadMeta(dir)
+	meta, err := recorded.ReadMeta(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func BenchmarkIncidentAnalysis(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rep, err := agent.AnalyzeWindow(rd, meta, w)
+	rep, err := recorded.AnalyzeWindow(rd, meta, w)
 	elapsed := time.Since(start)
 	cpu := cpuTime(b) - cpu0
 	runtime.ReadMemStats(&ms1)

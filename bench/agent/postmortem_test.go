@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/agent"
 	"github.com/nodectl/nodectl/agent/flightrec"
+	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/bench/internal/proc"
 	"github.com/nodectl/nodectl/rundir"
 )
@@ -31,7 +31,7 @@ const binaryRuns = 3
 // BenchmarkPostmortem1h writes an hour of 1,000 cgroups at 1 s into a flight recorder, and
 // the default baseline before it, with a meta.json as the agent writes it, then times
 // `nodectl analyze --data-dir DIR --from T1 --to T2` end to end (the real binary) and
-// agent.AnalyzeWindow in this process on that hour: issue 12 wants at most 5 s. It runs once
+// recorded.AnalyzeWindow in this process on that hour: issue 12 wants at most 5 s. It runs once
 // whatever b.N (use -benchtime 1x).
 func BenchmarkPostmortem1h(b *testing.B) {
 	dir := b.TempDir()
@@ -40,9 +40,9 @@ func BenchmarkPostmortem1h(b *testing.B) {
 		b.Fatal(err)
 	}
 	data := filepath.Join(dir, "data")
-	baseline := agent.DefaultWindows.Baseline
+	baseline := recorded.DefaultWindows.Baseline
 	to := time.Now().UTC().Truncate(time.Second)
-	w := agent.Window{BaselineFrom: to.Add(-postmortemWindow - baseline), From: to.Add(-postmortemWindow), To: to}
+	w := recorded.Window{BaselineFrom: to.Add(-postmortemWindow - baseline), From: to.Add(-postmortemWindow), To: to}
 	t0 := time.Now()
 	st, err := writeWindow(data, w)
 	if err != nil {
@@ -84,7 +84,7 @@ func BenchmarkPostmortem1h(b *testing.B) {
 	fmt.Printf(row, "nodectl analyze --data-dir --from --to, wall", fmt.Sprintf("median %.2f s, max %.2f s of %d runs  (issue: <= 5 s)",
 		median(wall), slices.Max(wall), binaryRuns))
 	fmt.Printf(row, "  its CPU time (user+sys), peak RSS", fmt.Sprintf("median %.2f s, %.0f MiB", median(cpu), float64(rss)/mib))
-	fmt.Printf(row, "agent.AnalyzeWindow in process, wall", fmt.Sprintf("%.2f s, peak RSS %.0f MiB", inWall, float64(inRSS)/mib))
+	fmt.Printf(row, "recorded.AnalyzeWindow in process, wall", fmt.Sprintf("%.2f s, peak RSS %.0f MiB", inWall, float64(inRSS)/mib))
 	fmt.Printf(row, "findings (binary, in process)", fmt.Sprintf("%d, %d", findings, inFindings))
 
 	b.ReportMetric(median(wall), "analyze-s")
@@ -100,7 +100,7 @@ const windowSeed = 12
 
 // writeWindow fills dir's flight recorder with the window, a tick a second, and writes the
 // agent's meta.json beside it.
-func writeWindow(dir string, w agent.Window) (flightrec.Status, error) {
+func writeWindow(dir string, w recorded.Window) (flightrec.Status, error) {
 	s, err := flightrec.Open(flightrec.Options{Dir: dir})
 	if err != nil {
 		return flightrec.Status{}, err
@@ -133,12 +133,12 @@ func writeWindow(dir string, w agent.Window) (flightrec.Status, error) {
 
 // analyzeInProcess runs what `nodectl analyze --data-dir` runs, here, and returns its wall
 // time and this process's peak RSS meanwhile (the kernel's high-water mark, reset first).
-func analyzeInProcess(dir string, w agent.Window) (float64, uint64, int, error) {
+func analyzeInProcess(dir string, w recorded.Window) (float64, uint64, int, error) {
 	rd, err := flightrec.OpenReader(dir)
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	meta, err := agent.ReadMeta(dir)
+	meta, err := recorded.ReadMeta(dir)
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -149,7 +149,7 @@ func analyzeInProcess(dir string, w agent.Window) (float64, uint64, int, error) 
 		return 0, 0, 0, err
 	}
 	start := time.Now()
-	rep, err := agent.AnalyzeWindow(rd, meta, w)
+	rep, err := recorded.AnalyzeWindow(rd, meta, w)
 	elapsed := time.Since(start).Seconds()
 	if err != nil {
 		return 0, 0, 0, err

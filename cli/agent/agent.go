@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodectl/nodectl/agent"
 	"github.com/nodectl/nodectl/agent/flightrec"
+	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/agent/rpc"
 	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
@@ -40,7 +41,7 @@ import (
 
 // New returns the agent command and its subcommands.
 func New() *cobra.Command {
-	cfg := agent.ServeConfig{Config: agent.Config{Host: host.Default(), Triggers: agent.DefaultTriggers, Windows: agent.DefaultWindows}}
+	cfg := agent.ServeConfig{Config: agent.Config{Host: host.Default(), Triggers: agent.DefaultTriggers, Windows: recorded.DefaultWindows}}
 	var daemonList, memLimit, pprofListen string
 	var kc kubeFlags
 	var verbose bool
@@ -149,7 +150,7 @@ var settingFlags = map[string]string{
 	agent.FieldRunqStall: "--trigger-runq-stall", agent.FieldDaemonWait: "--trigger-daemon-wait",
 	agent.FieldMemoryPSIFull: "--trigger-memory-psi-full", agent.FieldSwapPagesPerSecond: "--trigger-swap-pages",
 	agent.FieldLeaseLate: "--trigger-lease-late",
-	agent.FieldBefore:    "--incident-before", agent.FieldAfter: "--incident-after", agent.FieldBaseline: "--incident-baseline",
+	recorded.FieldBefore: "--incident-before", recorded.FieldAfter: "--incident-after", recorded.FieldBaseline: "--incident-baseline",
 	rpc.FieldSocket: "--socket", rpc.FieldTCP: "--listen-tcp", rpc.FieldCertFile: "--tls-cert",
 	rpc.FieldKeyFile: "--tls-key", rpc.FieldClientCAFile: "--tls-client-ca",
 	rpc.FieldHealth: "--health-listen", rpc.FieldLoopback: "--api-listen",
@@ -346,7 +347,7 @@ every node's, the most severe first (the worst finding of each incident), then t
 			}
 			if output == "json" {
 				if list == nil {
-					list = []agent.Incident{}
+					list = []recorded.Incident{}
 				}
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -363,7 +364,7 @@ every node's, the most severe first (the worst finding of each incident), then t
 	return remote.Supports(cmd)
 }
 
-func renderIncidents(w io.Writer, list []agent.Incident) error {
+func renderIncidents(w io.Writer, list []recorded.Incident) error {
 	if len(list) == 0 {
 		_, err := fmt.Fprintln(w, "no incidents")
 		return err
@@ -377,7 +378,7 @@ func renderIncidents(w io.Writer, list []agent.Incident) error {
 }
 
 // findingsLine sums up an incident's findings: id, victim and culprits of each.
-func findingsLine(in agent.Incident) string {
+func findingsLine(in recorded.Incident) string {
 	if in.AnalysisError != "" {
 		return "analysis failed: " + in.AnalysisError
 	}
@@ -525,7 +526,7 @@ read offline.`,
 	src.Register(cmd.Flags())
 	cmd.Flags().StringVar(&from, "from", "", "window start (RFC 3339, or a duration before now: 30m)")
 	cmd.Flags().StringVar(&to, "to", "now", "window end (RFC 3339, now, or a duration before now)")
-	cmd.Flags().DurationVar(&baseline, "baseline", agent.DefaultWindows.Baseline, "the stretch before --from written as the baseline phase")
+	cmd.Flags().DurationVar(&baseline, "baseline", recorded.DefaultWindows.Baseline, "the stretch before --from written as the baseline phase")
 	cmd.Flags().StringVar(&cgroup, "cgroup", "", "the cgroup under examination (written as an observed workload)")
 	cmd.Flags().StringVar(&out, "out", "", "run directory to write (must not exist or be empty)")
 	return remote.Supports(cmd)

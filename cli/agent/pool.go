@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodectl/nodectl/agent"
+	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/agent/rpc"
 	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
@@ -175,12 +175,12 @@ func poolStatus(cmd *cobra.Command, output string) error {
 type poolIncident struct {
 	Node     string `json:"node"`
 	Severity string `json:"severity,omitempty"`
-	agent.Incident
+	recorded.Incident
 }
 
 // poolIncidents prints every node's incidents, the most severe first, then the newest.
 func poolIncidents(cmd *cobra.Command, since time.Time, limit int, output string) error {
-	answers, err := askPool(cmd, func(ctx context.Context, c agentv1.AgentClient) ([]agent.Incident, error) {
+	answers, err := askPool(cmd, func(ctx context.Context, c agentv1.AgentClient) ([]recorded.Incident, error) {
 		req := &agentv1.ListIncidentsRequest{Limit: rpc.MaxListLimit}
 		if limit > 0 && limit < rpc.MaxListLimit {
 			req.Limit = uint32(limit)
@@ -192,9 +192,9 @@ func poolIncidents(cmd *cobra.Command, since time.Time, limit int, output string
 		if err != nil {
 			return nil, err
 		}
-		var list []agent.Incident
+		var list []recorded.Incident
 		for _, p := range resp.GetIncidents() {
-			list = append(list, agent.IncidentFromProto(p))
+			list = append(list, recorded.IncidentFromProto(p))
 		}
 		return list, nil
 	})
@@ -241,7 +241,7 @@ func poolIncidents(cmd *cobra.Command, since time.Time, limit int, output string
 }
 
 // incidentSeverity is the worst severity of an incident's findings, "" before its analysis.
-func incidentSeverity(in agent.Incident) string {
+func incidentSeverity(in recorded.Incident) string {
 	if len(in.Report) == 0 {
 		return ""
 	}

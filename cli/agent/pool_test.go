@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/nodectl/nodectl/agent"
+	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 )
@@ -34,10 +34,10 @@ func TestIncidentSeverityIsTheWorstFinding(t *testing.T) {
 	rep, _ := json.Marshal(analyzer.Report{Findings: []analyzer.Finding{
 		{ID: "a", Severity: analyzer.SeverityInfo}, {ID: "b", Severity: analyzer.SeverityCritical}, {ID: "c", Severity: analyzer.SeverityWarning},
 	}})
-	if got := incidentSeverity(agent.Incident{Report: rep}); got != analyzer.SeverityCritical {
+	if got := incidentSeverity(recorded.Incident{Report: rep}); got != analyzer.SeverityCritical {
 		t.Errorf("severity %q, want critical", got)
 	}
-	if got := incidentSeverity(agent.Incident{}); got != "" {
+	if got := incidentSeverity(recorded.Incident{}); got != "" {
 		t.Errorf("an incident not yet analyzed: %q, want none", got)
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/agent"
+	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
 	"github.com/nodectl/nodectl/cli/internal/clix"
@@ -103,7 +103,7 @@ against the --baseline before it: through the running agent, or from --data-dir.
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "report format: text or json")
 	cmd.Flags().StringVar(&from, "from", "", "analyze the agent's flight recorder from this time (RFC 3339, or a duration before now: 30m)")
 	cmd.Flags().StringVar(&to, "to", "now", "to this time (RFC 3339, now, or a duration before now)")
-	cmd.Flags().DurationVar(&baseline, "baseline", agent.DefaultWindows.Baseline, "the stretch before --from it is compared with")
+	cmd.Flags().DurationVar(&baseline, "baseline", recorded.DefaultWindows.Baseline, "the stretch before --from it is compared with")
 	cmd.Flags().StringVar(&cgroup, "cgroup", "", "the cgroup under examination (default: every cgroup whose run-queue waits rose)")
 	cmd.Flags().StringVar(&html, "html", "", "also write the report as one HTML file with charts (as nodectl report does)")
 	src.Register(cmd.Flags())

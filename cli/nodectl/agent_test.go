@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent"
+	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/host/cgroup"
 	"github.com/nodectl/nodectl/internal/browsertest"
@@ -431,19 +432,19 @@ func TestAgentOnAFullDisk(t *testing.T) {
 }
 
 // waitIncident polls the agent until it has an analyzed incident of trigger in cgroup.
-func waitIncident(t *testing.T, sock, trigger, cg string, within time.Duration) agent.Incident {
+func waitIncident(t *testing.T, sock, trigger, cg string, within time.Duration) recorded.Incident {
 	t.Helper()
 	for deadline := time.Now().Add(within); ; time.Sleep(time.Second) {
 		out, err := nodectl(t, "agent", "incidents", "--socket", sock, "-o", "json")
 		if err != nil {
 			t.Fatal(err)
 		}
-		var list []agent.Incident
+		var list []recorded.Incident
 		if err := json.Unmarshal([]byte(out), &list); err != nil {
 			t.Fatal(err)
 		}
-		i := slices.IndexFunc(list, func(in agent.Incident) bool {
-			return in.Trigger == trigger && in.Cgroup == cg && in.State == agent.StateClosed
+		i := slices.IndexFunc(list, func(in recorded.Incident) bool {
+			return in.Trigger == trigger && in.Cgroup == cg && in.State == recorded.StateClosed
 		})
 		if i >= 0 {
 			return list[i]

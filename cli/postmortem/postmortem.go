@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/agent"
+	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
 	"github.com/nodectl/nodectl/cli/internal/clix"
 	"github.com/nodectl/nodectl/cli/internal/gate"
@@ -55,13 +55,13 @@ directory directly with --data-dir (the agent dead, or the disk copied off a bro
 				return err
 			}
 			defer rec.Close()
-			var w agent.Window
+			var w recorded.Window
 			if at != "" {
 				t, err := agentsrc.ParseTime("at", at, time.Now())
 				if err != nil {
 					return err
 				}
-				w = agent.Window{BaselineFrom: t.Add(-window/2 - baseline), From: t.Add(-window / 2), To: t.Add(window / 2), Cgroup: cgroup}
+				w = recorded.Window{BaselineFrom: t.Add(-window/2 - baseline), From: t.Add(-window / 2), To: t.Add(window / 2), Cgroup: cgroup}
 			} else {
 				in, err := pick(cmd, rec, incident)
 				if err != nil {
@@ -98,8 +98,8 @@ directory directly with --data-dir (the agent dead, or the disk copied off a bro
 	f := cmd.Flags()
 	f.StringVar(&at, "at", "", "the moment to explain (RFC 3339, or a duration before now: 10m)")
 	f.StringVar(&incident, "incident", "", "the incident to explain (its id, from 'nodectl agent incidents')")
-	f.DurationVar(&window, "window", agent.DefaultWindows.Before+agent.DefaultWindows.After, "the window examined, centred on --at")
-	f.DurationVar(&baseline, "baseline", agent.DefaultWindows.Baseline, "the quiet stretch before the window it is compared with")
+	f.DurationVar(&window, "window", recorded.DefaultWindows.Before+recorded.DefaultWindows.After, "the window examined, centred on --at")
+	f.DurationVar(&baseline, "baseline", recorded.DefaultWindows.Baseline, "the quiet stretch before the window it is compared with")
 	f.StringVar(&cgroup, "cgroup", "", "the cgroup under examination (default: the incident's, or every cgroup whose waits rose)")
 	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
 	f.StringVar(&html, "html", "", "also write the post-mortem as one HTML file: findings, the incident's timeline (Lease renewals, the kubelet's waits, OOM kills) and the charts of the window")
@@ -108,13 +108,13 @@ directory directly with --data-dir (the agent dead, or the disk copied off a bro
 }
 
 // pick is the incident of that id, or the latest.
-func pick(cmd *cobra.Command, rec agentsrc.Recorder, id string) (agent.Incident, error) {
+func pick(cmd *cobra.Command, rec agentsrc.Recorder, id string) (recorded.Incident, error) {
 	list, err := rec.Incidents(cmd.Context(), time.Time{}, 0)
 	if err != nil {
-		return agent.Incident{}, err
+		return recorded.Incident{}, err
 	}
 	if len(list) == 0 {
-		return agent.Incident{}, errors.New("the agent has no incidents: give --at TIME to explain a moment")
+		return recorded.Incident{}, errors.New("the agent has no incidents: give --at TIME to explain a moment")
 	}
 	if id == "" {
 		return list[0], nil
@@ -124,5 +124,5 @@ func pick(cmd *cobra.Command, rec agentsrc.Recorder, id string) (agent.Incident,
 			return in, nil
 		}
 	}
-	return agent.Incident{}, fmt.Errorf("--incident %q: no such incident (list them with 'nodectl agent incidents')", id)
+	return recorded.Incident{}, fmt.Errorf("--incident %q: no such incident (list them with 'nodectl agent incidents')", id)
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/agent"
+	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
@@ -168,7 +168,7 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 		return err
 	}
 	to := time.Now()
-	w := agent.Window{BaselineFrom: baselineFrom, From: from, To: to}
+	w := recorded.Window{BaselineFrom: baselineFrom, From: from, To: to}
 	rep, err := s.finish(ctx, "the window and the pods' measurements", func() error {
 		return collect(ctx, ac, run, w, out, append([]podrun.Spec{victim}, hogs...), kinds)
 	})
@@ -276,7 +276,7 @@ func cleanNode(cmd *cobra.Command, node string, ids []string, output string) err
 // (an observed workload), and the workload pods' own measurements (the victim probe's), each
 // pod a workload of the run named as the agent names it (namespace/pod/container), the hogs of
 // their kind.
-func collect(ctx context.Context, ac agentv1.AgentClient, run *podrun.Run, w agent.Window, out string, specs []podrun.Spec, kinds map[string]string) error {
+func collect(ctx context.Context, ac agentv1.AgentClient, run *podrun.Run, w recorded.Window, out string, specs []podrun.Spec, kinds map[string]string) error {
 	cgroups, err := podCgroups(ctx, ac)
 	if err != nil {
 		return err
@@ -375,7 +375,7 @@ func agentMeta(ctx context.Context, ac agentv1.AgentClient) (rundir.Meta, error)
 }
 
 // pullWindow reads a window of the node's agent's flight recorder into memory.
-func pullWindow(ctx context.Context, ac agentv1.AgentClient, w agent.Window) (*rundir.Run, error) {
+func pullWindow(ctx context.Context, ac agentv1.AgentClient, w recorded.Window) (*rundir.Run, error) {
 	tmp, err := os.MkdirTemp("", "nodectl-window-")
 	if err != nil {
 		return nil, err
@@ -391,7 +391,7 @@ func pullWindow(ctx context.Context, ac agentv1.AgentClient, w agent.Window) (*r
 // pullSpan reads the node's agent's window of a run of pods, from start to end: a short
 // baseline gives every series its value as the run began.
 func (s *podSession) pullSpan(ctx context.Context, start, end time.Time) (*rundir.Run, error) {
-	return pullWindow(ctx, s.ac, agent.Window{BaselineFrom: start.Add(-2 * time.Second), From: start, To: end})
+	return pullWindow(ctx, s.ac, recorded.Window{BaselineFrom: start.Add(-2 * time.Second), From: start, To: end})
 }
 
 // writeScenario writes a run of pods as a run of its scenario: the agent's window with its

@@ -53,12 +53,15 @@ var rules = map[string][]string{
 	// The agent's API: its protobufs depend on nothing; its server and client on the records.
 	"api/agent/v1": {},
 	// The always-on agent (package agent) assembles a session, the flight recorder, the API
-	// and the exporter, and runs the analyzer on its incidents; it names pods through
-	// agent/cri and agent/kube. Its parts below stand alone.
-	"agent":           {"host", "record", "internal/metricserver", "analyzer", "rundir", "api/agent/v1"},
+	// and the exporter, and analyzes its incidents through agent/recorded; it names pods
+	// through agent/cri and agent/kube. Its parts below stand alone.
+	"agent":           {"host", "record", "internal/metricserver", "rundir", "api/agent/v1"},
 	"agent/exporter":  {"host/kubeid", "rundir"},
 	"agent/flightrec": {"rundir"},
-	"agent/rpc":       {"rundir", "api/agent/v1"},
+	// The read side of what the agent recorded (windows of its flight recorder, its meta, its
+	// incidents), for the CLI without the daemon: from the live store or a data directory.
+	"agent/recorded": {"agent/flightrec", "analyzer", "rundir", "api/agent/v1"},
+	"agent/rpc":      {"rundir", "api/agent/v1"},
 	// Kubernetes' view of the node: the CRI (containers to pods) and the API server (pods,
 	// the node's Lease and Node). Readers of their own, for the agent to join with cgroups.
 	"agent/cri":  {},
@@ -85,7 +88,9 @@ var rules = map[string][]string{
 
 	// Commands may use everything below them, but not each other, except through clix and
 	// the main package that assembles them.
-	"cli/":        {"agent", "api/agent/v1", "analyzer", "host", "internal/metricserver", "record", "report", "rundir", "stress", "tuner", "cli/internal/"},
+	"cli/": {"agent/recorded", "agent/rpc", "agent/flightrec", "agent/kube", "api/agent/v1", "analyzer", "host", "internal/metricserver", "record", "report", "rundir", "stress", "tuner", "cli/internal/"},
+	// cli/agent runs the daemon.
+	"cli/agent":   {"agent", "analyzer", "api/agent/v1", "host", "internal/metricserver", "record", "rundir", "stress", "cli/internal/"},
 	"cli/nodectl": {"cli/", "agent", "analyzer", "host", "rundir", "stress", "tuner"},
 	// Benchmarks run the real binary; the post-mortem one also analyzes in process.
 	"bench/": {"agent", "host", "record", "bench/internal/"},

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodectl/nodectl/agent"
+	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/testcluster"
 )
@@ -180,8 +181,8 @@ func TestAgentOnARealNode(t *testing.T) {
 		defer cont()
 		time.Sleep(15 * time.Second)
 		cont()
-		in := waitIncident(ctx, t, nodectl, socket, func(in agent.Incident) bool {
-			return in.Trigger == agent.TriggerLeaseLate && in.Opened.After(stopped) && in.State == agent.StateClosed
+		in := waitIncident(ctx, t, nodectl, socket, func(in recorded.Incident) bool {
+			return in.Trigger == agent.TriggerLeaseLate && in.Opened.After(stopped) && in.State == recorded.StateClosed
 		})
 		t.Logf("incident %s: %s; %s", in.ID, in.Where(), in.Evidence)
 		if !strings.Contains(in.Workload, "kubelet") {
@@ -492,10 +493,10 @@ func scrape(t *testing.T) scraped {
 }
 
 // waitIncident polls the agent's incidents until one matches.
-func waitIncident(ctx context.Context, t *testing.T, nodectl func(...string) []byte, socket string, match func(agent.Incident) bool) agent.Incident {
+func waitIncident(ctx context.Context, t *testing.T, nodectl func(...string) []byte, socket string, match func(recorded.Incident) bool) recorded.Incident {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
-	var seen []agent.Incident
+	var seen []recorded.Incident
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		seen = incidents(t, nodectl, socket)
 		for _, in := range seen {
@@ -510,12 +511,12 @@ func waitIncident(ctx context.Context, t *testing.T, nodectl func(...string) []b
 		list = append(list, in.ID+" "+in.State+" "+in.Evidence)
 	}
 	t.Fatalf("no such incident; the agent has:\n%s", strings.Join(list, "\n"))
-	return agent.Incident{}
+	return recorded.Incident{}
 }
 
-func incidents(t *testing.T, nodectl func(...string) []byte, socket string) []agent.Incident {
+func incidents(t *testing.T, nodectl func(...string) []byte, socket string) []recorded.Incident {
 	t.Helper()
-	var list []agent.Incident
+	var list []recorded.Incident
 	out := nodectl("agent", "incidents", "--socket", socket, "--limit", "0", "-o", "json")
 	if err := json.Unmarshal(out, &list); err != nil {
 		t.Fatalf("agent incidents -o json: %v\n%s", err, out)

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/nodectl/nodectl/agent"
 	"github.com/nodectl/nodectl/agent/flightrec"
+	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/agent/rpc"
 	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
@@ -52,11 +52,11 @@ func DialFlags(fs *pflag.FlagSet, d *rpc.DialConfig) {
 // Recorder is the flight recorder, however reached.
 type Recorder interface {
 	// Analyze is the analyzer's report on a window (Window.BaselineFrom before From).
-	Analyze(ctx context.Context, w agent.Window) (*analyzer.Report, error)
+	Analyze(ctx context.Context, w recorded.Window) (*analyzer.Report, error)
 	// Incidents lists the incidents, newest first.
-	Incidents(ctx context.Context, since time.Time, limit int) ([]agent.Incident, error)
+	Incidents(ctx context.Context, since time.Time, limit int) ([]recorded.Incident, error)
 	// Export writes a window as a run directory.
-	Export(ctx context.Context, w agent.Window, dir string) error
+	Export(ctx context.Context, w recorded.Window, dir string) error
 	Close() error
 }
 
@@ -79,7 +79,7 @@ func Open(cmd *cobra.Command, f Flags) (Recorder, error) {
 		if err != nil {
 			return nil, err
 		}
-		meta, err := agent.ReadMeta(f.DataDir)
+		meta, err := recorded.ReadMeta(f.DataDir)
 		if err != nil {
 			return nil, err
 		}
@@ -118,20 +118,20 @@ type dataDir struct {
 	meta rundir.Meta
 }
 
-func (d *dataDir) Analyze(_ context.Context, w agent.Window) (*analyzer.Report, error) {
-	b, err := agent.AnalyzeWindow(d.rd, d.meta, w)
+func (d *dataDir) Analyze(_ context.Context, w recorded.Window) (*analyzer.Report, error) {
+	b, err := recorded.AnalyzeWindow(d.rd, d.meta, w)
 	if err != nil {
 		return nil, err
 	}
 	return decodeReport(b)
 }
 
-func (d *dataDir) Incidents(_ context.Context, since time.Time, limit int) ([]agent.Incident, error) {
-	all, err := agent.ReadIncidents(d.dir)
+func (d *dataDir) Incidents(_ context.Context, since time.Time, limit int) ([]recorded.Incident, error) {
+	all, err := recorded.ReadIncidents(d.dir)
 	if err != nil {
 		return nil, err
 	}
-	var out []agent.Incident
+	var out []recorded.Incident
 	for _, in := range all {
 		if !in.Opened.Before(since) && (limit <= 0 || len(out) < limit) {
 			out = append(out, in)
@@ -140,7 +140,7 @@ func (d *dataDir) Incidents(_ context.Context, since time.Time, limit int) ([]ag
 	return out, nil
 }
 
-func (d *dataDir) Export(_ context.Context, w agent.Window, dir string) error {
+func (d *dataDir) Export(_ context.Context, w recorded.Window, dir string) error {
 	return w.Export(d.rd, d.meta, dir)
 }
 
@@ -158,7 +158,7 @@ type remoteAgent struct {
 	closer io.Closer
 }
 
-func (r *remoteAgent) Analyze(ctx context.Context, w agent.Window) (*analyzer.Report, error) {
+func (r *remoteAgent) Analyze(ctx context.Context, w recorded.Window) (*analyzer.Report, error) {
 	resp, err := r.c.Analyze(ctx, &agentv1.AnalyzeRequest{From: timestamppb.New(w.From), To: timestamppb.New(w.To),
 		Baseline: durationpb.New(w.From.Sub(w.BaselineFrom)), Cgroup: w.Cgroup})
 	if err != nil {
@@ -167,7 +167,7 @@ func (r *remoteAgent) Analyze(ctx context.Context, w agent.Window) (*analyzer.Re
 	return decodeReport([]byte(resp.GetReportJson()))
 }
 
-func (r *remoteAgent) Incidents(ctx context.Context, since time.Time, limit int) ([]agent.Incident, error) {
+func (r *remoteAgent) Incidents(ctx context.Context, since time.Time, limit int) ([]recorded.Incident, error) {
 	// The API lists at most MaxListLimit at once: "all" asks for that.
 	if limit <= 0 || limit > rpc.MaxListLimit {
 		limit = rpc.MaxListLimit
@@ -180,15 +180,15 @@ func (r *remoteAgent) Incidents(ctx context.Context, since time.Time, limit int)
 	if err != nil {
 		return nil, err
 	}
-	var out []agent.Incident
+	var out []recorded.Incident
 	for _, p := range resp.GetIncidents() {
-		out = append(out, agent.IncidentFromProto(p))
+		out = append(out, recorded.IncidentFromProto(p))
 	}
 	return out, nil
 }
 
 // Export reads the window through Query and writes it as the data directory's export would.
-func (r *remoteAgent) Export(ctx context.Context, w agent.Window, dir string) error {
+func (r *remoteAgent) Export(ctx context.Context, w recorded.Window, dir string) error {
 	resp, err := r.c.GetMeta(ctx, &agentv1.GetMetaRequest{})
 	if err != nil {
 		return err
@@ -270,30 +270,30 @@ func ParseTime(flag, s string, now time.Time) (time.Time, error) {
 
 // ParseWindow reads the window flags: --from and --to (ParseTime), the --baseline before
 // --from, and the --cgroup under examination.
-func ParseWindow(from, to string, baseline time.Duration, cgroup string, now time.Time) (agent.Window, error) {
+func ParseWindow(from, to string, baseline time.Duration, cgroup string, now time.Time) (recorded.Window, error) {
 	if from == "" {
-		return agent.Window{}, fmt.Errorf("--from is required: the window's start (RFC 3339, or a duration before now: 30m)")
+		return recorded.Window{}, fmt.Errorf("--from is required: the window's start (RFC 3339, or a duration before now: 30m)")
 	}
 	f, err := ParseTime("from", from, now)
 	if err != nil {
-		return agent.Window{}, err
+		return recorded.Window{}, err
 	}
 	t, err := ParseTime("to", to, now)
 	if err != nil {
-		return agent.Window{}, err
+		return recorded.Window{}, err
 	}
 	if !t.After(f) {
-		return agent.Window{}, fmt.Errorf("--to %s is not after --from %s", t.Format(time.RFC3339), f.Format(time.RFC3339))
+		return recorded.Window{}, fmt.Errorf("--to %s is not after --from %s", t.Format(time.RFC3339), f.Format(time.RFC3339))
 	}
 	if baseline <= 0 {
-		return agent.Window{}, fmt.Errorf("--baseline %s: must be more than 0", baseline)
+		return recorded.Window{}, fmt.Errorf("--baseline %s: must be more than 0", baseline)
 	}
-	return agent.Window{BaselineFrom: f.Add(-baseline), From: f, To: t, Cgroup: cgroup}, nil
+	return recorded.Window{BaselineFrom: f.Add(-baseline), From: f, To: t, Cgroup: cgroup}, nil
 }
 
 // WriteHTML writes the HTML report (package report) of a window of the flight recorder: the
 // window is exported to a temporary run directory, for the charts' records, removed after.
-func WriteHTML(ctx context.Context, rec Recorder, w agent.Window, rep *analyzer.Report, path string) error {
+func WriteHTML(ctx context.Context, rec Recorder, w recorded.Window, rep *analyzer.Report, path string) error {
 	dir, err := os.MkdirTemp("", "nodectl-window-")
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package agent
+package recorded
 
 import (
 	"fmt"
@@ -20,9 +20,9 @@ func (n *node) Read(from, to time.Time, _ time.Duration, fn func(rundir.Record) 
 		in := max(0, t.Sub(n.from).Seconds())
 		for metric, byCg := range n.rates {
 			for cg, rate := range byCg {
-				r := value(metric, cg, 100+rate*in)
+				r := sampleOf(metric, cg, 100+rate*in)
 				if metric == rundir.MetricRunqPreemptWait {
-					r = value(metric, "/victim", 100+rate*in, rundir.LabelPreemptor, cg)
+					r = sampleOf(metric, "/victim", 100+rate*in, rundir.LabelPreemptor, cg)
 				}
 				r.Time = t
 				if err := fn(r); err != nil {
@@ -97,3 +97,16 @@ func TestIncidentFocus(t *testing.T) {
 		t.Errorf("a node of 33 cgroups: focus %v, %v; want every cgroup (nil)", small.Cgroups, err)
 	}
 }
+
+// sampleOf is a sample of metric in cg with labels kv (name, value, ...).
+func sampleOf(metric, cg string, v float64, kv ...string) rundir.Record {
+	l := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		l[kv[i]] = kv[i+1]
+	}
+	return rundir.Record{Type: rundir.TypeSample, Metric: metric, Cgroup: cg, Value: &v, Labels: l}
+}
+
+var t0 = time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+
+func tick(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }

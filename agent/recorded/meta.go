@@ -1,0 +1,57 @@
+package recorded
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/rundir"
+)
+
+// MetaFile is the agent's meta in its data directory: its host, interval and followed
+// workloads, as a run's meta.
+const MetaFile = rundir.MetaFile
+
+// ReadMeta reads the agent's meta from a data directory.
+func ReadMeta(dataDir string) (rundir.Meta, error) {
+	var m rundir.Meta
+	b, err := os.ReadFile(filepath.Join(dataDir, MetaFile))
+	if err != nil {
+		return m, fmt.Errorf("reading the agent's data directory: %w", err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("reading %s: %w", filepath.Join(dataDir, MetaFile), err)
+	}
+	return m, nil
+}
+
+// Incident is w read as the agent reads an incident's window from src, a recorder of that many
+// series: each phase at as many ticks as keep the records within analysisRecords, and on a
+// node of many cgroups only those in focus (see focus).
+func (w Window) Incident(src Source, meta rundir.Meta, series int) (Window, error) {
+	if series > 0 {
+		w.Ticks = min(analysisTicks, max(2, analysisRecords/(2*series)))
+	}
+	keep, err := w.focus(src, meta)
+	w.Cgroups = keep
+	return w, err
+}
+
+// analysisRecords bounds the records an incident's analysis reads into the agent's memory
+// (about 200 bytes each).
+const analysisRecords = 150_000
+
+// AnalyzeWindow reads a window from src and returns the analyzer's JSON report.
+func AnalyzeWindow(src Source, meta rundir.Meta, w Window) (json.RawMessage, error) {
+	run, err := w.Run(src, meta)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := analyzer.Analyze(run)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(rep)
+}
