@@ -6,7 +6,7 @@ BIN     ?= bin/nodectl
 ifndef VERSION
 VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 endif
-LDFLAGS := -X github.com/nodectl/nodectl/cli/internal/clix.Version=$(VERSION)
+LDFLAGS := -X github.com/nodectl/nodectl/cli/internal/buildinfo.Version=$(VERSION)
 
 # The container runtimes the runc and runsc tests start for real, from Debian's packages, and
 # the headless Chromium (with a font) the report's rendering test opens reports in.

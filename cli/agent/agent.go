@@ -28,7 +28,11 @@ import (
 	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/buildinfo"
+	"github.com/nodectl/nodectl/cli/internal/console"
+	"github.com/nodectl/nodectl/cli/internal/interrupt"
+	"github.com/nodectl/nodectl/cli/internal/pathflags"
+	"github.com/nodectl/nodectl/cli/internal/privilege"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/host"
 	"github.com/nodectl/nodectl/host/daemons"
@@ -79,20 +83,20 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 			if err := setMemoryLimit(memLimit); err != nil {
 				return err
 			}
-			cfg.Log = clix.Logger(cmd.ErrOrStderr(), verbose)
+			cfg.Log = console.Logger(cmd.ErrOrStderr(), verbose)
 			if cfg.Kube, err = kc.kube(cfg.Log); err != nil {
 				return err
 			}
 			// The settings first, so that a mistake is told before privileges are asked for.
 			// The least set, measured (docs/deploy.md): the rest only makes some parts
 			// better, and the agent says what it lacks.
-			if err := clix.Need("nodectl agent", map[int]string{
-				clix.CapBPF: "loading the eBPF programs", clix.CapPerfmon: "loading and attaching tracing programs"}); err != nil {
+			if err := privilege.Need("nodectl agent", map[int]string{
+				privilege.CapBPF: "loading the eBPF programs", privilege.CapPerfmon: "loading and attaching tracing programs"}); err != nil {
 				return err
 			}
 			cfg.Daemons = names
-			cfg.Version = clix.Version
-			ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
+			cfg.Version = buildinfo.Version
+			ctx, stop := interrupt.SignalContext(cmd.Context(), cmd.ErrOrStderr())
 			defer stop()
 			if pprofListen != "" {
 				srv, err := servePprof(pprofListen)
@@ -139,7 +143,7 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 	f.StringVar(&memLimit, "memory-limit", "40Mi", "the Go runtime's soft memory limit (GOMEMLIMIT, which overrides it): the garbage collector works harder near it; the agent's RSS is about this plus its binary's pages (12 MiB), within its 64 MiB budget; 0 for none")
 	f.StringVar(&pprofListen, "pprof-listen", "", "serve Go's profiles (net/http/pprof) at http://HOST:PORT/debug/pprof/, for finding where the agent's CPU and memory go; keep it on loopback")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
-	clix.HostPathFlags(f, &cfg.Host)
+	pathflags.HostPathFlags(f, &cfg.Host)
 	kc.register(f)
 	cmd.AddCommand(statusCmd(), incidentsCmd(), watchCmd(), exportCmd())
 	return cmd
@@ -230,7 +234,7 @@ incident open or events dropped).`,
   nodectl agent status --all-nodes --context prod`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := clix.CheckOutput(output); err != nil {
+			if err := console.CheckOutput(output); err != nil {
 				return err
 			}
 			if allNodes {
@@ -317,7 +321,7 @@ every node's, the most severe first (the worst finding of each incident), then t
   nodectl agent incidents --all-nodes --limit 20`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := clix.CheckOutput(output); err != nil {
+			if err := console.CheckOutput(output); err != nil {
 				return err
 			}
 			if limit < 0 {
@@ -411,7 +415,7 @@ func watchCmd() *cobra.Command {
 		Short: "Stream the agent's samples live (Ctrl-C ends it)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := clix.CheckOutput(output); err != nil {
+			if err := console.CheckOutput(output); err != nil {
 				return err
 			}
 			c, closer, err := dial(cmd, d)
@@ -419,7 +423,7 @@ func watchCmd() *cobra.Command {
 				return err
 			}
 			defer closer.Close()
-			ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
+			ctx, stop := interrupt.SignalContext(cmd.Context(), cmd.ErrOrStderr())
 			defer stop()
 			stream, err := c.Watch(ctx, &agentv1.WatchRequest{Metric: metric, CgroupPrefix: prefix})
 			if err != nil {

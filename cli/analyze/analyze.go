@@ -12,7 +12,7 @@ import (
 	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/gate"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/report"
@@ -40,7 +40,7 @@ against the --baseline before it: through the running agent, or from --data-dir.
   nodectl analyze --data-dir /mnt/node-disk/var/lib/nodectl/agent --from 2026-12-01T03:00:00Z --to 2026-12-01T03:05:00Z -o json`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := clix.CheckOutput(output); err != nil {
+			if err := console.CheckOutput(output); err != nil {
 				return err
 			}
 			if err := g.Check(); err != nil {
@@ -68,7 +68,7 @@ against the --baseline before it: through the running agent, or from --data-dir.
 						return err
 					}
 				}
-				if err := clix.Render(cmd.OutOrStdout(), rep, output); err != nil {
+				if err := console.Render(cmd.OutOrStdout(), rep, output); err != nil {
 					return err
 				}
 				return g.Apply(rep, "analyze")
@@ -94,7 +94,7 @@ against the --baseline before it: through the running agent, or from --data-dir.
 					return err
 				}
 			}
-			if err := clix.Render(cmd.OutOrStdout(), rep, output); err != nil {
+			if err := console.Render(cmd.OutOrStdout(), rep, output); err != nil {
 				return err
 			}
 			return g.Apply(rep, "analyze")

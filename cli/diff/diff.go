@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/analyzer"
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/report"
 	"github.com/nodectl/nodectl/rundir"
 )
@@ -28,7 +28,7 @@ The text table leaves out measures that are zero in both runs; -o json has them 
 		Example: `  nodectl diff /var/lib/nodectl/runs/<before> /var/lib/nodectl/runs/<after>`,
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := clix.CheckOutput(output); err != nil {
+			if err := console.CheckOutput(output); err != nil {
 				return err
 			}
 			var runs [2]*rundir.Run

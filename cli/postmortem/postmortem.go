@@ -11,7 +11,7 @@ import (
 
 	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/gate"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 )
@@ -35,7 +35,7 @@ directory directly with --data-dir (the agent dead, or the disk copied off a bro
   nodectl postmortem --data-dir /mnt/node-disk/var/lib/nodectl/agent --incident 20261201-030012-runq_stall-1 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := clix.CheckOutput(output); err != nil {
+			if err := console.CheckOutput(output); err != nil {
 				return err
 			}
 			if err := g.Check(); err != nil {
@@ -88,7 +88,7 @@ directory directly with --data-dir (the agent dead, or the disk copied off a bro
 					return err
 				}
 			}
-			if err := clix.Render(cmd.OutOrStdout(), rep, output); err != nil {
+			if err := console.Render(cmd.OutOrStdout(), rep, output); err != nil {
 				return err
 			}
 			return g.Apply(rep, "postmortem")

@@ -9,7 +9,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/console"
+	"github.com/nodectl/nodectl/cli/internal/interrupt"
+	"github.com/nodectl/nodectl/cli/internal/pathflags"
+	"github.com/nodectl/nodectl/cli/internal/privilege"
 	"github.com/nodectl/nodectl/host"
 	"github.com/nodectl/nodectl/record"
 )
@@ -38,16 +41,16 @@ run-queue wait, fsync latency and I/O. Ctrl-C ends the recording early and keeps
 			if cfg.Interval < 100*time.Millisecond {
 				return fmt.Errorf("--interval %s: must be at least 100ms", cfg.Interval)
 			}
-			if err := clix.Need("nodectl record", map[int]string{
-				clix.CapBPF: "loading the eBPF programs", clix.CapPerfmon: "attaching them to tracepoints",
-				clix.CapSysAdmin: "reading every cgroup's and task's cgroup identity"}); err != nil {
+			if err := privilege.Need("nodectl record", map[int]string{
+				privilege.CapBPF: "loading the eBPF programs", privilege.CapPerfmon: "attaching them to tracepoints",
+				privilege.CapSysAdmin: "reading every cgroup's and task's cgroup identity"}); err != nil {
 				return err
 			}
-			ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
+			ctx, stop := interrupt.SignalContext(cmd.Context(), cmd.ErrOrStderr())
 			defer stop()
 			cfg.Args = os.Args
-			cfg.Log = clix.Logger(cmd.ErrOrStderr(), verbose)
-			tty := clix.IsTerminal(os.Stderr)
+			cfg.Log = console.Logger(cmd.ErrOrStderr(), verbose)
+			tty := console.IsTerminal(os.Stderr)
 			cfg.Progress = func(el time.Duration, n int) {
 				if tty {
 					fmt.Fprintf(cmd.ErrOrStderr(), "\rrecording %s / %s, %d records", el.Round(time.Second), cfg.Duration, n)
@@ -70,6 +73,6 @@ run-queue wait, fsync latency and I/O. Ctrl-C ends the recording early and keeps
 	f.DurationVar(&cfg.Interval, "interval", time.Second, "sampling interval")
 	f.IntVar(&cfg.MaxCgroups, "max-cgroups", 1000, "most cgroups the cgroup sampler follows")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
-	clix.HostPathFlags(f, &cfg.Host)
+	pathflags.HostPathFlags(f, &cfg.Host)
 	return cmd
 }

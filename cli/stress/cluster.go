@@ -18,7 +18,8 @@ import (
 	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/console"
+	"github.com/nodectl/nodectl/cli/internal/interrupt"
 	"github.com/nodectl/nodectl/cli/internal/podrun"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/rundir"
@@ -83,7 +84,7 @@ func startPods(cmd *cobra.Command, rf *runFlags, scenario string, extra ...remot
 	if s.c, err = remote.Connect(remote.FromCommand(cmd)); err != nil {
 		return nil, nil, nil, err
 	}
-	ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
+	ctx, stop := interrupt.SignalContext(cmd.Context(), cmd.ErrOrStderr())
 	var closer io.Closer
 	fail := func(err error) (context.Context, *podSession, func(), error) {
 		if closer != nil {
@@ -175,7 +176,7 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 	if err != nil {
 		return err
 	}
-	return rf.report(rep, "noisy", func() error { return clix.Render(cmd.OutOrStdout(), rep, rf.output) })
+	return rf.report(rep, "noisy", func() error { return console.Render(cmd.OutOrStdout(), rep, rf.output) })
 }
 
 // finish lets the agent's last samples of the run land (within an interval or two), writes the

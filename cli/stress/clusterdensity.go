@@ -15,7 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/podrun"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/rundir"
@@ -54,7 +54,7 @@ func clusterDensity(cmd *cobra.Command, rf *runFlags, cfg st.DensityConfig) erro
 	}
 	d := &podDensity{podSession: s, cfg: cfg, class: runtimeClass(rf.opts.Runtime, rf.runtimeClass),
 		launched: map[string]time.Time{}, ready: map[string]time.Time{}, ended: map[string]bool{}, cursor: map[string]time.Time{},
-		line: st.NewLiveLine(s.progress, clix.IsTerminal(os.Stderr))}
+		line: st.NewLiveLine(s.progress, console.IsTerminal(os.Stderr))}
 	d.config = rundir.DensityConfig{Step: cfg.Step, Max: cfg.Max, CPUs: s.ncpu, SandboxMemoryBytes: cfg.SandboxMemory,
 		RequestBytes: cfg.RequestBytes, LimitBytes: cfg.LimitBytes, NodeMemoryBytes: n.Status.Capacity.Memory().Value(),
 		Swappiness: -1, WatermarkScaleFactor: -1,

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/analyzer"
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/podrun"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/rundir"
@@ -34,7 +34,7 @@ func clusterStorm(cmd *cobra.Command, rf *runFlags, cfg st.StormConfig) error {
 		return err
 	}
 	defer finish()
-	w := &podStorm{podSession: s, cfg: cfg, events: make(chan stormLine, 64), line: st.NewLiveLine(s.progress, clix.IsTerminal(os.Stderr))}
+	w := &podStorm{podSession: s, cfg: cfg, events: make(chan stormLine, 64), line: st.NewLiveLine(s.progress, console.IsTerminal(os.Stderr))}
 	meta, err := agentMeta(ctx, s.ac)
 	if err != nil {
 		return err

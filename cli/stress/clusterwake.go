@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/podrun"
 	"github.com/nodectl/nodectl/rundir"
 	st "github.com/nodectl/nodectl/stress"
@@ -40,7 +40,7 @@ func clusterWake(cmd *cobra.Command, rf *runFlags, cfg st.WakeConfig) error {
 		cfg.BootRounds = workload.DefaultBootRounds
 	}
 	w := &podWake{podSession: s, cfg: cfg, class: runtimeClass(rf.opts.Runtime, rf.runtimeClass),
-		line: st.NewLiveLine(s.progress, clix.IsTerminal(os.Stderr))}
+		line: st.NewLiveLine(s.progress, console.IsTerminal(os.Stderr))}
 	start := time.Now()
 	// The limits take turns, as in a local run: a slow spell of the node touches them alike.
 	for i := range cfg.Count {

@@ -12,8 +12,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/nodectl/nodectl/analyzer"
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/gate"
+	"github.com/nodectl/nodectl/cli/internal/interrupt"
+	"github.com/nodectl/nodectl/cli/internal/pathflags"
+	"github.com/nodectl/nodectl/cli/internal/privilege"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/launch"
 	"github.com/nodectl/nodectl/tuner"
@@ -49,9 +52,9 @@ func (rf *runFlags) register(f *pflag.FlagSet, who, traceHelp string, scratch bo
 	rf.gate.Register(f)
 	f.StringVar(&rf.tuneState, "tune-state", filepath.Join("/", tuner.DefaultStateFile), "nodectl tune's state file; with reserved CPUs applied, workloads run off them and the heartbeat on them")
 	_ = f.MarkHidden("tune-state")
-	clix.HostPathFlags(f, &rf.opts.Paths.FS)
+	pathflags.HostPathFlags(f, &rf.opts.Paths.FS)
 	if scratch {
-		clix.RunPathFlags(f, &rf.opts.Paths)
+		pathflags.RunPathFlags(f, &rf.opts.Paths)
 	} else {
 		f.StringVar(&rf.opts.Paths.State, "state-dir", rf.opts.Paths.State, "parent of each live run's state (owner pid, the runtime's state)")
 	}
@@ -59,7 +62,7 @@ func (rf *runFlags) register(f *pflag.FlagSet, who, traceHelp string, scratch bo
 
 // check validates the flags every scenario shares, before anything else is looked at.
 func (rf *runFlags) check() error {
-	if err := clix.CheckOutput(rf.output); err != nil {
+	if err := console.CheckOutput(rf.output); err != nil {
 		return err
 	}
 	if err := rf.gate.Check(); err != nil {
@@ -83,18 +86,18 @@ func (rf *runFlags) start(cmd *cobra.Command, name, why string) (context.Context
 	if rf.opts.Interval < 100*time.Millisecond {
 		return nil, nil, fmt.Errorf("--interval %s: must be at least 100ms", rf.opts.Interval)
 	}
-	caps := map[int]string{clix.CapSysAdmin: why}
+	caps := map[int]string{privilege.CapSysAdmin: why}
 	if rf.opts.Trace {
-		caps[clix.CapBPF] = "loading the --trace eBPF programs"
-		caps[clix.CapPerfmon] = "attaching them to tracepoints"
+		caps[privilege.CapBPF] = "loading the --trace eBPF programs"
+		caps[privilege.CapPerfmon] = "attaching them to tracepoints"
 	}
-	if err := clix.Need(name, caps); err != nil {
+	if err := privilege.Need(name, caps); err != nil {
 		return nil, nil, err
 	}
 	rf.opts.Args = os.Args
 	rf.opts.Progress = cmd.ErrOrStderr()
-	rf.opts.ProgressTTY = clix.IsTerminal(os.Stderr)
-	rf.opts.Log = clix.Logger(cmd.ErrOrStderr(), rf.verbose)
+	rf.opts.ProgressTTY = console.IsTerminal(os.Stderr)
+	rf.opts.Log = console.Logger(cmd.ErrOrStderr(), rf.verbose)
 	state, err := tuner.LoadState(rf.tuneState)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--tune-state %s: %w", rf.tuneState, err)
@@ -107,7 +110,7 @@ func (rf *runFlags) start(cmd *cobra.Command, name, why string) (context.Context
 		rf.opts.CPUs = st.CPUPartition{System: system, Workloads: workloads}
 		rf.opts.Log.Info("placing workloads by the tuned CPU partition", "system", system, "workloads", workloads)
 	}
-	ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
+	ctx, stop := interrupt.SignalContext(cmd.Context(), cmd.ErrOrStderr())
 	return ctx, stop, nil
 }
 

@@ -11,7 +11,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/analyzer"
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/console"
+	"github.com/nodectl/nodectl/cli/internal/pathflags"
+	"github.com/nodectl/nodectl/cli/internal/privilege"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/host/daemons"
 	"github.com/nodectl/nodectl/internal/badvalue"
@@ -146,7 +148,7 @@ nodectl left. It needs deploy/base's ClusterRole nodectl-stress and Role nodectl
 			if err != nil {
 				return err
 			}
-			return rf.report(rep, "noisy", func() error { return clix.Render(cmd.OutOrStdout(), rep, rf.output) })
+			return rf.report(rep, "noisy", func() error { return console.Render(cmd.OutOrStdout(), rep, rf.output) })
 		},
 	}
 	f := cmd.Flags()
@@ -219,16 +221,16 @@ With --node NODE it deletes, through the API server, the namespaces and pods of 
 run of pods on that node ('nodectl --node NODE stress ...' labels them).`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, ids []string) error {
-			if err := clix.CheckOutput(output); err != nil {
+			if err := console.CheckOutput(output); err != nil {
 				return err
 			}
 			if node := remote.FromCommand(cmd).Node; node != "" {
 				return cleanNode(cmd, node, ids, output)
 			}
-			if err := clix.Need("nodectl stress clean", map[int]string{clix.CapSysAdmin: "removing cgroups and killing their processes"}); err != nil {
+			if err := privilege.Need("nodectl stress clean", map[int]string{privilege.CapSysAdmin: "removing cgroups and killing their processes"}); err != nil {
 				return err
 			}
-			rep, err := st.Clean(cmd.Context(), paths, ids, all, clix.Logger(cmd.ErrOrStderr(), false))
+			rep, err := st.Clean(cmd.Context(), paths, ids, all, console.Logger(cmd.ErrOrStderr(), false))
 			if output == "json" {
 				if jerr := json.NewEncoder(cmd.OutOrStdout()).Encode(rep); jerr != nil {
 					return errors.Join(err, fmt.Errorf("writing the report: %w", jerr))
@@ -249,7 +251,7 @@ run of pods on that node ('nodectl --node NODE stress ...' labels them).`,
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "also remove runs whose nodectl process is still alive")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
-	clix.HostPathFlags(cmd.Flags(), &paths.FS)
-	clix.RunPathFlags(cmd.Flags(), &paths)
+	pathflags.HostPathFlags(cmd.Flags(), &paths.FS)
+	pathflags.RunPathFlags(cmd.Flags(), &paths)
 	return remote.Supports(cmd)
 }

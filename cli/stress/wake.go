@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/analyzer"
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/workload"
@@ -102,5 +102,5 @@ func renderWake(cmd *cobra.Command, rf *runFlags, rep *analyzer.Report) error {
 	if rf.output == "json" {
 		return analyzer.RenderWakeJSON(cmd.OutOrStdout(), rep)
 	}
-	return clix.Render(cmd.OutOrStdout(), rep, rf.output)
+	return console.Render(cmd.OutOrStdout(), rep, rf.output)
 }

@@ -13,7 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/console"
+	"github.com/nodectl/nodectl/cli/internal/interrupt"
 	"github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/tuner"
 	"github.com/nodectl/nodectl/tuner/profile"
@@ -116,7 +117,7 @@ it takes effect. It changes nothing. Exit status 0 whether or not changes are pl
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.output != "yaml" {
-				if err := clix.CheckOutput(o.output); err != nil {
+				if err := console.CheckOutput(o.output); err != nil {
 					return fmt.Errorf("%w, or yaml (the resolved profile)", err)
 				}
 			}
@@ -184,7 +185,7 @@ rolled back.`,
   sudo nodectl tune apply --profile my-profile.yaml -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := clix.CheckOutput(o.output); err != nil {
+			if err := console.CheckOutput(o.output); err != nil {
 				return err
 			}
 			l, err := o.load(cmd)
@@ -195,7 +196,7 @@ rolled back.`,
 				return err
 			}
 			// Ctrl-C stops apply between two settings and undoes what it applied.
-			ctx, stop := clix.SignalContextHint(cmd.Context(), cmd.ErrOrStderr(), rollbackHint)
+			ctx, stop := interrupt.SignalContextHint(cmd.Context(), cmd.ErrOrStderr(), rollbackHint)
 			defer stop()
 			res, err := l.engine.Apply(ctx)
 			if err != nil {
@@ -257,7 +258,7 @@ applied, e.g. whether a node pool's config reached this node.`,
   nodectl tune verify --profile swap-dedicated-lssd.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := clix.CheckOutput(o.output); err != nil {
+			if err := console.CheckOutput(o.output); err != nil {
 				return err
 			}
 			l, err := o.verifyTarget(cmd)
@@ -345,7 +346,7 @@ run again after fixing the cause. Also finishes an apply that died half-way. Wit
   sudo nodectl tune rollback --missing-ok`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := clix.CheckOutput(o.output); err != nil {
+			if err := console.CheckOutput(o.output); err != nil {
 				return err
 			}
 			if err := needRoot("rollback"); err != nil {
@@ -365,7 +366,7 @@ run again after fixing the cause. Also finishes an apply that died half-way. Wit
 				}
 			}
 			// A first Ctrl-C does not stop a rollback half-way; a second one exits.
-			ctx, stop := clix.SignalContextHint(cmd.Context(), cmd.ErrOrStderr(), rollbackHint)
+			ctx, stop := interrupt.SignalContextHint(cmd.Context(), cmd.ErrOrStderr(), rollbackHint)
 			defer stop()
 			res, err := e.Rollback(context.WithoutCancel(ctx))
 			if res != nil && o.output == "json" {
@@ -409,7 +410,7 @@ func newStatus() *cobra.Command {
 		Short: "Show the applied profile: when, each setting's earlier and current value, pending restarts",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := clix.CheckOutput(o.output); err != nil {
+			if err := console.CheckOutput(o.output); err != nil {
 				return err
 			}
 			h, err := o.host()

@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/interrupt"
 	"github.com/nodectl/nodectl/cli/internal/podrun"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/stress"
@@ -281,5 +281,5 @@ func validateOnNode(cmd *cobra.Command, node string, o *opts, stressArgs []strin
 // remoteSignals is the signal context of a tune on a node: a second Ctrl-C leaves the
 // namespace, and maybe the profile, for stress clean.
 func remoteSignals(cmd *cobra.Command) (context.Context, context.CancelFunc) {
-	return clix.SignalContextHint(cmd.Context(), cmd.ErrOrStderr(), fmt.Sprintf("run 'nodectl --node %s stress clean' to roll back and remove what is left", remote.FromCommand(cmd).Node))
+	return interrupt.SignalContextHint(cmd.Context(), cmd.ErrOrStderr(), fmt.Sprintf("run 'nodectl --node %s stress clean' to roll back and remove what is left", remote.FromCommand(cmd).Node))
 }

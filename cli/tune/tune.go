@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/tuner"
 	"github.com/nodectl/nodectl/tuner/backends"
@@ -179,7 +179,7 @@ func (o *opts) load(cmd *cobra.Command) (*loaded, error) {
 // engineAt is an engine without settings, for rollback and status, which work from the state
 // file alone.
 func (o *opts) engineAt(cmd *cobra.Command, h host.FS) *tuner.Engine {
-	return &tuner.Engine{State: o.statePath(h), Decode: backends.Decoder(h), Log: clix.Logger(cmd.ErrOrStderr(), false)}
+	return &tuner.Engine{State: o.statePath(h), Decode: backends.Decoder(h), Log: console.Logger(cmd.ErrOrStderr(), false)}
 }
 
 // onlineCPUs are the node's online CPUs, from sysfs: a node may have some offline, or a

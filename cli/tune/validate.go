@@ -12,7 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/analyzer"
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/console"
+	"github.com/nodectl/nodectl/cli/internal/interrupt"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	htmlreport "github.com/nodectl/nodectl/report"
 	"github.com/nodectl/nodectl/rundir"
@@ -51,7 +52,7 @@ profile back before removing it. The runs go to a temporary directory unless --o
   sudo nodectl tune validate --profile swap.yaml -- stress density --step 2 --max 20 --swap /var/tmp/swap:1Gi
   nodectl --node gke-pool-1-abcd tune validate --profile swap.yaml -- stress wake --cpu-limits 50m,1 --count 3`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := clix.CheckOutput(o.output); err != nil {
+			if err := console.CheckOutput(o.output); err != nil {
 				return err
 			}
 			if cmd.ArgsLenAtDash() != 0 || len(args) == 0 {
@@ -78,7 +79,7 @@ profile back before removing it. The runs go to a temporary directory unless --o
 			if out == "" {
 				out = filepath.Join("/var/lib/nodectl/validate", time.Now().UTC().Format("20060102-150405"))
 			}
-			ctx, stop := clix.SignalContextHint(cmd.Context(), cmd.ErrOrStderr(), "run 'nodectl tune rollback' and 'nodectl stress clean' to remove what is left")
+			ctx, stop := interrupt.SignalContextHint(cmd.Context(), cmd.ErrOrStderr(), "run 'nodectl tune rollback' and 'nodectl stress clean' to remove what is left")
 			defer stop()
 			// The runs read the tuner's state: a tuned run places its workloads as a tuned
 			// node would.

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nodectl/nodectl/cli/internal/console"
+	"github.com/nodectl/nodectl/cli/internal/interrupt"
 	"github.com/nodectl/nodectl/internal/metricserver"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/cli/internal/clix"
 	"github.com/nodectl/nodectl/tuner/watch"
 )
 
@@ -50,11 +51,11 @@ applied.`,
 					return err
 				}
 			}
-			log := clix.Logger(cmd.ErrOrStderr(), verbose)
+			log := console.Logger(cmd.ErrOrStderr(), verbose)
 			l.engine.Log = log
 			reg := prometheus.NewRegistry()
 			m := watch.NewMetrics(reg)
-			ctx, stop := clix.SignalContext(cmd.Context(), cmd.ErrOrStderr())
+			ctx, stop := interrupt.SignalContext(cmd.Context(), cmd.ErrOrStderr())
 			defer stop()
 			var srvErr <-chan error // nil without a server: never ready
 			if listen != "" {

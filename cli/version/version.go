@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/cli/internal/clix"
+	"github.com/nodectl/nodectl/cli/internal/buildinfo"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -21,7 +21,7 @@ func New() *cobra.Command {
 		Short: "Print nodectl's version, the run format it writes and the Go it was built with",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			info := map[string]string{"version": clix.Version, "run_format": rundir.FormatVersion, "go": runtime.Version()}
+			info := map[string]string{"version": buildinfo.Version, "run_format": rundir.FormatVersion, "go": runtime.Version()}
 			if bi, ok := debug.ReadBuildInfo(); ok {
 				for _, s := range bi.Settings {
 					if s.Key == "vcs.revision" {

@@ -86,7 +86,7 @@ var rules = map[string][]string{
 	// the one scenario package that analyzes.
 	"stress/validate": {"stress", "tuner", "analyzer", "rundir"},
 
-	// Commands may use everything below them, but not each other, except through clix and
+	// Commands may use everything below them, but not each other, except through cli/internal and
 	// the main package that assembles them.
 	"cli/": {"agent/recorded", "agent/rpc", "agent/flightrec", "agent/kube", "api/agent/v1", "analyzer", "host", "internal/metricserver", "record", "report", "rundir", "stress", "tuner", "cli/internal/"},
 	// cli/agent runs the daemon.
