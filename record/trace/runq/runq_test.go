@@ -285,14 +285,21 @@ func TestWakeupAttribution(t *testing.T) {
 // waiting for them and then sleeps through their exits, is woken by none of them. So the
 // cgroup's waits that followed no preemption of ours are at least one per child.
 func TestForkedTaskFirstWait(t *testing.T) {
+	const children = 200
 	tr := newTracer(t, Config{})
+	// With the kernel's stamps no fork or wakeup needs task storage: none may fail. Traced
+	// instead, each child gets storage at its fork and frees it at its exit, and 6.1 refuses
+	// a task-storage get while another task-storage operation holds its CPU's busy counter (a
+	// wakeup's program interrupting a child's free, say): a rare refusal is counted, as the
+	// tracer's drops are for (1 of 200 children in 1 of 9 boots of 6.1 here).
+	var maxDrops uint64
 	if err := features.HaveSchedInfo(); err != nil {
 		t.Logf("no scheduler enqueue time (%v): sched_wakeup_new is traced instead", err)
+		maxDrops = children / 50
 	}
 	g := cgtest.Make(t, "cpu", "forker", "neighbour")
 	cpu := cgtest.LastCPU(t)
 	g["neighbour"].Busy(t, cpu)
-	const children = 200
 	g["forker"].Start(t, cpu, "sh", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do (:) & i=$((i+1)); done; exec sleep 600", children))
 	forker := g["forker"].ID
 	notPreempted := func(st Stats) uint64 {
@@ -309,8 +316,8 @@ func TestForkedTaskFirstWait(t *testing.T) {
 	if n := notPreempted(st); n < children {
 		t.Errorf("the forker's cgroup had %d waits after no preemption, want one for each of its %d children at least", n, children)
 	}
-	if n := st.Drops["task_storage"]; n != 0 {
-		t.Errorf("task storage drops %d, want 0", n)
+	if n := st.Drops["task_storage"]; n > maxDrops {
+		t.Errorf("task storage drops %d, want at most %d", n, maxDrops)
 	}
 }
 
