@@ -11,7 +11,7 @@ CACHE=${NODECTL_KUBE_CACHE:-/var/cache/nodectl/kube-v$V}
 if [ -x "$CACHE/kube-apiserver" ] && [ -x "$CACHE/kubelet" ]; then
 	exit 0
 fi
-echo "build-kube: building kube-apiserver and kubelet v$V into $CACHE (once; about 10-15 minutes cold)"
+echo "build-kube: building kube-apiserver and kubelet v$V into $CACHE (once; about 20 minutes cold on 2 vCPUs)"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
