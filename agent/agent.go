@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodectl/nodectl/agent/flightrec"
 	"github.com/nodectl/nodectl/agent/recorded"
+	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/host"
 	"github.com/nodectl/nodectl/host/cgroup"
 	"github.com/nodectl/nodectl/host/daemons"
@@ -417,7 +418,7 @@ func writeJSON(path string, v any) error {
 // ticks as keep them within analysisRecords (every series changing at every tick read), at
 // least 2 (the phase's edges, where counters are exact), so that a node of thousands of series
 // costs the agent a bounded transient, at the price of coarser gauges. Close stops it.
-func (a *Agent) analyzeWindow(w recorded.Window) (json.RawMessage, error) {
+func (a *Agent) analyzeWindow(w recorded.Window) (*analyzer.Report, error) {
 	w.Stop = a.stop
 	w, err := w.Incident(a.store, a.Meta(), a.store.Status().Series)
 	if err != nil {
@@ -428,7 +429,7 @@ func (a *Agent) analyzeWindow(w recorded.Window) (json.RawMessage, error) {
 }
 
 // Analyze runs the analyzer on a window of the live recorder.
-func (a *Agent) Analyze(w recorded.Window) (json.RawMessage, error) { return a.analyzeWindow(w) }
+func (a *Agent) Analyze(w recorded.Window) (*analyzer.Report, error) { return a.analyzeWindow(w) }
 
 // Read reads the live recorder.
 func (a *Agent) Read(from, to time.Time, step time.Duration, fn func(rundir.Record) error) error {

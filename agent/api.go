@@ -91,7 +91,7 @@ func (b backend) Query(ctx context.Context, from, to time.Time, step time.Durati
 
 func (b backend) Meta() rundir.Meta { return b.a.Meta() }
 
-func (b backend) Analyze(_ context.Context, from, to time.Time, baseline time.Duration, cgroup string) ([]byte, error) {
+func (b backend) Analyze(_ context.Context, from, to time.Time, baseline time.Duration, cgroup string) (*agentv1.Report, error) {
 	if baseline == 0 {
 		baseline = b.a.cfg.Windows.Baseline
 	}
@@ -100,7 +100,7 @@ func (b backend) Analyze(_ context.Context, from, to time.Time, baseline time.Du
 	if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
-	return rep, nil
+	return recorded.ReportToProto(rep), nil
 }
 
 func (b backend) Incidents(since time.Time, limit int) []*agentv1.Incident {

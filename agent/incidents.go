@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/recorded"
+	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/internal/atomicfile"
 )
 
@@ -35,7 +36,7 @@ type incidents struct {
 	// window; publish tells the API's subscribers; oldest is the oldest data kept.
 	pin     func(id string, from, to time.Time) error
 	unpin   func(id string) error
-	analyze func(recorded.Window) (json.RawMessage, error)
+	analyze func(recorded.Window) (*analyzer.Report, error)
 	publish func(recorded.Incident)
 	oldest  func() time.Time
 

@@ -136,7 +136,7 @@ func (k *kubeSide) classify(cg string) (workload, kind string, ok bool) {
 	if id, ok := k.ids.Identify(cg); ok {
 		return id.Name, id.Kind, true
 	}
-	workload, kind = exporter.Classify(cg)
+	workload, kind = kubeid.Classify(cg)
 	return workload, kind, true
 }
 

@@ -419,13 +419,7 @@ func (a *analysis) tracedFsync(f *Finding, v rundir.Workload) (float64, string) 
 
 // busiestDevice is the device label with the most fsyncs in w.
 func busiestDevice(fsyncs rundir.SeriesSet, w rundir.Window) string {
-	best, bestCount := "", uint64(0)
-	for dev, ss := range fsyncs.ByLabel(rundir.LabelDevice) {
-		if c := ss.HistDelta(w).Count; dev != "" && (c > bestCount || c == bestCount && dev < best) {
-			best, bestCount = dev, c
-		}
-	}
-	return best
+	return fsyncs.Busiest(rundir.LabelDevice, func(ss rundir.SeriesSet) float64 { return float64(ss.HistDelta(w).Count) })
 }
 
 // queueOrService adds the device-wide block queue and service time evidence to f and returns a

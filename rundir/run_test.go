@@ -320,3 +320,39 @@ func TestSegmentedTornOnlyAtTheVeryEnd(t *testing.T) {
 		t.Errorf("a torn earlier segment: got %v, want an error naming records.jsonl line 2", err)
 	}
 }
+
+// Write hands back the run Open reads from what it wrote: the records in time order, times
+// without monotonic readings, the meta with its format.
+func TestWriteReturnsWhatOpenReads(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	h := hist.FromSlots([]uint64{0, 3, 1}, 4, 1000)
+	now := time.Now() // carries a monotonic reading
+	recs := []Record{
+		{Type: TypeSample, Time: now.Add(time.Second), Metric: MetricCPUUsage, Cgroup: "/a", Value: f64(2), Labels: map[string]string{"k": "v"}},
+		{Type: TypePhase, Time: now, Name: PhaseBaseline, Event: EventStart},
+		{Type: TypeSample, Time: now.Add(time.Second), Metric: MetricRunqLatency, Cgroup: "/a", Hist: &h},
+	}
+	got, err := Write(dir, Meta{ID: "r1", Scenario: "noisy", Start: t0, Interval: Duration(time.Second)}, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Meta, read.Meta) || got.Dir != read.Dir {
+		t.Errorf("meta:\n got %+v\nread %+v", got.Meta, read.Meta)
+	}
+	if len(got.Records) != len(read.Records) || got.Records[0].Type != TypePhase {
+		t.Fatalf("records: got %+v, read %+v", got.Records, read.Records)
+	}
+	for i := range got.Records {
+		g, r := got.Records[i], read.Records[i]
+		if g.Time != r.Time.In(g.Time.Location()) || !reflect.DeepEqual(g.Labels, r.Labels) || !reflect.DeepEqual(g.Hist, r.Hist) || g.Metric != r.Metric {
+			t.Errorf("record %d: got %+v, read %+v", i, g, r)
+		}
+	}
+	if _, err := Write(dir, Meta{}, nil); err == nil {
+		t.Error("Write over a run: no error")
+	}
+}

@@ -313,6 +313,11 @@ func (ss SeriesSet) Cgroup(path string) SeriesSet {
 	return ss.filter(func(s *Series) bool { return s.Cgroup == path })
 }
 
+// CgroupIn selects the series of any of the cgroups.
+func (ss SeriesSet) CgroupIn(paths ...string) SeriesSet {
+	return ss.filter(func(s *Series) bool { return slices.Contains(paths, s.Cgroup) })
+}
+
 // Label selects the series whose label key has value.
 func (ss SeriesSet) Label(key, value string) SeriesSet {
 	return ss.filter(func(s *Series) bool { return s.Labels[key] == value })
@@ -341,6 +346,19 @@ func (ss SeriesSet) ByCgroup() map[string]SeriesSet {
 // ByLabel groups the series by the value of a label ("" for series without it).
 func (ss SeriesSet) ByLabel(key string) map[string]SeriesSet {
 	return ss.group(func(s *Series) string { return s.Labels[key] })
+}
+
+// Busiest is the value of label key whose series weigh the most by weight (the device with the
+// most fsyncs, or bytes): series without the label are left out, a tie goes to the smaller
+// value, and "" when none weighs anything.
+func (ss SeriesSet) Busiest(key string, weight func(SeriesSet) float64) string {
+	best, most := "", 0.0
+	for v, set := range ss.ByLabel(key) {
+		if w := weight(set); v != "" && (w > most || w == most && w > 0 && v < best) {
+			best, most = v, w
+		}
+	}
+	return best
 }
 
 func (ss SeriesSet) group(key func(*Series) string) map[string]SeriesSet {

@@ -177,6 +177,19 @@ func TestSelection(t *testing.T) {
 	if got := run.Series("nothing").Delta(w); got != 0 {
 		t.Errorf("absent metric delta = %v", got)
 	}
+	delta := func(ss SeriesSet) float64 { return ss.Delta(w) }
+	if got := bytes.Busiest(LabelDevice, delta); got != "8:0" {
+		t.Errorf("busiest device = %q, want 8:0", got)
+	}
+	if got := bytes.CgroupIn("/b", "/c").Busiest(LabelDevice, delta); got != "254:0" {
+		t.Errorf("busiest device of /b and /c = %q, want 254:0", got)
+	}
+	if got := bytes.Busiest(LabelDevice, func(SeriesSet) float64 { return 0 }); got != "" {
+		t.Errorf("busiest device when none weighs anything = %q, want none", got)
+	}
+	if got := bytes.Busiest("missing", delta); got != "" {
+		t.Errorf("busiest by a label no series has = %q, want none", got)
+	}
 }
 
 func TestValues(t *testing.T) {

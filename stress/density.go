@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/internal/badvalue"
+	"github.com/nodectl/nodectl/internal/quantity"
 
 	"golang.org/x/sys/unix"
 
@@ -124,7 +125,7 @@ func checkFits(cfg DensityConfig) error {
 	need := int64(cfg.Max) * cfg.SandboxMemory
 	if need > avail-hostReserve {
 		return badvalue.Errorf(FieldNodeMemory, "", "%d sandboxes of %s need %s, more than this host has available less %s: give the node a memory size to emulate a smaller node inside a memory-limited cgroup",
-			cfg.Max, FormatSize(cfg.SandboxMemory), FormatSize(need), FormatSize(hostReserve))
+			cfg.Max, quantity.FormatSize(cfg.SandboxMemory), quantity.FormatSize(need), quantity.FormatSize(hostReserve))
 	}
 	return nil
 }
@@ -190,7 +191,7 @@ func (r *densityRun) setup(ctx context.Context) error {
 	if cfg.SwapFile != "" {
 		swapDev, _ = blockdev.ForPath(cfg.Paths.Sysfs, swapAt)
 	}
-	r.workloads = []rundir.Workload{{Name: rundir.WorkloadNode, Kind: rundir.KindNode, Cgroup: RunCgroup(r.id), Memory: FormatSize(cfg.NodeMemory),
+	r.workloads = []rundir.Workload{{Name: rundir.WorkloadNode, Kind: rundir.KindNode, Cgroup: RunCgroup(r.id), Memory: quantity.FormatSize(cfg.NodeMemory),
 		Target: cfg.SwapFile, Device: swapDev}}
 	if err := r.writer.Append(r.configEvent()); err != nil {
 		return err
@@ -583,7 +584,7 @@ func (r *densityRun) showProgress(step string, start time.Time) {
 func (r *densityRun) launch(i int) (string, error) {
 	cfg := r.cfg
 	name := rundir.SandboxName(i)
-	w := rundir.Workload{Name: name, Kind: rundir.KindSandbox, Cgroup: RunCgroup(r.id) + "/" + name, Memory: FormatSize(cfg.LimitBytes),
+	w := rundir.Workload{Name: name, Kind: rundir.KindSandbox, Cgroup: RunCgroup(r.id) + "/" + name, Memory: quantity.FormatSize(cfg.LimitBytes),
 		Target: r.binary}
 	lim := r.place(&w, cgroup.Limits{MemoryBytes: cfg.LimitBytes})
 	if err := r.layout.Create(w.Cgroup, lim); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/internal/badvalue"
+	"github.com/nodectl/nodectl/internal/quantity"
 
 	"github.com/nodectl/nodectl/host/blockdev"
 	"github.com/nodectl/nodectl/host/cgroup"
@@ -127,7 +128,7 @@ func (r *noisyRun) planWorkloads() error {
 	cfg := r.cfg
 	base := RunCgroup(r.id)
 	victim := rundir.Workload{Name: rundir.WorkloadVictim, Kind: rundir.KindVictim, Cgroup: base + "/" + rundir.WorkloadVictim,
-		CPU: FormatCPU(cfg.VictimCPUMilli), CPURequest: FormatCPU(cfg.VictimCPURequestMilli), Memory: FormatSize(cfg.VictimMemBytes),
+		CPU: quantity.FormatCPU(cfg.VictimCPUMilli), CPURequest: quantity.FormatCPU(cfg.VictimCPURequestMilli), Memory: quantity.FormatSize(cfg.VictimMemBytes),
 		Target: filepath.Join(r.scratch, rundir.WorkloadVictim)}
 	// The victim and the hogs without a target= write below the scratch directory.
 	scratchDev, err := blockdev.ForPath(cfg.Paths.Sysfs, cfg.Paths.Scratch)
@@ -151,7 +152,7 @@ func (r *noisyRun) planWorkloads() error {
 			seen[h.Kind]++
 			name := rundir.HogName(h.Kind, i)
 			w := rundir.Workload{Name: name, Kind: h.Kind, Cgroup: base + "/" + name,
-				CPU: FormatCPU(h.CPUMilli), CPURequest: FormatCPU(h.CPURequestMilli), Memory: FormatSize(h.MemBytes)}
+				CPU: quantity.FormatCPU(h.CPUMilli), CPURequest: quantity.FormatCPU(h.CPURequestMilli), Memory: quantity.FormatSize(h.MemBytes)}
 			if h.Kind == rundir.KindDisk || h.Kind == rundir.KindFsync {
 				w.Target, w.Device = filepath.Join(r.scratch, name), scratchDev
 				if h.Target != "" {
@@ -167,7 +168,7 @@ func (r *noisyRun) planWorkloads() error {
 			}
 			if h.Kind == rundir.KindMemory && memoryHogBytes(h.MemBytes, cfg.Runtime) < h.MemBytes/4 {
 				return badvalue.Errorf(FieldHogs, strconv.Quote(h.raw), "memory=%s leaves too little for the hog in a gVisor sandbox, whose limit also holds the Sentry (~%s): give at least %s",
-					FormatSize(h.MemBytes), FormatSize(sentryReserve), FormatSize(2*sentryReserve))
+					quantity.FormatSize(h.MemBytes), quantity.FormatSize(sentryReserve), quantity.FormatSize(2*sentryReserve))
 			}
 			r.workloads = append(r.workloads, w)
 			r.specs[name] = h

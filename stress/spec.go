@@ -11,9 +11,8 @@ import (
 	"strings"
 
 	"github.com/nodectl/nodectl/internal/badvalue"
+	"github.com/nodectl/nodectl/internal/quantity"
 	"github.com/nodectl/nodectl/rundir"
-
-	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // HogKinds are the neighbour kinds `--hog` accepts.
@@ -63,11 +62,11 @@ func ParseHog(s string) (HogSpec, error) {
 		case "threads":
 			h.Threads, err = positiveInt(v, 1024)
 		case "cpu": //rundir:other: --hog keys
-			h.CPUMilli, err = ParseCPU(v)
+			h.CPUMilli, err = quantity.ParseCPU(v)
 		case "request":
-			h.CPURequestMilli, err = ParseCPU(v)
+			h.CPURequestMilli, err = quantity.ParseCPU(v)
 		case "memory": //rundir:other
-			h.MemBytes, err = ParseSize(v)
+			h.MemBytes, err = quantity.ParseSize(v)
 		case "target":
 			if !strings.HasPrefix(v, "/") {
 				err = fmt.Errorf("must be an absolute directory path")
@@ -101,7 +100,7 @@ func CPURequest(request, limit int64) (int64, error) {
 		return limit, nil
 	}
 	if limit > 0 && request > limit {
-		return 0, fmt.Errorf("CPU request %s is above the CPU limit %s", FormatCPU(request), FormatCPU(limit))
+		return 0, fmt.Errorf("CPU request %s is above the CPU limit %s", quantity.FormatCPU(request), quantity.FormatCPU(limit))
 	}
 	return request, nil
 }
@@ -112,51 +111,6 @@ func positiveInt(v string, maxV int) (int, error) {
 		return 0, fmt.Errorf("want an integer from 1 to %d", maxV)
 	}
 	return n, nil
-}
-
-// ParseCPU parses a CPU LIMIT in Kubernetes notation ("250m", "1", "1.5") into millicores.
-func ParseCPU(v string) (int64, error) {
-	q, err := resource.ParseQuantity(v)
-	if err != nil {
-		return 0, fmt.Errorf("bad CPU limit %q: want Kubernetes notation such as 250m or 1", v)
-	}
-	m := q.MilliValue()
-	if m < 1 {
-		return 0, fmt.Errorf("bad CPU limit %q: must be at least 1m", v)
-	}
-	if m > 1024*1000 {
-		return 0, fmt.Errorf("bad CPU limit %q: more than 1024 CPUs", v)
-	}
-	return m, nil
-}
-
-// ParseSize parses a SIZE in Kubernetes notation ("512Mi", "2Gi", "100M") into bytes.
-func ParseSize(v string) (int64, error) {
-	q, err := resource.ParseQuantity(v)
-	if err != nil {
-		return 0, fmt.Errorf("bad size %q: want Kubernetes notation such as 512Mi or 2Gi", v)
-	}
-	b, ok := q.AsInt64()
-	if !ok || b < 1<<20 {
-		return 0, fmt.Errorf("bad size %q: must be a whole number of bytes, at least 1Mi", v)
-	}
-	return b, nil
-}
-
-// FormatCPU renders millicores back in Kubernetes notation ("" for unlimited).
-func FormatCPU(m int64) string {
-	if m == 0 {
-		return ""
-	}
-	return resource.NewMilliQuantity(m, resource.DecimalSI).String()
-}
-
-// FormatSize renders bytes in Kubernetes binary notation ("" for unlimited).
-func FormatSize(b int64) string {
-	if b == 0 {
-		return ""
-	}
-	return resource.NewQuantity(b, resource.BinarySI).String()
 }
 
 // threadsFor is the default busy-thread count of a cpu hog: enough to use its whole limit, or

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/internal/badvalue"
+	"github.com/nodectl/nodectl/internal/quantity"
 
 	"golang.org/x/sys/unix"
 
@@ -149,14 +150,14 @@ func checkSpace(dir string, need int64) error {
 	free := int64(st.Bavail) * st.Bsize
 	if need > free/2 {
 		return badvalue.Errorf(FieldTarget, dir, "the writers would write %s, more than half the %s free there: write less or choose another target",
-			FormatSize(need), FormatSize(free))
+			quantity.FormatSize(need), quantity.FormatSize(free))
 	}
 	return nil
 }
 
 // plan names the writers fsync-writer-<i>, each with its own directory on the target.
 func (r *stormRun) plan() {
-	mem := FormatSize(r.limits().MemoryBytes)
+	mem := quantity.FormatSize(r.limits().MemoryBytes)
 	for i := range r.cfg.Writers {
 		name := rundir.StormWriterName(i)
 		r.workloads = append(r.workloads, rundir.Workload{Name: name, Kind: rundir.KindStormWriter, Cgroup: RunCgroup(r.id) + "/" + name,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/internal/badvalue"
+	"github.com/nodectl/nodectl/internal/quantity"
 
 	"github.com/nodectl/nodectl/host/cgroup"
 	"github.com/nodectl/nodectl/record/sample"
@@ -56,12 +57,12 @@ func ParseCPULimits(vs []string) ([]int64, error) {
 	seen := map[int64]string{}
 	for _, v := range vs {
 		v = strings.TrimSpace(v)
-		m, err := ParseCPU(v)
+		m, err := quantity.ParseCPU(v)
 		if err != nil {
 			return nil, badvalue.New(FieldCPULimits, "", err)
 		}
 		if m < minWakeCPUMilli {
-			return nil, badvalue.Errorf(FieldCPULimits, "", "%s is below %s, the smallest CFS quota the kernel takes (1 ms per 100 ms)", v, FormatCPU(minWakeCPUMilli))
+			return nil, badvalue.Errorf(FieldCPULimits, "", "%s is below %s, the smallest CFS quota the kernel takes (1 ms per 100 ms)", v, quantity.FormatCPU(minWakeCPUMilli))
 		}
 		if prev, ok := seen[m]; ok {
 			return nil, badvalue.Errorf(FieldCPULimits, "", "%s and %s are the same limit", prev, v)
@@ -145,7 +146,7 @@ func (r *wakeRun) plan() {
 	r.limits = map[string]int64{}
 	for i := range r.cfg.Count {
 		for _, m := range r.cfg.CPULimits {
-			cpu := FormatCPU(m)
+			cpu := quantity.FormatCPU(m)
 			name := rundir.WakeName(cpu, i)
 			r.workloads = append(r.workloads, rundir.Workload{Name: name, Kind: rundir.KindWake, Cgroup: RunCgroup(r.id) + "/" + name, CPU: cpu, CPURequest: cpu})
 			r.limits[name] = m
@@ -287,7 +288,7 @@ func pids(procs []rundir.HostProcess) []int {
 func (r *wakeRun) showProgress(n int, w rundir.Workload, elapsed time.Duration) {
 	var done []string
 	for _, m := range r.cfg.CPULimits {
-		cpu := FormatCPU(m)
+		cpu := quantity.FormatCPU(m)
 		if ws := r.wakes[cpu]; len(ws) > 0 {
 			s := slices.Clone(ws)
 			slices.Sort(s)

@@ -9,6 +9,7 @@ package exporter
 import (
 	"sync"
 
+	"github.com/nodectl/nodectl/host/kubeid"
 	"github.com/nodectl/nodectl/internal/maproom"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/rundir/hist"
@@ -35,7 +36,7 @@ type Config struct {
 	// 0 = DefaultForgetGrace.
 	ForgetGrace int
 	// Classify names the workload of a cgroup (its workload and kind labels) when it is first
-	// seen; nil is Classify, by the cgroup's path. The agent names pods through it. !ok defers
+	// seen; nil is kubeid.Classify, by the cgroup's path. The agent names pods through it. !ok defers
 	// the cgroup: its records are passed over until a later batch names it (its counters are
 	// cumulative, so nothing is lost but the wait).
 	Classify func(cgroup string) (workload, kind string, ok bool)
@@ -123,7 +124,7 @@ func New(cfg Config) *Exporter {
 		cfg.MaxSeries = DefaultMaxSeries
 	}
 	if cfg.Classify == nil {
-		cfg.Classify = func(cg string) (string, string, bool) { w, k := Classify(cg); return w, k, true }
+		cfg.Classify = func(cg string) (string, string, bool) { w, k := kubeid.Classify(cg); return w, k, true }
 	}
 	if cfg.ForgetGrace <= 0 {
 		cfg.ForgetGrace = DefaultForgetGrace
@@ -200,7 +201,7 @@ func (e *Exporter) cgroup(path string) *cgroupState {
 	w := e.workloads[k]
 	if w == nil {
 		if e.tracked >= e.cfg.MaxSeries {
-			k = workloadKey{Overflow, KindOther}
+			k = workloadKey{Overflow, kubeid.KindOther}
 			w = e.workloads[k]
 		} else {
 			e.tracked++

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/nodectl/nodectl/host/kubeid"
 	"github.com/nodectl/nodectl/record/collect"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/rundir/hist"
@@ -209,7 +210,7 @@ func key(name string, kv ...string) string {
 func checkFamilies(t *testing.T, mfs []*dto.MetricFamily) {
 	t.Helper()
 	preemptors := []string{PreemptorNeighbour, PreemptorOwn, PreemptorKernel, PreemptorIdle, PreemptorThrottled}
-	kinds := []string{KindSystem, KindPod, KindContainer, KindNodectl, KindOther}
+	kinds := []string{kubeid.KindSystem, kubeid.KindPod, kubeid.KindContainer, kubeid.KindNodectl, kubeid.KindOther}
 	for _, mf := range mfs {
 		name := mf.GetName()
 		if !strings.HasPrefix(name, "nodectl_") {
@@ -315,8 +316,8 @@ func TestScrapeAfterSessionBatches(t *testing.T) {
 	e.Observe(nd.batch(2)) // the tracer's unchanged series are not in it
 	got := scrape(t, e)
 
-	pod := []string{LabelWorkload, idPod, LabelKind, KindContainer}
-	kubelet := []string{LabelWorkload, "kubelet.service", LabelKind, KindSystem}
+	pod := []string{LabelWorkload, idPod, LabelKind, kubeid.KindContainer}
+	kubelet := []string{LabelWorkload, "kubelet.service", LabelKind, kubeid.KindSystem}
 	with := func(base []string, kv ...string) []string { return append(slices.Clone(base), kv...) }
 	wantHist(t, got, "nodectl_runq_latency_seconds", pod, log2(2, baseRunq))
 	wantHist(t, got, "nodectl_runq_latency_seconds", kubelet, log2(1, baseRunq))
@@ -417,22 +418,22 @@ func TestClassifyDefers(t *testing.T) {
 			return "", "", false
 		}
 		if cg == cgPod {
-			return "shop/web-0/app", KindContainer, true
+			return "shop/web-0/app", kubeid.KindContainer, true
 		}
-		w, k := Classify(cg)
+		w, k := kubeid.Classify(cg)
 		return w, k, true
 	}})
 	e.Observe([]rundir.Record{rec(rundir.MetricCPUUsage, cgPod, 2), rec(rundir.MetricCPUUsage, cgKubelet, 1)})
 	got := scrape(t, e)
-	if _, ok := got[key("nodectl_cpu_usage_seconds_total", "kind", KindContainer, "workload", idPod)]; ok {
+	if _, ok := got[key("nodectl_cpu_usage_seconds_total", "kind", kubeid.KindContainer, "workload", idPod)]; ok {
 		t.Error("a deferred cgroup was keyed by its path")
 	}
-	if got[key("nodectl_cpu_usage_seconds_total", "kind", KindSystem, "workload", "kubelet.service")] != 1 {
+	if got[key("nodectl_cpu_usage_seconds_total", "kind", kubeid.KindSystem, "workload", "kubelet.service")] != 1 {
 		t.Error("the other cgroup's record was not kept")
 	}
 	named = true
 	e.Observe([]rundir.Record{rec(rundir.MetricCPUUsage, cgPod, 3)})
-	if v := scrape(t, e)[key("nodectl_cpu_usage_seconds_total", "kind", KindContainer, "workload", "shop/web-0/app")]; v != 3 {
+	if v := scrape(t, e)[key("nodectl_cpu_usage_seconds_total", "kind", kubeid.KindContainer, "workload", "shop/web-0/app")]; v != 3 {
 		t.Errorf("the named cgroup's CPU is %v, want its cumulative 3", v)
 	}
 }

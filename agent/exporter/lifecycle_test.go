@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodectl/nodectl/host/kubeid"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/rundir/hist"
 )
@@ -15,7 +16,7 @@ func container(i int) string {
 }
 
 func workloadOf(cg string) []string {
-	id, kind := Classify(cg)
+	id, kind := kubeid.Classify(cg)
 	return []string{LabelWorkload, id, LabelKind, kind}
 }
 
@@ -83,7 +84,7 @@ func TestOverflowBeyondMaxSeries(t *testing.T) {
 	batch = append(batch, rec(rundir.MetricCPUUsage, sub, 0.5))
 	e.Observe(batch)
 	got := scrape(t, e)
-	overflow := []string{LabelWorkload, Overflow, LabelKind, KindOther}
+	overflow := []string{LabelWorkload, Overflow, LabelKind, kubeid.KindOther}
 	wantValues(t, got, map[string]float64{
 		key("nodectl_cpu_usage_seconds_total", workloadOf(container(1))...): 1.5,
 		key("nodectl_cpu_usage_seconds_total", workloadOf(container(3))...): 3,
@@ -160,8 +161,9 @@ func TestForget(t *testing.T) {
 	})
 	e.Forget(pod)
 	got := scrape(t, e)
+	podID, _ := kubeid.Classify(pod)
 	for k := range got {
-		if strings.Contains(k, Identity(pod)) {
+		if strings.Contains(k, podID) {
 			t.Errorf("%s after Forget", k)
 		}
 	}

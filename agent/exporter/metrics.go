@@ -11,7 +11,7 @@ import (
 	"github.com/nodectl/nodectl/rundir/hist"
 )
 
-// The labels every per-cgroup series carries: the cgroup's identity and its kind (Classify).
+// The labels every per-cgroup series carries: the cgroup's identity and its kind (kubeid.Classify).
 const (
 	LabelWorkload = "workload"
 	LabelKind     = "kind" //rundir:other: the workload's kind, not a record's kind label

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
+	"github.com/nodectl/nodectl/host/kubeid"
 	"github.com/nodectl/nodectl/internal/metricserver"
 	"github.com/nodectl/nodectl/rundir"
 )
@@ -138,8 +139,8 @@ func self() Self {
 		Lost:       Lost{KernelMapFull: 1, RingBuffer: 2, UserQueue: 3, Store: 4, Watch: 5},
 		StoreBytes: 1 << 30, StoreOldest: time.Now().Add(-time.Hour), StoreWritable: true, WriteFailures: 7,
 		Incidents: map[string]Incidents{rundir.EventOOMKill: {Total: 3, Open: 1}, "runq_stall": {Total: 5}},
-		Pods: []PodInfo{{Workload: "shop/web-0/app", Kind: KindContainer, Namespace: "shop", Pod: "web-0", Container: "app", QoS: "burstable"},
-			{Workload: "sbx/agent-7", Kind: KindPod, Namespace: "sbx", Pod: "agent-7", QoS: "besteffort", RuntimeClass: "gvisor", Sandbox: true}},
+		Pods: []PodInfo{{Workload: "shop/web-0/app", Kind: kubeid.KindContainer, Namespace: "shop", Pod: "web-0", Container: "app", QoS: "burstable"},
+			{Workload: "sbx/agent-7", Kind: kubeid.KindPod, Namespace: "sbx", Pod: "agent-7", QoS: "besteffort", RuntimeClass: "gvisor", Sandbox: true}},
 		UnknownPods: 2,
 		Lease:       &Lease{Renewals: 30, LastGap: 10 * time.Second, LastSeen: time.Now().Add(-3 * time.Second)},
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/internal/badvalue"
 )
 
@@ -43,9 +44,9 @@ type Incident struct {
 	WindowFrom   time.Time `json:"window_from"`
 	WindowTo     time.Time `json:"window_to"`
 	State        string    `json:"state"`
-	// Report is the analyzer's JSON report of the window against the baseline.
-	Report        json.RawMessage `json:"report,omitempty"`
-	AnalysisError string          `json:"analysis_error,omitempty"`
+	// Report is the analyzer's report of the window against the baseline.
+	Report        *analyzer.Report `json:"report,omitempty"`
+	AnalysisError string           `json:"analysis_error,omitempty"`
 }
 
 // Where names what the incident fired for: its workload (a daemon, a pod) with its cgroup, else

@@ -43,15 +43,11 @@ func (w Window) Incident(src Source, meta rundir.Meta, series int) (Window, erro
 // (about 200 bytes each).
 const analysisRecords = 150_000
 
-// AnalyzeWindow reads a window from src and returns the analyzer's JSON report.
-func AnalyzeWindow(src Source, meta rundir.Meta, w Window) (json.RawMessage, error) {
+// AnalyzeWindow reads a window from src into memory, once, and returns the analyzer's report.
+func AnalyzeWindow(src Source, meta rundir.Meta, w Window) (*analyzer.Report, error) {
 	run, err := w.Run(src, meta)
 	if err != nil {
 		return nil, err
 	}
-	rep, err := analyzer.Analyze(run)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(rep)
+	return analyzer.Analyze(run)
 }

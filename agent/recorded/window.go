@@ -47,7 +47,8 @@ type Window struct {
 	// Step reads the recorder at ticks at least this far apart; 0 reads every tick for an
 	// export and at most Ticks a phase for the analyzer.
 	Step time.Duration
-	// Ticks bounds the ticks each phase is read at for the analyzer; 0 is analysisTicks.
+	// Ticks bounds the ticks each phase is read at for the analyzer; 0 is analysisTicks,
+	// AllTicks every tick recorded (a run of pods, whose window is its whole run).
 	Ticks int
 	// Stop, if set, ends a read under way when it is closed (an agent shutting down).
 	Stop <-chan struct{}
@@ -55,6 +56,9 @@ type Window struct {
 	// focus); the node's samples and every event are kept whatever it says.
 	Cgroups map[string]bool
 }
+
+// AllTicks as a Window's Ticks reads every tick the recorder holds.
+const AllTicks = -1
 
 // ErrStopped is a window's read ended by its Stop.
 var ErrStopped = errors.New("reading the window: stopped")
@@ -218,7 +222,10 @@ func (w Window) Run(src Source, agent rundir.Meta) (*rundir.Run, error) {
 	var blocks [][]rundir.Record
 	n := 0
 	ticks := w.Ticks
-	if ticks <= 0 {
+	switch {
+	case ticks == AllTicks:
+		ticks = 0
+	case ticks <= 0:
 		ticks = analysisTicks
 	}
 	add := func(r rundir.Record) error {

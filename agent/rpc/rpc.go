@@ -41,10 +41,9 @@ type Backend interface {
 	Query(ctx context.Context, from, to time.Time, step time.Duration, metric, cgroupPrefix string, fn func([]rundir.Record) error) error
 	// Meta describes the agent's recording as a run directory's meta.json would.
 	Meta() rundir.Meta
-	// Analyze is the analyzer's JSON report of [from, to], compared with the baseline
-	// before from (the agent's default when zero), for the victim cgroup (every cgroup when
-	// empty).
-	Analyze(ctx context.Context, from, to time.Time, baseline time.Duration, cgroup string) ([]byte, error)
+	// Analyze is the analyzer's report of [from, to], compared with the baseline before from
+	// (the agent's default when zero), for the victim cgroup (every cgroup when empty).
+	Analyze(ctx context.Context, from, to time.Time, baseline time.Duration, cgroup string) (*agentv1.Report, error)
 	// Incidents lists at most limit incidents opened at or after since, newest first.
 	Incidents(since time.Time, limit int) []*agentv1.Incident
 	// Incident is the incident of that id, if the agent has it.
@@ -366,7 +365,7 @@ func (s *service) Analyze(ctx context.Context, req *agentv1.AnalyzeRequest) (*ag
 	if err != nil {
 		return nil, err
 	}
-	return &agentv1.AnalyzeResponse{ReportJson: string(report)}, nil
+	return &agentv1.AnalyzeResponse{Report: report}, nil
 }
 
 func (s *service) ListIncidents(_ context.Context, req *agentv1.ListIncidentsRequest) (*agentv1.ListIncidentsResponse, error) {

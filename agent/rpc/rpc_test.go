@@ -34,7 +34,7 @@ type fakeBackend struct {
 	meta      rundir.Meta
 	records   []rundir.Record // Query hands them over perCall at a time
 	perCall   int
-	report    []byte
+	report    *agentv1.Report
 	incidents []*agentv1.Incident
 
 	mu       sync.Mutex
@@ -60,7 +60,7 @@ func (b *fakeBackend) Query(_ context.Context, from, to time.Time, step time.Dur
 	return nil
 }
 
-func (b *fakeBackend) Analyze(ctx context.Context, from, to time.Time, baseline time.Duration, cgroup string) ([]byte, error) {
+func (b *fakeBackend) Analyze(ctx context.Context, from, to time.Time, baseline time.Duration, cgroup string) (*agentv1.Report, error) {
 	b.mu.Lock()
 	b.analyze = analyzeArgs{from: from, to: to, baseline: baseline, cgroup: cgroup}
 	b.mu.Unlock()
@@ -92,7 +92,7 @@ func testIncident(id string) *agentv1.Incident {
 	return &agentv1.Incident{Id: id, Opened: ts(0), Trigger: "oom_kill", Cgroup: "/kubepods/pod1", Workload: "web",
 		Evidence: "oom kill of pid 7 (java)", WindowFrom: ts(-time.Minute), WindowTo: ts(time.Minute),
 		BaselineFrom: ts(-6 * time.Minute), BaselineTo: ts(-time.Minute), State: "closed",
-		ReportJson: `{"findings":[]}`}
+		Report: &agentv1.Report{Run: &agentv1.RunInfo{Id: "agent-" + id}}}
 }
 
 func newFake() *fakeBackend {
@@ -103,10 +103,11 @@ func newFake() *fakeBackend {
 			Drops:  []*agentv1.Drop{{Stage: "ring_buffer", What: "oom events", Count: 2}},
 			Store:  &agentv1.Store{Bytes: 1 << 30, Segments: 4, Oldest: ts(-time.Hour), Newest: ts(0), Writable: true},
 		},
-		meta:      rundir.Meta{Format: rundir.FormatVersionSegmented, ID: "agent-node-1", Scenario: "record", Node: "node-1", Start: t0},
-		records:   testRecords(t0),
-		perCall:   3,
-		report:    []byte(`{"run":{"id":"agent-node-1"},"findings":[]}`),
+		meta:    rundir.Meta{Format: rundir.FormatVersionSegmented, ID: "agent-node-1", Scenario: "record", Node: "node-1", Start: t0},
+		records: testRecords(t0),
+		perCall: 3,
+		report: &agentv1.Report{Run: &agentv1.RunInfo{Id: "agent-node-1"}, Findings: []*agentv1.Finding{{Id: "cpu-contention", Severity: "warning",
+			Evidence: []*agentv1.Evidence{{Metric: "runq_wait_seconds", Value: 1.5, Histogram: &agentv1.Histogram{Buckets: []uint64{0, 3}, Count: 3, SumNs: 7}}}}}},
 		incidents: []*agentv1.Incident{testIncident("inc-2"), testIncident("inc-1")},
 	}
 }
@@ -204,7 +205,7 @@ func TestRoundTrips(t *testing.T) {
 	}
 
 	an, err := c.Analyze(ctx, &agentv1.AnalyzeRequest{From: ts(0), To: ts(time.Minute), Baseline: durationpb.New(5 * time.Minute), Cgroup: "/kubepods/pod1"})
-	if err != nil || an.ReportJson != string(b.report) {
+	if err != nil || !proto.Equal(an.GetReport(), b.report) {
 		t.Errorf("Analyze: %v, %v", an, err)
 	}
 	if want := (analyzeArgs{from: t0, to: t0.Add(time.Minute), baseline: 5 * time.Minute, cgroup: "/kubepods/pod1"}); !reflect.DeepEqual(b.analyze, want) {

@@ -158,8 +158,7 @@ func analyzeInProcess(dir string, w recorded.Window) (float64, uint64, int, erro
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	n, err := countFindings(rep)
-	return elapsed, peak, n, err
+	return elapsed, peak, len(rep.Findings), nil
 }
 
 func countFindings(report []byte) (int, error) {

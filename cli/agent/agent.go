@@ -3,6 +3,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,7 +26,6 @@ import (
 	"github.com/nodectl/nodectl/agent/flightrec"
 	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/agent/rpc"
-	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/agentsrc"
 	"github.com/nodectl/nodectl/cli/internal/buildinfo"
@@ -38,9 +38,9 @@ import (
 	"github.com/nodectl/nodectl/host/daemons"
 	"github.com/nodectl/nodectl/internal/badvalue"
 	"github.com/nodectl/nodectl/internal/metricserver"
+	"github.com/nodectl/nodectl/internal/quantity"
 	"github.com/nodectl/nodectl/record/session"
 	"github.com/nodectl/nodectl/rundir"
-	"github.com/nodectl/nodectl/stress"
 )
 
 // New returns the agent command and its subcommands.
@@ -197,7 +197,7 @@ func setMemoryLimit(v string) error {
 	if v == "0" || os.Getenv("GOMEMLIMIT") != "" {
 		return nil
 	}
-	n, err := stress.ParseSize(v)
+	n, err := quantity.ParseSize(v)
 	if err != nil {
 		return fmt.Errorf("--memory-limit %q: want a size such as 40Mi, or 0 for none", v)
 	}
@@ -386,12 +386,9 @@ func findingsLine(in recorded.Incident) string {
 	if in.AnalysisError != "" {
 		return "analysis failed: " + in.AnalysisError
 	}
-	if len(in.Report) == 0 {
+	rep := in.Report
+	if rep == nil {
 		return "-"
-	}
-	var rep analyzer.Report
-	if err := json.Unmarshal(in.Report, &rep); err != nil {
-		return "unreadable report"
 	}
 	if len(rep.Findings) == 0 {
 		return "none"
@@ -516,7 +513,7 @@ read offline.`,
 				return err
 			}
 			defer rec.Close()
-			if err := rec.Export(cmd.Context(), w, out); err != nil {
+			if err := export(cmd.Context(), rec, w, out); err != nil {
 				// A half-written export is no run: leave nothing behind.
 				if _, statErr := os.Stat(out); statErr == nil {
 					os.RemoveAll(out)
@@ -534,4 +531,14 @@ read offline.`,
 	cmd.Flags().StringVar(&cgroup, "cgroup", "", "the cgroup under examination (written as an observed workload)")
 	cmd.Flags().StringVar(&out, "out", "", "run directory to write (must not exist or be empty)")
 	return remote.Supports(cmd)
+}
+
+// export writes w as a run directory, streamed from the recorder to the file: a window of any
+// length costs the memory of a batch.
+func export(ctx context.Context, rec recorded.Recorder, w recorded.Window, out string) error {
+	meta, err := rec.Meta(ctx)
+	if err != nil {
+		return err
+	}
+	return w.Export(rec.Source(ctx), meta, out)
 }

@@ -13,11 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodectl/nodectl/agent/recorded"
-	"github.com/nodectl/nodectl/agent/rpc"
 	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/remote"
@@ -181,22 +179,7 @@ type poolIncident struct {
 // poolIncidents prints every node's incidents, the most severe first, then the newest.
 func poolIncidents(cmd *cobra.Command, since time.Time, limit int, output string) error {
 	answers, err := askPool(cmd, func(ctx context.Context, c agentv1.AgentClient) ([]recorded.Incident, error) {
-		req := &agentv1.ListIncidentsRequest{Limit: rpc.MaxListLimit}
-		if limit > 0 && limit < rpc.MaxListLimit {
-			req.Limit = uint32(limit)
-		}
-		if !since.IsZero() {
-			req.Since = timestamppb.New(since)
-		}
-		resp, err := c.ListIncidents(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		var list []recorded.Incident
-		for _, p := range resp.GetIncidents() {
-			list = append(list, recorded.IncidentFromProto(p))
-		}
-		return list, nil
+		return recorded.FromAgent(c, nil).Incidents(ctx, since, limit)
 	})
 	if err != nil {
 		return err
@@ -242,14 +225,10 @@ func poolIncidents(cmd *cobra.Command, since time.Time, limit int, output string
 
 // incidentSeverity is the worst severity of an incident's findings, "" before its analysis.
 func incidentSeverity(in recorded.Incident) string {
-	if len(in.Report) == 0 {
+	if in.Report == nil {
 		return ""
 	}
-	var rep analyzer.Report
-	if json.Unmarshal(in.Report, &rep) != nil {
-		return ""
-	}
-	return rep.Worst()
+	return in.Report.Worst()
 }
 
 func writeJSON(w io.Writer, v any) error {

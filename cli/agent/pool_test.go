@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"encoding/json"
 	"errors"
 	"testing"
 
@@ -31,9 +30,9 @@ func TestStatusSeverity(t *testing.T) {
 }
 
 func TestIncidentSeverityIsTheWorstFinding(t *testing.T) {
-	rep, _ := json.Marshal(analyzer.Report{Findings: []analyzer.Finding{
+	rep := &analyzer.Report{Findings: []analyzer.Finding{
 		{ID: "a", Severity: analyzer.SeverityInfo}, {ID: "b", Severity: analyzer.SeverityCritical}, {ID: "c", Severity: analyzer.SeverityWarning},
-	}})
+	}}
 	if got := incidentSeverity(recorded.Incident{Report: rep}); got != analyzer.SeverityCritical {
 		t.Errorf("severity %q, want critical", got)
 	}

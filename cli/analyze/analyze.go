@@ -59,14 +59,9 @@ against the --baseline before it: through the running agent, or from --data-dir.
 					return err
 				}
 				defer rec.Close()
-				rep, err := rec.Analyze(cmd.Context(), w)
+				rep, err := agentsrc.Explain(cmd.Context(), rec, w, html)
 				if err != nil {
 					return err
-				}
-				if html != "" {
-					if err := agentsrc.WriteHTML(cmd.Context(), rec, w, rep, html); err != nil {
-						return err
-					}
 				}
 				if err := console.Render(cmd.OutOrStdout(), rep, output); err != nil {
 					return err

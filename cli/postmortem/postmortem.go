@@ -79,14 +79,9 @@ directory directly with --data-dir (the agent dead, or the disk copied off a bro
 						in.Opened.Local().Format(time.RFC3339), in.Evidence)
 				}
 			}
-			rep, err := rec.Analyze(cmd.Context(), w)
+			rep, err := agentsrc.Explain(cmd.Context(), rec, w, html)
 			if err != nil {
 				return err
-			}
-			if html != "" {
-				if err := agentsrc.WriteHTML(cmd.Context(), rec, w, rep, html); err != nil {
-					return err
-				}
 			}
 			if err := console.Render(cmd.OutOrStdout(), rep, output); err != nil {
 				return err
@@ -108,7 +103,7 @@ directory directly with --data-dir (the agent dead, or the disk copied off a bro
 }
 
 // pick is the incident of that id, or the latest.
-func pick(cmd *cobra.Command, rec agentsrc.Recorder, id string) (recorded.Incident, error) {
+func pick(cmd *cobra.Command, rec recorded.Recorder, id string) (recorded.Incident, error) {
 	list, err := rec.Incidents(cmd.Context(), time.Time{}, 0)
 	if err != nil {
 		return recorded.Incident{}, err

@@ -17,11 +17,11 @@ import (
 	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
-	"github.com/nodectl/nodectl/cli/internal/agentsrc"
 	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/interrupt"
 	"github.com/nodectl/nodectl/cli/internal/podrun"
 	"github.com/nodectl/nodectl/cli/internal/remote"
+	"github.com/nodectl/nodectl/internal/quantity"
 	"github.com/nodectl/nodectl/rundir"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/launch"
@@ -57,6 +57,7 @@ type podSession struct {
 	node     string
 	c        *remote.Cluster
 	ac       agentv1.AgentClient
+	rec      recorded.Recorder // the node agent's flight recorder, through ac
 	run      *podrun.Run
 	out      string
 	ncpu     int
@@ -96,6 +97,7 @@ func startPods(cmd *cobra.Command, rf *runFlags, scenario string, extra ...remot
 	if s.ac, closer, err = s.c.DialAgent(ctx, s.node); err != nil {
 		return fail(err)
 	}
+	s.rec = recorded.FromAgent(s.ac, nil)
 	if s.ncpu, err = s.c.NodeCPUs(ctx, s.node); err != nil {
 		return fail(err)
 	}
@@ -128,7 +130,7 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 		return err
 	}
 	defer finish()
-	run, node, ncpu, out, progress, ac := s.run, s.node, s.ncpu, s.out, s.progress, s.ac
+	run, node, ncpu, progress := s.run, s.node, s.ncpu, s.progress
 	class := runtimeClass(rf.opts.Runtime, rf.runtimeClass)
 	if cfg.VictimWorkRounds == 0 {
 		cfg.VictimWorkRounds = workload.DefaultWorkRounds
@@ -170,8 +172,8 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 	}
 	to := time.Now()
 	w := recorded.Window{BaselineFrom: baselineFrom, From: from, To: to}
-	rep, err := s.finish(ctx, "the window and the pods' measurements", func() error {
-		return collect(ctx, ac, run, w, out, append([]podrun.Spec{victim}, hogs...), kinds)
+	rep, err := s.finish(ctx, "the window and the pods' measurements", func() (*rundir.Run, error) {
+		return s.collectNoisy(ctx, w, append([]podrun.Spec{victim}, hogs...), kinds)
 	})
 	if err != nil {
 		return err
@@ -180,19 +182,20 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 }
 
 // finish lets the agent's last samples of the run land (within an interval or two), writes the
-// run directory with collect (what of them) and analyzes it. A half-written run is no run: out
-// was new or empty, and is removed again when collect fails.
-func (s *podSession) finish(ctx context.Context, what string, collect func() error) (*analyzer.Report, error) {
+// run directory with collect (what of them) and analyzes the run collect wrote, as it holds it.
+// A half-written run is no run: out was new or empty, and is removed again when collect fails.
+func (s *podSession) finish(ctx context.Context, what string, collect func() (*rundir.Run, error)) (*analyzer.Report, error) {
 	if err := sleepCtx(ctx, 3*time.Second); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(s.progress, "collecting %s from the node's agent into %s\n", what, s.out)
-	if err := collect(); err != nil {
+	run, err := collect()
+	if err != nil {
 		os.RemoveAll(s.out)
 		return nil, err
 	}
 	fmt.Fprintf(s.progress, "run directory: %s\n", s.out)
-	return analyzeRun(s.out)
+	return analyzeRun(run)
 }
 
 // launchAndWait creates the pods and waits until they run (at most podStartTimeout).
@@ -273,20 +276,22 @@ func cleanNode(cmd *cobra.Command, node string, ids []string, output string) err
 	return err
 }
 
-// collect writes the run directory: the agent's window, with the victim under examination
+// collectNoisy writes the run directory: the agent's window, with the victim under examination
 // (an observed workload), and the workload pods' own measurements (the victim probe's), each
 // pod a workload of the run named as the agent names it (namespace/pod/container), the hogs of
 // their kind.
-func collect(ctx context.Context, ac agentv1.AgentClient, run *podrun.Run, w recorded.Window, out string, specs []podrun.Spec, kinds map[string]string) error {
-	cgroups, err := podCgroups(ctx, ac)
+func (s *podSession) collectNoisy(ctx context.Context, w recorded.Window, specs []podrun.Spec, kinds map[string]string) (*rundir.Run, error) {
+	run := s.run
+	got, err := s.pullWindow(ctx, w)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	cgroups := podCgroups(got.Meta)
 	var workloads []rundir.Workload
 	for _, s := range specs {
 		cg, ok := podCgroup(cgroups, run, s.Name)
 		if !ok {
-			return fmt.Errorf("the node's agent does not know pod %s/%s: is it the agent of this version, on Kubernetes (--kubeconfig or in a pod)?", run.Namespace, s.Name)
+			return nil, fmt.Errorf("the node's agent does not know pod %s/%s: is it the agent of this version, on Kubernetes (--kubeconfig or in a pod)?", run.Namespace, s.Name)
 		}
 		name := podWorkload(run, s.Name)
 		kind := kinds[s.Name]
@@ -298,11 +303,6 @@ func collect(ctx context.Context, ac agentv1.AgentClient, run *podrun.Run, w rec
 		}
 		workloads = append(workloads, podSpecWorkload(s, name, kind, cg))
 	}
-	w.Cgroup = workloads[0].Cgroup
-	got, err := pullWindow(ctx, ac, w)
-	if err != nil {
-		return err
-	}
 	meta := got.Meta
 	meta.ID, meta.Args = run.ID, os.Args
 	for _, d := range got.Meta.Workloads {
@@ -312,16 +312,16 @@ func collect(ctx context.Context, ac agentv1.AgentClient, run *podrun.Run, w rec
 	}
 	meta.Workloads = workloads
 	recs := got.Records
-	for i, s := range specs {
-		ms, err := run.Measurements(ctx, s.Name, time.Time{})
+	for i, spec := range specs {
+		ms, err := run.Measurements(ctx, spec.Name, time.Time{})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, m := range ms {
 			recs = append(recs, measurementRecord(m, workloads[i].Cgroup, workloads[i].Name))
 		}
 	}
-	return writeRun(out, meta, recs)
+	return rundir.Write(s.out, meta, recs)
 }
 
 // podWorkload is the workload name of a run's pod: the agent's namespace/pod/container.
@@ -339,8 +339,8 @@ func podCgroup(cgroups map[string]string, run *podrun.Run, pod string) (string, 
 
 // podSpecWorkload describes a workload pod as a workload of the run.
 func podSpecWorkload(s podrun.Spec, name, kind, cgroup string) rundir.Workload {
-	return rundir.Workload{Name: name, Kind: kind, Cgroup: cgroup, CPU: st.FormatCPU(s.CPULimitMilli),
-		CPURequest: st.FormatCPU(s.CPURequestMilli), Memory: st.FormatSize(s.MemoryLimit), Runtime: s.RuntimeClass}
+	return rundir.Workload{Name: name, Kind: kind, Cgroup: cgroup, CPU: quantity.FormatCPU(s.CPULimitMilli),
+		CPURequest: quantity.FormatCPU(s.CPURequestMilli), Memory: quantity.FormatSize(s.MemoryLimit), Runtime: s.RuntimeClass}
 }
 
 func measurementRecord(m workload.Measurement, cgroup, name string) rundir.Record {
@@ -348,57 +348,37 @@ func measurementRecord(m workload.Measurement, cgroup, name string) rundir.Recor
 	return rundir.Record{Type: rundir.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: cgroup, Workload: name, Value: &v}
 }
 
-// podCgroups maps the names of the pods the node's agent knows (namespace/pod/container) to
-// their cgroups.
-func podCgroups(ctx context.Context, ac agentv1.AgentClient) (map[string]string, error) {
-	now, err := agentMeta(ctx, ac)
-	if err != nil {
-		return nil, err
-	}
+// podCgroups maps the names of the pods the node's agent knows (namespace/pod/container), by
+// its meta, to their cgroups.
+func podCgroups(agent rundir.Meta) map[string]string {
 	cgroups := map[string]string{}
-	for _, p := range now.Pods {
+	for _, p := range agent.Pods {
 		cgroups[p.Name] = p.Cgroup
 	}
-	return cgroups, nil
+	return cgroups
 }
 
-// agentMeta is the node's agent's meta now: its pods, interval, tracer.
-func agentMeta(ctx context.Context, ac agentv1.AgentClient) (rundir.Meta, error) {
-	var m rundir.Meta
-	resp, err := ac.GetMeta(ctx, &agentv1.GetMetaRequest{})
-	if err != nil {
-		return m, err
-	}
-	if err := json.Unmarshal([]byte(resp.GetMetaJson()), &m); err != nil {
-		return m, fmt.Errorf("reading the agent's meta: %w", err)
-	}
-	return m, nil
-}
-
-// pullWindow reads a window of the node's agent's flight recorder into memory.
-func pullWindow(ctx context.Context, ac agentv1.AgentClient, w recorded.Window) (*rundir.Run, error) {
-	tmp, err := os.MkdirTemp("", "nodectl-window-")
+// pullWindow reads a window of the node's agent's flight recorder into memory, once, at every
+// tick the agent recorded; its meta is the agent's as it is now, with the pods it knows.
+func (s *podSession) pullWindow(ctx context.Context, w recorded.Window) (*rundir.Run, error) {
+	meta, err := s.rec.Meta(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
-	window := filepath.Join(tmp, "window")
-	if err := agentsrc.FromClient(ac, nil).Export(ctx, w, window); err != nil {
-		return nil, err
-	}
-	return rundir.Open(window)
+	w.Ticks = recorded.AllTicks
+	return w.Run(s.rec.Source(ctx), meta)
 }
 
 // pullSpan reads the node's agent's window of a run of pods, from start to end: a short
 // baseline gives every series its value as the run began.
 func (s *podSession) pullSpan(ctx context.Context, start, end time.Time) (*rundir.Run, error) {
-	return pullWindow(ctx, s.ac, recorded.Window{BaselineFrom: start.Add(-2 * time.Second), From: start, To: end})
+	return s.pullWindow(ctx, recorded.Window{BaselineFrom: start.Add(-2 * time.Second), From: start, To: end})
 }
 
 // writeScenario writes a run of pods as a run of its scenario: the agent's window with its
 // phases (baseline, window) replaced by the run's own in recs, the run's workloads, and each of
 // recs without a cgroup given its workload's.
-func (s *podSession) writeScenario(got *rundir.Run, scenario string, workloads []rundir.Workload, recs []rundir.Record) error {
+func (s *podSession) writeScenario(got *rundir.Run, scenario string, workloads []rundir.Workload, recs []rundir.Record) (*rundir.Run, error) {
 	meta := got.Meta
 	meta.Scenario, meta.ID, meta.Args, meta.Workloads = scenario, s.run.ID, os.Args, workloads
 	cgroups := map[string]string{}
@@ -412,19 +392,5 @@ func (s *podSession) writeScenario(got *rundir.Run, scenario string, workloads [
 		}
 		all = append(all, r)
 	}
-	return writeRun(s.out, meta, all)
-}
-
-// writeRun writes a run directory, its records in time order.
-func writeRun(out string, meta rundir.Meta, recs []rundir.Record) error {
-	slices.SortStableFunc(recs, func(a, b rundir.Record) int { return a.Time.Compare(b.Time) })
-	wr, err := rundir.Create(out, meta)
-	if err != nil {
-		return err
-	}
-	if err := wr.Append(recs...); err != nil {
-		wr.Close()
-		return err
-	}
-	return wr.Close()
+	return rundir.Write(s.out, meta, all)
 }

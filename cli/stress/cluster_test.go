@@ -9,19 +9,6 @@ import (
 	"github.com/nodectl/nodectl/rundir"
 )
 
-func TestKubepodsOf(t *testing.T) {
-	for cg, want := range map[string]string{
-		"/kubepods/burstable/pod1/abc":                      "/kubepods",
-		"/nodectl/testcluster/kubepods/besteffort/pod2/def": "/nodectl/testcluster/kubepods",
-		"/kubepods.slice/kubepods-burstable.slice/x.scope":  "/kubepods.slice",
-		"/system.slice/containerd.service":                  "",
-	} {
-		if got := kubepodsOf(cg); got != want {
-			t.Errorf("kubepodsOf(%s) = %q, want %q", cg, got, want)
-		}
-	}
-}
-
 // A gVisor pod's cgroups are named after the pod alone: its containers are not the host's.
 func TestPodCgroupFallsBackToThePod(t *testing.T) {
 	run := &podrun.Run{Namespace: "ns"}
@@ -38,7 +25,7 @@ func TestPodCgroupFallsBackToThePod(t *testing.T) {
 }
 
 // The writers' device is the one their cgroups wrote the most to, not the busiest overall.
-func TestBusiestDevice(t *testing.T) {
+func TestWritersDevice(t *testing.T) {
 	at := func(s float64) time.Time { return time.Unix(1000, 0).Add(time.Duration(s * float64(time.Second))) }
 	rec := func(s float64, cg, dev string, v float64) rundir.Record {
 		return rundir.Record{Type: rundir.TypeSample, Time: at(s), Metric: rundir.MetricBlkBytes, Cgroup: cg,
@@ -49,8 +36,8 @@ func TestBusiestDevice(t *testing.T) {
 		rec(0, "/w2", "8:16", 0), rec(5, "/w2", "8:16", 10<<20),
 		rec(0, "/other", "8:16", 0), rec(5, "/other", "8:16", 900<<20),
 	}}
-	if got := busiestDevice(run, []string{"/w1", "/w2"}); got != "8:0" {
-		t.Errorf("busiestDevice = %q, want 8:0", got)
+	if got := writersDevice(run, []string{"/w1", "/w2"}); got != "8:0" {
+		t.Errorf("writersDevice = %q, want 8:0", got)
 	}
 }
 

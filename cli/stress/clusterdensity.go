@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,6 +17,8 @@ import (
 	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/podrun"
 	"github.com/nodectl/nodectl/cli/internal/remote"
+	"github.com/nodectl/nodectl/host/kubeid"
+	"github.com/nodectl/nodectl/internal/quantity"
 	"github.com/nodectl/nodectl/rundir"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/workload"
@@ -64,12 +65,12 @@ func clusterDensity(cmd *cobra.Command, rf *runFlags, cfg st.DensityConfig) erro
 	start := time.Now()
 	d.recs = append(d.recs, d.config.Record(start), d.count(start))
 	fmt.Fprintf(s.progress, "density on node %s: sandbox pods of %s (request %s, limit %s), %d per step up to %d\n", node,
-		st.FormatSize(cfg.SandboxMemory), st.FormatSize(cfg.RequestBytes), st.FormatSize(cfg.LimitBytes), cfg.Step, cfg.Max)
+		quantity.FormatSize(cfg.SandboxMemory), quantity.FormatSize(cfg.RequestBytes), quantity.FormatSize(cfg.LimitBytes), cfg.Step, cfg.Max)
 	if err := d.sweep(ctx); err != nil {
 		return err
 	}
 	end := time.Now()
-	rep, err := s.finish(ctx, "the sweep", func() error { return d.collect(ctx, start, end) })
+	rep, err := s.finish(ctx, "the sweep", func() (*rundir.Run, error) { return d.collect(ctx, start, end) })
 	if err != nil {
 		return err
 	}
@@ -429,43 +430,28 @@ func (d *podDensity) memoryFullShare(ctx context.Context, from, to time.Time) (f
 // collect writes the sweep as a density run: the agent's window of it, the sandbox pods as
 // workloads named as the agent names them, the node as the kubelet's pods' cgroup, and the
 // sweep's own records (steps, readiness, the pods that ended, the collapse).
-func (d *podDensity) collect(ctx context.Context, start, end time.Time) error {
-	cgroups, err := podCgroups(ctx, d.ac)
-	if err != nil {
-		return err
-	}
+func (d *podDensity) collect(ctx context.Context, start, end time.Time) (*rundir.Run, error) {
 	got, err := d.pullSpan(ctx, start, end)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	cgroups := podCgroups(got.Meta)
 	nodeCg := ""
 	var sandboxes []rundir.Workload
 	for _, p := range d.names {
 		cg, _ := podCgroup(cgroups, d.run, p)
 		if cg != "" && nodeCg == "" {
-			nodeCg = kubepodsOf(cg)
+			nodeCg = kubeid.Kubepods(cg)
 		}
 		sandboxes = append(sandboxes, rundir.Workload{Name: podWorkload(d.run, p), Kind: rundir.KindSandbox, Cgroup: cg,
-			Memory: st.FormatSize(d.cfg.LimitBytes), Runtime: d.class})
+			Memory: quantity.FormatSize(d.cfg.LimitBytes), Runtime: d.class})
 	}
 	workloads := append([]rundir.Workload{{Name: rundir.WorkloadNode, Kind: rundir.KindNode, Cgroup: nodeCg,
-		Memory: st.FormatSize(d.config.NodeMemoryBytes)}}, sandboxes...)
+		Memory: quantity.FormatSize(d.config.NodeMemoryBytes)}}, sandboxes...)
 	for _, w := range got.Meta.Workloads {
 		if w.Kind == rundir.KindDaemon {
 			workloads = append(workloads, w)
 		}
 	}
 	return d.writeScenario(got, rundir.ScenarioDensity, workloads, d.recs)
-}
-
-// kubepodsOf is the kubelet's cgroup of every pod above a pod's cgroup: the path up to its
-// first element named kubepods (cgroupfs driver) or kubepods.slice (systemd).
-func kubepodsOf(cg string) string {
-	parts := strings.Split(cg, "/")
-	for i, p := range parts {
-		if p == "kubepods" || p == "kubepods.slice" {
-			return strings.Join(parts[:i+1], "/")
-		}
-	}
-	return ""
 }

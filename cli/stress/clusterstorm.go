@@ -17,6 +17,7 @@ import (
 	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/podrun"
 	"github.com/nodectl/nodectl/cli/internal/remote"
+	"github.com/nodectl/nodectl/internal/quantity"
 	"github.com/nodectl/nodectl/rundir"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/workload"
@@ -35,7 +36,7 @@ func clusterStorm(cmd *cobra.Command, rf *runFlags, cfg st.StormConfig) error {
 	}
 	defer finish()
 	w := &podStorm{podSession: s, cfg: cfg, events: make(chan stormLine, 64), line: st.NewLiveLine(s.progress, console.IsTerminal(os.Stderr))}
-	meta, err := agentMeta(ctx, s.ac)
+	meta, err := s.rec.Meta(ctx)
 	if err != nil {
 		return err
 	}
@@ -46,7 +47,7 @@ func clusterStorm(cmd *cobra.Command, rf *runFlags, cfg st.StormConfig) error {
 		specs = append(specs, podrun.Spec{Name: rundir.StormWriterName(i), RuntimeClass: class, Stdin: true,
 			Args: workload.Command{Run: s.run.ID, Config: &workload.FsyncWriterConfig{Dir: podrun.WorkDir, Bytes: cfg.Bytes}}.Args()})
 	}
-	fmt.Fprintf(s.progress, "fsync-storm on node %s: %d writer pod(s) × %s, %d storm(s)\n", s.node, cfg.Writers, st.FormatSize(cfg.Bytes), cfg.Rounds)
+	fmt.Fprintf(s.progress, "fsync-storm on node %s: %d writer pod(s) × %s, %d storm(s)\n", s.node, cfg.Writers, quantity.FormatSize(cfg.Bytes), cfg.Rounds)
 	if err := launchAndWait(ctx, s.run, specs...); err != nil {
 		return err
 	}
@@ -68,7 +69,7 @@ func clusterStorm(cmd *cobra.Command, rf *runFlags, cfg st.StormConfig) error {
 	}
 	w.line.Done()
 	end := time.Now()
-	rep, err := s.finish(ctx, "the storms", func() error { return w.collect(ctx, start, end) })
+	rep, err := s.finish(ctx, "the storms", func() (*rundir.Run, error) { return w.collect(ctx, start, end) })
 	if err != nil {
 		return err
 	}
@@ -228,48 +229,34 @@ func (w *podStorm) await(ctx context.Context, phase, metric string, n int) error
 // collect writes the storms as an fsync-storm run: the agent's window of them (its phases
 // replaced by the storms'), each writer a workload with its pod's cgroup, on the device its
 // cgroups wrote the most to.
-func (w *podStorm) collect(ctx context.Context, start, end time.Time) error {
-	cgroups, err := podCgroups(ctx, w.ac)
-	if err != nil {
-		return err
-	}
+func (w *podStorm) collect(ctx context.Context, start, end time.Time) (*rundir.Run, error) {
 	got, err := w.pullSpan(ctx, start, end)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	cgroups := podCgroups(got.Meta)
 	var writers []rundir.Workload
 	var cgs []string
 	for _, name := range w.names {
 		cg, ok := podCgroup(cgroups, w.run, name)
 		if !ok {
-			return fmt.Errorf("the node's agent does not know pod %s/%s: is it the agent of this version, on Kubernetes?", w.run.Namespace, name)
+			return nil, fmt.Errorf("the node's agent does not know pod %s/%s: is it the agent of this version, on Kubernetes?", w.run.Namespace, name)
 		}
 		cgs = append(cgs, cg)
 		writers = append(writers, rundir.Workload{Name: name, Kind: rundir.KindStormWriter, Cgroup: cg, Target: podrun.WorkDir})
 	}
-	dev := busiestDevice(got, cgs)
+	dev := writersDevice(got, cgs)
 	for i := range writers {
 		writers[i].Device = dev
 	}
 	return w.writeScenario(got, rundir.ScenarioFsyncStorm, writers, w.recs)
 }
 
-// busiestDevice is the device the cgroups wrote the most bytes to in the run (the block
-// tracer's counters): the disk under the pods' emptyDirs.
-func busiestDevice(run *rundir.Run, cgroups []string) string {
-	bytesOn := map[string]float64{}
-	for _, s := range run.Series(rundir.MetricBlkBytes) {
-		if slices.Contains(cgroups, s.Cgroup) {
-			bytesOn[s.Labels[rundir.LabelDevice]] += s.Delta(run.Span())
-		}
-	}
-	best := ""
-	for dev, b := range bytesOn {
-		if best == "" || b > bytesOn[best] || b == bytesOn[best] && dev < best {
-			best = dev
-		}
-	}
-	return best
+// writersDevice is the disk under the writer pods' emptyDirs: the device their cgroups wrote the
+// most bytes to in the run (the block tracer's counters).
+func writersDevice(run *rundir.Run, cgroups []string) string {
+	return run.Series(rundir.MetricBlkBytes).CgroupIn(cgroups...).Busiest(rundir.LabelDevice,
+		func(ss rundir.SeriesSet) float64 { return ss.Delta(run.Span()) })
 }
 
 // lineWriter calls fn with each complete line written to it.

@@ -15,6 +15,7 @@ import (
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/podrun"
+	"github.com/nodectl/nodectl/internal/quantity"
 	"github.com/nodectl/nodectl/rundir"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/workload"
@@ -45,14 +46,14 @@ func clusterWake(cmd *cobra.Command, rf *runFlags, cfg st.WakeConfig) error {
 	// The limits take turns, as in a local run: a slow spell of the node touches them alike.
 	for i := range cfg.Count {
 		for _, m := range cfg.CPULimits {
-			if err := w.start(ctx, rundir.WakeName(st.FormatCPU(m), i), m); err != nil {
+			if err := w.start(ctx, rundir.WakeName(quantity.FormatCPU(m), i), m); err != nil {
 				return err
 			}
 		}
 	}
 	w.line.Done()
 	end := time.Now()
-	rep, err := s.finish(ctx, "the starts", func() error { return w.collect(ctx, start, end) })
+	rep, err := s.finish(ctx, "the starts", func() (*rundir.Run, error) { return w.collect(ctx, start, end) })
 	if err != nil {
 		return err
 	}
@@ -73,7 +74,7 @@ type podWake struct {
 // CPU), its answer awaited, its cgroup learnt from the agent while it runs, the phase held until
 // the agent sampled it past the answer, then the pod deleted.
 func (w *podWake) start(ctx context.Context, name string, milli int64) error {
-	cpu := st.FormatCPU(milli)
+	cpu := quantity.FormatCPU(milli)
 	spec := podrun.Spec{Name: name, CPULimitMilli: milli, CPURequestMilli: milli, RuntimeClass: w.class,
 		Args: workload.Command{Run: w.run.ID, Config: &workload.WakeConfig{BootRounds: w.cfg.BootRounds, Pending: true}}.Args()}
 	created := time.Now()
@@ -150,11 +151,11 @@ func (w *podWake) await(ctx context.Context, name string, created time.Time) (wo
 // pod once the runtime lists its container (docs/agent.md, "On Kubernetes").
 func (w *podWake) cgroupOf(ctx context.Context, pod string) (string, error) {
 	for deadline := time.Now().Add(15 * time.Second); ; {
-		cgroups, err := podCgroups(ctx, w.ac)
+		meta, err := w.rec.Meta(ctx)
 		if err != nil {
 			return "", err
 		}
-		if cg, ok := podCgroup(cgroups, w.run, pod); ok {
+		if cg, ok := podCgroup(podCgroups(meta), w.run, pod); ok {
 			return cg, nil
 		}
 		if time.Now().After(deadline) {
@@ -204,10 +205,10 @@ func (w *podWake) sampledAfter(ctx context.Context, cg string, from, t time.Time
 
 // collect writes the starts as a wake run: the agent's window of them (its phases replaced by
 // the starts'), each start a wake workload with the pod's cgroup.
-func (w *podWake) collect(ctx context.Context, start, end time.Time) error {
+func (w *podWake) collect(ctx context.Context, start, end time.Time) (*rundir.Run, error) {
 	got, err := w.pullSpan(ctx, start, end)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	return w.writeScenario(got, rundir.ScenarioWake, w.workloads, w.recs)
 }

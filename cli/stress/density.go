@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/remote"
+	"github.com/nodectl/nodectl/internal/quantity"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/workload"
 )
@@ -80,9 +81,9 @@ every exit path ('nodectl --node NODE stress clean' after a kill).`,
 			defer stop()
 			node := "this host"
 			if cfg.NodeMemory > 0 {
-				node = "a node of " + st.FormatSize(cfg.NodeMemory)
+				node = "a node of " + quantity.FormatSize(cfg.NodeMemory)
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "density: sandboxes of %s, %d per step up to %d, on %s\n", st.FormatSize(cfg.SandboxMemory), cfg.Step, cfg.Max, node)
+			fmt.Fprintf(cmd.ErrOrStderr(), "density: sandboxes of %s, %d per step up to %d, on %s\n", quantity.FormatSize(cfg.SandboxMemory), cfg.Step, cfg.Max, node)
 			dir, runErr := st.Density(ctx, cfg)
 			rep, err := finish(cmd, dir, runErr)
 			if err != nil {
@@ -99,7 +100,7 @@ every exit path ('nodectl --node NODE stress clean' after a kill).`,
 	f.DurationVar(&cfg.ReadyTimeout, "ready-timeout", st.DefaultReadyTimeout, "how long a sandbox may take to become ready")
 	f.StringVar(&sandboxMem, "sandbox-memory", "200Mi", "anonymous heap each sandbox allocates and holds (Kubernetes notation)")
 	f.Float64Var(&cfg.HotShare, "hot-share", workload.DefaultSandboxHotShare, "share of its heap each activity burst touches; the rest stays cold (swappable)")
-	f.StringVar(&binarySize, "binary-size", st.FormatSize(st.DefaultBinaryBytes), "size of the shared binary every sandbox maps")
+	f.StringVar(&binarySize, "binary-size", quantity.FormatSize(st.DefaultBinaryBytes), "size of the shared binary every sandbox maps")
 	f.DurationVar(&cfg.Activity, "activity", workload.DefaultSandboxActivity, "time between a sandbox's activity bursts")
 	f.StringVar(&request, "request", "150Mi", "each sandbox's memory request: recorded, and the ceiling says how many a scheduler would admit by it")
 	f.StringVar(&limit, "limit", "2Gi", "each sandbox's memory limit (its cgroup's); \"\" for none")
@@ -143,23 +144,23 @@ func parseDensityFlags(cfg *st.DensityConfig, sandboxMem, request, limit, nodeMe
 	if cfg.ReadyTimeout < time.Second {
 		return fmt.Errorf("--ready-timeout %s: must be at least 1s", cfg.ReadyTimeout)
 	}
-	if cfg.SandboxMemory, err = st.ParseSize(sandboxMem); err != nil {
+	if cfg.SandboxMemory, err = quantity.ParseSize(sandboxMem); err != nil {
 		return fmt.Errorf("--sandbox-memory: %w", err)
 	}
 	if cfg.HotShare <= 0 || cfg.HotShare > 1 {
 		return fmt.Errorf("--hot-share %g: want a share above 0 and at most 1", cfg.HotShare)
 	}
-	if cfg.BinaryBytes, err = st.ParseSize(binarySize); err != nil {
+	if cfg.BinaryBytes, err = quantity.ParseSize(binarySize); err != nil {
 		return fmt.Errorf("--binary-size: %w", err)
 	}
 	if cfg.Activity < 100*time.Millisecond {
 		return fmt.Errorf("--activity %s: must be at least 100ms", cfg.Activity)
 	}
-	if cfg.RequestBytes, err = st.ParseSize(request); err != nil {
+	if cfg.RequestBytes, err = quantity.ParseSize(request); err != nil {
 		return fmt.Errorf("--request: %w", err)
 	}
 	if limit != "" {
-		if cfg.LimitBytes, err = st.ParseSize(limit); err != nil {
+		if cfg.LimitBytes, err = quantity.ParseSize(limit); err != nil {
 			return fmt.Errorf("--limit: %w", err)
 		}
 		if cfg.LimitBytes <= cfg.SandboxMemory {
@@ -170,7 +171,7 @@ func parseDensityFlags(cfg *st.DensityConfig, sandboxMem, request, limit, nodeMe
 		}
 	}
 	if nodeMem != "" {
-		if cfg.NodeMemory, err = st.ParseSize(nodeMem); err != nil {
+		if cfg.NodeMemory, err = quantity.ParseSize(nodeMem); err != nil {
 			return fmt.Errorf("--node-memory: %w", err)
 		}
 		if cfg.NodeMemory <= cfg.SandboxMemory+cfg.BinaryBytes {
@@ -183,7 +184,7 @@ func parseDensityFlags(cfg *st.DensityConfig, sandboxMem, request, limit, nodeMe
 			return fmt.Errorf("--swap %q: want FILE:SIZE with an absolute FILE, e.g. /var/tmp/nodectl.swap:4Gi, or a block device formatted with mkswap, e.g. /dev/nvme1n1", swap)
 		}
 		if ok {
-			if cfg.SwapBytes, err = st.ParseSize(size); err != nil {
+			if cfg.SwapBytes, err = quantity.ParseSize(size); err != nil {
 				return fmt.Errorf("--swap %q: %w", swap, err)
 			}
 		} else if fi, err := os.Stat(file); err != nil || fi.Mode()&os.ModeDevice == 0 || fi.Mode()&os.ModeCharDevice != 0 {

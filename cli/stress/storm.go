@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/cli/internal/remote"
+	"github.com/nodectl/nodectl/internal/quantity"
 	st "github.com/nodectl/nodectl/stress"
 )
 
@@ -54,12 +55,12 @@ writers' cgroups wrote the most to. --target is for a local run only.`,
 				return fmt.Errorf("--writers %d: want an integer from 1 to %d", cfg.Writers, st.MaxStormWriters)
 			}
 			var err error
-			if cfg.Bytes, err = st.ParseSize(size); err != nil {
+			if cfg.Bytes, err = quantity.ParseSize(size); err != nil {
 				return fmt.Errorf("--size: %w", err)
 			}
 			if total := int64(cfg.Writers) * cfg.Bytes; cfg.Bytes > st.MaxStormTotalBytes || total > st.MaxStormTotalBytes {
 				return fmt.Errorf("--writers %d × --size %s is more than %s: the storm's page cache must stay well inside the node's memory",
-					cfg.Writers, size, st.FormatSize(st.MaxStormTotalBytes))
+					cfg.Writers, size, quantity.FormatSize(st.MaxStormTotalBytes))
 			}
 			if cfg.Rounds < 1 || cfg.Rounds > maxStormRounds {
 				return fmt.Errorf("--rounds %d: want an integer from 1 to %d", cfg.Rounds, maxStormRounds)
@@ -83,7 +84,7 @@ writers' cgroups wrote the most to. --target is for a local run only.`,
 				return err
 			}
 			defer stop()
-			fmt.Fprintf(cmd.ErrOrStderr(), "fsync-storm: %d writer(s) × %s, %d storm(s), runtime %s\n", cfg.Writers, st.FormatSize(cfg.Bytes), cfg.Rounds, cfg.Runtime)
+			fmt.Fprintf(cmd.ErrOrStderr(), "fsync-storm: %d writer(s) × %s, %d storm(s), runtime %s\n", cfg.Writers, quantity.FormatSize(cfg.Bytes), cfg.Rounds, cfg.Runtime)
 			dir, runErr := st.Storm(ctx, cfg)
 			rep, err := finish(cmd, dir, runErr)
 			if err != nil {
@@ -94,7 +95,7 @@ writers' cgroups wrote the most to. --target is for a local run only.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Writers, "writers", st.DefaultStormWriters, "writers released at once, each in its own cgroup")
-	f.StringVar(&size, "size", st.FormatSize(st.DefaultStormBytes), "bytes each writer writes and fsyncs per storm (Kubernetes notation, e.g. 64Mi; at least 1Mi)")
+	f.StringVar(&size, "size", quantity.FormatSize(st.DefaultStormBytes), "bytes each writer writes and fsyncs per storm (Kubernetes notation, e.g. 64Mi; at least 1Mi)")
 	f.StringVar(&cfg.Target, "target", "", "existing directory the writers write below (its disk is the one under test); default the scratch directory, "+st.DefaultPaths().Scratch+"/<run-id>")
 	f.IntVar(&cfg.Rounds, "rounds", st.DefaultStormRounds, "storms, one after another")
 	f.DurationVar(&cfg.Pause, "pause", st.DefaultStormPause, "pause between storms, for the device to settle")

@@ -17,6 +17,7 @@ import (
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/host/daemons"
 	"github.com/nodectl/nodectl/internal/badvalue"
+	"github.com/nodectl/nodectl/internal/quantity"
 	"github.com/nodectl/nodectl/rundir"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/launch"
@@ -100,12 +101,12 @@ nodectl left. It needs deploy/base's ClusterRole nodectl-stress and Role nodectl
 			}
 			var err error
 			if victimCPU != "" {
-				if cfg.VictimCPUMilli, err = st.ParseCPU(victimCPU); err != nil {
+				if cfg.VictimCPUMilli, err = quantity.ParseCPU(victimCPU); err != nil {
 					return fmt.Errorf("--victim-cpu: %w", err)
 				}
 			}
 			if victimRequest != "" {
-				if cfg.VictimCPURequestMilli, err = st.ParseCPU(victimRequest); err != nil {
+				if cfg.VictimCPURequestMilli, err = quantity.ParseCPU(victimRequest); err != nil {
 					return fmt.Errorf("--victim-request: %w", err)
 				}
 			}
@@ -113,16 +114,16 @@ nodectl left. It needs deploy/base's ClusterRole nodectl-stress and Role nodectl
 				return fmt.Errorf("--victim-request: %w", err)
 			}
 			if victimMem != "" {
-				if cfg.VictimMemBytes, err = st.ParseSize(victimMem); err != nil {
+				if cfg.VictimMemBytes, err = quantity.ParseSize(victimMem); err != nil {
 					return fmt.Errorf("--victim-memory: %w", err)
 				}
 			}
 			if nodeMem != "" {
-				if cfg.NodeMemBytes, err = st.ParseSize(nodeMem); err != nil {
+				if cfg.NodeMemBytes, err = quantity.ParseSize(nodeMem); err != nil {
 					return fmt.Errorf("--node-memory: %w", err)
 				}
 				if cfg.NodeMemBytes < st.MinNodeMemory {
-					return fmt.Errorf("--node-memory %s: must be at least %s, room for the victim probe's writes", nodeMem, st.FormatSize(st.MinNodeMemory))
+					return fmt.Errorf("--node-memory %s: must be at least %s, room for the victim probe's writes", nodeMem, quantity.FormatSize(st.MinNodeMemory))
 				}
 			}
 			if cfg.Daemons, err = daemons.Parse(daemonList); err != nil {
@@ -183,20 +184,20 @@ func finish(cmd *cobra.Command, dir string, runErr error) (*analyzer.Report, err
 	if runErr != nil {
 		return nil, runErr
 	}
-	return analyzeRun(dir)
-}
-
-// analyzeRun analyzes a finished run and stores findings.json in it.
-func analyzeRun(dir string) (*analyzer.Report, error) {
 	run, err := rundir.Open(dir)
 	if err != nil {
 		return nil, err
 	}
+	return analyzeRun(run)
+}
+
+// analyzeRun analyzes a finished run and stores findings.json in its directory.
+func analyzeRun(run *rundir.Run) (*analyzer.Report, error) {
 	rep, err := analyzer.Analyze(run)
 	if err != nil {
 		return nil, err
 	}
-	if err := rundir.WriteFindings(dir, rep); err != nil {
+	if err := rundir.WriteFindings(run.Dir, rep); err != nil {
 		return nil, err
 	}
 	return rep, nil

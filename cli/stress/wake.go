@@ -10,6 +10,7 @@ import (
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/remote"
+	"github.com/nodectl/nodectl/internal/quantity"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/workload"
 )
@@ -77,7 +78,7 @@ deleted once its counters are read; all are on every exit path.`,
 			defer stop()
 			names := make([]string, len(cfg.CPULimits))
 			for i, m := range cfg.CPULimits {
-				names[i] = st.FormatCPU(m)
+				names[i] = quantity.FormatCPU(m)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "wake: %d start(s) at each of %s, runtime %s\n", cfg.Count, strings.Join(names, ", "), cfg.Runtime)
 			dir, runErr := st.Wake(ctx, cfg)

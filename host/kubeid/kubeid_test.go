@@ -51,6 +51,21 @@ func TestParsePath(t *testing.T) {
 	}
 }
 
+func TestKubepods(t *testing.T) {
+	for cg, want := range map[string]string{
+		"/kubepods/burstable/pod1/abc": "/kubepods",
+		"/kubepods":                    "/kubepods",
+		"/nodectl/testcluster/kubepods/besteffort/pod2/def":                       "/nodectl/testcluster/kubepods",
+		"/kubepods.slice/kubepods-burstable.slice/x.scope":                        "/kubepods.slice",
+		"/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice": "/kubelet.slice/kubelet-kubepods.slice",
+		"/system.slice/containerd.service":                                        "",
+	} {
+		if got := Kubepods(cg); got != want {
+			t.Errorf("Kubepods(%s) = %q, want %q", cg, got, want)
+		}
+	}
+}
+
 // fakeSources answer from maps and count the runtime's listings.
 type fakeSources struct {
 	containers map[string]Container

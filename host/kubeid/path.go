@@ -51,11 +51,8 @@ type Ref struct {
 // A cgroup below a container's (runc's init, a systemd scope's sub-cgroups) is that container.
 func ParsePath(cgroup string) Ref {
 	elems := strings.Split(strings.Trim(cgroup, "/"), "/")
-	i := 0
-	for i < len(elems) && kubeName(elems[i]) != kubepodsRoot {
-		i++
-	}
-	if i == len(elems) {
+	i := kubepodsAt(elems)
+	if i < 0 {
 		return bareContainer(elems)
 	}
 	rest := elems[i+1:]
@@ -77,6 +74,27 @@ func ParsePath(cgroup string) Ref {
 		r.Level, r.ContainerID = LevelContainer, containerID(rest[1])
 	}
 	return r
+}
+
+// Kubepods is the kubelet's cgroup of every pod that cgroup is at or below (/kubepods,
+// /kubepods.slice, a nested or prefixed one), as ParsePath finds it; "" outside kubepods.
+func Kubepods(cgroup string) string {
+	elems := strings.Split(strings.Trim(cgroup, "/"), "/")
+	i := kubepodsAt(elems)
+	if i < 0 {
+		return ""
+	}
+	return "/" + strings.Join(elems[:i+1], "/")
+}
+
+// kubepodsAt is the index of the path's kubepods element, -1 when it has none.
+func kubepodsAt(elems []string) int {
+	for i, e := range elems {
+		if kubeName(e) == kubepodsRoot {
+			return i
+		}
+	}
+	return -1
 }
 
 // bareContainer finds a container's cgroup outside kubepods: the first element, from the root,

@@ -22,6 +22,8 @@ var rules = map[string][]string{
 	"internal/maproom":  {},
 	// Files replaced whole and durably, on renameio.
 	"internal/atomicfile": {},
+	// CPU and memory amounts in Kubernetes notation, for every command's flags.
+	"internal/quantity": {},
 	// The one /metrics server (the agent, tune watch).
 	"internal/metricserver": {},
 	// Tests' helper: a page opened in headless Chromium.
@@ -53,14 +55,16 @@ var rules = map[string][]string{
 	// The agent's API: its protobufs depend on nothing; its server and client on the records.
 	"api/agent/v1": {},
 	// The always-on agent (package agent) assembles a session, the flight recorder, the API
-	// and the exporter, and analyzes its incidents through agent/recorded; it names pods
+	// and the exporter, and analyzes its incidents through agent/recorded (their reports are the
+	// analyzer's); it names pods
 	// through agent/cri and agent/kube. Its parts below stand alone.
-	"agent":           {"host", "record", "internal/metricserver", "rundir", "api/agent/v1"},
+	"agent":           {"host", "record", "analyzer", "internal/metricserver", "rundir", "api/agent/v1"},
 	"agent/exporter":  {"host/kubeid", "rundir"},
 	"agent/flightrec": {"rundir"},
 	// The read side of what the agent recorded (windows of its flight recorder, its meta, its
-	// incidents), for the CLI without the daemon: from the live store or a data directory.
-	"agent/recorded": {"agent/flightrec", "analyzer", "rundir", "api/agent/v1"},
+	// incidents), for the CLI without the daemon: a data directory, or a running agent through
+	// its API (agent/rpc).
+	"agent/recorded": {"agent/flightrec", "agent/rpc", "analyzer", "rundir", "api/agent/v1"},
 	"agent/rpc":      {"rundir", "api/agent/v1"},
 	// Kubernetes' view of the node: the CRI (containers to pods) and the API server (pods,
 	// the node's Lease and Node). Readers of their own, for the agent to join with cgroups.
@@ -88,9 +92,9 @@ var rules = map[string][]string{
 
 	// Commands may use everything below them, but not each other, except through cli/internal and
 	// the main package that assembles them.
-	"cli/": {"agent/recorded", "agent/rpc", "agent/flightrec", "agent/kube", "api/agent/v1", "analyzer", "host", "internal/metricserver", "record", "report", "rundir", "stress", "tuner", "cli/internal/"},
+	"cli/": {"agent/recorded", "agent/rpc", "agent/kube", "api/agent/v1", "analyzer", "host", "internal/metricserver", "record", "report", "rundir", "stress", "tuner", "cli/internal/"},
 	// cli/agent runs the daemon.
-	"cli/agent":   {"agent", "analyzer", "api/agent/v1", "host", "internal/metricserver", "record", "rundir", "stress", "cli/internal/"},
+	"cli/agent":   {"agent", "analyzer", "api/agent/v1", "host", "internal/metricserver", "record", "rundir", "cli/internal/"},
 	"cli/nodectl": {"cli/", "agent", "analyzer", "host", "rundir", "stress", "tuner"},
 	// Benchmarks run the real binary; the post-mortem one also analyzes in process.
 	"bench/": {"agent", "host", "record", "bench/internal/"},
@@ -121,7 +125,7 @@ var tests = map[string][]string{
 }
 
 // everyone may import these: they depend on nothing of the module.
-var everyone = []string{"internal/badvalue", "internal/maproom", "internal/atomicfile"}
+var everyone = []string{"internal/badvalue", "internal/maproom", "internal/atomicfile", "internal/quantity"}
 
 // ruleFor is the rule of the longest prefix matching pkg.
 func ruleFor(pkg string) (string, []string, bool) { return longest(rules, pkg) }

@@ -11,13 +11,14 @@
 package agentv1
 
 import (
+	reflect "reflect"
+	sync "sync"
+	unsafe "unsafe"
+
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
-	reflect "reflect"
-	sync "sync"
-	unsafe "unsafe"
 )
 
 const (
@@ -993,8 +994,8 @@ func (x *AnalyzeRequest) GetCgroup() string {
 // AnalyzeResponse is the analyzer's report.
 type AnalyzeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// report_json is the report as `nodectl analyze -o json` prints it.
-	ReportJson    string `protobuf:"bytes,1,opt,name=report_json,json=reportJson,proto3" json:"report_json,omitempty"`
+	// report is the report `nodectl analyze -o json` prints (docs/findings.md).
+	Report        *Report `protobuf:"bytes,2,opt,name=report,proto3" json:"report,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1029,11 +1030,858 @@ func (*AnalyzeResponse) Descriptor() ([]byte, []int) {
 	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
-func (x *AnalyzeResponse) GetReportJson() string {
+func (x *AnalyzeResponse) GetReport() *Report {
 	if x != nil {
-		return x.ReportJson
+		return x.Report
+	}
+	return nil
+}
+
+// Report is the analyzer's report on a window of the flight recorder: what `nodectl analyze
+// -o json` prints, field for field (docs/findings.md). A window has no scenario's tables (a wake
+// run's limits, a storm's rounds, a density sweep's steps): those are only in a run's report.
+type Report struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Run      *RunInfo               `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Findings []*Finding             `protobuf:"bytes,2,rep,name=findings,proto3" json:"findings,omitempty"`
+	Summary  *Summary               `protobuf:"bytes,3,opt,name=summary,proto3" json:"summary,omitempty"`
+	// notes say what the window is missing (programs not attached, events dropped).
+	Notes         []string `protobuf:"bytes,4,rep,name=notes,proto3" json:"notes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Report) Reset() {
+	*x = Report{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Report) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Report) ProtoMessage() {}
+
+func (x *Report) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Report.ProtoReflect.Descriptor instead.
+func (*Report) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Report) GetRun() *RunInfo {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *Report) GetFindings() []*Finding {
+	if x != nil {
+		return x.Findings
+	}
+	return nil
+}
+
+func (x *Report) GetSummary() *Summary {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
+func (x *Report) GetNotes() []string {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+// RunInfo names what was analyzed.
+type RunInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Scenario      string                 `protobuf:"bytes,2,opt,name=scenario,proto3" json:"scenario,omitempty"`
+	Node          string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	Kernel        string                 `protobuf:"bytes,4,opt,name=kernel,proto3" json:"kernel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunInfo) Reset() {
+	*x = RunInfo{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunInfo) ProtoMessage() {}
+
+func (x *RunInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunInfo.ProtoReflect.Descriptor instead.
+func (*RunInfo) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RunInfo) GetId() string {
+	if x != nil {
+		return x.Id
 	}
 	return ""
+}
+
+func (x *RunInfo) GetScenario() string {
+	if x != nil {
+		return x.Scenario
+	}
+	return ""
+}
+
+func (x *RunInfo) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *RunInfo) GetKernel() string {
+	if x != nil {
+		return x.Kernel
+	}
+	return ""
+}
+
+// Finding is one explained effect (docs/findings.md lists the ids).
+type Finding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// severity is info, warning or critical.
+	Severity string   `protobuf:"bytes,2,opt,name=severity,proto3" json:"severity,omitempty"`
+	Victim   string   `protobuf:"bytes,3,opt,name=victim,proto3" json:"victim,omitempty"`
+	Culprits []string `protobuf:"bytes,4,rep,name=culprits,proto3" json:"culprits,omitempty"`
+	// affects lists which of the victim's measured operations the cause slowed.
+	Affects       []string    `protobuf:"bytes,5,rep,name=affects,proto3" json:"affects,omitempty"`
+	Summary       string      `protobuf:"bytes,6,opt,name=summary,proto3" json:"summary,omitempty"`
+	Evidence      []*Evidence `protobuf:"bytes,7,rep,name=evidence,proto3" json:"evidence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Finding) Reset() {
+	*x = Finding{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Finding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Finding) ProtoMessage() {}
+
+func (x *Finding) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Finding.ProtoReflect.Descriptor instead.
+func (*Finding) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Finding) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Finding) GetSeverity() string {
+	if x != nil {
+		return x.Severity
+	}
+	return ""
+}
+
+func (x *Finding) GetVictim() string {
+	if x != nil {
+		return x.Victim
+	}
+	return ""
+}
+
+func (x *Finding) GetCulprits() []string {
+	if x != nil {
+		return x.Culprits
+	}
+	return nil
+}
+
+func (x *Finding) GetAffects() []string {
+	if x != nil {
+		return x.Affects
+	}
+	return nil
+}
+
+func (x *Finding) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *Finding) GetEvidence() []*Evidence {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
+// Evidence is one measured number behind a finding: value in phase against baseline.
+type Evidence struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Metric string                 `protobuf:"bytes,1,opt,name=metric,proto3" json:"metric,omitempty"`
+	// workload is whose measure; empty for a device-wide one.
+	Workload string `protobuf:"bytes,2,opt,name=workload,proto3" json:"workload,omitempty"`
+	// culprit is the neighbour a per-culprit measure is charged to.
+	Culprit string `protobuf:"bytes,3,opt,name=culprit,proto3" json:"culprit,omitempty"`
+	// device is MAJ:MIN of a device-wide measure.
+	Device   string  `protobuf:"bytes,4,opt,name=device,proto3" json:"device,omitempty"`
+	Phase    string  `protobuf:"bytes,5,opt,name=phase,proto3" json:"phase,omitempty"`
+	Baseline float64 `protobuf:"fixed64,6,opt,name=baseline,proto3" json:"baseline,omitempty"`
+	Value    float64 `protobuf:"fixed64,7,opt,name=value,proto3" json:"value,omitempty"`
+	Unit     string  `protobuf:"bytes,8,opt,name=unit,proto3" json:"unit,omitempty"`
+	// histogram is the distribution behind a measure of many events, when it has one.
+	Histogram     *Histogram `protobuf:"bytes,9,opt,name=histogram,proto3" json:"histogram,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Evidence) Reset() {
+	*x = Evidence{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Evidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Evidence) ProtoMessage() {}
+
+func (x *Evidence) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
+func (*Evidence) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Evidence) GetMetric() string {
+	if x != nil {
+		return x.Metric
+	}
+	return ""
+}
+
+func (x *Evidence) GetWorkload() string {
+	if x != nil {
+		return x.Workload
+	}
+	return ""
+}
+
+func (x *Evidence) GetCulprit() string {
+	if x != nil {
+		return x.Culprit
+	}
+	return ""
+}
+
+func (x *Evidence) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
+}
+
+func (x *Evidence) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *Evidence) GetBaseline() float64 {
+	if x != nil {
+		return x.Baseline
+	}
+	return 0
+}
+
+func (x *Evidence) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *Evidence) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *Evidence) GetHistogram() *Histogram {
+	if x != nil {
+		return x.Histogram
+	}
+	return nil
+}
+
+// Summary is the report's table: each workload in each phase, and who stood out.
+type Summary struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Phases        []*Phase               `protobuf:"bytes,1,rep,name=phases,proto3" json:"phases,omitempty"`
+	Workloads     []*WorkloadPhase       `protobuf:"bytes,2,rep,name=workloads,proto3" json:"workloads,omitempty"`
+	Ranking       *Ranking               `protobuf:"bytes,3,opt,name=ranking,proto3" json:"ranking,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Summary) Reset() {
+	*x = Summary{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Summary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Summary) ProtoMessage() {}
+
+func (x *Summary) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Summary.ProtoReflect.Descriptor instead.
+func (*Summary) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Summary) GetPhases() []*Phase {
+	if x != nil {
+		return x.Phases
+	}
+	return nil
+}
+
+func (x *Summary) GetWorkloads() []*WorkloadPhase {
+	if x != nil {
+		return x.Workloads
+	}
+	return nil
+}
+
+func (x *Summary) GetRanking() *Ranking {
+	if x != nil {
+		return x.Ranking
+	}
+	return nil
+}
+
+// Phase is a named stretch of the window (baseline, window).
+type Phase struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Start         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
+	End           *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Phase) Reset() {
+	*x = Phase{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Phase) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Phase) ProtoMessage() {}
+
+func (x *Phase) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Phase.ProtoReflect.Descriptor instead.
+func (*Phase) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Phase) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Phase) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *Phase) GetEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+// WorkloadPhase is one workload in one phase; times in seconds.
+type WorkloadPhase struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Workload         string                 `protobuf:"bytes,1,opt,name=workload,proto3" json:"workload,omitempty"`
+	Kind             string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Phase            string                 `protobuf:"bytes,3,opt,name=phase,proto3" json:"phase,omitempty"`
+	Seconds          float64                `protobuf:"fixed64,4,opt,name=seconds,proto3" json:"seconds,omitempty"`
+	CpuCores         float64                `protobuf:"fixed64,5,opt,name=cpu_cores,json=cpuCores,proto3" json:"cpu_cores,omitempty"`
+	ThrottledRatio   float64                `protobuf:"fixed64,6,opt,name=throttled_ratio,json=throttledRatio,proto3" json:"throttled_ratio,omitempty"`
+	ThrottledSeconds float64                `protobuf:"fixed64,7,opt,name=throttled_seconds,json=throttledSeconds,proto3" json:"throttled_seconds,omitempty"`
+	RunqP99Seconds   float64                `protobuf:"fixed64,8,opt,name=runq_p99_seconds,json=runqP99Seconds,proto3" json:"runq_p99_seconds,omitempty"`
+	RunqWaitSeconds  float64                `protobuf:"fixed64,9,opt,name=runq_wait_seconds,json=runqWaitSeconds,proto3" json:"runq_wait_seconds,omitempty"`
+	IoBytes          float64                `protobuf:"fixed64,10,opt,name=io_bytes,json=ioBytes,proto3" json:"io_bytes,omitempty"`
+	FsyncP95Seconds  float64                `protobuf:"fixed64,11,opt,name=fsync_p95_seconds,json=fsyncP95Seconds,proto3" json:"fsync_p95_seconds,omitempty"`
+	// probe is a victim probe's own timings; absent for other workloads.
+	Probe                       *ProbeStats `protobuf:"bytes,12,opt,name=probe,proto3" json:"probe,omitempty"`
+	HeartbeatLatenessP99Seconds float64     `protobuf:"fixed64,13,opt,name=heartbeat_lateness_p99_seconds,json=heartbeatLatenessP99Seconds,proto3" json:"heartbeat_lateness_p99_seconds,omitempty"`
+	HeartbeatLatenessMaxSeconds float64     `protobuf:"fixed64,14,opt,name=heartbeat_lateness_max_seconds,json=heartbeatLatenessMaxSeconds,proto3" json:"heartbeat_lateness_max_seconds,omitempty"`
+	unknownFields               protoimpl.UnknownFields
+	sizeCache                   protoimpl.SizeCache
+}
+
+func (x *WorkloadPhase) Reset() {
+	*x = WorkloadPhase{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkloadPhase) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkloadPhase) ProtoMessage() {}
+
+func (x *WorkloadPhase) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkloadPhase.ProtoReflect.Descriptor instead.
+func (*WorkloadPhase) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *WorkloadPhase) GetWorkload() string {
+	if x != nil {
+		return x.Workload
+	}
+	return ""
+}
+
+func (x *WorkloadPhase) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *WorkloadPhase) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *WorkloadPhase) GetSeconds() float64 {
+	if x != nil {
+		return x.Seconds
+	}
+	return 0
+}
+
+func (x *WorkloadPhase) GetCpuCores() float64 {
+	if x != nil {
+		return x.CpuCores
+	}
+	return 0
+}
+
+func (x *WorkloadPhase) GetThrottledRatio() float64 {
+	if x != nil {
+		return x.ThrottledRatio
+	}
+	return 0
+}
+
+func (x *WorkloadPhase) GetThrottledSeconds() float64 {
+	if x != nil {
+		return x.ThrottledSeconds
+	}
+	return 0
+}
+
+func (x *WorkloadPhase) GetRunqP99Seconds() float64 {
+	if x != nil {
+		return x.RunqP99Seconds
+	}
+	return 0
+}
+
+func (x *WorkloadPhase) GetRunqWaitSeconds() float64 {
+	if x != nil {
+		return x.RunqWaitSeconds
+	}
+	return 0
+}
+
+func (x *WorkloadPhase) GetIoBytes() float64 {
+	if x != nil {
+		return x.IoBytes
+	}
+	return 0
+}
+
+func (x *WorkloadPhase) GetFsyncP95Seconds() float64 {
+	if x != nil {
+		return x.FsyncP95Seconds
+	}
+	return 0
+}
+
+func (x *WorkloadPhase) GetProbe() *ProbeStats {
+	if x != nil {
+		return x.Probe
+	}
+	return nil
+}
+
+func (x *WorkloadPhase) GetHeartbeatLatenessP99Seconds() float64 {
+	if x != nil {
+		return x.HeartbeatLatenessP99Seconds
+	}
+	return 0
+}
+
+func (x *WorkloadPhase) GetHeartbeatLatenessMaxSeconds() float64 {
+	if x != nil {
+		return x.HeartbeatLatenessMaxSeconds
+	}
+	return 0
+}
+
+// ProbeStats are a victim probe's per-iteration timings in one phase, in seconds.
+type ProbeStats struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	Iterations           int64                  `protobuf:"varint,1,opt,name=iterations,proto3" json:"iterations,omitempty"`
+	CpuWorkP50Seconds    float64                `protobuf:"fixed64,2,opt,name=cpu_work_p50_seconds,json=cpuWorkP50Seconds,proto3" json:"cpu_work_p50_seconds,omitempty"`
+	CpuWorkP95Seconds    float64                `protobuf:"fixed64,3,opt,name=cpu_work_p95_seconds,json=cpuWorkP95Seconds,proto3" json:"cpu_work_p95_seconds,omitempty"`
+	WriteFsyncP50Seconds float64                `protobuf:"fixed64,4,opt,name=write_fsync_p50_seconds,json=writeFsyncP50Seconds,proto3" json:"write_fsync_p50_seconds,omitempty"`
+	WriteFsyncP95Seconds float64                `protobuf:"fixed64,5,opt,name=write_fsync_p95_seconds,json=writeFsyncP95Seconds,proto3" json:"write_fsync_p95_seconds,omitempty"`
+	FsyncP95Seconds      float64                `protobuf:"fixed64,6,opt,name=fsync_p95_seconds,json=fsyncP95Seconds,proto3" json:"fsync_p95_seconds,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *ProbeStats) Reset() {
+	*x = ProbeStats{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProbeStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProbeStats) ProtoMessage() {}
+
+func (x *ProbeStats) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProbeStats.ProtoReflect.Descriptor instead.
+func (*ProbeStats) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ProbeStats) GetIterations() int64 {
+	if x != nil {
+		return x.Iterations
+	}
+	return 0
+}
+
+func (x *ProbeStats) GetCpuWorkP50Seconds() float64 {
+	if x != nil {
+		return x.CpuWorkP50Seconds
+	}
+	return 0
+}
+
+func (x *ProbeStats) GetCpuWorkP95Seconds() float64 {
+	if x != nil {
+		return x.CpuWorkP95Seconds
+	}
+	return 0
+}
+
+func (x *ProbeStats) GetWriteFsyncP50Seconds() float64 {
+	if x != nil {
+		return x.WriteFsyncP50Seconds
+	}
+	return 0
+}
+
+func (x *ProbeStats) GetWriteFsyncP95Seconds() float64 {
+	if x != nil {
+		return x.WriteFsyncP95Seconds
+	}
+	return 0
+}
+
+func (x *ProbeStats) GetFsyncP95Seconds() float64 {
+	if x != nil {
+		return x.FsyncP95Seconds
+	}
+	return 0
+}
+
+// Ranking lists the cgroups that stood out in one phase.
+type Ranking struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Window string                 `protobuf:"bytes,1,opt,name=window,proto3" json:"window,omitempty"`
+	// runq_wait ranks by total run-queue wait, seconds.
+	RunqWait []*Ranked `protobuf:"bytes,2,rep,name=runq_wait,json=runqWait,proto3" json:"runq_wait,omitempty"`
+	// fsync ranks by fsync p95, seconds; count is the fsyncs.
+	Fsync []*Ranked `protobuf:"bytes,3,rep,name=fsync,proto3" json:"fsync,omitempty"`
+	// io_bytes ranks by block I/O issued, bytes.
+	IoBytes       []*Ranked `protobuf:"bytes,4,rep,name=io_bytes,json=ioBytes,proto3" json:"io_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ranking) Reset() {
+	*x = Ranking{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ranking) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ranking) ProtoMessage() {}
+
+func (x *Ranking) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ranking.ProtoReflect.Descriptor instead.
+func (*Ranking) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Ranking) GetWindow() string {
+	if x != nil {
+		return x.Window
+	}
+	return ""
+}
+
+func (x *Ranking) GetRunqWait() []*Ranked {
+	if x != nil {
+		return x.RunqWait
+	}
+	return nil
+}
+
+func (x *Ranking) GetFsync() []*Ranked {
+	if x != nil {
+		return x.Fsync
+	}
+	return nil
+}
+
+func (x *Ranking) GetIoBytes() []*Ranked {
+	if x != nil {
+		return x.IoBytes
+	}
+	return nil
+}
+
+// Ranked is one cgroup in a ranking.
+type Ranked struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cgroup        string                 `protobuf:"bytes,1,opt,name=cgroup,proto3" json:"cgroup,omitempty"`
+	Workload      string                 `protobuf:"bytes,2,opt,name=workload,proto3" json:"workload,omitempty"`
+	Value         float64                `protobuf:"fixed64,3,opt,name=value,proto3" json:"value,omitempty"`
+	Count         uint64                 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ranked) Reset() {
+	*x = Ranked{}
+	mi := &file_api_agent_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ranked) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ranked) ProtoMessage() {}
+
+func (x *Ranked) ProtoReflect() protoreflect.Message {
+	mi := &file_api_agent_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ranked.ProtoReflect.Descriptor instead.
+func (*Ranked) Descriptor() ([]byte, []int) {
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *Ranked) GetCgroup() string {
+	if x != nil {
+		return x.Cgroup
+	}
+	return ""
+}
+
+func (x *Ranked) GetWorkload() string {
+	if x != nil {
+		return x.Workload
+	}
+	return ""
+}
+
+func (x *Ranked) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *Ranked) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
 }
 
 // ListIncidentsRequest selects incidents.
@@ -1049,7 +1897,7 @@ type ListIncidentsRequest struct {
 
 func (x *ListIncidentsRequest) Reset() {
 	*x = ListIncidentsRequest{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1909,7 @@ func (x *ListIncidentsRequest) String() string {
 func (*ListIncidentsRequest) ProtoMessage() {}
 
 func (x *ListIncidentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1922,7 @@ func (x *ListIncidentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIncidentsRequest.ProtoReflect.Descriptor instead.
 func (*ListIncidentsRequest) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListIncidentsRequest) GetSince() *timestamppb.Timestamp {
@@ -1102,7 +1950,7 @@ type ListIncidentsResponse struct {
 
 func (x *ListIncidentsResponse) Reset() {
 	*x = ListIncidentsResponse{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1962,7 @@ func (x *ListIncidentsResponse) String() string {
 func (*ListIncidentsResponse) ProtoMessage() {}
 
 func (x *ListIncidentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1975,7 @@ func (x *ListIncidentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIncidentsResponse.ProtoReflect.Descriptor instead.
 func (*ListIncidentsResponse) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListIncidentsResponse) GetIncidents() []*Incident {
@@ -1148,7 +1996,7 @@ type GetIncidentRequest struct {
 
 func (x *GetIncidentRequest) Reset() {
 	*x = GetIncidentRequest{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +2008,7 @@ func (x *GetIncidentRequest) String() string {
 func (*GetIncidentRequest) ProtoMessage() {}
 
 func (x *GetIncidentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +2021,7 @@ func (x *GetIncidentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetIncidentRequest.ProtoReflect.Descriptor instead.
 func (*GetIncidentRequest) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetIncidentRequest) GetId() string {
@@ -1192,7 +2040,7 @@ type WatchIncidentsRequest struct {
 
 func (x *WatchIncidentsRequest) Reset() {
 	*x = WatchIncidentsRequest{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +2052,7 @@ func (x *WatchIncidentsRequest) String() string {
 func (*WatchIncidentsRequest) ProtoMessage() {}
 
 func (x *WatchIncidentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +2065,7 @@ func (x *WatchIncidentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchIncidentsRequest.ProtoReflect.Descriptor instead.
 func (*WatchIncidentsRequest) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 // WatchRequest selects the samples to watch.
@@ -1233,7 +2081,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +2093,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +2106,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchRequest) GetMetric() string {
@@ -1290,7 +2138,7 @@ type SampleBatch struct {
 
 func (x *SampleBatch) Reset() {
 	*x = SampleBatch{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +2150,7 @@ func (x *SampleBatch) String() string {
 func (*SampleBatch) ProtoMessage() {}
 
 func (x *SampleBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +2163,7 @@ func (x *SampleBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SampleBatch.ProtoReflect.Descriptor instead.
 func (*SampleBatch) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SampleBatch) GetTime() *timestamppb.Timestamp {
@@ -1364,10 +2212,10 @@ type Incident struct {
 	// baseline_to is the end of the baseline.
 	BaselineTo *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=baseline_to,json=baselineTo,proto3" json:"baseline_to,omitempty"`
 	// state is where the incident is in its life: open (the window is still being recorded),
-	// analyzing (the analyzer runs on it), closed (report_json or analysis_error is final).
+	// analyzing (the analyzer runs on it), closed (report or analysis_error is final).
 	State string `protobuf:"bytes,11,opt,name=state,proto3" json:"state,omitempty"`
-	// report_json is the analyzer's report (as AnalyzeResponse), once closed.
-	ReportJson string `protobuf:"bytes,12,opt,name=report_json,json=reportJson,proto3" json:"report_json,omitempty"`
+	// report is the analyzer's report (as AnalyzeResponse's), once closed.
+	Report *Report `protobuf:"bytes,15,opt,name=report,proto3" json:"report,omitempty"`
 	// analysis_error says why there is no report, when the analysis failed.
 	AnalysisError string `protobuf:"bytes,13,opt,name=analysis_error,json=analysisError,proto3" json:"analysis_error,omitempty"`
 	// repeats counts the same trigger firing again for the same cgroup while the window was
@@ -1379,7 +2227,7 @@ type Incident struct {
 
 func (x *Incident) Reset() {
 	*x = Incident{}
-	mi := &file_api_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +2239,7 @@ func (x *Incident) String() string {
 func (*Incident) ProtoMessage() {}
 
 func (x *Incident) ProtoReflect() protoreflect.Message {
-	mi := &file_api_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_api_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +2252,7 @@ func (x *Incident) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Incident.ProtoReflect.Descriptor instead.
 func (*Incident) Descriptor() ([]byte, []int) {
-	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_api_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Incident) GetId() string {
@@ -1484,11 +2332,11 @@ func (x *Incident) GetState() string {
 	return ""
 }
 
-func (x *Incident) GetReportJson() string {
+func (x *Incident) GetReport() *Report {
 	if x != nil {
-		return x.ReportJson
+		return x.Report
 	}
-	return ""
+	return nil
 }
 
 func (x *Incident) GetAnalysisError() string {
@@ -1593,10 +2441,81 @@ const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
 	"\x02to\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x125\n" +
 	"\bbaseline\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bbaseline\x12\x16\n" +
-	"\x06cgroup\x18\x04 \x01(\tR\x06cgroup\"2\n" +
-	"\x0fAnalyzeResponse\x12\x1f\n" +
-	"\vreport_json\x18\x01 \x01(\tR\n" +
-	"reportJson\"^\n" +
+	"\x06cgroup\x18\x04 \x01(\tR\x06cgroup\"V\n" +
+	"\x0fAnalyzeResponse\x120\n" +
+	"\x06report\x18\x02 \x01(\v2\x18.nodectl.agent.v1.ReportR\x06reportJ\x04\b\x01\x10\x02R\vreport_json\"\xb7\x01\n" +
+	"\x06Report\x12+\n" +
+	"\x03run\x18\x01 \x01(\v2\x19.nodectl.agent.v1.RunInfoR\x03run\x125\n" +
+	"\bfindings\x18\x02 \x03(\v2\x19.nodectl.agent.v1.FindingR\bfindings\x123\n" +
+	"\asummary\x18\x03 \x01(\v2\x19.nodectl.agent.v1.SummaryR\asummary\x12\x14\n" +
+	"\x05notes\x18\x04 \x03(\tR\x05notes\"a\n" +
+	"\aRunInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bscenario\x18\x02 \x01(\tR\bscenario\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x16\n" +
+	"\x06kernel\x18\x04 \x01(\tR\x06kernel\"\xd5\x01\n" +
+	"\aFinding\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bseverity\x18\x02 \x01(\tR\bseverity\x12\x16\n" +
+	"\x06victim\x18\x03 \x01(\tR\x06victim\x12\x1a\n" +
+	"\bculprits\x18\x04 \x03(\tR\bculprits\x12\x18\n" +
+	"\aaffects\x18\x05 \x03(\tR\aaffects\x12\x18\n" +
+	"\asummary\x18\x06 \x01(\tR\asummary\x126\n" +
+	"\bevidence\x18\a \x03(\v2\x1a.nodectl.agent.v1.EvidenceR\bevidence\"\x87\x02\n" +
+	"\bEvidence\x12\x16\n" +
+	"\x06metric\x18\x01 \x01(\tR\x06metric\x12\x1a\n" +
+	"\bworkload\x18\x02 \x01(\tR\bworkload\x12\x18\n" +
+	"\aculprit\x18\x03 \x01(\tR\aculprit\x12\x16\n" +
+	"\x06device\x18\x04 \x01(\tR\x06device\x12\x14\n" +
+	"\x05phase\x18\x05 \x01(\tR\x05phase\x12\x1a\n" +
+	"\bbaseline\x18\x06 \x01(\x01R\bbaseline\x12\x14\n" +
+	"\x05value\x18\a \x01(\x01R\x05value\x12\x12\n" +
+	"\x04unit\x18\b \x01(\tR\x04unit\x129\n" +
+	"\thistogram\x18\t \x01(\v2\x1b.nodectl.agent.v1.HistogramR\thistogram\"\xae\x01\n" +
+	"\aSummary\x12/\n" +
+	"\x06phases\x18\x01 \x03(\v2\x17.nodectl.agent.v1.PhaseR\x06phases\x12=\n" +
+	"\tworkloads\x18\x02 \x03(\v2\x1f.nodectl.agent.v1.WorkloadPhaseR\tworkloads\x123\n" +
+	"\aranking\x18\x03 \x01(\v2\x19.nodectl.agent.v1.RankingR\aranking\"{\n" +
+	"\x05Phase\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
+	"\x05start\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
+	"\x03end\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\"\xbd\x04\n" +
+	"\rWorkloadPhase\x12\x1a\n" +
+	"\bworkload\x18\x01 \x01(\tR\bworkload\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05phase\x18\x03 \x01(\tR\x05phase\x12\x18\n" +
+	"\aseconds\x18\x04 \x01(\x01R\aseconds\x12\x1b\n" +
+	"\tcpu_cores\x18\x05 \x01(\x01R\bcpuCores\x12'\n" +
+	"\x0fthrottled_ratio\x18\x06 \x01(\x01R\x0ethrottledRatio\x12+\n" +
+	"\x11throttled_seconds\x18\a \x01(\x01R\x10throttledSeconds\x12(\n" +
+	"\x10runq_p99_seconds\x18\b \x01(\x01R\x0erunqP99Seconds\x12*\n" +
+	"\x11runq_wait_seconds\x18\t \x01(\x01R\x0frunqWaitSeconds\x12\x19\n" +
+	"\bio_bytes\x18\n" +
+	" \x01(\x01R\aioBytes\x12*\n" +
+	"\x11fsync_p95_seconds\x18\v \x01(\x01R\x0ffsyncP95Seconds\x122\n" +
+	"\x05probe\x18\f \x01(\v2\x1c.nodectl.agent.v1.ProbeStatsR\x05probe\x12C\n" +
+	"\x1eheartbeat_lateness_p99_seconds\x18\r \x01(\x01R\x1bheartbeatLatenessP99Seconds\x12C\n" +
+	"\x1eheartbeat_lateness_max_seconds\x18\x0e \x01(\x01R\x1bheartbeatLatenessMaxSeconds\"\xa8\x02\n" +
+	"\n" +
+	"ProbeStats\x12\x1e\n" +
+	"\n" +
+	"iterations\x18\x01 \x01(\x03R\n" +
+	"iterations\x12/\n" +
+	"\x14cpu_work_p50_seconds\x18\x02 \x01(\x01R\x11cpuWorkP50Seconds\x12/\n" +
+	"\x14cpu_work_p95_seconds\x18\x03 \x01(\x01R\x11cpuWorkP95Seconds\x125\n" +
+	"\x17write_fsync_p50_seconds\x18\x04 \x01(\x01R\x14writeFsyncP50Seconds\x125\n" +
+	"\x17write_fsync_p95_seconds\x18\x05 \x01(\x01R\x14writeFsyncP95Seconds\x12*\n" +
+	"\x11fsync_p95_seconds\x18\x06 \x01(\x01R\x0ffsyncP95Seconds\"\xbd\x01\n" +
+	"\aRanking\x12\x16\n" +
+	"\x06window\x18\x01 \x01(\tR\x06window\x125\n" +
+	"\trunq_wait\x18\x02 \x03(\v2\x18.nodectl.agent.v1.RankedR\brunqWait\x12.\n" +
+	"\x05fsync\x18\x03 \x03(\v2\x18.nodectl.agent.v1.RankedR\x05fsync\x123\n" +
+	"\bio_bytes\x18\x04 \x03(\v2\x18.nodectl.agent.v1.RankedR\aioBytes\"h\n" +
+	"\x06Ranked\x12\x16\n" +
+	"\x06cgroup\x18\x01 \x01(\tR\x06cgroup\x12\x1a\n" +
+	"\bworkload\x18\x02 \x01(\tR\bworkload\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\x01R\x05value\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x04R\x05count\"^\n" +
 	"\x14ListIncidentsRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\"Q\n" +
@@ -1611,7 +2530,7 @@ const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\vSampleBatch\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x122\n" +
 	"\arecords\x18\x02 \x03(\v2\x18.nodectl.agent.v1.RecordR\arecords\x12'\n" +
-	"\x0fdropped_batches\x18\x03 \x01(\x04R\x0edroppedBatches\"\xa4\x04\n" +
+	"\x0fdropped_batches\x18\x03 \x01(\x04R\x0edroppedBatches\"\xc8\x04\n" +
 	"\bIncident\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +
 	"\x06opened\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x06opened\x12\x18\n" +
@@ -1626,11 +2545,10 @@ const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\vbaseline_to\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"baselineTo\x12\x14\n" +
-	"\x05state\x18\v \x01(\tR\x05state\x12\x1f\n" +
-	"\vreport_json\x18\f \x01(\tR\n" +
-	"reportJson\x12%\n" +
+	"\x05state\x18\v \x01(\tR\x05state\x120\n" +
+	"\x06report\x18\x0f \x01(\v2\x18.nodectl.agent.v1.ReportR\x06report\x12%\n" +
 	"\x0eanalysis_error\x18\r \x01(\tR\ranalysisError\x12\x18\n" +
-	"\arepeats\x18\x0e \x01(\rR\arepeats2\x86\x05\n" +
+	"\arepeats\x18\x0e \x01(\rR\arepeatsJ\x04\b\f\x10\rR\vreport_json2\x86\x05\n" +
 	"\x05Agent\x12I\n" +
 	"\tGetStatus\x12\".nodectl.agent.v1.GetStatusRequest\x1a\x18.nodectl.agent.v1.Status\x12C\n" +
 	"\aGetMeta\x12 .nodectl.agent.v1.GetMetaRequest\x1a\x16.nodectl.agent.v1.Meta\x12G\n" +
@@ -1653,7 +2571,7 @@ func file_api_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_api_agent_v1_agent_proto_rawDescData
 }
 
-var file_api_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_api_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_api_agent_v1_agent_proto_goTypes = []any{
 	(*GetStatusRequest)(nil),      // 0: nodectl.agent.v1.GetStatusRequest
 	(*Status)(nil),                // 1: nodectl.agent.v1.Status
@@ -1668,67 +2586,93 @@ var file_api_agent_v1_agent_proto_goTypes = []any{
 	(*QueryChunk)(nil),            // 10: nodectl.agent.v1.QueryChunk
 	(*AnalyzeRequest)(nil),        // 11: nodectl.agent.v1.AnalyzeRequest
 	(*AnalyzeResponse)(nil),       // 12: nodectl.agent.v1.AnalyzeResponse
-	(*ListIncidentsRequest)(nil),  // 13: nodectl.agent.v1.ListIncidentsRequest
-	(*ListIncidentsResponse)(nil), // 14: nodectl.agent.v1.ListIncidentsResponse
-	(*GetIncidentRequest)(nil),    // 15: nodectl.agent.v1.GetIncidentRequest
-	(*WatchIncidentsRequest)(nil), // 16: nodectl.agent.v1.WatchIncidentsRequest
-	(*WatchRequest)(nil),          // 17: nodectl.agent.v1.WatchRequest
-	(*SampleBatch)(nil),           // 18: nodectl.agent.v1.SampleBatch
-	(*Incident)(nil),              // 19: nodectl.agent.v1.Incident
-	nil,                           // 20: nodectl.agent.v1.Status.TracerEntry
-	nil,                           // 21: nodectl.agent.v1.Record.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
+	(*Report)(nil),                // 13: nodectl.agent.v1.Report
+	(*RunInfo)(nil),               // 14: nodectl.agent.v1.RunInfo
+	(*Finding)(nil),               // 15: nodectl.agent.v1.Finding
+	(*Evidence)(nil),              // 16: nodectl.agent.v1.Evidence
+	(*Summary)(nil),               // 17: nodectl.agent.v1.Summary
+	(*Phase)(nil),                 // 18: nodectl.agent.v1.Phase
+	(*WorkloadPhase)(nil),         // 19: nodectl.agent.v1.WorkloadPhase
+	(*ProbeStats)(nil),            // 20: nodectl.agent.v1.ProbeStats
+	(*Ranking)(nil),               // 21: nodectl.agent.v1.Ranking
+	(*Ranked)(nil),                // 22: nodectl.agent.v1.Ranked
+	(*ListIncidentsRequest)(nil),  // 23: nodectl.agent.v1.ListIncidentsRequest
+	(*ListIncidentsResponse)(nil), // 24: nodectl.agent.v1.ListIncidentsResponse
+	(*GetIncidentRequest)(nil),    // 25: nodectl.agent.v1.GetIncidentRequest
+	(*WatchIncidentsRequest)(nil), // 26: nodectl.agent.v1.WatchIncidentsRequest
+	(*WatchRequest)(nil),          // 27: nodectl.agent.v1.WatchRequest
+	(*SampleBatch)(nil),           // 28: nodectl.agent.v1.SampleBatch
+	(*Incident)(nil),              // 29: nodectl.agent.v1.Incident
+	nil,                           // 30: nodectl.agent.v1.Status.TracerEntry
+	nil,                           // 31: nodectl.agent.v1.Record.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 33: google.protobuf.Duration
 }
 var file_api_agent_v1_agent_proto_depIdxs = []int32{
-	22, // 0: nodectl.agent.v1.Status.start_time:type_name -> google.protobuf.Timestamp
-	20, // 1: nodectl.agent.v1.Status.tracer:type_name -> nodectl.agent.v1.Status.TracerEntry
+	32, // 0: nodectl.agent.v1.Status.start_time:type_name -> google.protobuf.Timestamp
+	30, // 1: nodectl.agent.v1.Status.tracer:type_name -> nodectl.agent.v1.Status.TracerEntry
 	4,  // 2: nodectl.agent.v1.Status.maps:type_name -> nodectl.agent.v1.MapFill
 	5,  // 3: nodectl.agent.v1.Status.drops:type_name -> nodectl.agent.v1.Drop
 	6,  // 4: nodectl.agent.v1.Status.store:type_name -> nodectl.agent.v1.Store
-	22, // 5: nodectl.agent.v1.Store.oldest:type_name -> google.protobuf.Timestamp
-	22, // 6: nodectl.agent.v1.Store.newest:type_name -> google.protobuf.Timestamp
-	22, // 7: nodectl.agent.v1.Store.last_error_time:type_name -> google.protobuf.Timestamp
-	22, // 8: nodectl.agent.v1.Record.time:type_name -> google.protobuf.Timestamp
-	21, // 9: nodectl.agent.v1.Record.labels:type_name -> nodectl.agent.v1.Record.LabelsEntry
+	32, // 5: nodectl.agent.v1.Store.oldest:type_name -> google.protobuf.Timestamp
+	32, // 6: nodectl.agent.v1.Store.newest:type_name -> google.protobuf.Timestamp
+	32, // 7: nodectl.agent.v1.Store.last_error_time:type_name -> google.protobuf.Timestamp
+	32, // 8: nodectl.agent.v1.Record.time:type_name -> google.protobuf.Timestamp
+	31, // 9: nodectl.agent.v1.Record.labels:type_name -> nodectl.agent.v1.Record.LabelsEntry
 	8,  // 10: nodectl.agent.v1.Record.hist:type_name -> nodectl.agent.v1.Histogram
-	22, // 11: nodectl.agent.v1.QueryRequest.from:type_name -> google.protobuf.Timestamp
-	22, // 12: nodectl.agent.v1.QueryRequest.to:type_name -> google.protobuf.Timestamp
-	23, // 13: nodectl.agent.v1.QueryRequest.step:type_name -> google.protobuf.Duration
+	32, // 11: nodectl.agent.v1.QueryRequest.from:type_name -> google.protobuf.Timestamp
+	32, // 12: nodectl.agent.v1.QueryRequest.to:type_name -> google.protobuf.Timestamp
+	33, // 13: nodectl.agent.v1.QueryRequest.step:type_name -> google.protobuf.Duration
 	7,  // 14: nodectl.agent.v1.QueryChunk.records:type_name -> nodectl.agent.v1.Record
-	22, // 15: nodectl.agent.v1.AnalyzeRequest.from:type_name -> google.protobuf.Timestamp
-	22, // 16: nodectl.agent.v1.AnalyzeRequest.to:type_name -> google.protobuf.Timestamp
-	23, // 17: nodectl.agent.v1.AnalyzeRequest.baseline:type_name -> google.protobuf.Duration
-	22, // 18: nodectl.agent.v1.ListIncidentsRequest.since:type_name -> google.protobuf.Timestamp
-	19, // 19: nodectl.agent.v1.ListIncidentsResponse.incidents:type_name -> nodectl.agent.v1.Incident
-	22, // 20: nodectl.agent.v1.SampleBatch.time:type_name -> google.protobuf.Timestamp
-	7,  // 21: nodectl.agent.v1.SampleBatch.records:type_name -> nodectl.agent.v1.Record
-	22, // 22: nodectl.agent.v1.Incident.opened:type_name -> google.protobuf.Timestamp
-	22, // 23: nodectl.agent.v1.Incident.window_from:type_name -> google.protobuf.Timestamp
-	22, // 24: nodectl.agent.v1.Incident.window_to:type_name -> google.protobuf.Timestamp
-	22, // 25: nodectl.agent.v1.Incident.baseline_from:type_name -> google.protobuf.Timestamp
-	22, // 26: nodectl.agent.v1.Incident.baseline_to:type_name -> google.protobuf.Timestamp
-	0,  // 27: nodectl.agent.v1.Agent.GetStatus:input_type -> nodectl.agent.v1.GetStatusRequest
-	2,  // 28: nodectl.agent.v1.Agent.GetMeta:input_type -> nodectl.agent.v1.GetMetaRequest
-	9,  // 29: nodectl.agent.v1.Agent.Query:input_type -> nodectl.agent.v1.QueryRequest
-	11, // 30: nodectl.agent.v1.Agent.Analyze:input_type -> nodectl.agent.v1.AnalyzeRequest
-	13, // 31: nodectl.agent.v1.Agent.ListIncidents:input_type -> nodectl.agent.v1.ListIncidentsRequest
-	15, // 32: nodectl.agent.v1.Agent.GetIncident:input_type -> nodectl.agent.v1.GetIncidentRequest
-	16, // 33: nodectl.agent.v1.Agent.WatchIncidents:input_type -> nodectl.agent.v1.WatchIncidentsRequest
-	17, // 34: nodectl.agent.v1.Agent.Watch:input_type -> nodectl.agent.v1.WatchRequest
-	1,  // 35: nodectl.agent.v1.Agent.GetStatus:output_type -> nodectl.agent.v1.Status
-	3,  // 36: nodectl.agent.v1.Agent.GetMeta:output_type -> nodectl.agent.v1.Meta
-	10, // 37: nodectl.agent.v1.Agent.Query:output_type -> nodectl.agent.v1.QueryChunk
-	12, // 38: nodectl.agent.v1.Agent.Analyze:output_type -> nodectl.agent.v1.AnalyzeResponse
-	14, // 39: nodectl.agent.v1.Agent.ListIncidents:output_type -> nodectl.agent.v1.ListIncidentsResponse
-	19, // 40: nodectl.agent.v1.Agent.GetIncident:output_type -> nodectl.agent.v1.Incident
-	19, // 41: nodectl.agent.v1.Agent.WatchIncidents:output_type -> nodectl.agent.v1.Incident
-	18, // 42: nodectl.agent.v1.Agent.Watch:output_type -> nodectl.agent.v1.SampleBatch
-	35, // [35:43] is the sub-list for method output_type
-	27, // [27:35] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	32, // 15: nodectl.agent.v1.AnalyzeRequest.from:type_name -> google.protobuf.Timestamp
+	32, // 16: nodectl.agent.v1.AnalyzeRequest.to:type_name -> google.protobuf.Timestamp
+	33, // 17: nodectl.agent.v1.AnalyzeRequest.baseline:type_name -> google.protobuf.Duration
+	13, // 18: nodectl.agent.v1.AnalyzeResponse.report:type_name -> nodectl.agent.v1.Report
+	14, // 19: nodectl.agent.v1.Report.run:type_name -> nodectl.agent.v1.RunInfo
+	15, // 20: nodectl.agent.v1.Report.findings:type_name -> nodectl.agent.v1.Finding
+	17, // 21: nodectl.agent.v1.Report.summary:type_name -> nodectl.agent.v1.Summary
+	16, // 22: nodectl.agent.v1.Finding.evidence:type_name -> nodectl.agent.v1.Evidence
+	8,  // 23: nodectl.agent.v1.Evidence.histogram:type_name -> nodectl.agent.v1.Histogram
+	18, // 24: nodectl.agent.v1.Summary.phases:type_name -> nodectl.agent.v1.Phase
+	19, // 25: nodectl.agent.v1.Summary.workloads:type_name -> nodectl.agent.v1.WorkloadPhase
+	21, // 26: nodectl.agent.v1.Summary.ranking:type_name -> nodectl.agent.v1.Ranking
+	32, // 27: nodectl.agent.v1.Phase.start:type_name -> google.protobuf.Timestamp
+	32, // 28: nodectl.agent.v1.Phase.end:type_name -> google.protobuf.Timestamp
+	20, // 29: nodectl.agent.v1.WorkloadPhase.probe:type_name -> nodectl.agent.v1.ProbeStats
+	22, // 30: nodectl.agent.v1.Ranking.runq_wait:type_name -> nodectl.agent.v1.Ranked
+	22, // 31: nodectl.agent.v1.Ranking.fsync:type_name -> nodectl.agent.v1.Ranked
+	22, // 32: nodectl.agent.v1.Ranking.io_bytes:type_name -> nodectl.agent.v1.Ranked
+	32, // 33: nodectl.agent.v1.ListIncidentsRequest.since:type_name -> google.protobuf.Timestamp
+	29, // 34: nodectl.agent.v1.ListIncidentsResponse.incidents:type_name -> nodectl.agent.v1.Incident
+	32, // 35: nodectl.agent.v1.SampleBatch.time:type_name -> google.protobuf.Timestamp
+	7,  // 36: nodectl.agent.v1.SampleBatch.records:type_name -> nodectl.agent.v1.Record
+	32, // 37: nodectl.agent.v1.Incident.opened:type_name -> google.protobuf.Timestamp
+	32, // 38: nodectl.agent.v1.Incident.window_from:type_name -> google.protobuf.Timestamp
+	32, // 39: nodectl.agent.v1.Incident.window_to:type_name -> google.protobuf.Timestamp
+	32, // 40: nodectl.agent.v1.Incident.baseline_from:type_name -> google.protobuf.Timestamp
+	32, // 41: nodectl.agent.v1.Incident.baseline_to:type_name -> google.protobuf.Timestamp
+	13, // 42: nodectl.agent.v1.Incident.report:type_name -> nodectl.agent.v1.Report
+	0,  // 43: nodectl.agent.v1.Agent.GetStatus:input_type -> nodectl.agent.v1.GetStatusRequest
+	2,  // 44: nodectl.agent.v1.Agent.GetMeta:input_type -> nodectl.agent.v1.GetMetaRequest
+	9,  // 45: nodectl.agent.v1.Agent.Query:input_type -> nodectl.agent.v1.QueryRequest
+	11, // 46: nodectl.agent.v1.Agent.Analyze:input_type -> nodectl.agent.v1.AnalyzeRequest
+	23, // 47: nodectl.agent.v1.Agent.ListIncidents:input_type -> nodectl.agent.v1.ListIncidentsRequest
+	25, // 48: nodectl.agent.v1.Agent.GetIncident:input_type -> nodectl.agent.v1.GetIncidentRequest
+	26, // 49: nodectl.agent.v1.Agent.WatchIncidents:input_type -> nodectl.agent.v1.WatchIncidentsRequest
+	27, // 50: nodectl.agent.v1.Agent.Watch:input_type -> nodectl.agent.v1.WatchRequest
+	1,  // 51: nodectl.agent.v1.Agent.GetStatus:output_type -> nodectl.agent.v1.Status
+	3,  // 52: nodectl.agent.v1.Agent.GetMeta:output_type -> nodectl.agent.v1.Meta
+	10, // 53: nodectl.agent.v1.Agent.Query:output_type -> nodectl.agent.v1.QueryChunk
+	12, // 54: nodectl.agent.v1.Agent.Analyze:output_type -> nodectl.agent.v1.AnalyzeResponse
+	24, // 55: nodectl.agent.v1.Agent.ListIncidents:output_type -> nodectl.agent.v1.ListIncidentsResponse
+	29, // 56: nodectl.agent.v1.Agent.GetIncident:output_type -> nodectl.agent.v1.Incident
+	29, // 57: nodectl.agent.v1.Agent.WatchIncidents:output_type -> nodectl.agent.v1.Incident
+	28, // 58: nodectl.agent.v1.Agent.Watch:output_type -> nodectl.agent.v1.SampleBatch
+	51, // [51:59] is the sub-list for method output_type
+	43, // [43:51] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_api_agent_v1_agent_proto_init() }
@@ -1743,7 +2687,7 @@ func file_api_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_agent_v1_agent_proto_rawDesc), len(file_api_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

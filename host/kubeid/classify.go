@@ -1,26 +1,16 @@
-package exporter
+package kubeid
 
 import (
 	"strings"
-
-	"github.com/nodectl/nodectl/host/kubeid"
 )
 
-// Workload kinds: the kind label of every per-cgroup series.
+// Kinds of a workload named by its path alone (Classify), besides KindPod and KindContainer:
+// the kind label of every per-cgroup series the agent exports.
 const (
-	KindSystem    = "system" //rundir:other: a systemd unit, not the heartbeat's cgroup
-	KindPod       = "pod"
-	KindContainer = "container"
-	KindNodectl   = "nodectl"
-	KindOther     = "other" //rundir:other: not the block op
+	KindSystem  = "system" //rundir:other: a systemd unit, not the heartbeat's cgroup
+	KindNodectl = "nodectl"
+	KindOther   = "other" //rundir:other: not the block op
 )
-
-// Identity is the workload a cgroup path stands for, a label value that outlives the cgroup's
-// id and its runtime's naming: see Classify.
-func Identity(cgroup string) string {
-	id, _ := Classify(cgroup)
-	return id
-}
 
 // Classify names the workload a cgroup (a path below the hierarchy root) belongs to, and its
 // kind:
@@ -78,17 +68,17 @@ func isUnit(elem string) bool {
 	return false
 }
 
-// kubepods identifies a cgroup at or below the kubelet's kubepods cgroup (kubeid.ParsePath).
+// kubepods identifies a cgroup at or below the kubelet's kubepods cgroup (ParsePath).
 func kubepods(cgroup string) (id, kind string, ok bool) {
-	r := kubeid.ParsePath(cgroup)
+	r := ParsePath(cgroup)
 	switch r.Level {
-	case kubeid.LevelRoot:
+	case LevelRoot:
 		return kubepodsRoot, KindOther, true
-	case kubeid.LevelQoS:
+	case LevelQoS:
 		return kubepodsRoot + "/" + r.QoS, KindOther, true
-	case kubeid.LevelPod:
+	case LevelPod:
 		return kubepodsRoot + "/" + r.QoS + "/pod" + r.PodUID, KindPod, true
-	case kubeid.LevelContainer:
+	case LevelContainer:
 		if r.PodUID == "" {
 			return "", "", false // a bare container id: named by its path
 		}
@@ -96,5 +86,3 @@ func kubepods(cgroup string) (id, kind string, ok bool) {
 	}
 	return "", "", false
 }
-
-const kubepodsRoot = "kubepods"

@@ -1,4 +1,4 @@
-package exporter
+package kubeid
 
 import "testing"
 
@@ -55,9 +55,6 @@ func TestClassify(t *testing.T) {
 		got, kind := Classify(c.path)
 		if got != c.want || kind != c.kind {
 			t.Errorf("Classify(%q) = %q, %q; want %q, %q", c.path, got, kind, c.want, c.kind)
-		}
-		if id := Identity(c.path); id != c.want {
-			t.Errorf("Identity(%q) = %q, want %q", c.path, id, c.want)
 		}
 	}
 }
