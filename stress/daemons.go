@@ -16,30 +16,30 @@ import (
 func owned(w rundir.Workload) bool { return w.Kind != rundir.KindDaemon }
 
 // daemonWorkloads finds the daemons of --daemons on the host, one workload per cgroup.
-func (r *noisyRun) daemonWorkloads() ([]rundir.Workload, error) {
-	if len(r.cfg.Daemons) == 0 {
+func (r *localPlacement) daemonWorkloads() ([]Planned, error) {
+	if len(r.daemons) == 0 {
 		return nil, nil
 	}
-	found, inRoot, err := daemons.Find(r.cfg.Paths.Procfs, r.layout, r.cfg.Daemons)
+	found, inRoot, err := daemons.Find(r.opts.Paths.Procfs, r.layout, r.daemons)
 	if err != nil {
 		return nil, err // it names the setting
 	}
 	if len(inRoot) > 0 {
-		r.cfg.Log.Warn("not following daemons in the root cgroup: every other task there would be charged to them",
+		r.opts.Log.Warn("not following daemons in the root cgroup: every other task there would be charged to them",
 			"daemons", strings.Join(inRoot, ","))
 	}
-	var out []rundir.Workload
+	var out []Planned
 	for _, d := range found {
 		for _, w := range r.workloads {
 			if w.Name == d.Name {
 				return nil, badvalue.Errorf(daemons.FieldDaemons, "", "daemon %s has the name of one of the run's workloads; leave it out", d.Name)
 			}
 		}
-		r.cfg.Log.Info("following a system daemon", "daemon", d.Name, "cgroup", d.Cgroup, "pids", d.PIDs)
-		out = append(out, rundir.Workload{Name: d.Name, Kind: rundir.KindDaemon, Cgroup: d.Cgroup})
+		r.opts.Log.Info("following a system daemon", "daemon", d.Name, "cgroup", d.Cgroup, "pids", d.PIDs)
+		out = append(out, Planned{Workload: rundir.Workload{Name: d.Name, Kind: rundir.KindDaemon, Cgroup: d.Cgroup}})
 	}
 	if len(out) == 0 {
-		r.cfg.Log.Info("no system daemon to follow", "daemons", strings.Join(r.cfg.Daemons, ","))
+		r.opts.Log.Info("no system daemon to follow", "daemons", strings.Join(r.daemons, ","))
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ package stress
 // call them; the CLI names the flag that set each instead.
 const (
 	FieldHogs       = "Hogs"
+	FieldHeartbeat  = "Heartbeat"
 	FieldCPULimits  = "CPULimits"
 	FieldTimeout    = "Timeout"
 	FieldTrace      = "Trace"

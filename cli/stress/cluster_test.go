@@ -5,24 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodectl/nodectl/cli/internal/podrun"
 	"github.com/nodectl/nodectl/rundir"
 )
-
-// A gVisor pod's cgroups are named after the pod alone: its containers are not the host's.
-func TestPodCgroupFallsBackToThePod(t *testing.T) {
-	run := &podrun.Run{Namespace: "ns"}
-	cgroups := map[string]string{"ns/victim/victim": "/kubepods/pod1/c1", "ns/hog": "/kubepods/pod2"}
-	if cg, ok := podCgroup(cgroups, run, "victim"); !ok || cg != "/kubepods/pod1/c1" {
-		t.Errorf("runc pod: %q %v", cg, ok)
-	}
-	if cg, ok := podCgroup(cgroups, run, "hog"); !ok || cg != "/kubepods/pod2" {
-		t.Errorf("gVisor pod: %q %v", cg, ok)
-	}
-	if _, ok := podCgroup(cgroups, run, "gone"); ok {
-		t.Error("an unknown pod was found")
-	}
-}
 
 // The writers' device is the one their cgroups wrote the most to, not the busiest overall.
 func TestWritersDevice(t *testing.T) {

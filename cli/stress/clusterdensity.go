@@ -288,7 +288,7 @@ func (d *podDensity) poll(ctx context.Context, cross func(crossing)) error {
 		}
 		if end, reason, msg := podrun.Ending(p); end != "" {
 			d.ended[p.Name] = true
-			wl := podWorkload(d.run, p.Name)
+			wl := d.run.Workload(p.Name)
 			d.recs = append(d.recs, rundir.PodEnded{End: end, Reason: reason}.Record(now, wl, msg))
 			d.line.Done()
 			fmt.Fprintf(d.progress, "pod %s/%s ended: %s %s %s\n", p.Namespace, p.Name, end, reason, msg)
@@ -320,7 +320,7 @@ func (d *podDensity) poll(ctx context.Context, cross func(crossing)) error {
 		d.ready[p.Name] = now
 		d.keep(p.Name, ms)
 		secs := now.Sub(d.launched[p.Name]).Seconds()
-		d.recs = append(d.recs, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricSandboxReadiness, Workload: podWorkload(d.run, p.Name), Value: &secs})
+		d.recs = append(d.recs, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricSandboxReadiness, Workload: d.run.Workload(p.Name), Value: &secs})
 	}
 	node, err := d.c.Node(ctx, d.node)
 	if err != nil {
@@ -391,7 +391,7 @@ func (d *podDensity) keep(pod string, ms []workload.Measurement) {
 		if m.Metric == rundir.MetricSandboxTickLateness {
 			d.worstTick = max(d.worstTick, m.Value)
 		}
-		d.recs = append(d.recs, measurementRecord(m, "", podWorkload(d.run, pod)))
+		d.recs = append(d.recs, podrun.MeasurementRecord(m, "", d.run.Workload(pod)))
 	}
 }
 
@@ -431,19 +431,18 @@ func (d *podDensity) memoryFullShare(ctx context.Context, from, to time.Time) (f
 // workloads named as the agent names them, the node as the kubelet's pods' cgroup, and the
 // sweep's own records (steps, readiness, the pods that ended, the collapse).
 func (d *podDensity) collect(ctx context.Context, start, end time.Time) (*rundir.Run, error) {
-	got, err := d.pullSpan(ctx, start, end)
+	got, err := podrun.PullSpan(ctx, d.rec, start, end)
 	if err != nil {
 		return nil, err
 	}
-	cgroups := podCgroups(got.Meta)
 	nodeCg := ""
 	var sandboxes []rundir.Workload
 	for _, p := range d.names {
-		cg, _ := podCgroup(cgroups, d.run, p)
+		cg, _ := d.run.CgroupOf(got.Meta, p)
 		if cg != "" && nodeCg == "" {
 			nodeCg = kubeid.Kubepods(cg)
 		}
-		sandboxes = append(sandboxes, rundir.Workload{Name: podWorkload(d.run, p), Kind: rundir.KindSandbox, Cgroup: cg,
+		sandboxes = append(sandboxes, rundir.Workload{Name: d.run.Workload(p), Kind: rundir.KindSandbox, Cgroup: cg,
 			Memory: quantity.FormatSize(d.cfg.LimitBytes), Runtime: d.class})
 	}
 	workloads := append([]rundir.Workload{{Name: rundir.WorkloadNode, Kind: rundir.KindNode, Cgroup: nodeCg,
@@ -453,5 +452,5 @@ func (d *podDensity) collect(ctx context.Context, start, end time.Time) (*rundir
 			workloads = append(workloads, w)
 		}
 	}
-	return d.writeScenario(got, rundir.ScenarioDensity, workloads, d.recs)
+	return podrun.WriteScenario(d.out, d.run.ID, got, rundir.ScenarioDensity, workloads, d.recs)
 }

@@ -48,7 +48,7 @@ func clusterStorm(cmd *cobra.Command, rf *runFlags, cfg st.StormConfig) error {
 			Args: workload.Command{Run: s.run.ID, Config: &workload.FsyncWriterConfig{Dir: podrun.WorkDir, Bytes: cfg.Bytes}}.Args()})
 	}
 	fmt.Fprintf(s.progress, "fsync-storm on node %s: %d writer pod(s) × %s, %d storm(s)\n", s.node, cfg.Writers, quantity.FormatSize(cfg.Bytes), cfg.Rounds)
-	if err := launchAndWait(ctx, s.run, specs...); err != nil {
+	if err := s.run.LaunchAndWait(ctx, specs...); err != nil {
 		return err
 	}
 	actx, detach := context.WithCancel(ctx)
@@ -59,7 +59,7 @@ func clusterStorm(cmd *cobra.Command, rf *runFlags, cfg st.StormConfig) error {
 	start := time.Now()
 	for n := 1; n <= cfg.Rounds; n++ {
 		if n > 1 {
-			if err := sleepCtx(ctx, cfg.Pause); err != nil {
+			if err := podrun.SleepCtx(ctx, cfg.Pause); err != nil {
 				return err
 			}
 		}
@@ -134,7 +134,7 @@ func (w *podStorm) attach(ctx context.Context, specs []podrun.Spec) error {
 				w.first[i] = ms[j].T
 				break
 			}
-			if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+			if err := podrun.SleepCtx(ctx, 250*time.Millisecond); err != nil {
 				return err
 			}
 		}
@@ -176,7 +176,7 @@ func (w *podStorm) storm(ctx context.Context, n int) error {
 	// The agent reads the device's and the cgroups' counters every interval, not at the storm's
 	// edges as a local run does: the phase ends past its first read after the last fsync, so
 	// that a storm shorter than an interval still has its I/O inside (and reads that long).
-	if err := sleepCtx(ctx, w.interval*3/2); err != nil {
+	if err := podrun.SleepCtx(ctx, w.interval*3/2); err != nil {
 		return err
 	}
 	w.recs = append(w.recs, rundir.Record{Type: rundir.TypePhase, Time: time.Now(), Name: phase, Event: rundir.EventEnd})
@@ -208,7 +208,7 @@ func (w *podStorm) await(ctx context.Context, phase, metric string, n int) error
 			}
 			w.count(ev.writer, ev.m.Metric)
 			if ev.m.Metric != workload.MetricStormReady {
-				w.recs = append(w.recs, measurementRecord(ev.m, "", w.names[ev.writer]))
+				w.recs = append(w.recs, podrun.MeasurementRecord(ev.m, "", w.names[ev.writer]))
 			}
 		case err := <-w.failed:
 			return err
@@ -230,15 +230,14 @@ func (w *podStorm) await(ctx context.Context, phase, metric string, n int) error
 // replaced by the storms'), each writer a workload with its pod's cgroup, on the device its
 // cgroups wrote the most to.
 func (w *podStorm) collect(ctx context.Context, start, end time.Time) (*rundir.Run, error) {
-	got, err := w.pullSpan(ctx, start, end)
+	got, err := podrun.PullSpan(ctx, w.rec, start, end)
 	if err != nil {
 		return nil, err
 	}
-	cgroups := podCgroups(got.Meta)
 	var writers []rundir.Workload
 	var cgs []string
 	for _, name := range w.names {
-		cg, ok := podCgroup(cgroups, w.run, name)
+		cg, ok := w.run.CgroupOf(got.Meta, name)
 		if !ok {
 			return nil, fmt.Errorf("the node's agent does not know pod %s/%s: is it the agent of this version, on Kubernetes?", w.run.Namespace, name)
 		}
@@ -249,7 +248,7 @@ func (w *podStorm) collect(ctx context.Context, start, end time.Time) (*rundir.R
 	for i := range writers {
 		writers[i].Device = dev
 	}
-	return w.writeScenario(got, rundir.ScenarioFsyncStorm, writers, w.recs)
+	return podrun.WriteScenario(w.out, w.run.ID, got, rundir.ScenarioFsyncStorm, writers, w.recs)
 }
 
 // writersDevice is the disk under the writer pods' emptyDirs: the device their cgroups wrote the

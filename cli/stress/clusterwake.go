@@ -95,7 +95,7 @@ func (w *podWake) start(ctx context.Context, name string, milli int64) error {
 	wake := answer.T.Sub(created).Seconds()
 	w.recs = append(w.recs, rundir.Record{Type: rundir.TypeSample, Time: answer.T, Metric: rundir.MetricWake, Cgroup: cg, Workload: name, Value: &wake})
 	for _, m := range ms {
-		w.recs = append(w.recs, measurementRecord(m, cg, name))
+		w.recs = append(w.recs, podrun.MeasurementRecord(m, cg, name))
 	}
 	w.workloads = append(w.workloads, rundir.Workload{Name: name, Kind: rundir.KindWake, Cgroup: cg, CPU: cpu, CPURequest: cpu, Runtime: w.class})
 	sampled, err := w.sampledAfter(ctx, cg, created, answer.T)
@@ -141,7 +141,7 @@ func (w *podWake) await(ctx context.Context, name string, created time.Time) (wo
 			return workload.Measurement{}, nil, fmt.Errorf("%w: pod %s/%s did not answer within --timeout %s", st.ErrTimeout, w.run.Namespace, name, w.cfg.Timeout)
 		}
 		w.line.Update(fmt.Sprintf("wake %-14s %6s", name, time.Since(created).Round(100*time.Millisecond)))
-		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
+		if err := podrun.SleepCtx(ctx, 250*time.Millisecond); err != nil {
 			return workload.Measurement{}, nil, err
 		}
 	}
@@ -155,13 +155,13 @@ func (w *podWake) cgroupOf(ctx context.Context, pod string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if cg, ok := podCgroup(podCgroups(meta), w.run, pod); ok {
+		if cg, ok := w.run.CgroupOf(meta, pod); ok {
 			return cg, nil
 		}
 		if time.Now().After(deadline) {
 			return "", fmt.Errorf("the node's agent does not know pod %s/%s after 15 s: is it the agent of this version, on Kubernetes?", w.run.Namespace, pod)
 		}
-		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+		if err := podrun.SleepCtx(ctx, 500*time.Millisecond); err != nil {
 			return "", err
 		}
 	}
@@ -197,7 +197,7 @@ func (w *podWake) sampledAfter(ctx context.Context, cg string, from, t time.Time
 		if now.After(deadline) {
 			return time.Time{}, fmt.Errorf("the node's agent took no sample of %s within %s of its answer", cg, wakeSampleWait)
 		}
-		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+		if err := podrun.SleepCtx(ctx, 500*time.Millisecond); err != nil {
 			return time.Time{}, err
 		}
 	}
@@ -206,22 +206,9 @@ func (w *podWake) sampledAfter(ctx context.Context, cg string, from, t time.Time
 // collect writes the starts as a wake run: the agent's window of them (its phases replaced by
 // the starts'), each start a wake workload with the pod's cgroup.
 func (w *podWake) collect(ctx context.Context, start, end time.Time) (*rundir.Run, error) {
-	got, err := w.pullSpan(ctx, start, end)
+	got, err := podrun.PullSpan(ctx, w.rec, start, end)
 	if err != nil {
 		return nil, err
 	}
-	return w.writeScenario(got, rundir.ScenarioWake, w.workloads, w.recs)
-}
-
-// sleepCtx sleeps d, or less if ctx ends (then an interrupted error).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	select {
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %v", st.ErrInterrupted, context.Cause(ctx))
-	case <-time.After(d):
-		return nil
-	}
+	return podrun.WriteScenario(w.out, w.run.ID, got, rundir.ScenarioWake, w.workloads, w.recs)
 }

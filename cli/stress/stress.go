@@ -42,7 +42,7 @@ func New() *cobra.Command {
 // settingFlags are the flags that set the settings the packages below name in their errors.
 var settingFlags = map[string]string{
 	st.FieldHogs: "--hog", st.FieldCPULimits: "--cpu-limits", st.FieldTimeout: "--timeout", st.FieldTrace: "--trace",
-	st.FieldTarget: "--target", st.FieldNodeMemory: "--node-memory",
+	st.FieldTarget: "--target", st.FieldNodeMemory: "--node-memory", st.FieldHeartbeat: "--heartbeat",
 	st.FieldSwapFile: "--swap", daemons.FieldDaemons: "--daemons", launch.FieldRuntime: "--runtime",
 }
 
