@@ -16,7 +16,7 @@ TEST_PACKAGES := runc runsc containerd chromium fonts-dejavu-core bpftrace linux
 CLUSTER_PACKAGES := etcd-server containernetworking-plugins iproute2
 KUBE_VERSION ?= 1.37.2
 # The VM lane: QEMU, the guest's busybox, the tools that pack its initramfs and disk.
-VM_PACKAGES := qemu-system-x86 busybox-static cpio e2fsprogs
+VM_PACKAGES := qemu-system-x86 busybox-static cpio e2fsprogs kmod
 # The kernels make test-vm boots, one Debian package each (unpacked into /var/cache/nodectl,
 # never installed): a second kernel is one more word here.
 VM_KERNELS ?= linux-image-cloud-amd64
@@ -71,7 +71,7 @@ test-cluster: deps deps-cluster image ## a real control plane (etcd, kube-apiser
 	NODECTL_TEST_CLUSTER=1 NODECTL_BIN=$(abspath $(BIN)) NODECTL_IMAGE=$(abspath $(IMAGE)) NODECTL_IMAGE_TAG=$(VERSION) \
 		CGO_ENABLED=0 $(GO) test -count=1 -p 1 -timeout 30m ./testcluster/... ./agent/kube/
 
-deps-vm: ## install what test-vm needs (qemu-system-x86, busybox-static, cpio, e2fsprogs from Debian) when missing; idempotent
+deps-vm: ## install what test-vm needs (qemu-system-x86, busybox-static, cpio, e2fsprogs, kmod for depmod, from Debian) when missing; idempotent
 	@$(call install-missing,$(VM_PACKAGES),the VM lane needs them,1)
 
 test-vm: deps-vm ## boot each kernel of VM_KERNELS under QEMU with pure cgroup v2 and run the tracer, sampler, agent and noisy tests there (as root; console logs in $$NODECTL_TEST_ARTIFACTS)
