@@ -348,7 +348,7 @@ func TestWriteReturnsWhatOpenReads(t *testing.T) {
 	}
 	for i := range got.Records {
 		g, r := got.Records[i], read.Records[i]
-		if g.Time != r.Time.In(g.Time.Location()) || !reflect.DeepEqual(g.Labels, r.Labels) || !reflect.DeepEqual(g.Hist, r.Hist) || g.Metric != r.Metric {
+		if !g.Time.Equal(r.Time) || g.Time != g.Time.Round(0) || !reflect.DeepEqual(g.Labels, r.Labels) || !reflect.DeepEqual(g.Hist, r.Hist) || g.Metric != r.Metric {
 			t.Errorf("record %d: got %+v, read %+v", i, g, r)
 		}
 	}

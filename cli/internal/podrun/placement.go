@@ -48,7 +48,8 @@ func (p *Placement) CPUs() int { return p.ncpu }
 // Run is the run written by Finish, nil before.
 func (p *Placement) Run() *rundir.Run { return p.result }
 
-// Place gives every workload its pod's emptyDir. A heartbeat (it stands in for a node daemon,
+// Place gives the workloads that write (the victim, disk and fsync hogs) their pod's emptyDir,
+// as the local placement gives them a directory. A heartbeat (it stands in for a node daemon,
 // which a pod is not) and a hog's own target= (a pod writes to its emptyDir) are refused.
 func (p *Placement) Place(_ context.Context, planned []stress.Planned) ([]stress.Planned, error) {
 	for i := range planned {
@@ -59,7 +60,10 @@ func (p *Placement) Place(_ context.Context, planned []stress.Planned) ([]stress
 		if w.Hog.Target != "" {
 			return nil, badvalue.Errorf(stress.FieldHogs, w.Hog.Kind+",target="+w.Hog.Target, "not on a node of a cluster: a pod writes to its own emptyDir on the node's disk")
 		}
-		w.Target = WorkDir
+		switch w.Kind {
+		case rundir.KindVictim, rundir.KindDisk, rundir.KindFsync:
+			w.Target = WorkDir
+		}
 	}
 	p.workloads = planned
 	return slices.Clone(planned), nil
