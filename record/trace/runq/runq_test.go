@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -283,9 +284,14 @@ func TestWakeupAttribution(t *testing.T) {
 // sched_wakeup_new where the kernel keeps its own enqueue time: subshells that exit at once
 // next to a busy neighbour wait only that once, and their parent, which forks them without
 // waiting for them and then sleeps through their exits, is woken by none of them. So the
-// cgroup's waits that followed no preemption of ours are at least one per child.
+// cgroup's waits that followed no preemption of ours are one per child at least, less the
+// switches the kernel never reports: now and then sched_switch does not fire for a switch
+// (the kernel's own sched_switch event misses it too), more often while other programs
+// attach to it or leave it, as the tests of other packages do beside this one (a missed
+// child in 4 of 80 runs with a bpftrace attaching and detaching in a loop, none in 80 quiet
+// ones; 1 of 200 children each time). A child whose switch is not reported is not counted.
 func TestForkedTaskFirstWait(t *testing.T) {
-	const children = 200
+	const children, unreported = 200, 2
 	tr := newTracer(t, Config{})
 	// With the kernel's stamps no fork or wakeup needs task storage: none may fail. Traced
 	// instead, each child gets storage at its fork and frees it at its exit, and 6.1 refuses
@@ -300,21 +306,37 @@ func TestForkedTaskFirstWait(t *testing.T) {
 	g := cgtest.Make(t, "cpu", "forker", "neighbour")
 	cpu := cgtest.LastCPU(t)
 	g["neighbour"].Busy(t, cpu)
-	g["forker"].Start(t, cpu, "sh", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do (:) & i=$((i+1)); done; exec sleep 600", children))
+	cmd := g["forker"].Start(t, cpu, "sh", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do (:) & i=$((i+1)); done; exec sleep 600", children))
 	forker := g["forker"].ID
-	notPreempted := func(st Stats) uint64 {
-		n := st.Latency[forker].Count
+	counts := func(st Stats) (waits, notPreempted int64) {
+		waits = int64(st.Latency[forker].Count)
+		notPreempted = waits
 		for _, p := range st.Pairs {
 			if p.Victim == forker && !p.Woken {
-				n -= p.Count
+				notPreempted -= int64(p.Count)
 			}
 		}
-		return n
+		return waits, notPreempted
 	}
-	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return notPreempted(st) >= children })
-	t.Logf("forker: %d waits, %d of them not after a preemption; %d children", st.Latency[forker].Count, notPreempted(st), children)
-	if n := notPreempted(st); n < children {
-		t.Errorf("the forker's cgroup had %d waits after no preemption, want one for each of its %d children at least", n, children)
+	// Counted once every child has exited and two reads agree: the pairs are read after the
+	// histograms, and a wait between the two (sleep still starting, say) would be a
+	// preemption without its wait.
+	forkedAndExited(t, cmd.Process.Pid, time.Minute)
+	var st Stats
+	for prevWaits, prevNot := int64(-1), int64(-1); ; {
+		st = read(t, tr)
+		w, n := counts(st)
+		if w == prevWaits && n == prevNot {
+			break
+		}
+		prevWaits, prevNot = w, n
+		time.Sleep(200 * time.Millisecond)
+	}
+	waits, notPreempted := counts(st)
+	t.Logf("forker: %d waits, %d of them not after a preemption; %d children; drops %v", waits, notPreempted, children, st.Drops)
+	if notPreempted < children-unreported {
+		t.Errorf("the forker's cgroup had %d waits after no preemption, want one for each of its %d children at least (%d unreported switches allowed)",
+			notPreempted, children, unreported)
 	}
 	if n := st.Drops["task_storage"]; n > maxDrops {
 		t.Errorf("task storage drops %d, want at most %d", n, maxDrops)
@@ -955,5 +977,35 @@ func TestForgottenSlotOwnerNotRead(t *testing.T) {
 		if h, ok := read(t, tr).Latency[a]; ok {
 			t.Errorf("a, forgotten, read again: %+v", h)
 		}
+	}
+}
+
+// forkedAndExited waits until the process pid has exec'd sleep, its loop of forks done, and
+// none of its children is left but as a zombie (the shell reaps some as it goes).
+func forkedAndExited(t *testing.T, pid int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		raw, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		running := 0
+		for _, k := range strings.Fields(string(raw)) {
+			id, err := strconv.Atoi(k)
+			if err != nil {
+				t.Fatalf("child %q of %d: %v", k, pid, err)
+			}
+			if p, err := procfs.NewProc(id); err == nil {
+				if s, err := p.Stat(); err == nil && s.State != "Z" {
+					running++
+				}
+			}
+		}
+		if strings.TrimSpace(string(comm)) == "sleep" && running == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v process %d is %q with %d children not exited", timeout, pid, strings.TrimSpace(string(comm)), running)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
