@@ -2,6 +2,7 @@ package stress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -86,5 +87,58 @@ func TestNoisyOnAPlacement(t *testing.T) {
 	}
 	if c, ok := p.ws["disk-hog-0"].Config.(*workload.DiskHogConfig); !ok || c.Dir != "/work/disk-hog-0" {
 		t.Errorf("disk-hog-0: %+v", p.ws["disk-hog-0"])
+	}
+}
+
+// logWaker is a logPlacement that wakes; its Wake fails at the start named in fail.
+type logWaker struct {
+	logPlacement
+	fail string
+}
+
+func (p *logWaker) Wake(_ context.Context, w Planned, timeout time.Duration) error {
+	c, _ := w.Config.(*workload.WakeConfig)
+	p.steps = append(p.steps, fmt.Sprintf("wake %s %dm %s rounds=%d", w.Name, w.Limits.CPUMilli, timeout, c.BootRounds))
+	if w.Name == p.fail {
+		return ErrTimeout
+	}
+	return nil
+}
+
+func (p *logWaker) Remove(_ context.Context, w Planned) error {
+	p.steps = append(p.steps, "remove "+w.Name)
+	return nil
+}
+
+// Wake is one sequence on any placement: each start's phase around its wake, the start removed
+// before the next, the limits taking turns; a failed wake ends the run there, its start left
+// to the placement's cleanup.
+func TestWakeOnAPlacement(t *testing.T) {
+	cfg := WakeConfig{CPULimits: []int64{50, 1000}, Count: 2}
+	p := &logWaker{}
+	if err := WakeOn(context.Background(), cfg, p); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	want = append(want, "place wake-50m-0,wake-1-0,wake-50m-1,wake-1-1")
+	for _, s := range []struct {
+		name  string
+		milli int
+	}{{"wake-50m-0", 50}, {"wake-1-0", 1000}, {"wake-50m-1", 50}, {"wake-1-1", 1000}} {
+		want = append(want, "mark "+s.name+" start",
+			fmt.Sprintf("wake %s %dm %s rounds=%d", s.name, s.milli, DefaultWakeTimeout, workload.DefaultBootRounds),
+			"mark "+s.name+" end", "remove "+s.name)
+	}
+	want = append(want, "finish")
+	if !slices.Equal(p.steps, want) {
+		t.Errorf("steps:\n got %q\nwant %q", p.steps, want)
+	}
+
+	p = &logWaker{fail: "wake-1-0"}
+	if err := WakeOn(context.Background(), cfg, p); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("WakeOn = %v, want the failed wake's error", err)
+	}
+	if last := p.steps[len(p.steps)-1]; !strings.HasPrefix(last, "wake wake-1-0") {
+		t.Errorf("steps after a failed wake: %q", p.steps)
 	}
 }

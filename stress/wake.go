@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -73,14 +74,55 @@ func ParseCPULimits(vs []string) ([]int64, error) {
 	return out, nil
 }
 
-// Wake runs the wake scenario: the same sandbox started at each CPU limit, Count times each,
-// one start at a time, each in a fresh cgroup with that limit, timing how long the sandbox takes
-// to answer the request pending since its launch. It returns the run directory; the caller
-// analyzes it. Everything the run created on the host is removed before Wake returns, also when
-// ctx is cancelled (SIGINT, SIGTERM) or a step fails.
+// Wake runs the wake scenario on this host (WakeOn on a local placement): each start in a fresh
+// cgroup with its limit, below the run's, by the runtime asked for, recorded by the run's own
+// session. It returns the run directory; the caller analyzes it. Everything the run created on
+// the host is removed before Wake returns, also when ctx is cancelled (SIGINT, SIGTERM) or a
+// step fails.
 func Wake(ctx context.Context, cfg WakeConfig) (dir string, err error) {
 	if err := cfg.RunOptions.defaults(); err != nil {
 		return "", err
+	}
+	if err := cfg.check(); err != nil {
+		return "", err
+	}
+	host, err := newRunHost(cfg.RunOptions, rundir.ScenarioWake)
+	if err != nil {
+		return "", err
+	}
+	p := &localWaker{runHost: host, wakes: map[string][]time.Duration{}}
+	return runScenario(ctx, &p.runHost, wakeScenario{func(ctx context.Context) error { return WakeOn(ctx, cfg, p) }})
+}
+
+// check refuses a run with nothing to start.
+func (cfg WakeConfig) check() error {
+	if len(cfg.CPULimits) == 0 || cfg.Count < 1 {
+		return errors.New("a wake run needs at least one CPU limit and one start per limit")
+	}
+	return nil
+}
+
+// Waker is a placement that can time a sandbox's wake: the step of the wake scenario (WakeOn)
+// that launching a start, awaiting its answer and reading its counters right after make.
+type Waker interface {
+	Placement
+	// Wake launches w with a request pending on it since its launch, waits for the answer (at
+	// most timeout, failing with ErrTimeout, or when w ends first), and records the wake time
+	// (the launch to the answer, rundir.MetricWake) and w's counters past the answer, leaving
+	// w running: the start's phase ends as Wake returns.
+	Wake(ctx context.Context, w Planned, timeout time.Duration) error
+	// Remove stops w and removes what its start made, before the next start.
+	Remove(ctx context.Context, w Planned) error
+}
+
+// WakeOn runs the wake scenario on p, written once for every placement: the same sandbox
+// started at each CPU limit, Count times each, one start at a time, its limit requested as
+// much (a Guaranteed pod's CPU), timing how long it takes to answer the request pending since
+// its launch. Each start's boot is a phase named after it, so the analyzer reads each over its
+// own boot. The caller owns p: it cleans up and analyzes what p wrote.
+func WakeOn(ctx context.Context, cfg WakeConfig, p Waker) error {
+	if err := cfg.check(); err != nil {
+		return err
 	}
 	if cfg.BootRounds == 0 {
 		cfg.BootRounds = workload.DefaultBootRounds
@@ -88,35 +130,57 @@ func Wake(ctx context.Context, cfg WakeConfig) (dir string, err error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultWakeTimeout
 	}
-	if len(cfg.CPULimits) == 0 || cfg.Count < 1 {
-		return "", errors.New("a wake run needs at least one CPU limit and one start per limit")
-	}
-	host, err := newRunHost(cfg.RunOptions, rundir.ScenarioWake)
+	ws, err := p.Place(ctx, planWake(cfg))
 	if err != nil {
-		return "", err
+		return err
 	}
-	r := &wakeRun{runHost: host, cfg: cfg, wakes: map[string][]time.Duration{}}
-	return runScenario(ctx, &r.runHost, r)
-}
-
-// run starts the sandbox at each limit in turn, one start at a time.
-func (r *wakeRun) run(ctx context.Context) error {
-	for i, w := range r.workloads {
-		if err := r.start(ctx, i, w); err != nil {
+	for _, w := range ws {
+		if err := p.Mark(w.Name, rundir.EventStart); err != nil {
+			return err
+		}
+		if err := p.Wake(ctx, w, cfg.Timeout); err != nil {
+			return err
+		}
+		if err := p.Mark(w.Name, rundir.EventEnd); err != nil {
+			return err
+		}
+		if err := p.Remove(ctx, w); err != nil {
 			return err
 		}
 	}
-	return nil
+	return p.Finish(ctx)
 }
 
-// undo has nothing to do: a wake run makes nothing the skeleton does not remove.
-func (r *wakeRun) undo() []error { return nil }
+// planWake names the starts wake-<limit>-<i>, the limits taking turns so that a slow spell of
+// the machine touches every limit alike instead of all the starts of one.
+func planWake(cfg WakeConfig) []Planned {
+	var out []Planned
+	for i := range cfg.Count {
+		for _, m := range cfg.CPULimits {
+			cpu := quantity.FormatCPU(m)
+			out = append(out, Planned{Workload: rundir.Workload{Name: rundir.WakeName(cpu, i), Kind: rundir.KindWake, CPU: cpu, CPURequest: cpu},
+				Limits: cgroup.Limits{CPUMilli: m, CPURequestMilli: m}, Config: &workload.WakeConfig{BootRounds: cfg.BootRounds}})
+		}
+	}
+	return out
+}
 
-type wakeRun struct {
+// wakeScenario runs WakeOn on the local skeleton.
+type wakeScenario struct {
+	starts func(ctx context.Context) error
+}
+
+func (s wakeScenario) setup(context.Context) error   { return nil } // Place does, once planned
+func (s wakeScenario) run(ctx context.Context) error { return s.starts(ctx) }
+func (s wakeScenario) undo() []error                 { return nil }
+
+// localWaker starts the wake sandboxes on this host: each start in a fresh cgroup below the
+// run's, made just before it, the request on its standard input, and only the start under way
+// sampled (a finished one's cgroup has nothing more to say).
+type localWaker struct {
 	runHost
-	cfg       WakeConfig
-	workloads []rundir.Workload // the starts, in the order they run
-	limits    map[string]int64  // start name -> its CPU limit in millicores
+	starts []rundir.Workload // as meta.json lists them
+	cur    *launch.Process   // the start under way
 
 	wakes map[string][]time.Duration // CPU limit -> wake times so far, for the progress line
 
@@ -124,71 +188,84 @@ type wakeRun struct {
 	sampled string     // the cgroup of the start under way; "" between starts
 }
 
-func (r *wakeRun) setup(context.Context) error {
-	cfg := r.cfg
-	r.plan()
-	if err := r.createRunCgroup(cgroup.Limits{}); err != nil {
-		return err
+func (p *localWaker) ID() string { return p.id }
+
+func (p *localWaker) CPUs() int { return runtime.NumCPU() }
+
+// Place gives each start its cgroup below the run's (on the CPUs a tuned partition gives
+// sandboxes), makes the run's cgroup and starts the recording: the run-queue tracer, which sees
+// a boot, and the sampler of the start under way. No disk matters here.
+func (p *localWaker) Place(_ context.Context, planned []Planned) ([]Planned, error) {
+	for i := range planned {
+		w := &planned[i]
+		w.Cgroup = RunCgroup(p.id) + "/" + w.Name
+		w.Limits = p.place(&w.Workload, w.Limits)
+		p.starts = append(p.starts, w.Workload)
 	}
-	if err := r.newLauncher(); err != nil {
-		return err // it names the runtime
+	if err := p.createRunCgroup(cgroup.Limits{}); err != nil {
+		return nil, err
 	}
-	// Only the start under way is sampled: a finished sandbox's cgroup has nothing more to say,
-	// and its counters are read at its answer. No disk matters here.
-	// The run-queue tracer is the one that sees a boot; fsync and block I/O have nothing to say.
-	return r.startRecording(cfg.RunOptions, r.workloads, recordingSpec{cgroups: r.sampledCgroups,
+	if err := p.newLauncher(); err != nil {
+		return nil, err // it names the runtime
+	}
+	err := p.startRecording(p.opts, p.starts, recordingSpec{cgroups: p.sampledCgroups,
 		devices: func() []string { return []string{} }, programs: []string{trace.ProgramRunq}})
+	return planned, err
 }
 
-// plan names the starts: wake-<limit>-<i>, the limits taking turns so that a slow spell of
-// the machine touches every limit alike instead of all the starts of one.
-func (r *wakeRun) plan() {
-	r.limits = map[string]int64{}
-	for i := range r.cfg.Count {
-		for _, m := range r.cfg.CPULimits {
-			cpu := quantity.FormatCPU(m)
-			name := rundir.WakeName(cpu, i)
-			r.workloads = append(r.workloads, rundir.Workload{Name: name, Kind: rundir.KindWake, Cgroup: RunCgroup(r.id) + "/" + name, CPU: cpu, CPURequest: cpu})
-			r.limits[name] = m
-		}
-	}
+// Start is not how a wake run starts its sandboxes: Wake does, one at a time.
+func (p *localWaker) Start(context.Context, ...Planned) error {
+	return errors.New("a wake run starts each sandbox with its request pending: Wake")
 }
 
-func (r *wakeRun) sampledCgroups() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.sampled == "" {
+// Mark snapshots every source and records the phase's edge at the same time: at a start's end,
+// the boot's counters.
+func (p *localWaker) Mark(phase, event string) error { return p.mark(phase, event) }
+
+// Hold lets d pass in phase; a wake run holds nothing but its starts.
+func (p *localWaker) Hold(ctx context.Context, phase string, d time.Duration) error {
+	return p.wait(ctx, phase, d, func(time.Time) (bool, error) { return false, p.exited() })
+}
+
+// Finish has nothing left to do: each start noted its host processes at its answer.
+func (p *localWaker) Finish(context.Context) error {
+	p.progress.Done()
+	return nil
+}
+
+func (p *localWaker) sampledCgroups() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sampled == "" {
 		return nil
 	}
-	return []string{r.sampled}
+	return []string{p.sampled}
 }
 
-func (r *wakeRun) setSampled(cg string) {
-	r.mu.Lock()
-	r.sampled = cg
-	r.mu.Unlock()
+func (p *localWaker) setSampled(cg string) {
+	p.mu.Lock()
+	p.sampled = cg
+	p.mu.Unlock()
 }
 
-// start runs one start of the sandbox: a fresh cgroup with the limit, the launch with the
-// request pending, the wait for the answer, and right after it the boot's counters. Its boot is
-// a phase named after it, so the analyzer reads each start over its own boot.
-func (r *wakeRun) start(ctx context.Context, n int, w rundir.Workload) error {
-	// Requested as much as the limit, as a Guaranteed pod is: the kubelet's weight for it.
-	limits := r.place(&r.workloads[n], cgroup.Limits{CPUMilli: r.limits[w.Name], CPURequestMilli: r.limits[w.Name]})
-	if err := r.layout.Create(w.Cgroup, limits); err != nil {
+// Wake makes the start's cgroup, launches the sandbox with the request on its standard input,
+// waits for the answer and records, right after it, the wait of the sandbox's host processes
+// for a CPU (schedstat's run_delay) and which processes they are; the cgroup being fresh, the
+// counters Mark reads next are the boot's.
+func (p *localWaker) Wake(ctx context.Context, w Planned, timeout time.Duration) error {
+	if err := p.layout.Create(w.Cgroup, w.Limits); err != nil {
 		return fmt.Errorf("creating cgroup of %s: %w", w.Name, err)
 	}
-	logf, err := r.openLog(w.Name)
+	logf, err := p.openLog(w.Name)
 	if err != nil {
 		return err
 	}
-
 	answered := make(chan time.Time, 1)
 	onMeasure := func(name string, m workload.Measurement) {
 		at := time.Now() // first: the answer's arrival stops the clock
 		v := m.Value
-		if err := r.writer.Append(rundir.Record{Type: rundir.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: w.Cgroup, Workload: name, Value: &v}); err != nil {
-			r.cfg.Log.Warn("recording a measurement", "workload", name, "err", err)
+		if err := p.writer.Append(rundir.Record{Type: rundir.TypeSample, Time: m.T, Metric: m.Metric, Cgroup: w.Cgroup, Workload: name, Value: &v}); err != nil {
+			p.opts.Log.Warn("recording a measurement", "workload", name, "err", err)
 		}
 		if m.Metric == rundir.MetricWakeBoot {
 			select {
@@ -197,82 +274,83 @@ func (r *wakeRun) start(ctx context.Context, n int, w rundir.Workload) error {
 			}
 		}
 	}
-	r.setSampled(w.Cgroup)
-	defer r.setSampled("")
-	if err := r.writer.Append(rundir.Record{Type: rundir.TypePhase, Time: time.Now(), Name: w.Name, Event: rundir.EventStart}); err != nil {
-		return err
-	}
-	args := workload.Command{Run: r.id, Config: &workload.WakeConfig{BootRounds: r.cfg.BootRounds}}.Args()
+	p.setSampled(w.Cgroup)
 	launched := time.Now()
-	p, err := r.launcher.Start(launch.Spec{Name: w.Name, Cgroup: w.Cgroup, Limits: limits, Args: args,
+	proc, err := p.launcher.Start(launch.Spec{Name: w.Name, Cgroup: w.Cgroup, Limits: w.Limits, Args: workload.Command{Run: p.id, Config: w.Config}.Args(),
 		Stdin: strings.NewReader(wakeRequest), Log: logf}, onMeasure)
 	if err != nil {
 		return err
 	}
-	defer p.Stop(stopGrace)
-	at, err := r.await(ctx, n, w, p, answered, launched)
+	p.cur = proc
+	p.procs = append(p.procs, proc) // stopped at cleanup if the run ends before Remove
+	at, err := p.await(ctx, w, proc, answered, launched, timeout)
 	if err != nil {
 		return err
 	}
-
-	// The cgroup is fresh, so its counters now are the boot's: read them before the sandbox
-	// does anything else, and end the boot's phase at the snapshot.
 	wake := at.Sub(launched).Seconds()
 	recs := []rundir.Record{{Type: rundir.TypeSample, Time: at, Metric: rundir.MetricWake, Cgroup: w.Cgroup, Workload: w.Name, Value: &wake}}
-	procs, perr := r.launcher.HostProcesses(w.Cgroup)
+	procs, perr := p.launcher.HostProcesses(w.Cgroup)
 	var delay time.Duration
 	if perr == nil {
-		delay, perr = sample.RunDelay(r.cfg.Paths.Procfs, pids(procs))
-	}
-	now := time.Now()
-	if err := r.session.Snapshot(now); err != nil {
-		return err
+		delay, perr = sample.RunDelay(p.opts.Paths.Procfs, pids(procs))
 	}
 	if perr != nil {
-		r.cfg.Log.Warn("reading the run-queue wait of the sandbox's processes", "workload", w.Name, "err", perr)
+		p.opts.Log.Warn("reading the run-queue wait of the sandbox's processes", "workload", w.Name, "err", perr)
 	} else {
 		v := delay.Seconds()
-		recs = append(recs, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricSchedRunDelay, Cgroup: w.Cgroup, Workload: w.Name, Value: &v})
+		recs = append(recs, rundir.Record{Type: rundir.TypeSample, Time: time.Now(), Metric: rundir.MetricSchedRunDelay, Cgroup: w.Cgroup, Workload: w.Name, Value: &v})
 	}
-	recs = append(recs, rundir.Record{Type: rundir.TypePhase, Time: now, Name: w.Name, Event: rundir.EventEnd})
-	if err := r.writer.Append(recs...); err != nil {
+	if err := p.writer.Append(recs...); err != nil {
 		return err
 	}
-	r.workloads[n].Runtime, r.workloads[n].HostProcesses = string(r.launcher.Runtime()), procs
-	if err := r.writer.UpdateMeta(func(m *rundir.Meta) { m.Workloads = r.workloads }); err != nil {
-		r.cfg.Log.Warn("recording host processes", "workload", w.Name, "err", err)
+	if i := slices.IndexFunc(p.starts, func(s rundir.Workload) bool { return s.Name == w.Name }); i >= 0 {
+		p.starts[i].Runtime, p.starts[i].HostProcesses = string(p.launcher.Runtime()), procs
 	}
-	r.wakes[w.CPU] = append(r.wakes[w.CPU], at.Sub(launched))
+	p.wakes[w.CPU] = append(p.wakes[w.CPU], at.Sub(launched))
+	p.showProgress(w, at.Sub(launched))
+	return nil
+}
+
+// Remove stops the start's sandbox (its cgroup goes with the run's) and notes in meta.json the
+// host processes it ran as, once its boot's counters are read.
+func (p *localWaker) Remove(_ context.Context, w Planned) error {
+	if p.cur != nil {
+		p.cur.Stop(stopGrace)
+		p.cur = nil
+	}
+	p.setSampled("")
+	if err := p.writer.UpdateMeta(func(m *rundir.Meta) { m.Workloads = p.starts }); err != nil {
+		p.opts.Log.Warn("recording host processes", "workload", w.Name, "err", err)
+	}
 	return nil
 }
 
 // await waits for the sandbox's answer and returns when it arrived, showing progress meanwhile.
-func (r *wakeRun) await(ctx context.Context, n int, w rundir.Workload, p *launch.Process, answered <-chan time.Time, launched time.Time) (time.Time, error) {
-	timeout := time.NewTimer(r.cfg.Timeout)
-	defer timeout.Stop()
+func (p *localWaker) await(ctx context.Context, w Planned, proc *launch.Process, answered <-chan time.Time, launched time.Time, timeout time.Duration) (time.Time, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
 		case at := <-answered:
-			r.showProgress(n, w, at.Sub(launched))
 			return at, nil
-		case <-p.Done():
+		case <-proc.Done():
 			select {
 			case at := <-answered: // it answered, then exited: the answer counts
 				return at, nil
 			default:
 			}
-			r.progress.Done()
-			return time.Time{}, fmt.Errorf("sandbox %s exited before answering: %v (see %s)", w.Name, p.Err(), r.logPath(w.Name))
+			p.progress.Done()
+			return time.Time{}, fmt.Errorf("sandbox %s exited before answering: %v (see %s)", w.Name, proc.Err(), p.logPath(w.Name))
 		case <-ctx.Done():
-			r.progress.Done()
+			p.progress.Done()
 			return time.Time{}, fmt.Errorf("%w during %s: %v", ErrInterrupted, w.Name, context.Cause(ctx))
-		case <-timeout.C:
-			r.progress.Done()
-			return time.Time{}, badvalue.Errorf(FieldTimeout, r.cfg.Timeout.String(), "sandbox %s did not answer in time (see %s)", w.Name, r.logPath(w.Name))
+		case <-deadline.C:
+			p.progress.Done()
+			return time.Time{}, badvalue.Errorf(FieldTimeout, timeout.String(), "sandbox %s did not answer in time (see %s)", w.Name, p.logPath(w.Name))
 		case <-tick.C:
-			r.showProgress(n, w, time.Since(launched))
+			p.showProgress(w, time.Since(launched))
 		}
 	}
 }
@@ -285,22 +363,24 @@ func pids(procs []rundir.HostProcess) []int {
 	return out
 }
 
-func (r *wakeRun) showProgress(n int, w rundir.Workload, elapsed time.Duration) {
+// showProgress shows the start under way, its place in the run, and the median wake of each
+// limit so far.
+func (p *localWaker) showProgress(w Planned, elapsed time.Duration) {
 	var done []string
-	for _, m := range r.cfg.CPULimits {
-		cpu := quantity.FormatCPU(m)
-		if ws := r.wakes[cpu]; len(ws) > 0 {
-			s := slices.Clone(ws)
-			slices.Sort(s)
-			done = append(done, fmt.Sprintf("%s %s", cpu, s[(len(s)-1)/2].Round(time.Millisecond)))
+	for _, s := range p.starts {
+		if s.Name != rundir.WakeName(s.CPU, 0) {
+			continue // each limit once, in the run's order
+		}
+		if ws := p.wakes[s.CPU]; len(ws) > 0 {
+			sorted := slices.Clone(ws)
+			slices.Sort(sorted)
+			done = append(done, fmt.Sprintf("%s %s", s.CPU, sorted[(len(sorted)-1)/2].Round(time.Millisecond)))
 		}
 	}
-	line := fmt.Sprintf("wake %d/%d %-14s %6s", n+1, len(r.workloads), w.Name, elapsed.Round(10*time.Millisecond))
+	n := slices.IndexFunc(p.starts, func(s rundir.Workload) bool { return s.Name == w.Name })
+	line := fmt.Sprintf("wake %d/%d %-14s %6s", n+1, len(p.starts), w.Name, elapsed.Round(10*time.Millisecond))
 	if len(done) > 0 {
 		line += " | p50 " + strings.Join(done, ", ")
 	}
-	r.progress.Update(line)
+	p.progress.Update(line)
 }
-
-// cleanup stops the recording and removes the cgroups and the run's state. It runs on every
-// exit path; the sandbox under way was stopped by its start.

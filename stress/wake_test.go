@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/stress/workload"
 )
 
 func TestParseCPULimits(t *testing.T) {
@@ -42,21 +43,24 @@ func TestParseCPULimits(t *testing.T) {
 	}
 }
 
-// The limits take turns, so that a slow spell of the machine falls on every limit alike.
+// The limits take turns, so that a slow spell of the machine falls on every limit alike; each
+// start's limit is requested as much, as a Guaranteed pod's CPU.
 func TestWakePlanTakesTurns(t *testing.T) {
-	r := &wakeRun{runHost: runHost{id: "wake-20260101-120000-a1b2c3"}, cfg: WakeConfig{CPULimits: []int64{50, 1000}, Count: 2}}
-	r.plan()
+	ws := planWake(WakeConfig{CPULimits: []int64{50, 1000}, Count: 2, BootRounds: 3})
 	var names []string
-	for _, w := range r.workloads {
+	for _, w := range ws {
 		names = append(names, w.Name)
-		if w.Kind != rundir.KindWake || w.Cgroup != RunCgroup(r.id)+"/"+w.Name {
-			t.Errorf("start %+v: want kind wake in cgroup %s/%s", w, RunCgroup(r.id), w.Name)
+		if w.Kind != rundir.KindWake || w.Limits.CPUMilli != w.Limits.CPURequestMilli {
+			t.Errorf("start %+v: want kind wake, its limit requested as much", w)
+		}
+		if c, ok := w.Config.(*workload.WakeConfig); !ok || c.BootRounds != 3 {
+			t.Errorf("start %s: body %#v, want a wake of 3 boot rounds", w.Name, w.Config)
 		}
 	}
 	if want := []string{"wake-50m-0", "wake-1-0", "wake-50m-1", "wake-1-1"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("starts %v, want %v", names, want)
 	}
-	if r.workloads[0].CPU != "50m" || r.limits["wake-1-1"] != 1000 {
-		t.Errorf("limits: %+v, %v", r.workloads[0], r.limits)
+	if ws[0].CPU != "50m" || ws[3].Limits.CPUMilli != 1000 {
+		t.Errorf("limits: %+v, %+v", ws[0], ws[3])
 	}
 }

@@ -28,9 +28,15 @@ type Placement struct {
 	scenario string
 	out      string
 
+	// Sampled returns once the node's agent has sampled cgroup at least twice after after,
+	// having followed it since from: a wake start's boot counters are the agent's then (Wake).
+	Sampled func(ctx context.Context, cgroup string, from, after time.Time) error
+
 	workloads []stress.Planned
 	phases    []rundir.Record
-	start     time.Time // the first workload's launch: the window read starts here
+	woken     []rundir.Workload // the wake starts so far, as the run lists them (Wake)
+	recs      []rundir.Record   // what the wake starts recorded: wake times, measurements
+	start     time.Time         // the first workload's launch: the window read starts here
 	result    *rundir.Run
 }
 
@@ -90,7 +96,7 @@ func (p *Placement) Mark(phase, event string) error {
 
 // Hold lets the phase run, checking that no pod failed.
 func (p *Placement) Hold(ctx context.Context, phase string, d time.Duration) error {
-	return p.run.Hold(ctx, d, phase)
+	return p.run.Hold(ctx, phase, d)
 }
 
 // Finish lets the agent's last samples of the run land (within an interval or two), pulls its
@@ -113,8 +119,12 @@ func (p *Placement) Finish(ctx context.Context) (err error) {
 		return err
 	}
 	var workloads []rundir.Workload
-	recs := slices.Clone(p.phases)
+	recs := append(slices.Clone(p.phases), p.recs...)
 	for _, w := range p.workloads {
+		if i := slices.IndexFunc(p.woken, func(s rundir.Workload) bool { return s.Name == w.Name }); i >= 0 {
+			workloads = append(workloads, p.woken[i])
+			continue
+		}
 		cg, ok := p.run.CgroupOf(got.Meta, w.Name)
 		if !ok {
 			return fmt.Errorf("the node's agent does not know pod %s/%s: is it the agent of this version, on Kubernetes (--kubeconfig or in a pod)?", p.run.Namespace, w.Name)
@@ -135,7 +145,8 @@ func (p *Placement) Finish(ctx context.Context) (err error) {
 		}
 	}
 	for _, d := range got.Meta.Workloads {
-		if d.Kind == rundir.KindDaemon {
+		// A wake run follows its starts only: each is summed over its own boot.
+		if d.Kind == rundir.KindDaemon && len(p.woken) == 0 {
 			workloads = append(workloads, d)
 		}
 	}
@@ -197,8 +208,8 @@ func (r *Run) LaunchAndWait(ctx context.Context, specs ...Spec) error {
 // podStartTimeout bounds a pod's start: an image pull included.
 const podStartTimeout = 3 * time.Minute
 
-// Hold lets a phase run for d, checking every few seconds that no pod failed.
-func (r *Run) Hold(ctx context.Context, d time.Duration, phase string) error {
+// Hold lets phase run for d, checking every few seconds that no pod failed.
+func (r *Run) Hold(ctx context.Context, phase string, d time.Duration) error {
 	fmt.Fprintf(r.progress, "%s: %s\n", phase, d)
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
