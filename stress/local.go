@@ -44,15 +44,21 @@ type localPlacement struct {
 	phaseEnd time.Time
 }
 
-// placed runs a scenario written against a Placement on the local skeleton.
+// placed runs a scenario written against a Placement on the local skeleton: scenario runs it,
+// and clean, when not nil, removes what only the placement made (run at cleanup).
 type placed struct {
-	p     *localPlacement
-	phase func(ctx context.Context) error
+	scenario func(ctx context.Context) error
+	clean    func() []error
 }
 
 func (s placed) setup(context.Context) error   { return nil } // Place does, once planned
-func (s placed) run(ctx context.Context) error { return s.phase(ctx) }
-func (s placed) undo() []error                 { return s.p.undo() }
+func (s placed) run(ctx context.Context) error { return s.scenario(ctx) }
+func (s placed) undo() []error {
+	if s.clean == nil {
+		return nil
+	}
+	return s.clean()
+}
 
 func (p *localPlacement) ID() string { return p.id }
 

@@ -57,7 +57,7 @@ func Noisy(ctx context.Context, cfg NoisyConfig) (dir string, err error) {
 		return "", err
 	}
 	p := &localPlacement{runHost: host, nodeMemBytes: cfg.NodeMemBytes, daemons: cfg.Daemons, last: map[string]float64{}}
-	return runScenario(ctx, &p.runHost, placed{p: p, phase: func(ctx context.Context) error { return NoisyOn(ctx, cfg, p) }})
+	return runScenario(ctx, &p.runHost, placed{scenario: func(ctx context.Context) error { return NoisyOn(ctx, cfg, p) }, clean: p.undo})
 }
 
 // check refuses phases of no length.

@@ -91,7 +91,7 @@ func Wake(ctx context.Context, cfg WakeConfig) (dir string, err error) {
 		return "", err
 	}
 	p := &localWaker{runHost: host, wakes: map[string][]time.Duration{}}
-	return runScenario(ctx, &p.runHost, wakeScenario{func(ctx context.Context) error { return WakeOn(ctx, cfg, p) }})
+	return runScenario(ctx, &p.runHost, placed{scenario: func(ctx context.Context) error { return WakeOn(ctx, cfg, p) }})
 }
 
 // check refuses a run with nothing to start.
@@ -164,15 +164,6 @@ func planWake(cfg WakeConfig) []Planned {
 	}
 	return out
 }
-
-// wakeScenario runs WakeOn on the local skeleton.
-type wakeScenario struct {
-	starts func(ctx context.Context) error
-}
-
-func (s wakeScenario) setup(context.Context) error   { return nil } // Place does, once planned
-func (s wakeScenario) run(ctx context.Context) error { return s.starts(ctx) }
-func (s wakeScenario) undo() []error                 { return nil }
 
 // localWaker starts the wake sandboxes on this host: each start in a fresh cgroup below the
 // run's, made just before it, the request on its standard input, and only the start under way

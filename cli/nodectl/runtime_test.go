@@ -23,10 +23,10 @@ import (
 // uses, and cpu-contention, not disk-contention, lists it. Whether the slowdown stands out of
 // the baseline's spread varies with the runtime and the run (writeback stalls a baseline
 // write now and then; in gVisor the Sentry's threads serve the writes): at least one runtime
-// lists it, and wherever one does, the same holds. Its own block
-// requests may take longer too, their completions waiting for a CPU as well (1.53x once under
-// runsc): what clears the device is that the hogs added next to nothing to its traffic. A gVisor
-// victim's run-queue wait is split into what held up the probe and what did not.
+// lists it, and wherever one does, the same holds. Its own block requests may take longer
+// too, their completions waiting for a CPU as well (1.53x once under runsc): what clears the
+// device is that the hogs added next to nothing to its traffic. A gVisor victim's run-queue
+// wait is split into what held up the probe and what did not.
 func TestCPUHogsInEveryRuntime(t *testing.T) {
 	requireRoot(t)
 	var ioListed []string
@@ -101,8 +101,7 @@ func TestCPUHogsInEveryRuntime(t *testing.T) {
 			io := slices.Contains(f.Affects, "write_fsync") || slices.Contains(f.Affects, "fsync")
 			if !io {
 				t.Logf("%s: affects %v: the write+fsync did not slow beyond its baseline's spread", rt, f.Affects)
-			}
-			if io {
+			} else {
 				ioListed = append(ioListed, rt)
 				if own := evidenceOf(f, "blk_request_mean", "victim"); own != nil {
 					t.Logf("the victim's block requests took %.1fms → %.1fms on average", 1e3*own.Baseline, 1e3*own.Value)

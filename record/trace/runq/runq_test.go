@@ -323,16 +323,13 @@ func TestForkedTaskFirstWait(t *testing.T) {
 	// histograms, and a wait between the two (sleep still starting, say) would be a
 	// preemption without its wait.
 	forkedAndExited(t, cmd.Process.Pid, time.Minute)
-	var st Stats
-	for prevWaits, prevNot := int64(-1), int64(-1); ; {
-		st = read(t, tr)
+	prev := [2]int64{-1, -1}
+	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool {
 		w, n := counts(st)
-		if w == prevWaits && n == prevNot {
-			break
-		}
-		prevWaits, prevNot = w, n
-		time.Sleep(200 * time.Millisecond)
-	}
+		same := prev == [2]int64{w, n}
+		prev = [2]int64{w, n}
+		return same
+	})
 	waits, notPreempted := counts(st)
 	t.Logf("forker: %d waits, %d of them not after a preemption; %d children; drops %v", waits, notPreempted, children, st.Drops)
 	if notPreempted < children-unreported {
