@@ -72,7 +72,7 @@ func (cfg NoisyConfig) check() error {
 // (the victim, and the heartbeat where it can run) alone for the baseline, then the hogs
 // beside them for the stress phase, each phase marked at its edges. cfg.Interval is the probes'
 // period. The caller owns p: it cleans up and analyzes what p wrote.
-func NoisyOn(ctx context.Context, cfg NoisyConfig, p Placement) error {
+func NoisyOn(ctx context.Context, cfg NoisyConfig, p Holder) error {
 	if err := cfg.check(); err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func NoisyOn(ctx context.Context, cfg NoisyConfig, p Placement) error {
 }
 
 // phase marks a phase's start, holds it for d and marks its end.
-func phase(ctx context.Context, p Placement, name string, d time.Duration) error {
+func phase(ctx context.Context, p Holder, name string, d time.Duration) error {
 	if err := p.Mark(name, rundir.EventStart); err != nil {
 		return err
 	}

@@ -204,19 +204,9 @@ func (p *localWaker) Place(_ context.Context, planned []Planned) ([]Planned, err
 	return planned, err
 }
 
-// Start is not how a wake run starts its sandboxes: Wake does, one at a time.
-func (p *localWaker) Start(context.Context, ...Planned) error {
-	return errors.New("a wake run starts each sandbox with its request pending: Wake")
-}
-
 // Mark snapshots every source and records the phase's edge at the same time: at a start's end,
 // the boot's counters.
 func (p *localWaker) Mark(phase, event string) error { return p.mark(phase, event) }
-
-// Hold lets d pass in phase; a wake run holds nothing but its starts.
-func (p *localWaker) Hold(ctx context.Context, phase string, d time.Duration) error {
-	return p.wait(ctx, phase, d, func(time.Time) (bool, error) { return false, p.exited() })
-}
 
 // Finish has nothing left to do: each start noted its host processes at its answer.
 func (p *localWaker) Finish(context.Context) error {

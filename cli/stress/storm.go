@@ -7,8 +7,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/cli/internal/console"
+	"github.com/nodectl/nodectl/cli/internal/podrun"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/internal/quantity"
+	"github.com/nodectl/nodectl/rundir"
 	st "github.com/nodectl/nodectl/stress"
 )
 
@@ -102,4 +106,37 @@ writers' cgroups wrote the most to. --target is for a local run only.`,
 	f.DurationVar(&cfg.Timeout, "timeout", st.DefaultStormTimeout, "how long one storm may take")
 	rf.register(f, "the writers", "fsync latency and block I/O per cgroup (the device's queue and service time)", true)
 	return remote.Supports(cmd)
+}
+
+// clusterStorm runs an fsync storm of writer pods on --node (stress.StormOn on podrun's
+// placement): each writer's standard input is attached through the API server, so that a
+// storm's go reaches them all at once, as a local run's does through their pipes; the device's
+// side comes from the node's agent.
+func clusterStorm(cmd *cobra.Command, rf *runFlags, cfg st.StormConfig) error {
+	if cfg.Target != "" {
+		return fmt.Errorf("--target %s: not with --%s (a writer pod writes to its own emptyDir on the node's disk)", cfg.Target, remote.FlagNode)
+	}
+	ctx, s, finish, err := startPods(cmd, rf, "fsync-storm", remote.AttachPermissions()...)
+	if err != nil {
+		return err
+	}
+	defer finish()
+	fmt.Fprintf(s.progress, "fsync-storm on node %s: %d writer pod(s) × %s, %d storm(s)\n", s.node, cfg.Writers, quantity.FormatSize(cfg.Bytes), cfg.Rounds)
+	p := podrun.NewPlacement(s.run, s.rec, s.ncpu, runtimeClass(rf.opts.Runtime, rf.runtimeClass), rundir.ScenarioFsyncStorm, s.out)
+	if err := st.StormOn(ctx, cfg, p, st.NewLiveLine(s.progress, console.IsTerminal(os.Stderr))); err != nil {
+		return err
+	}
+	rep, err := analyzeRun(p.Run())
+	if err != nil {
+		return err
+	}
+	return rf.report(rep, "fsync-storm", func() error { return renderStorm(cmd, rf, rep) })
+}
+
+// renderStorm prints an fsync-storm run's report: with -o json its writers, rounds and findings.
+func renderStorm(cmd *cobra.Command, rf *runFlags, rep *analyzer.Report) error {
+	if rf.output == "json" {
+		return analyzer.RenderStormJSON(cmd.OutOrStdout(), rep)
+	}
+	return analyzer.RenderText(cmd.OutOrStdout(), rep)
 }

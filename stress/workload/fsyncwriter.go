@@ -18,6 +18,10 @@ import (
 // to release every writer at once, and does not record them.
 const MetricStormReady = "fsync_storm_ready"
 
+// Recorded says whether a run records m: a reading, not a line that only tells the driver
+// where a workload is (MetricStormReady).
+func Recorded(m Measurement) bool { return m.Metric != MetricStormReady }
+
 // StormGo is the line the driver sends each writer to start one storm.
 const StormGo = "go\n"
 

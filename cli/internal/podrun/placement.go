@@ -36,6 +36,7 @@ type Placement struct {
 	phases    []rundir.Record
 	woken     []rundir.Workload // the wake starts so far, as the run lists them (Wake)
 	recs      []rundir.Record   // what the wake starts recorded: wake times, measurements
+	storm     stormPods         // an fsync storm's writers (Arm)
 	start     time.Time         // the first workload's launch: the window read starts here
 	result    *rundir.Run
 }
@@ -54,7 +55,7 @@ func (p *Placement) CPUs() int { return p.ncpu }
 // Run is the run written by Finish, nil before.
 func (p *Placement) Run() *rundir.Run { return p.result }
 
-// Place gives the workloads that write (the victim, disk and fsync hogs) their pod's emptyDir,
+// Place gives the workloads that write (the victim, disk and fsync hogs, a storm's writers) their pod's emptyDir,
 // as the local placement gives them a directory. A heartbeat (it stands in for a node daemon,
 // which a pod is not) and a hog's own target= (a pod writes to its emptyDir) are refused.
 func (p *Placement) Place(_ context.Context, planned []stress.Planned) ([]stress.Planned, error) {
@@ -67,7 +68,7 @@ func (p *Placement) Place(_ context.Context, planned []stress.Planned) ([]stress
 			return nil, badvalue.Errorf(stress.FieldHogs, w.Hog.Kind+",target="+w.Hog.Target, "not on a node of a cluster: a pod writes to its own emptyDir on the node's disk")
 		}
 		switch w.Kind {
-		case rundir.KindVictim, rundir.KindDisk, rundir.KindFsync:
+		case rundir.KindVictim, rundir.KindDisk, rundir.KindFsync, rundir.KindStormWriter:
 			w.Target = WorkDir
 		}
 	}
@@ -105,6 +106,9 @@ func (p *Placement) Hold(ctx context.Context, phase string, d time.Duration) err
 // the agent's daemons; the pods' own measurements; the phases marked. A half-written run is no
 // run: out is removed again when this fails.
 func (p *Placement) Finish(ctx context.Context) (err error) {
+	if p.storm.detach != nil {
+		p.storm.detach()
+	}
 	if err := SleepCtx(ctx, 3*time.Second); err != nil {
 		return err
 	}
@@ -141,7 +145,9 @@ func (p *Placement) Finish(ctx context.Context) (err error) {
 			return err
 		}
 		for _, m := range ms {
-			recs = append(recs, MeasurementRecord(m, cg, wl.Name))
+			if workload.Recorded(m) {
+				recs = append(recs, MeasurementRecord(m, cg, wl.Name))
+			}
 		}
 	}
 	for _, d := range got.Meta.Workloads {
