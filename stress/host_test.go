@@ -15,7 +15,7 @@ import (
 const hostTestRun = "density-20260101-120000-a1b2c3"
 
 // hostTestRun's density run on p, changing what cfg asks for.
-func hostRun(t *testing.T, p Paths, cfg DensityConfig) *densityRun {
+func hostRun(t *testing.T, p Paths, cfg DensityConfig) *localSweeper {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Join(p.State, hostTestRun), 0o755); err != nil {
 		t.Fatal(err)
@@ -24,7 +24,7 @@ func hostRun(t *testing.T, p Paths, cfg DensityConfig) *densityRun {
 	if err := cfg.RunOptions.defaults(); err != nil {
 		t.Fatal(err)
 	}
-	return &densityRun{runHost: runHost{id: hostTestRun}, cfg: cfg}
+	return &localSweeper{runHost: runHost{id: hostTestRun}, cfg: cfg}
 }
 
 // Sysctls are recorded in the run's state before they change, and put back from it: by the run,

@@ -49,6 +49,9 @@ type Holder interface {
 type Planned struct {
 	rundir.Workload
 	Limits cgroup.Limits
+	// MemoryRequest is what the scheduler reserves for it (a pod's memory request); no cgroup
+	// setting, so a local placement only records it.
+	MemoryRequest int64
 	// Hog is the --hog it came from; zero for a probe.
 	Hog HogSpec
 	// Config is its body, set once the workload is placed (it writes below Target).

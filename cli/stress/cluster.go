@@ -128,7 +128,7 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 	defer finish()
 	cfg.Interval = time.Second
 	fmt.Fprintf(s.progress, "noisy on node %s: victim alone %s, then next to %d hog pod(s) %s\n", s.node, cfg.Baseline, countHogs(cfg.Hogs), cfg.Duration)
-	p := podrun.NewPlacement(s.run, s.rec, s.ncpu, runtimeClass(rf.opts.Runtime, rf.runtimeClass), rundir.ScenarioNoisy, s.out)
+	p := podrun.NewPlacement(s.run, s.ac, s.rec, s.ncpu, runtimeClass(rf.opts.Runtime, rf.runtimeClass), rundir.ScenarioNoisy, s.out)
 	if err := st.NoisyOn(ctx, cfg, p); err != nil {
 		return err
 	}

@@ -8,10 +8,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/cli/internal/console"
+	"github.com/nodectl/nodectl/cli/internal/podrun"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/internal/quantity"
+	"github.com/nodectl/nodectl/rundir"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/workload"
 )
@@ -205,4 +209,39 @@ func parseDensityFlags(cfg *st.DensityConfig, sandboxMem, request, limit, nodeMe
 		return fmt.Errorf("--collapse-readiness, --collapse-tick-gap and --collapse-lease-late must not be negative")
 	}
 	return nil
+}
+
+// densityLocalFlags are density's flags that change this host, not a node of a cluster: the
+// node is the one it is, and its swap and sysctls are the tuner's (nodectl tune).
+var densityLocalFlags = []string{"swap", "swappiness", "watermark-scale-factor", "binary-size"}
+
+// clusterDensity adds sandbox pods to --node in steps until the node collapses (stress.DensityOn
+// on podrun's placement), as the local sweep does with processes: readiness from the pods'
+// status and their sandboxes' first ready line, the kubelet's refusals and evictions, OOM
+// kills, the Node's Ready condition and its Lease renewals from the API server, memory
+// pressure from the node's agent. The agent's window of the whole sweep, with the steps as
+// phases, is written as a density run and analyzed.
+func clusterDensity(cmd *cobra.Command, rf *runFlags, cfg st.DensityConfig) error {
+	for _, name := range densityLocalFlags {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+			return fmt.Errorf("--%s: not with --%s (a node's swap and sysctls are set by nodectl tune; its sandboxes map the image's nodectl binary)", name, remote.FlagNode)
+		}
+	}
+	lease := remote.Permission{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: corev1.NamespaceNodeLease}
+	ctx, s, finish, err := startPods(cmd, rf, "density", lease)
+	if err != nil {
+		return err
+	}
+	defer finish()
+	fmt.Fprintf(s.progress, "density on node %s: sandbox pods of %s (request %s, limit %s), %d per step up to %d\n", s.node,
+		quantity.FormatSize(cfg.SandboxMemory), quantity.FormatSize(cfg.RequestBytes), quantity.FormatSize(cfg.LimitBytes), cfg.Step, cfg.Max)
+	p := podrun.NewPlacement(s.run, s.ac, s.rec, s.ncpu, runtimeClass(rf.opts.Runtime, rf.runtimeClass), rundir.ScenarioDensity, s.out)
+	if err := st.DensityOn(ctx, cfg, p, st.NewLiveLine(s.progress, console.IsTerminal(os.Stderr))); err != nil {
+		return err
+	}
+	rep, err := analyzeRun(p.Run())
+	if err != nil {
+		return err
+	}
+	return rf.report(rep, "density", func() error { return renderDensity(cmd, rf, rep) })
 }

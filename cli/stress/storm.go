@@ -122,7 +122,7 @@ func clusterStorm(cmd *cobra.Command, rf *runFlags, cfg st.StormConfig) error {
 	}
 	defer finish()
 	fmt.Fprintf(s.progress, "fsync-storm on node %s: %d writer pod(s) × %s, %d storm(s)\n", s.node, cfg.Writers, quantity.FormatSize(cfg.Bytes), cfg.Rounds)
-	p := podrun.NewPlacement(s.run, s.rec, s.ncpu, runtimeClass(rf.opts.Runtime, rf.runtimeClass), rundir.ScenarioFsyncStorm, s.out)
+	p := podrun.NewPlacement(s.run, s.ac, s.rec, s.ncpu, runtimeClass(rf.opts.Runtime, rf.runtimeClass), rundir.ScenarioFsyncStorm, s.out)
 	if err := st.StormOn(ctx, cfg, p, st.NewLiveLine(s.progress, console.IsTerminal(os.Stderr))); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/agent/recorded"
+	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/internal/badvalue"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress"
@@ -23,29 +24,27 @@ import (
 type Placement struct {
 	run      *Run
 	rec      recorded.Recorder
+	ac       agentv1.AgentClient // the node's agent, whose recorder rec is
 	ncpu     int
 	class    string // the pods' RuntimeClass
 	scenario string
 	out      string
-
-	// Sampled returns once the node's agent has sampled cgroup at least twice after after,
-	// having followed it since from: a wake start's boot counters are the agent's then (Wake).
-	Sampled func(ctx context.Context, cgroup string, from, after time.Time) error
 
 	workloads []stress.Planned
 	phases    []rundir.Record
 	woken     []rundir.Workload // the wake starts so far, as the run lists them (Wake)
 	recs      []rundir.Record   // what the wake starts recorded: wake times, measurements
 	storm     stormPods         // an fsync storm's writers (Arm)
+	sweep     sweepPods         // a density sweep's node and sandboxes (Add)
 	start     time.Time         // the first workload's launch: the window read starts here
 	result    *rundir.Run
 }
 
-// NewPlacement places a run of scenario on run's node, whose agent rec reaches and which has
-// ncpu CPUs; its pods run with RuntimeClass class ("" for the default), and its run directory
-// goes to out (new, or empty).
-func NewPlacement(run *Run, rec recorded.Recorder, ncpu int, class, scenario, out string) *Placement {
-	return &Placement{run: run, rec: rec, ncpu: ncpu, class: class, scenario: scenario, out: out}
+// NewPlacement places a run of scenario on run's node, whose agent ac reaches (rec its flight
+// recorder) and which has ncpu CPUs; its pods run with RuntimeClass class ("" for the default),
+// and its run directory goes to out (new, or empty).
+func NewPlacement(run *Run, ac agentv1.AgentClient, rec recorded.Recorder, ncpu int, class, scenario, out string) *Placement {
+	return &Placement{run: run, ac: ac, rec: rec, ncpu: ncpu, class: class, scenario: scenario, out: out}
 }
 
 func (p *Placement) ID() string { return p.run.ID }
@@ -58,7 +57,10 @@ func (p *Placement) Run() *rundir.Run { return p.result }
 // Place gives the workloads that write (the victim, disk and fsync hogs, a storm's writers) their pod's emptyDir,
 // as the local placement gives them a directory. A heartbeat (it stands in for a node daemon,
 // which a pod is not) and a hog's own target= (a pod writes to its emptyDir) are refused.
-func (p *Placement) Place(_ context.Context, planned []stress.Planned) ([]stress.Planned, error) {
+func (p *Placement) Place(ctx context.Context, planned []stress.Planned) ([]stress.Planned, error) {
+	if p.start.IsZero() {
+		p.start = time.Now()
+	}
 	for i := range planned {
 		w := &planned[i]
 		if w.Kind == rundir.KindHeartbeat {
@@ -70,6 +72,10 @@ func (p *Placement) Place(_ context.Context, planned []stress.Planned) ([]stress
 		switch w.Kind {
 		case rundir.KindVictim, rundir.KindDisk, rundir.KindFsync, rundir.KindStormWriter:
 			w.Target = WorkDir
+		case rundir.KindNode:
+			if err := p.placeNode(ctx); err != nil {
+				return nil, err
+			}
 		}
 	}
 	p.workloads = planned
@@ -89,8 +95,12 @@ func (p *Placement) Start(ctx context.Context, ws ...stress.Planned) error {
 	return p.run.LaunchAndWait(ctx, specs...)
 }
 
-// Mark records the phase's edge now; it replaces the agent's own phases in the run.
+// Mark records the phase's edge now; it replaces the agent's own phases in the run. A density
+// step's worst tick counts from its start.
 func (p *Placement) Mark(phase, event string) error {
+	if event == rundir.EventStart {
+		p.sweep.worstTick, p.sweep.tickAt = 0, time.Time{}
+	}
 	p.phases = append(p.phases, rundir.Record{Type: rundir.TypePhase, Time: time.Now(), Name: phase, Event: event})
 	return nil
 }
@@ -127,6 +137,10 @@ func (p *Placement) Finish(ctx context.Context) (err error) {
 	for _, w := range p.workloads {
 		if i := slices.IndexFunc(p.woken, func(s rundir.Workload) bool { return s.Name == w.Name }); i >= 0 {
 			workloads = append(workloads, p.woken[i])
+			continue
+		}
+		if w.Kind == rundir.KindNode {
+			workloads = append(workloads, p.sweepWorkloads(w.Workload, got.Meta)...)
 			continue
 		}
 		cg, ok := p.run.CgroupOf(got.Meta, w.Name)

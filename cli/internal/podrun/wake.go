@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/workload"
@@ -17,14 +21,11 @@ import (
 // the node's agent while it runs, and keeps the wake time (by the node's clock from the create
 // call: the pod's start, a gVisor sandbox's boot and the workload's, as a request waits for a
 // pod woken for it) with the pod's measurements. It returns once the agent sampled the cgroup
-// past the answer (Sampled): the boot's counters are the agent's then.
+// past the answer (sampledAfter): the boot's counters are the agent's then.
 func (p *Placement) Wake(ctx context.Context, w stress.Planned, timeout time.Duration) error {
 	body, ok := w.Config.(*workload.WakeConfig)
 	if !ok {
 		return fmt.Errorf("%s: not a wake start", w.Name)
-	}
-	if p.Sampled == nil {
-		return errors.New("a wake run of pods needs the node's agent's samples (Placement.Sampled)")
 	}
 	pending := *body
 	pending.Pending = true
@@ -55,7 +56,7 @@ func (p *Placement) Wake(ctx context.Context, w stress.Planned, timeout time.Dur
 	wl := w.Workload
 	wl.Cgroup, wl.Runtime = cg, p.class
 	p.woken = append(p.woken, wl)
-	if err := p.Sampled(ctx, cg, created, answer.T); err != nil {
+	if err := p.sampledAfter(ctx, cg, created, answer.T); err != nil {
 		return err
 	}
 	fmt.Fprintf(p.run.progress, "%-14s woke in %s (its boot %s)\n", w.Name, time.Duration(wake*float64(time.Second)).Round(10*time.Millisecond),
@@ -122,6 +123,49 @@ func (p *Placement) cgroupOf(ctx context.Context, pod string) (string, error) {
 		}
 		if err := SleepCtx(ctx, 500*time.Millisecond); err != nil {
 			return "", err
+		}
+	}
+}
+
+// A start's phase ends once the node's agent follows the pod's cgroup and has read it wakeTicks
+// after the answer (it samples every second), waiting at most wakeSampleWait.
+const (
+	wakeTicks      = 2500 * time.Millisecond
+	wakeSampleWait = 15 * time.Second
+)
+
+// sampledAfter waits until the node's agent follows the cgroup (it has a sample of its CPU
+// counters since from) and has read it at least twice after t. The agent writes a counter when
+// it changed, so the last value written stands at every later tick: the boot's counters are
+// those at its return (the sandbox idles after its answer).
+func (p *Placement) sampledAfter(ctx context.Context, cg string, from, t time.Time) error {
+	deadline := t.Add(wakeSampleWait)
+	for {
+		followed := false
+		stream, err := p.ac.Query(ctx, &agentv1.QueryRequest{From: timestamppb.New(from), To: timestamppb.New(time.Now().Add(time.Second)),
+			Metric: rundir.MetricCPUUsage, CgroupPrefix: cg})
+		if err != nil {
+			return err
+		}
+		for {
+			chunk, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("reading the samples of %s from the node's agent: %w", cg, err)
+			}
+			followed = followed || slices.ContainsFunc(chunk.GetRecords(), func(r *agentv1.Record) bool { return r.GetCgroup() == cg })
+		}
+		now := time.Now()
+		if followed && now.After(t.Add(wakeTicks)) {
+			return nil
+		}
+		if now.After(deadline) {
+			return fmt.Errorf("the node's agent took no sample of %s within %s of its answer", cg, wakeSampleWait)
+		}
+		if err := SleepCtx(ctx, 500*time.Millisecond); err != nil {
+			return err
 		}
 	}
 }
