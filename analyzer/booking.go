@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nodectl/nodectl/internal/human"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -98,17 +99,17 @@ func (a *analysis) bookingCeiling(rep *Report) {
 	if memUsed >= 0 && b.AllocatableMemory > 0 {
 		memShare = memUsed / float64(b.AllocatableMemory)
 	}
-	kernel := fmt.Sprintf("its kernel ran %s of CPU on average (%s of the allocatable %s)", fmtCores(cpuUsed), fmtPercent(cpuShare),
+	kernel := fmt.Sprintf("its kernel ran %s of CPU on average (%s of the allocatable %s)", fmtCores(cpuUsed), human.Percent(cpuShare),
 		fmtCores(float64(b.AllocatableCPUMilli)/1000))
 	if memShare >= 0 {
-		kernel += fmt.Sprintf(" and used %s of memory (%s of the allocatable %s)", fmtBytes(memUsed), fmtPercent(memShare), fmtBytes(float64(b.AllocatableMemory)))
+		kernel += fmt.Sprintf(" and used %s of memory (%s of the allocatable %s)", human.Bytes(memUsed), human.Percent(memShare), human.Bytes(float64(b.AllocatableMemory)))
 	}
 	idle := cpuShare < usedLowShare && (memShare < 0 || memShare < usedLowShare)
 	if idle {
 		f.Severity = SeverityWarning
 	}
 	head := fmt.Sprintf("the node is booked full by %s: %s of %s %s (%s)", bookedWhat(bind), fmtBooked(bind.booked, bind.unit),
-		fmtBooked(bind.capacity, bind.unit), bookedNoun(bind), fmtPercent(bind.share()))
+		fmtBooked(bind.capacity, bind.unit), bookedNoun(bind), human.Percent(bind.share()))
 	more := ""
 	if b.SmallestCPURequest > 0 && bind.name == dimCPU {
 		free := float64(b.AllocatableCPUMilli - b.RequestedCPUMilli)
@@ -161,7 +162,7 @@ func raiseWhat(d bookingDim) string {
 func fmtBooked(v float64, unit string) string {
 	switch unit {
 	case UnitBytes:
-		return fmtBytes(v)
+		return human.Bytes(v)
 	case "cores":
 		return fmtCores(v)
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/aclements/go-moremath/mathx"
 	"github.com/aclements/go-moremath/stats"
+
+	"github.com/nodectl/nodectl/internal/human"
 )
 
 // Whether a victim's probe got slower is judged from the run's own iterations: how far the
@@ -145,8 +147,8 @@ func (c probeChange) chance() float64 {
 // (p95 of 11 iterations against 6 in the baseline, 11 of them over 5ms slower than every baseline one: a
 // 0.0081% chance if nothing had changed)".
 func (c probeChange) describe() string {
-	p50 := fmt.Sprintf("p50 %s → %s (%s)", fmtSeconds(c.p50B), fmtSeconds(c.p50S), factor(ratio(c.p50S, c.p50B)))
-	p95 := fmt.Sprintf("p95 %s → %s (%s)", fmtSeconds(c.p95B), fmtSeconds(c.p95S), factor(ratio(c.p95S, c.p95B)))
+	p50 := fmt.Sprintf("p50 %s → %s (%s)", human.Seconds(c.p50B), human.Seconds(c.p50S), human.Factor(ratio(c.p50S, c.p50B)))
+	p95 := fmt.Sprintf("p95 %s → %s (%s)", human.Seconds(c.p95B), human.Seconds(c.p95S), human.Factor(ratio(c.p95S, c.p95B)))
 	var what, how string
 	switch {
 	case c.bodyRose() && c.tailRose():
@@ -160,9 +162,9 @@ func (c probeChange) describe() string {
 		how = fmt.Sprintf("p50 of %d iterations against %d in the baseline", c.nS, c.nB)
 	}
 	if c.tailRose() {
-		how += fmt.Sprintf(", %d of them over %s slower than every baseline one", c.above, fmtSeconds(probeMinRiseSeconds))
+		how += fmt.Sprintf(", %d of them over %s slower than every baseline one", c.above, human.Seconds(probeMinRiseSeconds))
 	}
-	return fmt.Sprintf("%s (%s: a %s chance if nothing had changed)", what, how, fmtPercent(c.chance()))
+	return fmt.Sprintf("%s (%s: a %s chance if nothing had changed)", what, how, human.Percent(c.chance()))
 }
 
 // evidence lists the measure's p50, p95, iterations and the chance of its rise.

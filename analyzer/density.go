@@ -1,14 +1,11 @@
 package analyzer
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
-	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/nodectl/nodectl/internal/human"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -425,7 +422,7 @@ func ceiling(s DensityStep, cfg rundir.DensityConfig) *DensityCeiling {
 	case s.Refused > 0:
 		c.Resource = CeilingAdmission
 		c.Explanation = fmt.Sprintf("the kubelet refused %d pod(s) at admission (%s): the node's bookings, not its kernel, bounded the density; the working set was %s of %s memory",
-			s.Refused, s.RefusedReason, fmtBytes(c.WorkingSet), fmtBytes(c.NodeMemory))
+			s.Refused, s.RefusedReason, human.Bytes(c.WorkingSet), human.Bytes(c.NodeMemory))
 	case (slices.Contains(s.Signals, rundir.SignalLeaseLate) || slices.Contains(s.Signals, rundir.SignalNotReady)) &&
 		c.WorkingSet < ceilingMemoryFull*c.NodeMemory && (c.CPUs == 0 || c.CPUCores < ceilingCPUBusy*c.CPUs):
 		c.Resource = CeilingHeartbeat
@@ -434,15 +431,15 @@ func ceiling(s DensityStep, cfg rundir.DensityConfig) *DensityCeiling {
 			notReady = " and the Node left Ready"
 		}
 		c.Explanation = fmt.Sprintf("the node's heartbeat gave out first: its Lease renewed %s past its interval%s, with the working set at %s of %s memory; the lease-late finding of the run's window says why (nodectl postmortem)",
-			fmtSeconds(s.LeaseLateMax), notReady, fmtBytes(c.WorkingSet), fmtBytes(c.NodeMemory))
+			human.Seconds(s.LeaseLateMax), notReady, human.Bytes(c.WorkingSet), human.Bytes(c.NodeMemory))
 	case c.SwapSize > 0 && c.SwapUsed >= ceilingSwapUse*c.SwapSize:
 		c.Resource = CeilingSwap
 		c.Explanation = fmt.Sprintf("swap was exhausted: %s of the %s swap in use, with the working set at %s of %s memory; more swap (or smaller sandboxes) would raise the density",
-			fmtBytes(c.SwapUsed), fmtBytes(c.SwapSize), fmtBytes(c.WorkingSet), fmtBytes(c.NodeMemory))
+			human.Bytes(c.SwapUsed), human.Bytes(c.SwapSize), human.Bytes(c.WorkingSet), human.Bytes(c.NodeMemory))
 	case c.SwapSize > 0 && c.SwapBusy >= ceilingIOBusy:
 		c.Resource = CeilingSwapIO
 		c.Explanation = fmt.Sprintf("the swap device was busy %s of the time (swap-in %s/s, swap-out %s/s): the sandboxes' pages could not come back as fast as they were touched; faster swap (local SSD) or a smaller hot set would raise the density",
-			fmtPercent(c.SwapBusy), fmtBytes(s.SwapIn), fmtBytes(s.SwapOut))
+			human.Percent(c.SwapBusy), human.Bytes(s.SwapIn), human.Bytes(s.SwapOut))
 	case c.CPUs > 0 && c.CPUCores >= ceilingCPUBusy*c.CPUs && c.WorkingSet < ceilingMemoryFull*c.NodeMemory:
 		// Busy CPUs bound the density only while memory has room: a node whose memory is full
 		// spends its CPU reclaiming and re-reading pages, a symptom of the memory ceiling.
@@ -451,9 +448,9 @@ func ceiling(s DensityStep, cfg rundir.DensityConfig) *DensityCeiling {
 	default:
 		c.Resource = CeilingMemory
 		c.Explanation = fmt.Sprintf("the working set, %s (%s a sandbox), filled %s of the node's %s memory",
-			fmtBytes(c.WorkingSet), fmtBytes(c.PerSandbox), fmtPercent(ratio(c.WorkingSet, c.NodeMemory)), fmtBytes(c.NodeMemory))
+			human.Bytes(c.WorkingSet), human.Bytes(c.PerSandbox), human.Percent(ratio(c.WorkingSet, c.NodeMemory)), human.Bytes(c.NodeMemory))
 		if c.SwapSize > 0 {
-			c.Explanation += fmt.Sprintf(" with %s of %s swap in use: what the sandboxes touch no longer fit", fmtBytes(c.SwapUsed), fmtBytes(c.SwapSize))
+			c.Explanation += fmt.Sprintf(" with %s of %s swap in use: what the sandboxes touch no longer fit", human.Bytes(c.SwapUsed), human.Bytes(c.SwapSize))
 		} else {
 			c.Explanation += ", without swap to hold the cold part of their heaps"
 		}
@@ -511,74 +508,25 @@ func (a *analysis) memoryCollapse(dr *DensityReport) *Finding {
 	killed = slices.Compact(killed)
 	swap := "no swap"
 	if c.SwapSize > 0 {
-		swap = fmt.Sprintf("swap %s of %s", fmtBytes(c.SwapUsed), fmtBytes(c.SwapSize))
+		swap = fmt.Sprintf("swap %s of %s", human.Bytes(c.SwapUsed), human.Bytes(c.SwapSize))
 	}
 	f.Summary = fmt.Sprintf("the node collapsed at %d sandboxes (%d held): %s crossed first (%s); "+
 		"the working set was %s of %s memory (%s), %s. Ceiling: %s — %s.",
-		col.Density, dr.MaxStable, col.Signal, fmtCrossing(col),
-		fmtBytes(c.WorkingSet), fmtBytes(c.NodeMemory), fmtPercent(ratio(c.WorkingSet, c.NodeMemory)), swap, c.Resource, c.Explanation)
+		col.Density, dr.MaxStable, col.Signal, col.Crossing(),
+		human.Bytes(c.WorkingSet), human.Bytes(c.NodeMemory), human.Percent(ratio(c.WorkingSet, c.NodeMemory)), swap, c.Resource, c.Explanation)
 	if len(killed) > 0 {
 		f.Summary += fmt.Sprintf(" The OOM killer killed %s.", joinNames(killed))
 	}
 	return f
 }
 
-// fmtCrossing says how far a collapse signal crossed its bound.
-func fmtCrossing(c *DensityCollapse) string {
+// Crossing says how far a collapse signal crossed its bound.
+func (c *DensityCollapse) Crossing() string {
 	switch c.Signal {
 	case rundir.SignalPSIFull:
-		return fmt.Sprintf("%s of the time, over its bound %s", fmtPercent(c.Value), fmtPercent(c.Bound))
+		return fmt.Sprintf("%s of the time, over its bound %s", human.Percent(c.Value), human.Percent(c.Bound))
 	case rundir.SignalOOMKill:
 		return fmt.Sprintf("%.0f kill(s)", c.Value)
 	}
-	return fmt.Sprintf("%s, over its bound %s", fmtSeconds(c.Value), fmtSeconds(c.Bound))
-}
-
-// RenderDensityJSON writes a density run's steps, collapse, ceiling and findings: what
-// `nodectl stress density -o json` prints.
-func RenderDensityJSON(w io.Writer, r *Report) error {
-	dr := r.Density
-	if dr == nil {
-		dr = &DensityReport{Steps: []DensityStep{}}
-	}
-	out := struct {
-		*DensityReport
-		Findings []Finding `json:"findings"`
-	}{dr, r.Findings}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(out); err != nil {
-		return fmt.Errorf("rendering report: %w", err)
-	}
-	return nil
-}
-
-// densityText writes the sweep's table (density × readiness × memory signals), its collapse
-// and ceiling, then the findings and notes of the report.
-func densityText(w io.Writer, dr *DensityReport, rep *Report) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "density\tready\treadiness p50\tp99\ttick late max\tPSI mem some\tfull\tworking set\tswap used\tswap in/s\tout/s\trefaults/s\treclaim stall\tOOM kills\tcpu\tsignals\t\n")
-	for _, s := range dr.Steps {
-		fmt.Fprintf(tw, "%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%.0f\t%.2f\t%s\t\n", s.Density, s.Ready, s.Started,
-			fmtSeconds(s.ReadinessP50), fmtSeconds(s.ReadinessP99), fmtSeconds(s.TickLatenessMax),
-			fmtPercent(s.PSIMemorySome), fmtPercent(s.PSIMemoryFull), fmtBytes(s.WorkingSet), fmtBytes(s.SwapUsed),
-			fmtBytes(s.SwapIn), fmtBytes(s.SwapOut), s.RefaultsFile+s.RefaultsAnon, fmtSeconds(s.ReclaimStall), s.OOMKills, s.CPUCores, strings.Join(s.Signals, ","))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if dr.Collapse != nil {
-		fmt.Fprintf(w, "\ncollapse at %d sandboxes: %s (%s); max stable %d\n", dr.Collapse.Density, dr.Collapse.Signal,
-			fmtCrossing(dr.Collapse), dr.MaxStable)
-	} else {
-		fmt.Fprintf(w, "\nno collapse up to %d sandboxes\n", dr.MaxStable)
-	}
-	if dr.Ceiling != nil {
-		fmt.Fprintf(w, "ceiling: %s: %s\n\n", dr.Ceiling.Resource, dr.Ceiling.Explanation)
-	}
-	// The per-workload summary of every sandbox in every step would bury the table.
-	short := *rep
-	short.Summary = Summary{}
-	return reportText(w, &short)
+	return fmt.Sprintf("%s, over its bound %s", human.Seconds(c.Value), human.Seconds(c.Bound))
 }

@@ -1,15 +1,12 @@
 package analyzer
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"slices"
-	"strings"
-	"text/tabwriter"
 
+	"github.com/nodectl/nodectl/internal/human"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -65,8 +62,8 @@ const (
 	SideB = "b"
 )
 
-// unitCores measures CPU time used per second of a window.
-const unitCores = "cores"
+// UnitCores measures CPU time used per second of a window.
+const UnitCores = "cores"
 
 // diffMetrics are the measures a diff compares, in order. value reports false when the row
 // has no such measure (a workload without a probe has no CPU-work timings).
@@ -76,7 +73,7 @@ var diffMetrics = []struct {
 }{
 	{"cpu_work_p50_seconds", UnitSeconds, "cpu work p50", probeRow(func(p *ProbeStats) float64 { return p.CPUWorkP50 })},
 	{"cpu_work_p95_seconds", UnitSeconds, "cpu work p95", probeRow(func(p *ProbeStats) float64 { return p.CPUWorkP95 })},
-	{"cpu_cores", unitCores, "cpu cores", anyRow(func(wp WorkloadPhase) float64 { return wp.CPUCores })},
+	{"cpu_cores", UnitCores, "cpu cores", anyRow(func(wp WorkloadPhase) float64 { return wp.CPUCores })},
 	{"runq_p99_seconds", UnitSeconds, "run-queue p99", anyRow(func(wp WorkloadPhase) float64 { return wp.RunqP99 })},
 	{"runq_wait_seconds", UnitSeconds, "run-queue wait", anyRow(func(wp WorkloadPhase) float64 { return wp.RunqWait })},
 	{"throttled_seconds", UnitSeconds, "throttled time", anyRow(func(wp WorkloadPhase) float64 { return wp.ThrottledSeconds })},
@@ -285,7 +282,7 @@ func findingsChanged(a, b []Finding) []FindingChange {
 		list, other []Finding
 	}{{SideA, a, b}, {SideB, b, a}} {
 		for _, f := range side.list {
-			if !slices.ContainsFunc(side.other, sameFinding(f)) {
+			if !slices.ContainsFunc(side.other, SameFinding(f)) {
 				out = append(out, FindingChange{ID: f.ID, Victim: f.Victim, In: side.in})
 			}
 		}
@@ -294,7 +291,7 @@ func findingsChanged(a, b []Finding) []FindingChange {
 }
 
 // sameFinding matches findings of the same id about the same victim.
-func sameFinding(f Finding) func(Finding) bool {
+func SameFinding(f Finding) func(Finding) bool {
 	return func(g Finding) bool { return g.ID == f.ID && g.Victim == f.Victim }
 }
 
@@ -306,169 +303,17 @@ func windowNotes(a, b rundir.Window) []string {
 	}
 	if la, lb := a.Seconds(), b.Seconds(); math.Abs(la-lb) > windowLengthTolerance*max(la, lb) {
 		out = append(out, fmt.Sprintf("the windows differ in length (A %s, B %s): totals such as run-queue wait, "+
-			"throttled time and block I/O grow with it", fmtSeconds(la), fmtSeconds(lb)))
+			"throttled time and block I/O grow with it", human.Seconds(la), human.Seconds(lb)))
 	}
 	return out
 }
 
-// RenderDiffJSON writes the diff as `nodectl diff -o json` (docs/run-format.md).
-func RenderDiffJSON(w io.Writer, d *DiffReport) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(d); err != nil {
-		return fmt.Errorf("rendering diff: %w", err)
-	}
-	return nil
-}
-
-// RenderDiffText writes the diff for a person: both runs, each workload's measures side by
-// side with B/A, and the findings of both runs. Measures that are zero in both runs are left
-// out of the table.
-func RenderDiffText(w io.Writer, d *DiffReport) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
-
-	for _, side := range []struct {
-		name string
-		run  DiffRun
-	}{{"A", d.A}, {"B", d.B}} {
-		r := side.run.Run
-		p("%s: run %s: scenario %s on %s, kernel %s; %s %s\n", side.name, r.ID, r.Scenario, r.Node, r.Kernel,
-			side.run.Window.Name, fmtSeconds(side.run.Window.Seconds()))
-	}
-
-	if dd := d.Density; dd != nil {
-		collapse := func(c *DensityCollapse) string {
-			if c == nil {
-				return "no collapse"
-			}
-			return fmt.Sprintf("collapsed at %d (%s)", c.Density, c.Signal)
-		}
-		gain := "-"
-		if dd.Gain != nil {
-			gain = fmtRatio(*dd.Gain)
-		}
-		p("\ndensity\tA\tB\tB/A\n")
-		p("max stable\t%d\t%d\t%s\n", dd.MaxStableA, dd.MaxStableB, gain)
-		p("collapse\t%s\t%s\t\n", collapse(dd.CollapseA), collapse(dd.CollapseB))
-		p("ceiling\t%s\t%s\t\n", orDash(dd.CeilingA), orDash(dd.CeilingB))
-	}
-	if len(d.Workloads) > 0 {
-		p("\nworkload\tmeasure\tA\tB\tB/A\n")
-	}
-	for _, wd := range d.Workloads {
-		name := wd.Workload
-		if wd.In != "" {
-			name += " (" + strings.ToUpper(wd.In) + " only)"
-		}
-		shown := 0
-		for _, m := range wd.Metrics {
-			if orZero(m.A) == 0 && orZero(m.B) == 0 {
-				continue
-			}
-			ratio := ""
-			if m.Ratio != nil {
-				ratio = fmtRatio(*m.Ratio)
-			}
-			p("%s\t%s\t%s\t%s\t%s\n", name, metricLabel(m.Metric), fmtDiff(m.A, m.Unit), fmtDiff(m.B, m.Unit), ratio)
-			name = ""
-			shown++
-		}
-		if shown == 0 {
-			p("%s\t(nothing measured)\n", name)
-		}
-	}
-
-	p("\n")
-	if len(d.A.Findings) == 0 && len(d.B.Findings) == 0 {
-		p("no findings in either run\n")
-	} else {
-		p("finding\tvictim\tA\tB\tchange\n")
-	}
-	all := slices.Clone(d.A.Findings)
-	for _, f := range d.B.Findings {
-		if !slices.ContainsFunc(all, sameFinding(f)) {
-			all = append(all, f)
-		}
-	}
-	for _, f := range all {
-		change := ""
-		for _, c := range d.FindingsChanged {
-			if c.ID == f.ID && c.Victim == f.Victim {
-				change = map[string]string{SideA: "gone", SideB: "appeared"}[c.In]
-			}
-		}
-		p("%s\t%s\t%s\t%s\t%s\n", f.ID, f.Victim, findingCell(d.A.Findings, f), findingCell(d.B.Findings, f), change)
-	}
-
-	for _, side := range []struct {
-		name  string
-		notes []string
-	}{{"A", d.A.Notes}, {"B", d.B.Notes}, {"", d.Notes}} {
-		for _, n := range side.notes {
-			if side.name != "" {
-				n = "run " + side.name + ": " + n
-			}
-			p("\nnote: %s\n", n)
-		}
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("rendering diff: %w", err)
-	}
-	return nil
-}
-
-// findingCell is how a run's list shows finding f: its severity and culprits, or "-".
-func findingCell(list []Finding, f Finding) string {
-	i := slices.IndexFunc(list, sameFinding(f))
-	if i < 0 {
-		return "-"
-	}
-	if len(list[i].Culprits) == 0 {
-		return list[i].Severity
-	}
-	return list[i].Severity + ": " + strings.Join(list[i].Culprits, ", ")
-}
-
-func metricLabel(metric string) string {
+// MetricLabel is how a person reads a diff's metric: "cpu work p50" for cpu_work_p50_seconds.
+func MetricLabel(metric string) string {
 	for _, m := range diffMetrics {
 		if m.name == metric {
 			return m.label
 		}
 	}
 	return metric
-}
-
-func orZero(v *float64) float64 {
-	if v == nil {
-		return 0
-	}
-	return *v
-}
-
-// fmtRatio prints B/A as a factor, with two significant digits below 1 so that a drop to a
-// few percent does not read as 0.
-func fmtRatio(r float64) string {
-	if r < 1 {
-		return fmt.Sprintf("%.2gx", r)
-	}
-	return factor(r)
-}
-
-func fmtDiff(v *float64, unit string) string {
-	switch {
-	case v == nil:
-		return "-"
-	case unit == unitCores:
-		return fmt.Sprintf("%.2f", *v)
-	}
-	return fmtUnit(*v, unit)
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

@@ -165,15 +165,6 @@ func TestDiffFindingsAppearedAndKept(t *testing.T) {
 			t.Errorf("victim %s = %s, want %s", metric, pair(m), want)
 		}
 	}
-	var out strings.Builder
-	if err := RenderDiffText(&out, d); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"disk-contention victim - critical: disk-hog-0, disk-hog-1 appeared", "cpu-throttling victim critical critical"} {
-		if !hasLine(out.String(), want) {
-			t.Errorf("text diff lacks %q:\n%s", want, out.String())
-		}
-	}
 }
 
 // recorded is a record-mode run: no workloads, no phases, the cgroups' own activity.
@@ -229,7 +220,7 @@ func TestDiffZeroBaselinesStayValidJSON(t *testing.T) {
 		}
 	}
 	var buf bytes.Buffer
-	if err := RenderDiffJSON(&buf, d); err != nil {
+	if err := json.NewEncoder(&buf).Encode(d); err != nil {
 		t.Fatal(err)
 	}
 	var doc struct {
@@ -263,50 +254,39 @@ func TestDiffNotesUnalikeWindows(t *testing.T) {
 		!strings.Contains(d.Notes[1], "A 20.00s, B 31.00s") {
 		t.Errorf("window %q, notes %q", d.B.Window.Name, d.Notes)
 	}
-	var out strings.Builder
-	if err := RenderDiffText(&out, d); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"B: run r1: scenario noisy on node-a, kernel 6.18.0; run 31.00s", "note: the windows differ"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("text diff lacks %q:\n%s", want, out.String())
-		}
+	if d.B.Run.ID != "r1" || d.B.Window.Seconds() != 31 {
+		t.Errorf("B %+v over %s, want run r1 over its 31 s", d.B.Run, d.B.Window.Name)
 	}
 }
 
-func TestDiffText(t *testing.T) {
+// The diff of an unlimited and a limited hog, as its text shows it (report.DiffText): each
+// side's measures and their ratio, a workload of one run only, the finding that went.
+func TestDiffSides(t *testing.T) {
 	d := diff(t, unlimitedHogs(), limitedHog())
-	var out strings.Builder
-	if err := RenderDiffText(&out, d); err != nil {
-		t.Fatal(err)
+	if d.A.Run.ID != "r1" || d.A.Window.Name != "stress" || d.A.Window.Seconds() != 20 {
+		t.Errorf("A %+v over %s %gs, want run r1 over its 20 s stress phase", d.A.Run, d.A.Window.Name, d.A.Window.Seconds())
 	}
-	text := out.String()
-	for _, want := range []string{
-		"A: run r1: scenario noisy on node-a, kernel 6.18.0; stress 20.00s",
-		"victim cpu work p50 720ms 410ms 0.57x",
-		"run-queue p99 2.09ms 65.2µs 0.031x",
-		"cpu-hog-0 cpu cores 1.00 0.50 0.5x",
-		"throttled time 0 10.00s",
-		"cpu-hog-1 (A only) cpu cores 1.00 -",
-		"cpu-contention victim warning: cpu-hog-0, cpu-hog-1 - gone",
+	for _, c := range []struct{ workload, metric, want string }{
+		{"victim", "cpu_work_p50_seconds", "0.72 0.41 0.569444"},
+		{"cpu-hog-0", "cpu_cores", "1 0.5 0.5"},
+		{"cpu-hog-0", "throttled_seconds", "0 10 -"},
 	} {
-		if !hasLine(text, want) {
-			t.Errorf("text diff lacks %q:\n%s", want, text)
+		if m, ok := metricDiff(workloadDiff(t, d, c.workload), c.metric); !ok || pair(m) != c.want {
+			t.Errorf("%s %s = %s, want %s", c.workload, c.metric, pair(m), c.want)
 		}
 	}
-	if strings.Contains(text, "write+fsync") {
-		t.Errorf("text diff shows a measure neither run has:\n%s", text)
+	if m, ok := metricDiff(workloadDiff(t, d, "victim"), "runq_p99_seconds"); !ok || m.Ratio == nil || *m.Ratio > 0.1 {
+		t.Errorf("victim run-queue p99 = %s, want B a small share of A", pair(m))
 	}
-}
-
-// hasLine reports whether a line of text, its runs of spaces made single, is want.
-func hasLine(text, want string) bool {
-	for line := range strings.Lines(text) {
-		if strings.Join(strings.Fields(line), " ") == want {
-			return true
-		}
+	if m, ok := metricDiff(workloadDiff(t, d, "victim"), "write_fsync_p50_seconds"); ok && (m.A != nil && *m.A != 0 || m.B != nil && *m.B != 0) {
+		t.Errorf("victim write+fsync = %s, want nothing measured in either run", pair(m))
 	}
-	return false
+	if hog1 := workloadDiff(t, d, "cpu-hog-1"); hog1.In != SideA {
+		t.Errorf("cpu-hog-1 in %q, want run A only", hog1.In)
+	}
+	if !slices.ContainsFunc(d.FindingsChanged, func(c FindingChange) bool { return c.ID == IDCPUContention && c.In == SideA }) {
+		t.Errorf("findings changed %+v, want cpu-contention in A only", d.FindingsChanged)
+	}
 }
 
 func TestDiffNeedsTwoRuns(t *testing.T) {

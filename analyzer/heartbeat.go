@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nodectl/nodectl/internal/human"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -81,8 +82,8 @@ func (a *analysis) systemDaemonStarvation(hb rundir.Workload) *Finding {
 	f.Summary = fmt.Sprintf("the %s probe in the system cgroup woke up to %s late (%s in the baseline) because %s preempted it; "+
 		"its longest gap between beats, %s, is %s of the %s node-monitor grace period after which a node is marked NotReady. "+
 		"Reserve CPUs for system daemons (kubelet reservedSystemCPUs, a cpuset for system.slice) or limit the culprits.",
-		hb.Name, fmtSeconds(worstS), fmtSeconds(worstB), joinNames(f.Culprits), fmtSeconds(gap),
-		fmtPercent(gap/nodeMonitorGrace.Seconds()), nodeMonitorGrace)
+		hb.Name, human.Seconds(worstS), human.Seconds(worstB), joinNames(f.Culprits), human.Seconds(gap),
+		human.Percent(gap/nodeMonitorGrace.Seconds()), nodeMonitorGrace)
 	return f
 }
 
@@ -131,7 +132,7 @@ func (a *analysis) daemonStarvation(d rundir.Workload) *Finding {
 	f.Summary = fmt.Sprintf("the node's %s daemon (cgroup %s) waited longer for a CPU because %s preempted it: "+
 		"its run-queue p99 went %s → %s and its tasks waited %s → %s of every second. "+
 		"Reserve CPUs for system daemons (kubelet reservedSystemCPUs, a cpuset for system.slice) or limit the culprits.",
-		d.Name, d.Cgroup, joinNames(f.Culprits), fmtSeconds(p99b), fmtSeconds(p99s),
-		fmtSeconds(cw.perSecB), fmtSeconds(cw.perSecS))
+		d.Name, d.Cgroup, joinNames(f.Culprits), human.Seconds(p99b), human.Seconds(p99s),
+		human.Seconds(cw.perSecB), human.Seconds(cw.perSecS))
 	return f
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodectl/nodectl/internal/human"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -77,7 +78,7 @@ func (a *analysis) explainLease(l rundir.LeaseRenewal, cg string) *Finding {
 		Evidence: []Evidence{{Metric: "lease_renewal_gap_seconds", Workload: "kubelet", Phase: a.stress.Name,
 			Baseline: interval.Seconds(), Value: l.Gap.Seconds(), Unit: UnitSeconds}}}
 	head := fmt.Sprintf("the kubelet renewed the node's Lease %s after the previous renewal (it renews every %s; the Lease lasts %s)",
-		fmtSeconds(l.Gap.Seconds()), fmtSeconds(interval.Seconds()), fmtSeconds(l.LeaseDuration.Seconds()))
+		human.Seconds(l.Gap.Seconds()), human.Seconds(interval.Seconds()), human.Seconds(l.LeaseDuration.Seconds()))
 	if cg == "" {
 		f.Summary = head + ": the kubelet's process was not found, so the kernel's side is unknown."
 		return f
@@ -121,17 +122,17 @@ func (a *analysis) explainLease(l rundir.LeaseRenewal, cg string) *Finding {
 			f.Evidence = append(f.Evidence, Evidence{Metric: "runq_wait_behind_seconds", Workload: "kubelet", Culprit: n,
 				Phase: a.stress.Name, Value: c.value, Unit: UnitSeconds})
 		}
-		c := fmt.Sprintf("it waited %s for a CPU", fmtSeconds(waited))
+		c := fmt.Sprintf("it waited %s for a CPU", human.Seconds(waited))
 		if len(f.Culprits) > 0 {
 			c += " behind " + joinNames(f.Culprits)
 		}
 		causes = append(causes, c)
 	}
 	if stalls.total >= leaseCauseShare*late {
-		causes = append(causes, fmt.Sprintf("it stalled %s in memory reclaim", fmtSeconds(stalls.total)))
+		causes = append(causes, fmt.Sprintf("it stalled %s in memory reclaim", human.Seconds(stalls.total)))
 	}
 	if fsync >= leaseCauseShare*late {
-		causes = append(causes, fmt.Sprintf("its fsyncs took %s", fmtSeconds(fsync)))
+		causes = append(causes, fmt.Sprintf("its fsyncs took %s", human.Seconds(fsync)))
 	}
 	if swapIn > 0 && stalls.total+fsync+waited < leaseCauseShare*late {
 		causes = append(causes, fmt.Sprintf("the node swapped %.0f pages in meanwhile (major faults stall the kubelet outside the traced waits)", swapIn))
@@ -142,15 +143,15 @@ func (a *analysis) explainLease(l rundir.LeaseRenewal, cg string) *Finding {
 	case ran < idle:
 		f.Summary = head + fmt.Sprintf(": over that gap the kubelet did not run (%s of CPU), and neither waited for a CPU (%s), "+
 			"nor stalled in reclaim (%s) or fsync (%s): it was stopped or blocked outside the kernel's waits (a signal, a lock, the API server).",
-			fmtSeconds(ran), fmtSeconds(waited), fmtSeconds(stalls.total), fmtSeconds(fsync))
+			human.Seconds(ran), human.Seconds(waited), human.Seconds(stalls.total), human.Seconds(fsync))
 	case stopped.Seconds() >= leaseStoppedShare*late && stopped > 2*stoppedBefore:
 		f.Summary = head + fmt.Sprintf(": the kubelet did not run at all for %s of that gap (its CPU time stood still; at most %s in the baseline), "+
 			"and neither waited long for a CPU (%s) nor stalled in reclaim (%s) or fsync (%s): it was stopped or blocked outside the kernel's waits (a signal, a lock, the API server).",
-			fmtSeconds(stopped.Seconds()), fmtSeconds(stoppedBefore.Seconds()), fmtSeconds(waited), fmtSeconds(stalls.total), fmtSeconds(fsync))
+			human.Seconds(stopped.Seconds()), human.Seconds(stoppedBefore.Seconds()), human.Seconds(waited), human.Seconds(stalls.total), human.Seconds(fsync))
 	default:
 		f.Summary = head + fmt.Sprintf(": the kernel does not explain it: over that gap the kubelet ran %s of CPU, waited %s for a CPU, "+
 			"stalled %s in reclaim and %s in fsync; it was busy or blocked in user space (the API server, a lock).",
-			fmtSeconds(ran), fmtSeconds(waited), fmtSeconds(stalls.total), fmtSeconds(fsync))
+			human.Seconds(ran), human.Seconds(waited), human.Seconds(stalls.total), human.Seconds(fsync))
 	}
 	return f
 }

@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/nodectl/nodectl/internal/human"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/rundir/hist"
 )
@@ -156,7 +157,7 @@ func (a *analysis) memoryReclaim(v rundir.Workload) *Finding {
 	for _, kind := range []string{rundir.ReclaimMemcg, rundir.ReclaimDirect} {
 		if h := quoted.stall[kind]; h.Count > 0 {
 			parts = append(parts, fmt.Sprintf("%s in %d %s reclaims (p99 %s, the longest at least %s, %.0f pages)",
-				fmtSeconds(secs(h.SumNs)), h.Count, kind, fmtSeconds(h.Quantile(0.99)), fmtSeconds(h.LongestAtLeast()), quoted.pages[kind]))
+				human.Seconds(secs(h.SumNs)), h.Count, kind, human.Seconds(h.Quantile(0.99)), human.Seconds(h.LongestAtLeast()), quoted.pages[kind]))
 		}
 	}
 	var where []string
@@ -178,7 +179,7 @@ func (a *analysis) memoryReclaim(v rundir.Workload) *Finding {
 	if v.Kind == rundir.KindVictim && len(f.Affects) == 0 {
 		if base, stress := a.probeReadings(v.Cgroup, measureWriteFsync, ref.w), a.probeReadings(v.Cgroup, measureWriteFsync, shown.w); len(stress) > 0 {
 			f.Evidence = append(f.Evidence, ev("probe_write_fsync_p95", quantile(base, 0.95), quantile(stress, 0.95), UnitSeconds))
-			symptoms = fmt.Sprintf("its write+fsync p95 was %s in %s", fmtSeconds(quantile(stress, 0.95)), shown.w.Name)
+			symptoms = fmt.Sprintf("its write+fsync p95 was %s in %s", human.Seconds(quantile(stress, 0.95)), shown.w.Name)
 		}
 	}
 
@@ -215,7 +216,7 @@ func (a *analysis) memoryReclaim(v rundir.Workload) *Finding {
 		cause += "Limit the neighbours' memory, or run fewer of them next to the workload."
 	}
 	f.Summary = fmt.Sprintf("%s's tasks stalled reclaiming memory in %s; in %s %s, %s of the wall time",
-		v.Name, joinNames(where), quoted.w.Name, joinNames(parts), fmtPercent(share))
+		v.Name, joinNames(where), quoted.w.Name, joinNames(parts), human.Percent(share))
 	switch {
 	case len(f.Affects) > 0:
 		f.Summary += "; with the stalls, not with its device, " + symptoms
@@ -413,5 +414,5 @@ func fmtBytesLabel(s string) string {
 	if _, err := fmt.Sscan(s, &v); err != nil {
 		return "?"
 	}
-	return fmtBytes(v)
+	return human.Bytes(v)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/nodectl/nodectl/internal/human"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -64,10 +65,10 @@ func (a *analysis) observedContention(v rundir.Workload) *Finding {
 	f.Summary = fmt.Sprintf("%s got slower because %s held its CPU: each second of CPU its tasks got cost %s of "+
 		"run-queue wait in the window against %s before it (×%.1f wall time for the same work, if CPU-bound). "+
 		"Neighbours account for %s of its waits after a preemption and its run-queue p99 went %s → %s.",
-		v.Name, joinNames(f.Culprits), fmtSeconds(stretchS-1), fmtSeconds(stretchB-1), slowdown,
-		fmtPercent(cw.share), fmtSeconds(rb.Quantile(0.99)), fmtSeconds(rs.Quantile(0.99)))
+		v.Name, joinNames(f.Culprits), human.Seconds(stretchS-1), human.Seconds(stretchB-1), slowdown,
+		human.Percent(cw.share), human.Seconds(rb.Quantile(0.99)), human.Seconds(rs.Quantile(0.99)))
 	if longest := rs.LongestAtLeast(); longest >= stallMinSeconds {
-		f.Summary += fmt.Sprintf(" One wait lasted at least %s: a stall no fair share explains at any weight but a tiny one.", fmtSeconds(longest))
+		f.Summary += fmt.Sprintf(" One wait lasted at least %s: a stall no fair share explains at any weight but a tiny one.", human.Seconds(longest))
 	}
 	f.Summary += " Give it a larger CPU request (weight) or dedicated cores, or move or limit the culprits."
 	return f

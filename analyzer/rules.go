@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nodectl/nodectl/internal/human"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/rundir/hist"
 )
@@ -100,8 +101,8 @@ func (a *analysis) cpuContention(v rundir.Workload) *Finding {
 	f.Summary = fmt.Sprintf("%s got slower because %s held its CPU: %s. "+
 		"Neighbours account for %s of its waits after a preemption, its tasks waited %s → %s of every second "+
 		"and its run-queue p99 went %s → %s.",
-		v.Name, joinNames(f.Culprits), symptoms, fmtPercent(cw.share), fmtSeconds(cw.perSecB), fmtSeconds(cw.perSecS),
-		fmtSeconds(rb.Quantile(0.99)), fmtSeconds(rs.Quantile(0.99)))
+		v.Name, joinNames(f.Culprits), symptoms, human.Percent(cw.share), human.Seconds(cw.perSecB), human.Seconds(cw.perSecS),
+		human.Seconds(rb.Quantile(0.99)), human.Seconds(rs.Quantile(0.99)))
 	if len(viaIO) > 0 {
 		f.Summary += fmt.Sprintf(" Its %s slowed though its device does not explain it (%s): the I/O path waited for a CPU, not for the disk.",
 			joinNames(measureLabels(viaIO)), vv.disk.whyNot())
@@ -110,10 +111,10 @@ func (a *analysis) cpuContention(v rundir.Workload) *Finding {
 		f.Summary += fmt.Sprintf(" In its gVisor sandbox the run-queue wait is summed over the Sentry's, gofer's and stubs' threads: "+
 			"of its %s, the probe's own operations took %s longer than their baseline medians; the other %s or so were "+
 			"sandbox threads waiting off the workload's timed path, a cost in CPU more than in its latency.",
-			fmtSeconds(secs(rs.SumNs)), fmtSeconds(vv.delayS), fmtSeconds(max(0, secs(rs.SumNs)-vv.delayS)))
+			human.Seconds(secs(rs.SumNs)), human.Seconds(vv.delayS), human.Seconds(max(0, secs(rs.SumNs)-vv.delayS)))
 	}
 	if longest := rs.LongestAtLeast(); longest >= stallMinSeconds && longest >= stallOverP99*rs.Quantile(0.99) {
-		f.Summary += fmt.Sprintf(" One wait lasted at least %s, far beyond any fair share: a stall, which the total wait above includes.", fmtSeconds(longest))
+		f.Summary += fmt.Sprintf(" One wait lasted at least %s, far beyond any fair share: a stall, which the total wait above includes.", human.Seconds(longest))
 	}
 	f.Summary += " A CPU limit caps a neighbour but reserves nothing for the victim: give the victim a larger " +
 		"CPU request (weight) or dedicated cores, or move or limit the culprits."
@@ -154,10 +155,10 @@ func (c cpuWaits) covers(lost float64) bool { return accountsFor(min(c.pw.added,
 // whyNot says why the CPU does not explain lost seconds of the probe's time.
 func (c cpuWaits) whyNot(lost float64) string {
 	if !c.byNeighbours() {
-		return fmt.Sprintf("neighbours added %s of run-queue wait, %s of its attributed waits", fmtSeconds(c.pw.added), fmtPercent(c.share))
+		return fmt.Sprintf("neighbours added %s of run-queue wait, %s of its attributed waits", human.Seconds(c.pw.added), human.Percent(c.share))
 	}
 	return fmt.Sprintf("the wait neighbours added (%s) or its run-queue wait's rise (%s) is not half the %s it lost",
-		fmtSeconds(c.pw.added), fmtSeconds(c.added), fmtSeconds(lost))
+		human.Seconds(c.pw.added), human.Seconds(c.added), human.Seconds(lost))
 }
 
 // affects records in f the victim's measures a cause slowed: their keys in Affects and their
@@ -312,7 +313,7 @@ func (a *analysis) cpuThrottling(v rundir.Workload) *Finding {
 	if a.compare && !slices.ContainsFunc(hit, func(t throttle) bool { return t.w.Name == a.stress.Name }) {
 		quoted = worst
 		stressNote = fmt.Sprintf(" In %s it was throttled in only %s of its periods: its quota did not hold it back there.",
-			shown.w.Name, fmtPercent(ratio(shown.throttled, shown.periods)))
+			shown.w.Name, human.Percent(ratio(shown.throttled, shown.periods)))
 	}
 	slowdown := 0.0 // if it had run instead of waiting: (used + throttled) / used
 	for _, t := range hit {
@@ -327,7 +328,7 @@ func (a *analysis) cpuThrottling(v rundir.Workload) *Finding {
 		if i == 0 {
 			of = " of its CFS periods"
 		}
-		where = append(where, fmt.Sprintf("%s%s in %s", fmtPercent(ratio(t.throttled, t.periods)), of, t.w.Name))
+		where = append(where, fmt.Sprintf("%s%s in %s", human.Percent(ratio(t.throttled, t.periods)), of, t.w.Name))
 	}
 	limit := ""
 	if v.CPU != "" {
@@ -337,7 +338,7 @@ func (a *analysis) cpuThrottling(v rundir.Workload) *Finding {
 		ID: IDCPUThrottling, Severity: severity(slowdown), Victim: v.Name, Culprits: []string{},
 		Summary: fmt.Sprintf("%s's own CPU quota%s throttled it in %s, %s throttled against %s of CPU used "+
 			"in %s: its limit, not its neighbours, slows it. Raise or remove its CPU limit.%s",
-			v.Name, limit, joinNames(where), fmtSeconds(quoted.seconds), fmtSeconds(quoted.usage), quoted.w.Name, stressNote),
+			v.Name, limit, joinNames(where), human.Seconds(quoted.seconds), human.Seconds(quoted.usage), quoted.w.Name, stressNote),
 		Evidence: []Evidence{
 			ev("cpu_throttled_period_ratio", ratio(ref.throttled, ref.periods), ratio(shown.throttled, shown.periods), UnitRatio),
 			ev("cpu_throttled_periods", ref.throttled, shown.throttled, UnitCount),
@@ -396,7 +397,7 @@ func (a *analysis) diskContention(v rundir.Workload) *Finding {
 	f.Summary = fmt.Sprintf("%s's I/O got slower while %s issued most of the neighbours' %s of I/O on device %s: %s%s. "+
 		"Move the victim's or the neighbours' data to another disk, or cap the neighbours' I/O "+
 		"(io.max / blkio throttle) or weight it below the victim's.",
-		v.Name, joinNames(f.Culprits), fmtBytes(d.neighbourBytes), d.device, symptoms, where)
+		v.Name, joinNames(f.Culprits), human.Bytes(d.neighbourBytes), d.device, symptoms, where)
 	return f
 }
 
@@ -414,7 +415,7 @@ func (a *analysis) tracedFsync(f *Finding, v rundir.Workload) (float64, string) 
 	f.Affects = append(f.Affects, measureFsync.key)
 	f.Evidence = append(f.Evidence, a.evidence("fsync_latency_p95", v.Name, before, after, UnitSeconds))
 	return ratio(after, before), fmt.Sprintf("its traced fsync p95 rose %s (%s → %s, over %d fsyncs against %d)",
-		factor(ratio(after, before)), fmtSeconds(before), fmtSeconds(after), ts.Count, tb.Count)
+		human.Factor(ratio(after, before)), human.Seconds(before), human.Seconds(after), ts.Count, tb.Count)
 }
 
 // busiestDevice is the device label with the most fsyncs in w.
@@ -448,12 +449,12 @@ func (a *analysis) queueOrService(device string, f *Finding) string {
 	switch {
 	case queue > service && queue > 1:
 		return fmt.Sprintf("; on the device, queue time grew more than service time (mean %s → %s against %s → %s): "+
-			"the victim's requests waited behind the neighbours' I/O", fmtSeconds(qb.Mean()), fmtSeconds(qs.Mean()),
-			fmtSeconds(sb.Mean()), fmtSeconds(ss.Mean()))
+			"the victim's requests waited behind the neighbours' I/O", human.Seconds(qb.Mean()), human.Seconds(qs.Mean()),
+			human.Seconds(sb.Mean()), human.Seconds(ss.Mean()))
 	case service > 1:
 		return fmt.Sprintf("; on the device, service time grew more than queue time (mean %s → %s against %s → %s): "+
-			"the device itself slowed under the load", fmtSeconds(sb.Mean()), fmtSeconds(ss.Mean()),
-			fmtSeconds(qb.Mean()), fmtSeconds(qs.Mean()))
+			"the device itself slowed under the load", human.Seconds(sb.Mean()), human.Seconds(ss.Mean()),
+			human.Seconds(qb.Mean()), human.Seconds(qs.Mean()))
 	}
 	return ""
 }

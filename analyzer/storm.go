@@ -2,13 +2,11 @@ package analyzer
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
+	"github.com/nodectl/nodectl/internal/human"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/rundir/hist"
 )
@@ -38,6 +36,8 @@ type StormWriter struct {
 	FsyncSeconds   []float64 `json:"fsync_seconds"`   // the fsync: writeback of its data and the device's flush
 	DurableP50     float64   `json:"durable_p50_seconds"`
 	DurableMax     float64   `json:"durable_max_seconds"`
+	WriteP50       float64   `json:"write_p50_seconds"`
+	FsyncP50       float64   `json:"fsync_p50_seconds"`
 	// Its cgroup's block I/O on the device over all storms (the block tracer, --trace).
 	Bytes       float64 `json:"bytes"`
 	QueueMean   float64 `json:"blk_queue_mean_seconds"`
@@ -96,63 +96,6 @@ type StormReport struct {
 	Writers  []StormWriter `json:"writers"`
 	Rounds   []StormRound  `json:"rounds"`
 	Findings []Finding     `json:"findings"`
-}
-
-// RenderStormJSON writes the writers, rounds and findings of an fsync-storm run's report.
-func RenderStormJSON(w io.Writer, r *Report) error {
-	out := StormReport{Writers: []StormWriter{}, Rounds: []StormRound{}, Findings: r.Findings}
-	if r.Storm != nil {
-		out.Writers, out.Rounds = r.Storm.Writers, r.Storm.Rounds
-	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(out); err != nil {
-		return fmt.Errorf("rendering report: %w", err)
-	}
-	return nil
-}
-
-// stormText writes the storm's tables and each round's explanation, then the findings and
-// notes.
-func stormText(w io.Writer, r *Report) error {
-	if r.Storm != nil {
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
-		traced := slices.ContainsFunc(r.Storm.Rounds, func(rd StormRound) bool { return rd.QueueMean+rd.ServiceMean > 0 })
-		p("writer\tdurable per storm\tp50\tmax\twrite p50\tfsync p50\tblock I/O\tqueue mean\tservice mean\n")
-		for _, sw := range r.Storm.Writers {
-			var each []string
-			for _, d := range sw.DurableSeconds {
-				each = append(each, fmtSeconds(d))
-			}
-			blk, queue, service := "-", "-", "-" // untraced: unknown, not zero
-			if traced {
-				blk, queue, service = fmtBytes(sw.Bytes), fmtSeconds(sw.QueueMean), fmtSeconds(sw.ServiceMean)
-			}
-			p("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sw.Name, strings.Join(each, " "), fmtSeconds(sw.DurableP50), fmtSeconds(sw.DurableMax),
-				fmtSeconds(quantile(sw.WriteSeconds, 0.5)), fmtSeconds(quantile(sw.FsyncSeconds, 0.5)), blk, queue, service)
-		}
-		p("\nstorm\twriters\tdurable p50\tmax\tslowest\tstart skew\tqueue share\tqueue mean\tservice mean\tdirty peak\n")
-		for _, rd := range r.Storm.Rounds {
-			share, queue, service := "-", "-", "-"
-			if traced {
-				share, queue, service = fmtPercent(rd.QueueShare), fmtSeconds(rd.QueueMean), fmtSeconds(rd.ServiceMean)
-			}
-			p("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", rd.Name, rd.Writers, fmtSeconds(rd.DurableP50), fmtSeconds(rd.DurableMax),
-				rd.Slowest, fmtSeconds(rd.StartSkew), share, queue, service, fmtBytes(rd.DirtyPeak))
-		}
-		if err := tw.Flush(); err != nil {
-			return fmt.Errorf("rendering report: %w", err)
-		}
-		for _, rd := range r.Storm.Rounds {
-			fmt.Fprintf(w, "\n%s: %s\n", rd.Name, rd.Explanation)
-		}
-		fmt.Fprintln(w)
-	}
-	rest := *r
-	rest.Summary = Summary{} // the storm's tables say what the summary's would, per storm
-	return reportText(w, &rest)
 }
 
 // storm fills in an fsync-storm run's tables, its finding and its notes.
@@ -222,6 +165,7 @@ func (a *analysis) stormWriter(w rundir.Workload, rounds []rundir.Window) StormW
 		service = service.Add(of(rundir.MetricBlkService).Label(rundir.LabelDevice, w.Device).HistDelta(win))
 	}
 	sw.DurableP50, sw.DurableMax = quantile(sw.DurableSeconds, 0.5), quantile(sw.DurableSeconds, 1)
+	sw.WriteP50, sw.FsyncP50 = quantile(sw.WriteSeconds, 0.5), quantile(sw.FsyncSeconds, 0.5)
 	sw.QueueMean, sw.ServiceMean = queue.Mean(), service.Mean()
 	return sw
 }
@@ -304,8 +248,8 @@ func explainRound(rd StormRound) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d writers started within %s of each other; durable p50 %s, slowest %s in %s (%s the median; writes p50 %s, fsync p50 %s).",
-		rd.Writers, fmtSeconds(rd.StartSkew), fmtSeconds(rd.DurableP50), rd.Slowest, fmtSeconds(rd.DurableMax),
-		factor(ratio(rd.DurableMax, rd.DurableP50)), fmtSeconds(rd.WriteP50), fmtSeconds(rd.FsyncP50))
+		rd.Writers, human.Seconds(rd.StartSkew), human.Seconds(rd.DurableP50), rd.Slowest, human.Seconds(rd.DurableMax),
+		human.Factor(ratio(rd.DurableMax, rd.DurableP50)), human.Seconds(rd.WriteP50), human.Seconds(rd.FsyncP50))
 	if rd.WriteP50 > rd.FsyncP50 && !rd.DirtyThrottled {
 		fmt.Fprintf(&b, " The writes, not the fsync, took most of it: copying into the page cache")
 		if rd.WritersCPUCores > 0 {
@@ -321,28 +265,28 @@ func explainRound(rd StormRound) string {
 			where = "the tail is waiting in the queue behind the other writers' requests, not a slow device"
 		}
 		fmt.Fprintf(&b, " On device %s requests spent %s of their time queued (mean %s queued, %s served; p95 %s and %s): %s.",
-			rd.Device, fmtPercent(rd.QueueShare), fmtSeconds(rd.QueueMean), fmtSeconds(rd.ServiceMean),
-			fmtSeconds(rd.QueueP95), fmtSeconds(rd.ServiceP95), where)
+			rd.Device, human.Percent(rd.QueueShare), human.Seconds(rd.QueueMean), human.Seconds(rd.ServiceMean),
+			human.Seconds(rd.QueueP95), human.Seconds(rd.ServiceP95), where)
 	}
 	if rd.DeviceBytes > 0 {
 		var names []string
 		for _, h := range rd.HeldBy {
-			names = append(names, fmt.Sprintf("%s %s (%s)", h.Workload, fmtBytes(h.Bytes), fmtPercent(h.Share)))
+			names = append(names, fmt.Sprintf("%s %s (%s)", h.Workload, human.Bytes(h.Bytes), human.Percent(h.Share)))
 		}
 		fmt.Fprintf(&b, " Of the %s written to it, the writers holding most were %s; %s came from cgroups that are no writer (the flusher's writeback, the journal).",
-			fmtBytes(rd.DeviceBytes), joinNames(names), fmtBytes(rd.OtherBytes))
+			human.Bytes(rd.DeviceBytes), joinNames(names), human.Bytes(rd.OtherBytes))
 	}
 	if rd.DirtyThreshold > 0 {
 		switch {
 		case rd.DirtyThrottled:
 			fmt.Fprintf(&b, " Dirty memory peaked at %s, past the point (%s) where balance_dirty_pages pauses writers: the writes themselves were throttled.",
-				fmtBytes(rd.DirtyPeak), fmtBytes((rd.DirtyThreshold+rd.DirtyBackgroundThreshold)/2))
+				human.Bytes(rd.DirtyPeak), human.Bytes((rd.DirtyThreshold+rd.DirtyBackgroundThreshold)/2))
 		case rd.DirtyPeak >= rd.DirtyBackgroundThreshold:
 			fmt.Fprintf(&b, " Dirty memory peaked at %s, over the background threshold %s: the flusher wrote back alongside the fsyncs (writeback peak %s), without throttling the writers.",
-				fmtBytes(rd.DirtyPeak), fmtBytes(rd.DirtyBackgroundThreshold), fmtBytes(rd.WritebackPeak))
+				human.Bytes(rd.DirtyPeak), human.Bytes(rd.DirtyBackgroundThreshold), human.Bytes(rd.WritebackPeak))
 		default:
 			fmt.Fprintf(&b, " Dirty memory peaked at %s, under the background threshold %s: no background writeback or dirty throttling, each fsync wrote back its own data (writeback peak %s).",
-				fmtBytes(rd.DirtyPeak), fmtBytes(rd.DirtyBackgroundThreshold), fmtBytes(rd.WritebackPeak))
+				human.Bytes(rd.DirtyPeak), human.Bytes(rd.DirtyBackgroundThreshold), human.Bytes(rd.WritebackPeak))
 		}
 	}
 	return b.String()
@@ -430,8 +374,8 @@ func (a *analysis) stormTail(s *Storm, writers []rundir.Workload, rounds []rundi
 	f.Summary = fmt.Sprintf("in %s, %s took %s to make its data durable, %s the median writer's %s, while %s moved %s of the %s written to device %s "+
 		"and its requests spent %s of their time queued (mean %s queued against %s served): the writers that held the queue "+
 		"made the tail. Stagger the writers (a snapshot storm), give them separate disks, or cap their I/O (io.max / blkio throttle).",
-		win.Name, v.Name, fmtSeconds(worst), factor(ratio(worst, rd.DurableP50)), fmtSeconds(rd.DurableP50), joinNames(f.Culprits),
-		fmtPercent(ratio(othersBytes, rd.DeviceBytes)), fmtBytes(rd.DeviceBytes), device, fmtPercent(rd.QueueShare),
-		fmtSeconds(rd.QueueMean), fmtSeconds(rd.ServiceMean))
+		win.Name, v.Name, human.Seconds(worst), human.Factor(ratio(worst, rd.DurableP50)), human.Seconds(rd.DurableP50), joinNames(f.Culprits),
+		human.Percent(ratio(othersBytes, rd.DeviceBytes)), human.Bytes(rd.DeviceBytes), device, human.Percent(rd.QueueShare),
+		human.Seconds(rd.QueueMean), human.Seconds(rd.ServiceMean))
 	return f
 }

@@ -1,8 +1,6 @@
 package analyzer
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -153,27 +151,6 @@ func TestStormDirtyThrottlingAndMissingWriters(t *testing.T) {
 	}
 	if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "1 of 2 writer fsyncs never returned") {
 		t.Errorf("notes %q", rep.Notes)
-	}
-}
-
-func TestRenderStorm(t *testing.T) {
-	rep := stormRun(0, 100<<20, writer(0.4, 64<<20, 0.02), writer(1.5, 64<<20, 0.02)).analyze(t)
-	var js bytes.Buffer
-	if err := RenderStormJSON(&js, rep); err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(js.Bytes(), &doc); err != nil || len(doc) != 3 || doc["writers"] == nil || doc["rounds"] == nil || doc["findings"] == nil {
-		t.Errorf("storm JSON keys %v (%v), want writers, rounds and findings", doc, err)
-	}
-	var txt bytes.Buffer
-	if err := RenderText(&txt, rep); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"fsync-writer-1", "round-1:", "durable per storm", "scenario fsync-storm"} {
-		if !strings.Contains(txt.String(), want) {
-			t.Errorf("text report lacks %q:\n%s", want, txt.String())
-		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nodectl/nodectl/internal/human"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -182,7 +183,7 @@ func (a *analysis) swapFinding(cg string, u swapUse) Finding {
 		"%.0f pages a second brought back in the %s window (%.0f major faults, %.0f anon refaults), %.0f/s in its first half "+
 		"and %.0f/s in its second. Its working set does not fit its memory%s: swap keeps it alive but "+
 		"every fault-back waits on the swap device. Raise its memory limit or shrink its working set.",
-		name, fmtBytes(u.swapMax), rate, u.w.Name, u.majors, u.refaults, u.firstHalf, u.secondHalf, limit)
+		name, human.Bytes(u.swapMax), rate, u.w.Name, u.majors, u.refaults, u.firstHalf, u.secondHalf, limit)
 	return f
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nodectl/nodectl/internal/human"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/rundir/hist"
 )
@@ -204,14 +205,14 @@ func (d diskLoad) whyNot() string {
 	if !d.slowed() {
 		busy := ""
 		if d.busyB >= 0 {
-			busy = fmt.Sprintf(", busy %s → %s of the time", fmtPercent(d.busyB), fmtPercent(d.busyS))
+			busy = fmt.Sprintf(", busy %s → %s of the time", human.Percent(d.busyB), human.Percent(d.busyS))
 		}
 		parts = append(parts, fmt.Sprintf("the mean time of its block requests on %s went %s → %s (all requests' %s → %s%s)",
-			d.device, fmtSeconds(d.ownB), fmtSeconds(d.ownS), fmtSeconds(d.deviceB), fmtSeconds(d.deviceS), busy))
+			d.device, human.Seconds(d.ownB), human.Seconds(d.ownS), human.Seconds(d.deviceB), human.Seconds(d.deviceS), busy))
 	}
 	if !d.loaded() {
 		parts = append(parts, fmt.Sprintf("the neighbours moved only %s there (%s of the device's data)",
-			fmtBytes(d.neighbourBytes), fmtPercent(ratio(d.neighbourBytes, d.neighbourBytes+d.ownBytes))))
+			human.Bytes(d.neighbourBytes), human.Percent(ratio(d.neighbourBytes, d.neighbourBytes+d.ownBytes))))
 	}
 	return strings.Join(parts, " and ")
 }
@@ -276,14 +277,14 @@ func (a *analysis) unexplained(findings []Finding) []string {
 		if len(a.probeReadings(w.Cgroup, measureCPUWork, a.baseline)) > 0 && len(a.probeReadings(w.Cgroup, measureCPUWork, a.stress)) == 0 {
 			out = append(out, fmt.Sprintf("%s's probe finished no iteration in the %s phase (%s): it was held the whole phase, "+
 				"a slowdown no rule can measure; its run-queue p99 went %s → %s and its longest wait was at least %s",
-				w.Name, a.stress.Name, fmtSeconds(a.stress.Seconds()), fmtSeconds(cw.rb.Quantile(0.99)), fmtSeconds(cw.rs.Quantile(0.99)),
-				fmtSeconds(cw.rs.LongestAtLeast())))
+				w.Name, a.stress.Name, human.Seconds(a.stress.Seconds()), human.Seconds(cw.rb.Quantile(0.99)), human.Seconds(cw.rs.Quantile(0.99)),
+				human.Seconds(cw.rs.LongestAtLeast())))
 		}
 		for _, c := range vv.changes {
 			if p := minChance(c.nB, c.nS); p > probeAlpha {
 				out = append(out, fmt.Sprintf("%s's probe ran %d iterations in the baseline and %d in the stress phase: too few for a "+
 					"slowdown to count (even every stress iteration slower than every baseline one has a %s chance); run longer phases",
-					w.Name, c.nB, c.nS, fmtPercent(p)))
+					w.Name, c.nB, c.nS, human.Percent(p)))
 				break
 			}
 			if !c.slowed() || explained[c.measure.key] {
@@ -301,7 +302,7 @@ func (a *analysis) unexplained(findings []Finding) []string {
 			why = append(why, "the CPU does not ("+cw.whyNot(loss)+")")
 			rb, rs := a.reclaimStallsOf(w.Cgroup, a.baseline), a.reclaimStallsOf(w.Cgroup, a.stress)
 			why = append(why, fmt.Sprintf("nor does reclaim (its stalls went %s → %s of every second)",
-				fmtSeconds(ratio(rb.total, a.baseline.Seconds())), fmtSeconds(ratio(rs.total, a.stress.Seconds()))))
+				human.Seconds(ratio(rb.total, a.baseline.Seconds())), human.Seconds(ratio(rs.total, a.stress.Seconds()))))
 			out = append(out, fmt.Sprintf("%s's %s got slower but no finding explains it: %s. %s. Something the tracers do "+
 				"not see (memory bandwidth, interrupts) may be the cause.",
 				w.Name, c.measure.label, c.describe(), capitalize(strings.Join(why, ", "))))

@@ -1,11 +1,10 @@
 package analyzer
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"path"
 
+	"github.com/nodectl/nodectl/internal/human"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -14,8 +13,8 @@ import (
 // phase named after it: from just before the launch to the driver's snapshot right after the
 // sandbox answered. Starts at one limit form the limit's group, wake-<cpu>.
 const (
-	// phaseWake is the Phase of wake evidence; its Baseline is the fastest limit's value.
-	phaseWake = "wake" //rundir:other: a findings value
+	// PhaseWake is the Phase of wake evidence; its Baseline is the fastest limit's value.
+	PhaseWake = "wake" //rundir:other: a findings value
 )
 
 // wakeThrottledMinShare: a limit's starts spent at least this share of their wake throttled
@@ -58,21 +57,6 @@ type wakeStart struct {
 type WakeReport struct {
 	Limits   []WakeLimit `json:"limits"`
 	Findings []Finding   `json:"findings"`
-}
-
-// RenderWakeJSON writes the limits and findings of a wake run's report.
-func RenderWakeJSON(w io.Writer, r *Report) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	limits := r.Limits
-	if limits == nil {
-		limits = []WakeLimit{}
-	}
-	if err := enc.Encode(WakeReport{Limits: limits, Findings: r.Findings}); err != nil {
-		return fmt.Errorf("rendering report: %w", err)
-	}
-	return nil
 }
 
 // wake tabulates a wake run by CPU limit, explains the slow limits, and notes the starts that
@@ -209,10 +193,10 @@ func wakeThrottling(l WakeLimit, fastest *WakeLimit, n int) *Finding {
 	than := ""
 	if ref.CPU != "" && ref.CPU != l.CPU {
 		slowdown = ratio(l.WakeP50, ref.WakeP50)
-		than = fmt.Sprintf(", %s the %s with a limit of %s", factor(slowdown), fmtSeconds(ref.WakeP50), ref.CPU)
+		than = fmt.Sprintf(", %s the %s with a limit of %s", human.Factor(slowdown), human.Seconds(ref.WakeP50), ref.CPU)
 	}
 	ev := func(metric string, b, v float64, unit string) Evidence {
-		return Evidence{Metric: metric, Workload: l.Workload, Phase: phaseWake, Baseline: b, Value: v, Unit: unit}
+		return Evidence{Metric: metric, Workload: l.Workload, Phase: PhaseWake, Baseline: b, Value: v, Unit: unit}
 	}
 	runqMetric := "runq_wait_seconds"
 	if l.RunqWaitSource == runqSourceSchedstat {
@@ -223,8 +207,8 @@ func wakeThrottling(l WakeLimit, fastest *WakeLimit, n int) *Finding {
 		Summary: fmt.Sprintf("with a CPU limit of %s the sandbox took %s to answer its first request (p50 of %d starts%s): "+
 			"its own quota throttled the boot in %.0f of its %.0f CFS periods, for %s (summed over CPUs: %s of the wake time), "+
 			"though a boot needs only about %s of CPU at any limit. Raise or remove the CPU limit of sandboxes that must wake fast.",
-			l.CPU, fmtSeconds(l.WakeP50), l.Starts, than, l.ThrottledPeriodsP50, l.PeriodsP50, fmtSeconds(l.ThrottledP50),
-			fmtPercent(l.ThrottledShare), fmtSeconds(l.CPUUsageP50)),
+			l.CPU, human.Seconds(l.WakeP50), l.Starts, than, l.ThrottledPeriodsP50, l.PeriodsP50, human.Seconds(l.ThrottledP50),
+			human.Percent(l.ThrottledShare), human.Seconds(l.CPUUsageP50)),
 		Evidence: []Evidence{
 			ev("wake_p50", ref.WakeP50, l.WakeP50, UnitSeconds),
 			ev("wake_p95", ref.WakeP95, l.WakeP95, UnitSeconds),
@@ -235,19 +219,5 @@ func wakeThrottling(l WakeLimit, fastest *WakeLimit, n int) *Finding {
 			ev("cpu_usage_seconds", ref.CPUUsageP50, l.CPUUsageP50, UnitSeconds),
 			ev(runqMetric, ref.RunqWaitP50, l.RunqWaitP50, UnitSeconds),
 		},
-	}
-}
-
-// wakeTable prints the wake run's limits, one row each.
-func wakeTable(p func(string, ...any), limits []WakeLimit) {
-	p("\ncpu limit\tstarts\twake p50\tp95\tthrottled share\tthrottled p50\tcpu used p50\trun-queue wait p50\tboot p50 (inside)\n")
-	for _, l := range limits {
-		if l.Starts == 0 {
-			p("%s\t0\t-\t-\t-\t-\t-\t-\t-\n", l.CPU)
-			continue
-		}
-		p("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s (%s)\t%s\n", l.CPU, l.Starts, fmtSeconds(l.WakeP50), fmtSeconds(l.WakeP95),
-			fmtPercent(l.ThrottledShare), fmtSeconds(l.ThrottledP50), fmtSeconds(l.CPUUsageP50),
-			fmtSeconds(l.RunqWaitP50), l.RunqWaitSource, fmtSeconds(l.BootP50))
 	}
 }

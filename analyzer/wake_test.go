@@ -1,8 +1,6 @@
 package analyzer
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 	"reflect"
@@ -116,7 +114,7 @@ func TestWakeThrottlingExplainsTheSlowLimit(t *testing.T) {
 	if f.ID != IDCPUThrottling || f.Victim != "wake-50m" || f.Severity != SeverityCritical || len(f.Culprits) != 0 {
 		t.Errorf("finding %s of %s (%s, culprits %v), want critical cpu-throttling of wake-50m without culprits", f.ID, f.Victim, f.Severity, f.Culprits)
 	}
-	if e := evidence(t, f, "wake_p50", ""); e.Value != 3.0 || e.Baseline != 0.16 || e.Phase != phaseWake || e.Workload != "wake-50m" {
+	if e := evidence(t, f, "wake_p50", ""); e.Value != 3.0 || e.Baseline != 0.16 || e.Phase != PhaseWake || e.Workload != "wake-50m" {
 		t.Errorf("wake_p50 evidence %+v, want 3.0 s against the fastest limit's 0.16 s", e)
 	}
 	if e := evidence(t, f, "wake_throttled_share", ""); !approx(e.Value, slow.ThrottledShare) || e.Unit != UnitRatio {
@@ -194,41 +192,6 @@ func TestWakeSummaryHasEachStartOnce(t *testing.T) {
 	}
 	if r := rep.Summary.Workloads[0]; !approx(r.ThrottledSeconds, 2.75) {
 		t.Errorf("wake-50m-0 row %+v, want 2.75 s throttled", r)
-	}
-}
-
-func TestRenderWake(t *testing.T) {
-	rep := wakeRun(true, throttledBoot(3), fastBoot(0.16)).analyze(t)
-	var buf bytes.Buffer
-	if err := RenderWakeJSON(&buf, rep); err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
-		t.Fatalf("output is not JSON: %v\n%s", err, buf.String())
-	}
-	if got := keys(t, doc); !reflect.DeepEqual(got, []string{"findings", "limits"}) {
-		t.Errorf("wake report keys %v, want findings and limits", got)
-	}
-	limit := doc["limits"].([]any)[0].(map[string]any)
-	for _, k := range []string{"cpu", "wake_p50_seconds", "wake_p95_seconds", "throttled_share"} {
-		if _, ok := limit[k]; !ok {
-			t.Errorf("limit %v lacks %s", limit, k)
-		}
-	}
-
-	buf.Reset()
-	if err := RenderText(&buf, rep); err != nil {
-		t.Fatal(err)
-	}
-	out := buf.String()
-	for _, want := range []string{"scenario wake", "cpu limit", "throttled share", "50m ", "3.00s", "CRITICAL cpu-throttling: wake-50m", "fastest limit"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("text lacks %q:\n%s", want, out)
-		}
-	}
-	if strings.Contains(out, "wake-50m-0  ") {
-		t.Errorf("text lists the starts one by one:\n%s", out)
 	}
 }
 

@@ -53,9 +53,9 @@ The text table leaves out measures that are zero in both runs; -o json has them 
 				}
 			}
 			if output == "json" {
-				return analyzer.RenderDiffJSON(cmd.OutOrStdout(), d)
+				return report.DiffJSON(cmd.OutOrStdout(), d)
 			}
-			return analyzer.RenderDiffText(cmd.OutOrStdout(), d)
+			return report.DiffText(cmd.OutOrStdout(), d)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "report format: text or json")

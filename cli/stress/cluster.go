@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/agent/recorded"
-	"github.com/nodectl/nodectl/analyzer"
 	agentv1 "github.com/nodectl/nodectl/api/agent/v1"
 	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/interrupt"
@@ -113,6 +112,30 @@ func startPods(cmd *cobra.Command, rf *runFlags, scenario string, extra ...remot
 	return ctx, s, finish, nil
 }
 
+// runPods runs scenario as pods on --node: startPods' checks, the run's namespace and the
+// node's agent reached, the headline (the node's name given), run on the pods placement, then
+// the run it wrote analyzed and reported. The pods and the namespace go on every path.
+func (rf *runFlags) runPods(cmd *cobra.Command, scenario string, headline func(node string) string,
+	run func(context.Context, *podrun.Placement, *st.LiveLine) error, extra ...remote.Permission) error {
+	ctx, s, finish, err := startPods(cmd, rf, scenario, extra...)
+	if err != nil {
+		return err
+	}
+	defer finish()
+	fmt.Fprintln(s.progress, headline(s.node))
+	p := podrun.NewPlacement(s.run, s.ac, s.rec, s.ncpu, runtimeClass(rf.opts.Runtime, rf.runtimeClass), scenario, s.out)
+	line := st.NewLiveLine(s.progress, console.IsTerminal(os.Stderr))
+	defer line.Done()
+	if err := run(ctx, p, line); err != nil {
+		return err
+	}
+	rep, err := analyzeRun(p.Run())
+	if err != nil {
+		return err
+	}
+	return rf.report(cmd, rep)
+}
+
 // clusterNoisy runs noisy as pods on --node (stress.NoisyOn on podrun's placement), recorded by
 // the node's agent, and explains the run it wrote.
 func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
@@ -121,39 +144,10 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 			return fmt.Errorf("--hog %s,target=%s: not with --%s (a pod writes to its own emptyDir on the node's disk)", h.Kind, h.Target, remote.FlagNode)
 		}
 	}
-	ctx, s, finish, err := startPods(cmd, rf, "noisy")
-	if err != nil {
-		return err
-	}
-	defer finish()
 	cfg.Interval = time.Second
-	fmt.Fprintf(s.progress, "noisy on node %s: victim alone %s, then next to %d hog pod(s) %s\n", s.node, cfg.Baseline, countHogs(cfg.Hogs), cfg.Duration)
-	p := podrun.NewPlacement(s.run, s.ac, s.rec, s.ncpu, runtimeClass(rf.opts.Runtime, rf.runtimeClass), rundir.ScenarioNoisy, s.out)
-	if err := st.NoisyOn(ctx, cfg, p); err != nil {
-		return err
-	}
-	rep, err := analyzeRun(p.Run())
-	if err != nil {
-		return err
-	}
-	return rf.report(rep, "noisy", func() error { return console.Render(cmd.OutOrStdout(), rep, rf.output) })
-}
-
-// finish lets the agent's last samples of the run land (within an interval or two), writes the
-// run directory with collect (what of them) and analyzes the run collect wrote, as it holds it.
-// A half-written run is no run: out was new or empty, and is removed again when collect fails.
-func (s *podSession) finish(ctx context.Context, what string, collect func() (*rundir.Run, error)) (*analyzer.Report, error) {
-	if err := podrun.SleepCtx(ctx, 3*time.Second); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(s.progress, "collecting %s from the node's agent into %s\n", what, s.out)
-	run, err := collect()
-	if err != nil {
-		os.RemoveAll(s.out)
-		return nil, err
-	}
-	fmt.Fprintf(s.progress, "run directory: %s\n", s.out)
-	return analyzeRun(run)
+	return rf.runPods(cmd, rundir.ScenarioNoisy, func(node string) string {
+		return fmt.Sprintf("noisy on node %s: victim alone %s, then next to %d hog pod(s) %s", node, cfg.Baseline, countHogs(cfg.Hogs), cfg.Duration)
+	}, func(ctx context.Context, p *podrun.Placement, _ *st.LiveLine) error { return st.NoisyOn(ctx, cfg, p) })
 }
 
 // cleanNode deletes what runs of pods left on node.

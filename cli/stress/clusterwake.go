@@ -1,6 +1,9 @@
 package stress
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"github.com/nodectl/nodectl/cli/internal/podrun"
@@ -12,18 +15,7 @@ import (
 // time at each CPU limit, explained from the node's agent's window: the pods' CFS throttling
 // and run-queue waits, read from their cgroups.
 func clusterWake(cmd *cobra.Command, rf *runFlags, cfg st.WakeConfig) error {
-	ctx, s, finish, err := startPods(cmd, rf, "wake")
-	if err != nil {
-		return err
-	}
-	defer finish()
-	p := podrun.NewPlacement(s.run, s.ac, s.rec, s.ncpu, runtimeClass(rf.opts.Runtime, rf.runtimeClass), rundir.ScenarioWake, s.out)
-	if err := st.WakeOn(ctx, cfg, p); err != nil {
-		return err
-	}
-	rep, err := analyzeRun(p.Run())
-	if err != nil {
-		return err
-	}
-	return rf.report(rep, "wake", func() error { return renderWake(cmd, rf, rep) })
+	return rf.runPods(cmd, rundir.ScenarioWake, func(node string) string {
+		return fmt.Sprintf("wake on node %s: %d start(s) at each of %s", node, cfg.Count, limitNames(cfg.CPULimits))
+	}, func(ctx context.Context, p *podrun.Placement, _ *st.LiveLine) error { return st.WakeOn(ctx, cfg, p) })
 }

@@ -1,6 +1,7 @@
 package stress
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,8 +11,6 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodectl/nodectl/analyzer"
-	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/podrun"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/internal/quantity"
@@ -78,22 +77,13 @@ every exit path ('nodectl --node NODE stress clean' after a kill).`,
 			if remote.FromCommand(cmd).Node != "" {
 				return clusterDensity(cmd, &rf, cfg)
 			}
-			ctx, stop, err := rf.start(cmd, "nodectl stress density", "creating cgroups, swap and sysctls")
-			if err != nil {
-				return err
-			}
-			defer stop()
 			node := "this host"
 			if cfg.NodeMemory > 0 {
 				node = "a node of " + quantity.FormatSize(cfg.NodeMemory)
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "density: sandboxes of %s, %d per step up to %d, on %s\n", quantity.FormatSize(cfg.SandboxMemory), cfg.Step, cfg.Max, node)
-			dir, runErr := st.Density(ctx, cfg)
-			rep, err := finish(cmd, dir, runErr)
-			if err != nil {
-				return err
-			}
-			return rf.report(rep, "density", func() error { return renderDensity(cmd, &rf, rep) })
+			headline := fmt.Sprintf("density: sandboxes of %s, %d per step up to %d, on %s", quantity.FormatSize(cfg.SandboxMemory), cfg.Step, cfg.Max, node)
+			return rf.runLocal(cmd, "nodectl stress density", "creating cgroups, swap and sysctls", headline,
+				func(ctx context.Context) (string, error) { return st.Density(ctx, cfg) })
 		},
 	}
 	f := cmd.Flags()
@@ -119,15 +109,6 @@ every exit path ('nodectl --node NODE stress clean' after a kill).`,
 	f.DurationVar(&cfg.Criteria.LeaseLate, "collapse-lease-late", cfg.Criteria.LeaseLate, "with --node: collapse when the node's Lease is renewed later than its renew interval by more than this; 0 turns it off")
 	rf.register(f, "the sandboxes", "every program: run queue, fsync, block I/O, reclaim and OOM kills", true)
 	return remote.Supports(cmd)
-}
-
-// renderDensity prints a density run's report: its table, collapse and ceiling, or with -o json
-// those and the findings.
-func renderDensity(cmd *cobra.Command, rf *runFlags, rep *analyzer.Report) error {
-	if rf.output == "json" {
-		return analyzer.RenderDensityJSON(cmd.OutOrStdout(), rep)
-	}
-	return analyzer.RenderText(cmd.OutOrStdout(), rep)
 }
 
 // parseDensityFlags checks the sizes, counts and bounds, naming the flag and what is allowed.
@@ -228,20 +209,10 @@ func clusterDensity(cmd *cobra.Command, rf *runFlags, cfg st.DensityConfig) erro
 		}
 	}
 	lease := remote.Permission{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: corev1.NamespaceNodeLease}
-	ctx, s, finish, err := startPods(cmd, rf, "density", lease)
-	if err != nil {
-		return err
-	}
-	defer finish()
-	fmt.Fprintf(s.progress, "density on node %s: sandbox pods of %s (request %s, limit %s), %d per step up to %d\n", s.node,
-		quantity.FormatSize(cfg.SandboxMemory), quantity.FormatSize(cfg.RequestBytes), quantity.FormatSize(cfg.LimitBytes), cfg.Step, cfg.Max)
-	p := podrun.NewPlacement(s.run, s.ac, s.rec, s.ncpu, runtimeClass(rf.opts.Runtime, rf.runtimeClass), rundir.ScenarioDensity, s.out)
-	if err := st.DensityOn(ctx, cfg, p, st.NewLiveLine(s.progress, console.IsTerminal(os.Stderr))); err != nil {
-		return err
-	}
-	rep, err := analyzeRun(p.Run())
-	if err != nil {
-		return err
-	}
-	return rf.report(rep, "density", func() error { return renderDensity(cmd, rf, rep) })
+	return rf.runPods(cmd, rundir.ScenarioDensity, func(node string) string {
+		return fmt.Sprintf("density on node %s: sandbox pods of %s (request %s, limit %s), %d per step up to %d", node,
+			quantity.FormatSize(cfg.SandboxMemory), quantity.FormatSize(cfg.RequestBytes), quantity.FormatSize(cfg.LimitBytes), cfg.Step, cfg.Max)
+	}, func(ctx context.Context, p *podrun.Placement, line *st.LiveLine) error {
+		return st.DensityOn(ctx, cfg, p, line)
+	}, lease)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nodectl/nodectl/cli/internal/interrupt"
 	"github.com/nodectl/nodectl/cli/internal/pathflags"
 	"github.com/nodectl/nodectl/cli/internal/privilege"
+	"github.com/nodectl/nodectl/report"
 	st "github.com/nodectl/nodectl/stress"
 	"github.com/nodectl/nodectl/stress/launch"
 	"github.com/nodectl/nodectl/tuner"
@@ -114,13 +115,34 @@ func (rf *runFlags) start(cmd *cobra.Command, name, why string) (context.Context
 	return ctx, stop, nil
 }
 
-// report prints the report with render, then writes --junit and says whether a finding
-// reached --fail-on (exit 3).
-func (rf *runFlags) report(rep *analyzer.Report, scenario string, render func() error) error {
-	if err := render(); err != nil {
+// runLocal runs a scenario on this host: start's checks, the headline, run until it ends or
+// Ctrl-C, then the run directory it wrote analyzed and reported. name and why are start's.
+func (rf *runFlags) runLocal(cmd *cobra.Command, name, why, headline string, run func(context.Context) (string, error)) error {
+	ctx, stop, err := rf.start(cmd, name, why)
+	if err != nil {
 		return err
 	}
-	return rf.gate.Apply(rep, scenario)
+	defer stop()
+	fmt.Fprintln(cmd.ErrOrStderr(), headline)
+	dir, runErr := run(ctx)
+	rep, err := finish(cmd, dir, runErr)
+	if err != nil {
+		return err
+	}
+	return rf.report(cmd, rep)
+}
+
+// report prints the report (text, or with -o json its scenario's view), then writes --junit
+// and says whether a finding reached --fail-on (exit 3).
+func (rf *runFlags) report(cmd *cobra.Command, rep *analyzer.Report) error {
+	render := report.Text
+	if rf.output == "json" {
+		render = report.ScenarioJSON
+	}
+	if err := render(cmd.OutOrStdout(), rep); err != nil {
+		return err
+	}
+	return rf.gate.Apply(rep, rep.Run.Scenario)
 }
 
 // checkPlatform validates --runsc-platform, which only runsc takes.

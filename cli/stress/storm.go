@@ -1,14 +1,13 @@
 package stress
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/analyzer"
-	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/podrun"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/internal/quantity"
@@ -83,18 +82,9 @@ writers' cgroups wrote the most to. --target is for a local run only.`,
 			if remote.FromCommand(cmd).Node != "" {
 				return clusterStorm(cmd, &rf, cfg)
 			}
-			ctx, stop, err := rf.start(cmd, "nodectl stress fsync-storm", "creating cgroups and moving the writers into them")
-			if err != nil {
-				return err
-			}
-			defer stop()
-			fmt.Fprintf(cmd.ErrOrStderr(), "fsync-storm: %d writer(s) × %s, %d storm(s), runtime %s\n", cfg.Writers, quantity.FormatSize(cfg.Bytes), cfg.Rounds, cfg.Runtime)
-			dir, runErr := st.Storm(ctx, cfg)
-			rep, err := finish(cmd, dir, runErr)
-			if err != nil {
-				return err
-			}
-			return rf.report(rep, "fsync-storm", func() error { return renderStorm(cmd, &rf, rep) })
+			headline := fmt.Sprintf("fsync-storm: %d writer(s) × %s, %d storm(s), runtime %s", cfg.Writers, quantity.FormatSize(cfg.Bytes), cfg.Rounds, cfg.Runtime)
+			return rf.runLocal(cmd, "nodectl stress fsync-storm", "creating cgroups and moving the writers into them", headline,
+				func(ctx context.Context) (string, error) { return st.Storm(ctx, cfg) })
 		},
 	}
 	f := cmd.Flags()
@@ -116,27 +106,10 @@ func clusterStorm(cmd *cobra.Command, rf *runFlags, cfg st.StormConfig) error {
 	if cfg.Target != "" {
 		return fmt.Errorf("--target %s: not with --%s (a writer pod writes to its own emptyDir on the node's disk)", cfg.Target, remote.FlagNode)
 	}
-	ctx, s, finish, err := startPods(cmd, rf, "fsync-storm", remote.AttachPermissions()...)
-	if err != nil {
-		return err
-	}
-	defer finish()
-	fmt.Fprintf(s.progress, "fsync-storm on node %s: %d writer pod(s) × %s, %d storm(s)\n", s.node, cfg.Writers, quantity.FormatSize(cfg.Bytes), cfg.Rounds)
-	p := podrun.NewPlacement(s.run, s.ac, s.rec, s.ncpu, runtimeClass(rf.opts.Runtime, rf.runtimeClass), rundir.ScenarioFsyncStorm, s.out)
-	if err := st.StormOn(ctx, cfg, p, st.NewLiveLine(s.progress, console.IsTerminal(os.Stderr))); err != nil {
-		return err
-	}
-	rep, err := analyzeRun(p.Run())
-	if err != nil {
-		return err
-	}
-	return rf.report(rep, "fsync-storm", func() error { return renderStorm(cmd, rf, rep) })
-}
-
-// renderStorm prints an fsync-storm run's report: with -o json its writers, rounds and findings.
-func renderStorm(cmd *cobra.Command, rf *runFlags, rep *analyzer.Report) error {
-	if rf.output == "json" {
-		return analyzer.RenderStormJSON(cmd.OutOrStdout(), rep)
-	}
-	return analyzer.RenderText(cmd.OutOrStdout(), rep)
+	return rf.runPods(cmd, rundir.ScenarioFsyncStorm, func(node string) string {
+		return fmt.Sprintf("fsync-storm on node %s: %d writer pod(s) × %s, %d storm(s)", node, cfg.Writers, quantity.FormatSize(cfg.Bytes), cfg.Rounds)
+	}, func(ctx context.Context, p *podrun.Placement, line *st.LiveLine) error {
+		return st.StormOn(ctx, cfg, p, line)
+	},
+		remote.AttachPermissions()...)
 }

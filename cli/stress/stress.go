@@ -2,6 +2,7 @@
 package stress
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -138,18 +139,9 @@ nodectl left. It needs deploy/base's ClusterRole nodectl-stress and Role nodectl
 			if remote.FromCommand(cmd).Node != "" {
 				return clusterNoisy(cmd, &rf, cfg)
 			}
-			ctx, stop, err := rf.start(cmd, "nodectl stress noisy", "creating cgroups and moving workloads into them")
-			if err != nil {
-				return err
-			}
-			defer stop()
-			fmt.Fprintf(cmd.ErrOrStderr(), "noisy: baseline %s, stress %s, %d hog(s)\n", cfg.Baseline, cfg.Duration, countHogs(cfg.Hogs))
-			dir, runErr := st.Noisy(ctx, cfg)
-			rep, err := finish(cmd, dir, runErr)
-			if err != nil {
-				return err
-			}
-			return rf.report(rep, "noisy", func() error { return console.Render(cmd.OutOrStdout(), rep, rf.output) })
+			headline := fmt.Sprintf("noisy: baseline %s, stress %s, %d hog(s)", cfg.Baseline, cfg.Duration, countHogs(cfg.Hogs))
+			return rf.runLocal(cmd, "nodectl stress noisy", "creating cgroups and moving workloads into them", headline,
+				func(ctx context.Context) (string, error) { return st.Noisy(ctx, cfg) })
 		},
 	}
 	f := cmd.Flags()

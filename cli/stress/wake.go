@@ -1,14 +1,13 @@
 package stress
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/analyzer"
-	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/remote"
 	"github.com/nodectl/nodectl/internal/quantity"
 	st "github.com/nodectl/nodectl/stress"
@@ -71,22 +70,9 @@ deleted once its counters are read; all are on every exit path.`,
 			if remote.FromCommand(cmd).Node != "" {
 				return clusterWake(cmd, &rf, cfg)
 			}
-			ctx, stop, err := rf.start(cmd, "nodectl stress wake", "creating cgroups and moving the sandbox into them")
-			if err != nil {
-				return err
-			}
-			defer stop()
-			names := make([]string, len(cfg.CPULimits))
-			for i, m := range cfg.CPULimits {
-				names[i] = quantity.FormatCPU(m)
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "wake: %d start(s) at each of %s, runtime %s\n", cfg.Count, strings.Join(names, ", "), cfg.Runtime)
-			dir, runErr := st.Wake(ctx, cfg)
-			rep, err := finish(cmd, dir, runErr)
-			if err != nil {
-				return err
-			}
-			return rf.report(rep, "wake", func() error { return renderWake(cmd, &rf, rep) })
+			headline := fmt.Sprintf("wake: %d start(s) at each of %s, runtime %s", cfg.Count, limitNames(cfg.CPULimits), cfg.Runtime)
+			return rf.runLocal(cmd, "nodectl stress wake", "creating cgroups and moving the sandbox into them", headline,
+				func(ctx context.Context) (string, error) { return st.Wake(ctx, cfg) })
 		},
 	}
 	f := cmd.Flags()
@@ -98,10 +84,11 @@ deleted once its counters are read; all are on every exit path.`,
 	return remote.Supports(cmd)
 }
 
-// renderWake prints a wake run's report: with -o json its limits and findings.
-func renderWake(cmd *cobra.Command, rf *runFlags, rep *analyzer.Report) error {
-	if rf.output == "json" {
-		return analyzer.RenderWakeJSON(cmd.OutOrStdout(), rep)
+// limitNames lists CPU limits as given, in Kubernetes notation.
+func limitNames(ms []int64) string {
+	names := make([]string, len(ms))
+	for i, m := range ms {
+		names[i] = quantity.FormatCPU(m)
 	}
-	return console.Render(cmd.OutOrStdout(), rep, rf.output)
+	return strings.Join(names, ", ")
 }

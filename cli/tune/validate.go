@@ -11,11 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/cli/internal/console"
 	"github.com/nodectl/nodectl/cli/internal/interrupt"
 	"github.com/nodectl/nodectl/cli/internal/remote"
-	htmlreport "github.com/nodectl/nodectl/report"
+	reports "github.com/nodectl/nodectl/report"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/validate"
 )
@@ -118,10 +117,10 @@ func runValidate(ctx context.Context, cmd *cobra.Command, o *opts, tn validate.T
 	}
 	w := cmd.OutOrStdout()
 	if o.output == "json" {
-		return analyzer.RenderDiffJSON(w, res.Diff)
+		return reports.DiffJSON(w, res.Diff)
 	}
 	fmt.Fprintf(w, "Profile %s: run A is the untuned node (%s), run B the tuned one (%s).\n\n", profileName, res.Before, res.After)
-	return analyzer.RenderDiffText(w, res.Diff)
+	return reports.DiffText(w, res.Diff)
 }
 
 // validateHTML writes the untuned and the tuned run compared, as `diff --html` does.
@@ -134,11 +133,11 @@ func validateHTML(res *validate.Result, path string) error {
 		}
 		runs[i] = r
 	}
-	page, err := htmlreport.FromDiff(runs[0], runs[1], res.Diff)
+	page, err := reports.FromDiff(runs[0], runs[1], res.Diff)
 	if err != nil {
 		return err
 	}
-	return htmlreport.WriteFile(path, page)
+	return reports.WriteFile(path, page)
 }
 
 // checkStressArgs accepts `stress SCENARIO ...` (a leading "nodectl" is dropped) and refuses

@@ -24,6 +24,8 @@ var rules = map[string][]string{
 	"internal/atomicfile": {},
 	// CPU and memory amounts in Kubernetes notation, for every command's flags.
 	"internal/quantity": {},
+	// Times, sizes, shares and ratios as a person reads them: explanations and renderers.
+	"internal/human": {},
 	// The one /metrics server (the agent, tune watch).
 	"internal/metricserver": {},
 	// Tests' helper: a page opened in headless Chromium.
@@ -76,7 +78,8 @@ var rules = map[string][]string{
 	// The analyzer reads runs offline: never the node.
 	"analyzer": {"rundir"},
 
-	// Reports render the analyzer's tables and a run's records; they never read the node.
+	// Reports render the analyzer's findings and tables (text, JSON, HTML) and a run's records;
+	// they never read the node.
 	"report": {"analyzer", "rundir"},
 
 	// The tuner changes the node through the host's plumbing; it neither runs workloads nor
@@ -125,7 +128,7 @@ var tests = map[string][]string{
 }
 
 // everyone may import these: they depend on nothing of the module.
-var everyone = []string{"internal/badvalue", "internal/maproom", "internal/atomicfile", "internal/quantity"}
+var everyone = []string{"internal/badvalue", "internal/maproom", "internal/atomicfile", "internal/quantity", "internal/human"}
 
 // ruleFor is the rule of the longest prefix matching pkg.
 func ruleFor(pkg string) (string, []string, bool) { return longest(rules, pkg) }

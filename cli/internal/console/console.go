@@ -11,6 +11,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/nodectl/nodectl/analyzer"
+	"github.com/nodectl/nodectl/report"
 )
 
 // CheckOutput validates an -o value.
@@ -36,7 +37,7 @@ func Logger(w io.Writer, verbose bool) *slog.Logger {
 // Render prints a report in the chosen format.
 func Render(w io.Writer, rep *analyzer.Report, output string) error {
 	if output == "json" {
-		return analyzer.RenderJSON(w, rep)
+		return report.JSON(w, rep)
 	}
-	return analyzer.RenderText(w, rep)
+	return report.Text(w, rep)
 }

@@ -23,10 +23,10 @@ func keys(t *testing.T, v any) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
-func TestRenderJSONContract(t *testing.T) {
+func TestJSONContract(t *testing.T) {
 	rep := diskBusy(t).analyze(t)
 	var buf bytes.Buffer
-	if err := RenderJSON(&buf, rep); err != nil {
+	if err := json.NewEncoder(&buf).Encode(rep); err != nil {
 		t.Fatal(err)
 	}
 	var doc map[string]any
@@ -75,12 +75,12 @@ func TestRenderJSONContract(t *testing.T) {
 	}
 }
 
-func TestRenderJSONQuietRun(t *testing.T) {
+func TestJSONQuietRun(t *testing.T) {
 	var buf bytes.Buffer
-	if err := RenderJSON(&buf, newRun(victimWorkload()).analyze(t)); err != nil {
+	if err := json.NewEncoder(&buf).Encode(newRun(victimWorkload()).analyze(t)); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(buf.String(), `"findings": []`) {
+	if !strings.Contains(buf.String(), `"findings":[]`) {
 		t.Errorf("a quiet run's findings are not an empty list:\n%s", buf.String())
 	}
 }
@@ -105,55 +105,5 @@ func TestFindingsFileRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(back.Findings, rep.Findings) || back.Run != rep.Run {
 		t.Errorf("findings.json does not round-trip:\n%s", raw)
-	}
-}
-
-func TestRenderText(t *testing.T) {
-	b := cpuBusy(2).preempted(cpuHog0, 0, 2).preempted(cpuHog1, 0, 2).
-		counter(rundir.MetricCPUUsage, cpuHog0, 0, 20)
-	var buf bytes.Buffer
-	if err := RenderText(&buf, b.analyze(t)); err != nil {
-		t.Fatal(err)
-	}
-	out := buf.String()
-	for _, want := range []string{
-		"run r1: scenario noisy on node-a, kernel 6.18.0",
-		"victim probe", "cpu work p50", "write+fsync p50",
-		"cpu-hog-0  stress", // the workload table
-		"WARNING cpu-contention: victim",
-		"culprits: cpu-hog-0, cpu-hog-1",
-		"runq_preempt_wait_seconds", "victim ← cpu-hog-0",
-		"top cgroups by run-queue wait in stress",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("text lacks %q:\n%s", want, out)
-		}
-	}
-
-	buf.Reset()
-	if err := RenderText(&buf, newRun(victimWorkload()).analyze(t)); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(buf.String(), "no findings") {
-		t.Errorf("quiet run text lacks 'no findings':\n%s", buf.String())
-	}
-}
-
-func TestFormatting(t *testing.T) {
-	for got, want := range map[string]string{
-		fmtSeconds(0):          "0",
-		fmtSeconds(1.234):      "1.23s",
-		fmtSeconds(0.192):      "192ms",
-		fmtSeconds(80e-6):      "80µs",
-		fmtBytes(2 << 30):      "2.0 GiB",
-		fmtBytes(512):          "512 B",
-		fmtPercent(0.925):      "92%",
-		factor(5.789):          "5.8x",
-		factor(ratio(1, 0)):    "from nothing",
-		fmtUnit(42, UnitCount): "42",
-	} {
-		if got != want {
-			t.Errorf("got %q, want %q", got, want)
-		}
 	}
 }
