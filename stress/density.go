@@ -72,24 +72,19 @@ const (
 // file, sysctls, scratch files) is removed or restored before it returns, also when ctx is
 // cancelled or a step fails.
 func Density(ctx context.Context, cfg DensityConfig) (dir string, err error) {
-	if err := cfg.RunOptions.defaults(); err != nil {
-		return "", err
+	check := func() error {
+		if cfg.BinaryBytes == 0 {
+			cfg.BinaryBytes = DefaultBinaryBytes
+		}
+		if err := cfg.check(); err != nil {
+			return err
+		}
+		return checkFits(cfg) // reads the host's memory: once the paths are complete
 	}
-	if cfg.BinaryBytes == 0 {
-		cfg.BinaryBytes = DefaultBinaryBytes
-	}
-	if err := cfg.check(); err != nil {
-		return "", err
-	}
-	if err := checkFits(cfg); err != nil {
-		return "", err
-	}
-	host, err := newRunHost(cfg.RunOptions, rundir.ScenarioDensity)
-	if err != nil {
-		return "", err
-	}
-	p := &localSweeper{runHost: host, cfg: cfg}
-	return runScenario(ctx, &p.runHost, placed{scenario: func(ctx context.Context) error { return DensityOn(ctx, cfg, p, p.progress) }, clean: p.undo})
+	return runOnHost(ctx, &cfg.RunOptions, rundir.ScenarioDensity, check, func(host runHost) onHost {
+		p := &localSweeper{runHost: host, cfg: cfg}
+		return onHost{&p.runHost, func(ctx context.Context) error { return DensityOn(ctx, cfg, p, p.progress) }, p.undo}
+	})
 }
 
 // check refuses a sweep with no step in it.

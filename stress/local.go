@@ -44,20 +44,39 @@ type localPlacement struct {
 	phaseEnd time.Time
 }
 
-// placed runs a scenario written against a Placement on the local skeleton: scenario runs it,
-// and clean, when not nil, removes what only the placement made (run at cleanup).
-type placed struct {
+// onHost is a scenario as it runs on this host: on the run's skeleton (host), the scenario run
+// on its local placement, and what only that placement made, removed at cleanup (nil: nothing).
+type onHost struct {
+	host     *runHost
 	scenario func(ctx context.Context) error
 	clean    func() []error
 }
 
-func (s placed) setup(context.Context) error   { return nil } // Place does, once planned
-func (s placed) run(ctx context.Context) error { return s.scenario(ctx) }
-func (s placed) undo() []error {
+func (s onHost) setup(context.Context) error   { return nil } // Place does, once planned
+func (s onHost) run(ctx context.Context) error { return s.scenario(ctx) }
+func (s onHost) undo() []error {
 	if s.clean == nil {
 		return nil
 	}
 	return s.clean()
+}
+
+// runOnHost runs a scenario on this host: o completed, the scenario's own checks, a run of
+// scenario named, and what place makes of its skeleton run and cleaned up on every path. It
+// returns the run directory.
+func runOnHost(ctx context.Context, o *RunOptions, scenario string, check func() error, place func(runHost) onHost) (string, error) {
+	if err := o.defaults(); err != nil {
+		return "", err
+	}
+	if err := check(); err != nil {
+		return "", err
+	}
+	host, err := newRunHost(*o, scenario)
+	if err != nil {
+		return "", err
+	}
+	s := place(host)
+	return runScenario(ctx, s.host, s)
 }
 
 func (p *localPlacement) ID() string { return p.id }

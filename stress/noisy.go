@@ -46,18 +46,10 @@ func isProbe(kind string) bool { return kind == rundir.KindVictim || kind == run
 // the caller analyzes it. Everything the run created on the host is removed before Noisy
 // returns, also when ctx is cancelled (SIGINT, SIGTERM) or a step fails.
 func Noisy(ctx context.Context, cfg NoisyConfig) (dir string, err error) {
-	if err := cfg.RunOptions.defaults(); err != nil {
-		return "", err
-	}
-	if err := cfg.check(); err != nil {
-		return "", err
-	}
-	host, err := newRunHost(cfg.RunOptions, rundir.ScenarioNoisy)
-	if err != nil {
-		return "", err
-	}
-	p := &localPlacement{runHost: host, nodeMemBytes: cfg.NodeMemBytes, daemons: cfg.Daemons, last: map[string]float64{}}
-	return runScenario(ctx, &p.runHost, placed{scenario: func(ctx context.Context) error { return NoisyOn(ctx, cfg, p) }, clean: p.undo})
+	return runOnHost(ctx, &cfg.RunOptions, rundir.ScenarioNoisy, cfg.check, func(host runHost) onHost {
+		p := &localPlacement{runHost: host, nodeMemBytes: cfg.NodeMemBytes, daemons: cfg.Daemons, last: map[string]float64{}}
+		return onHost{&p.runHost, func(ctx context.Context) error { return NoisyOn(ctx, cfg, p) }, p.undo}
+	})
 }
 
 // check refuses phases of no length.

@@ -61,18 +61,10 @@ const stormDirtyInterval = 50 * time.Millisecond
 // analyzes it. Everything the run created on the host is removed before Storm returns, also
 // when ctx is cancelled (SIGINT, SIGTERM) or a step fails.
 func Storm(ctx context.Context, cfg StormConfig) (dir string, err error) {
-	if err := cfg.RunOptions.defaults(); err != nil {
-		return "", err
-	}
-	if err := cfg.check(); err != nil {
-		return "", err
-	}
-	host, err := newRunHost(cfg.RunOptions, rundir.ScenarioFsyncStorm)
-	if err != nil {
-		return "", err
-	}
-	p := &localStormer{runHost: host, userTarget: cfg.Target, need: int64(cfg.Writers) * cfg.Bytes}
-	return runScenario(ctx, &p.runHost, placed{scenario: func(ctx context.Context) error { return StormOn(ctx, cfg, p, p.progress) }, clean: p.undo})
+	return runOnHost(ctx, &cfg.RunOptions, rundir.ScenarioFsyncStorm, cfg.check, func(host runHost) onHost {
+		p := &localStormer{runHost: host, userTarget: cfg.Target, need: int64(cfg.Writers) * cfg.Bytes}
+		return onHost{&p.runHost, func(ctx context.Context) error { return StormOn(ctx, cfg, p, p.progress) }, p.undo}
+	})
 }
 
 // check refuses a run with no storm in it.

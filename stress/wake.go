@@ -80,18 +80,10 @@ func ParseCPULimits(vs []string) ([]int64, error) {
 // the host is removed before Wake returns, also when ctx is cancelled (SIGINT, SIGTERM) or a
 // step fails.
 func Wake(ctx context.Context, cfg WakeConfig) (dir string, err error) {
-	if err := cfg.RunOptions.defaults(); err != nil {
-		return "", err
-	}
-	if err := cfg.check(); err != nil {
-		return "", err
-	}
-	host, err := newRunHost(cfg.RunOptions, rundir.ScenarioWake)
-	if err != nil {
-		return "", err
-	}
-	p := &localWaker{runHost: host, wakes: map[string][]time.Duration{}}
-	return runScenario(ctx, &p.runHost, placed{scenario: func(ctx context.Context) error { return WakeOn(ctx, cfg, p) }})
+	return runOnHost(ctx, &cfg.RunOptions, rundir.ScenarioWake, cfg.check, func(host runHost) onHost {
+		p := &localWaker{runHost: host, wakes: map[string][]time.Duration{}}
+		return onHost{&p.runHost, func(ctx context.Context) error { return WakeOn(ctx, cfg, p) }, nil}
+	})
 }
 
 // check refuses a run with nothing to start.
