@@ -33,10 +33,10 @@ type Placement struct {
 	workloads []stress.Planned
 	phases    []rundir.Record
 	woken     []rundir.Workload // the wake starts so far, as the run lists them (Wake)
-	recs      []rundir.Record   // what the wake starts recorded: wake times, measurements
+	recs      []rundir.Record   // the run's own records: wake times, a sweep's readiness, its pods' ends, ...
 	storm     stormPods         // an fsync storm's writers (Arm)
 	sweep     sweepPods         // a density sweep's node and sandboxes (Add)
-	start     time.Time         // the first workload's launch: the window read starts here
+	start     time.Time         // when the workloads were placed: the window read starts here
 	result    *rundir.Run
 }
 
@@ -54,9 +54,10 @@ func (p *Placement) CPUs() int { return p.ncpu }
 // Run is the run written by Finish, nil before.
 func (p *Placement) Run() *rundir.Run { return p.result }
 
-// Place gives the workloads that write (the victim, disk and fsync hogs, a storm's writers) their pod's emptyDir,
-// as the local placement gives them a directory. A heartbeat (it stands in for a node daemon,
-// which a pod is not) and a hog's own target= (a pod writes to its emptyDir) are refused.
+// Place gives the workloads that write (the victim, disk and fsync hogs, a storm's writers)
+// their pod's emptyDir, as the local placement gives them a directory, and reads a sweep's
+// Node. A heartbeat (it stands in for a node daemon, which a pod is not) and a hog's own
+// target= (a pod writes to its emptyDir) are refused.
 func (p *Placement) Place(ctx context.Context, planned []stress.Planned) ([]stress.Planned, error) {
 	if p.start.IsZero() {
 		p.start = time.Now()
