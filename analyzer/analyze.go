@@ -32,7 +32,8 @@ var registry = map[string]scenarioRules{
 	rundir.ScenarioRecord:     {},
 	rundir.ScenarioWake:       {run: []runRule{(*analysis).wakeRule}},
 	rundir.ScenarioFsyncStorm: {run: []runRule{(*analysis).storm}},
-	rundir.ScenarioDensity:    {run: []runRule{(*analysis).densityRule}},
+	// A sweep of pods holds the agent's bookings of the node too.
+	rundir.ScenarioDensity: {run: []runRule{(*analysis).densityRule, (*analysis).bookingCeiling}},
 	rundir.ScenarioAgent: {byKind: map[string][]workloadRule{
 		rundir.KindObserved: observedRules,
 		rundir.KindDaemon:   {(*analysis).daemonStarvation},

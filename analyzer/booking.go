@@ -49,13 +49,14 @@ func (a *analysis) bookingCeiling(rep *Report) {
 	if b == nil || b.AllocatableCPUMilli <= 0 {
 		return
 	}
-	secsLong := a.stress.Seconds()
+	w := a.bookedWindow()
+	secsLong := w.Seconds()
 	if secsLong <= 0 {
 		return
 	}
-	cpuUsed := a.nodeCPUSeconds() / secsLong // cores
+	cpuUsed := a.nodeCPUSeconds(w) / secsLong // cores
 	memUsed := -1.0
-	if total, avail := a.meminfo("MemTotal"), a.meminfo("MemAvailable"); total > 0 && avail >= 0 {
+	if total, avail := a.meminfo(w, "MemTotal"), a.meminfo(w, "MemAvailable"); total > 0 && avail >= 0 {
 		memUsed = total - avail
 	}
 	dims := []bookingDim{
@@ -88,10 +89,10 @@ func (a *analysis) bookingCeiling(rep *Report) {
 		if unit == "cores" {
 			unit = UnitCount
 		}
-		f.Evidence = append(f.Evidence, Evidence{Metric: d.name + "_booked", Workload: bookingNode, Phase: a.stress.Name,
+		f.Evidence = append(f.Evidence, Evidence{Metric: d.name + "_booked", Workload: bookingNode, Phase: w.Name,
 			Baseline: d.capacity, Value: d.booked, Unit: unit})
 		if d.used >= 0 {
-			f.Evidence = append(f.Evidence, Evidence{Metric: d.name + "_used", Workload: bookingNode, Phase: a.stress.Name,
+			f.Evidence = append(f.Evidence, Evidence{Metric: d.name + "_used", Workload: bookingNode, Phase: w.Name,
 				Baseline: d.capacity, Value: d.used, Unit: unit})
 		}
 	}
@@ -123,6 +124,16 @@ func (a *analysis) bookingCeiling(rep *Report) {
 		f.Summary = head + more + ", and " + kernel + ": booked and used alike, the node is near its capacity."
 	}
 	rep.Findings = append(rep.Findings, *f)
+}
+
+// bookedWindow is the window the kernel's use is read over, against the bookings: an agent's
+// window, else (a density sweep of pods) its last step, whose pods the bookings, read when the
+// run was written, hold.
+func (a *analysis) bookedWindow() rundir.Window {
+	if a.stress.Seconds() > 0 {
+		return a.stress
+	}
+	return a.windows[len(a.windows)-1]
 }
 
 func bookedWhat(d bookingDim) string {
@@ -174,10 +185,10 @@ func fmtCores(c float64) string { return fmt.Sprintf("%.2f cores", c) }
 // nodeCPUSeconds is the CPU time the node's cgroups used in the window: the root's when it was
 // sampled, else the sum over the outermost cgroups sampled (an ancestor's usage holds its
 // descendants').
-func (a *analysis) nodeCPUSeconds() float64 {
+func (a *analysis) nodeCPUSeconds(w rundir.Window) float64 {
 	usage := a.run.Series(rundir.MetricCPUUsage).ByCgroup()
 	if ss, ok := usage["/"]; ok {
-		return ss.Delta(a.stress)
+		return ss.Delta(w)
 	}
 	cgs := make([]string, 0, len(usage))
 	for cg := range usage {
@@ -196,15 +207,15 @@ func (a *analysis) nodeCPUSeconds() float64 {
 			}
 		}
 		if !covered {
-			total += usage[cg].Delta(a.stress)
+			total += usage[cg].Delta(w)
 		}
 	}
 	return total
 }
 
 // meminfo is the mean of a /proc/meminfo field over the window, -1 when not recorded.
-func (a *analysis) meminfo(field string) float64 {
-	vs := a.run.Series(rundir.MetricMeminfo).Label(rundir.LabelName, field).Values(a.stress)
+func (a *analysis) meminfo(w rundir.Window, field string) float64 {
+	vs := a.run.Series(rundir.MetricMeminfo).Label(rundir.LabelName, field).Values(w)
 	if len(vs) == 0 {
 		return -1
 	}

@@ -265,3 +265,42 @@ func TestDensityOfPodsOnANode(t *testing.T) {
 		t.Errorf("ceiling %+v, want the node's heartbeat", dr.Ceiling)
 	}
 }
+
+// A sweep of pods with a CPU request each, refused at admission once their requests filled the
+// node's allocatable CPU while its CPUs idled: the ceiling is the kubelet's admission, and the
+// bookings the agent read with the run say it was CPU booked, not used; a local sweep has no
+// bookings and no such finding.
+func TestDensityOfPodsBookedByCPU(t *testing.T) {
+	const gi = 1 << 30
+	b := densityRun(4*gi, 0, map[string]string{"density": "6", "signal": rundir.SignalAdmission, "value": "1", "bound": "0"},
+		densityStepSpec{density: 4, readiness: []float64{1, 1, 1, 1}, cpuSeconds: 0.5},
+		densityStepSpec{density: 6, readiness: []float64{1}, cpuSeconds: 0.5},
+	)
+	b.recs[0].Labels["node"] = "node-a"
+	b.recs[0].Labels["cpu_request_milli"] = "396"
+	b.recs = append(b.recs, rundir.PodEnded{End: rundir.PodEndRefused, Reason: "OutOfcpu"}.Record(at(11), "ns/sandbox-5/sandbox-5",
+		"Node didn't have enough resource: cpu, requested: 396, used: 2000, capacity: 2000"))
+	local := b.open(t)
+	if rep, err := Analyze(local); err != nil || slices.Contains(ids(rep), IDCPUBookingCeiling) {
+		t.Fatalf("a sweep without bookings: %v, findings %v", err, ids(rep))
+	}
+	b.meta.Booking = &rundir.Booking{AllocatableCPUMilli: 2000, AllocatableMemory: 4 * gi, MaxPods: 16, Pods: 6,
+		RequestedCPUMilli: 5*396 + 20, RequestedMemory: gi, SmallestCPURequest: 20}
+	rep, err := Analyze(b.open(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rep.Density.Ceiling; c == nil || c.Resource != CeilingAdmission || !strings.Contains(c.Explanation, "OutOfcpu") {
+		t.Errorf("ceiling %+v, want the kubelet's admission (OutOfcpu)", c)
+	}
+	f := finding(t, rep, IDCPUBookingCeiling)
+	if f.Severity != SeverityWarning || !strings.Contains(f.Summary, "booked full by CPU requests") {
+		t.Errorf("%s %s: %s; want a warning that CPU requests, not use, filled the node", f.ID, f.Severity, f.Summary)
+	}
+	if e := evidence(t, f, "cpu_used", ""); e.Value > 0.1 || e.Phase != "step-6" {
+		t.Errorf("cpu_used %+v, want the idle sandboxes' CPU over the last step", e)
+	}
+	if cfg := rundir.ParseDensityConfig(b.recs[0].Labels); cfg.CPURequestMilli != 396 {
+		t.Errorf("config %+v: want the sandboxes' CPU request", cfg)
+	}
+}

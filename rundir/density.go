@@ -58,6 +58,8 @@ type DensityConfig struct {
 	BinaryBytes          int64
 	RequestBytes         int64
 	LimitBytes           int64
+	CPURequestMilli      int64 // each sandbox's CPU request, millicores; 0: none
+	CPULimitMilli        int64 // each sandbox's CPU limit, millicores; 0: none
 	NodeMemoryBytes      int64 // 0: none
 	SwapBytes            int64 // 0: none
 	Swappiness           int   // -1: left as it was
@@ -82,6 +84,8 @@ const (
 	configBinary                = "binary_bytes"
 	configRequest               = "request_bytes"
 	configLimit                 = "limit_bytes"
+	configCPURequest            = "cpu_request_milli"
+	configCPULimit              = "cpu_limit_milli"
 	configNodeMemory            = "node_memory_bytes"
 	configSwap                  = "swap_bytes"
 	configSwappiness            = "swappiness"
@@ -96,7 +100,7 @@ const (
 
 // DensityConfigKeys lists the density-config event's labels, in the order the docs give them.
 var DensityConfigKeys = []string{configStep, configMax, configCPUs, configSandboxMemory, configBinary,
-	configRequest, configLimit, configNodeMemory, configSwap, configSwappiness, configWatermarkScaleFactor,
+	configRequest, configLimit, configCPURequest, configCPULimit, configNodeMemory, configSwap, configSwappiness, configWatermarkScaleFactor,
 	configCriterionReadinessP99, configCriterionPSIFull, configCriterionOOMKill, configCriterionTickGap,
 	configNode, configCriterionLeaseLate}
 
@@ -111,7 +115,8 @@ func (c DensityConfig) Record(t time.Time) Record {
 	return Record{Type: TypeEvent, Time: t, Name: EventDensityConfig, Message: "density sweep configuration", Labels: map[string]string{
 		configStep: strconv.Itoa(c.Step), configMax: strconv.Itoa(c.Max), configCPUs: strconv.Itoa(c.CPUs),
 		configSandboxMemory: i(c.SandboxMemoryBytes), configBinary: i(c.BinaryBytes), configRequest: i(c.RequestBytes),
-		configLimit: i(c.LimitBytes), configNodeMemory: i(c.NodeMemoryBytes), configSwap: i(c.SwapBytes),
+		configLimit: i(c.LimitBytes), configCPURequest: i(c.CPURequestMilli), configCPULimit: i(c.CPULimitMilli),
+		configNodeMemory: i(c.NodeMemoryBytes), configSwap: i(c.SwapBytes),
 		configSwappiness: strconv.Itoa(c.Swappiness), configWatermarkScaleFactor: strconv.Itoa(c.WatermarkScaleFactor),
 		configCriterionReadinessP99: f(c.CriterionReadinessP99), configCriterionPSIFull: f(c.CriterionPSIFullShare),
 		configCriterionOOMKill: oom, configCriterionTickGap: f(c.CriterionTickGap),
@@ -127,7 +132,8 @@ func ParseDensityConfig(labels map[string]string) DensityConfig {
 	return DensityConfig{
 		Step: int(n(configStep)), Max: int(n(configMax)), CPUs: int(n(configCPUs)),
 		SandboxMemoryBytes: n(configSandboxMemory), BinaryBytes: n(configBinary), RequestBytes: n(configRequest),
-		LimitBytes: n(configLimit), NodeMemoryBytes: n(configNodeMemory), SwapBytes: n(configSwap),
+		LimitBytes: n(configLimit), CPURequestMilli: n(configCPURequest), CPULimitMilli: n(configCPULimit),
+		NodeMemoryBytes: n(configNodeMemory), SwapBytes: n(configSwap),
 		Swappiness: int(n(configSwappiness)), WatermarkScaleFactor: int(n(configWatermarkScaleFactor)),
 		CriterionReadinessP99: f(configCriterionReadinessP99), CriterionPSIFullShare: f(configCriterionPSIFull),
 		CriterionOOMKill: n(configCriterionOOMKill) > 0, CriterionTickGap: f(configCriterionTickGap),

@@ -29,6 +29,10 @@ type DensityConfig struct {
 	Activity      time.Duration // between a sandbox's activity bursts; 0 = workload default
 	RequestBytes  int64         // each sandbox's memory request (recorded; the scheduler's view)
 	LimitBytes    int64         // each sandbox's memory limit; 0 = none
+	// CPURequestMilli and CPULimitMilli are each sandbox's CPU request (its cgroup's weight, as
+	// the kubelet sets it; what a scheduler books) and limit (its CFS quota); 0 = none.
+	CPURequestMilli int64
+	CPULimitMilli   int64
 
 	NodeMemory int64  // memory limit of the run's cgroup, the emulated node; 0 = none
 	SwapFile   string // swap file to create and enable for the run, or a swap device to turn on; "" = none
@@ -156,7 +160,8 @@ func DensityOn(ctx context.Context, cfg DensityConfig, p Sweeper, line *LiveLine
 		return err
 	}
 	c := rundir.DensityConfig{Step: cfg.Step, Max: cfg.Max, CPUs: p.CPUs(), SandboxMemoryBytes: cfg.SandboxMemory,
-		RequestBytes: cfg.RequestBytes, LimitBytes: cfg.LimitBytes, Swappiness: -1, WatermarkScaleFactor: -1,
+		RequestBytes: cfg.RequestBytes, LimitBytes: cfg.LimitBytes, CPURequestMilli: cfg.CPURequestMilli, CPULimitMilli: cfg.CPULimitMilli,
+		Swappiness: -1, WatermarkScaleFactor: -1,
 		CriterionReadinessP99: cfg.Criteria.ReadinessP99.Seconds(), CriterionPSIFullShare: cfg.Criteria.PSIFull,
 		CriterionOOMKill: cfg.Criteria.OOMKill, CriterionTickGap: cfg.Criteria.TickGap.Seconds()}
 	p.Describe(&c)
@@ -291,8 +296,7 @@ func (s *sweep) step(ctx context.Context, n, d int) (*Crossing, error) {
 				return nil, err
 			}
 		}
-		w := Planned{Workload: rundir.Workload{Name: rundir.SandboxName(i), Kind: rundir.KindSandbox, Memory: quantity.FormatSize(cfg.LimitBytes)},
-			Limits: cgroup.Limits{MemoryBytes: cfg.LimitBytes}, MemoryRequest: cfg.RequestBytes, Config: sandboxBody(cfg)}
+		w := planSandbox(cfg, i)
 		at, err := s.p.Add(ctx, w)
 		if err != nil {
 			return nil, err
@@ -369,6 +373,20 @@ func (s *sweep) step(ctx context.Context, n, d int) (*Crossing, error) {
 	}
 	slices.SortStableFunc(found, func(a, b Crossing) int { return a.At.Compare(b.At) })
 	return &found[0], nil
+}
+
+// planSandbox is sandbox-<i> with the sweep's requests and limits.
+func planSandbox(cfg DensityConfig, i int) Planned {
+	w := Planned{Workload: rundir.Workload{Name: rundir.SandboxName(i), Kind: rundir.KindSandbox, Memory: quantity.FormatSize(cfg.LimitBytes)},
+		Limits:        cgroup.Limits{MemoryBytes: cfg.LimitBytes, CPUMilli: cfg.CPULimitMilli, CPURequestMilli: cfg.CPURequestMilli},
+		MemoryRequest: cfg.RequestBytes, Config: sandboxBody(cfg)}
+	if cfg.CPULimitMilli > 0 {
+		w.CPU = quantity.FormatCPU(cfg.CPULimitMilli)
+	}
+	if cfg.CPURequestMilli > 0 {
+		w.CPURequest = quantity.FormatCPU(cfg.CPURequestMilli)
+	}
+	return w
 }
 
 // sandboxBody is a sandbox's workload; its placement gives it the binary it maps.

@@ -246,6 +246,8 @@ func TestDensityCLIErrorsNameTheFlag(t *testing.T) {
 		"psi_share":        {[]string{"--collapse-psi-full", "2"}, "--collapse-psi-full 2: want a share from 0 to 1"},
 		"hot_share":        {[]string{"--hot-share", "0"}, "--hot-share 0: want a share above 0 and at most 1"},
 		"bad_output":       {[]string{"-o", "yaml"}, `-o "yaml": allowed values are text and json`},
+		"bad_cpu_request":  {[]string{"--cpu-request", "fast"}, `--cpu-request: bad CPU limit "fast"`},
+		"cpu_request_over": {[]string{"--cpu-request", "2", "--cpu-limit", "500m"}, "--cpu-request 2: is above --cpu-limit 500m"},
 	})
 }
 

@@ -25,6 +25,7 @@ const maxDensity = 10000
 func density() *cobra.Command {
 	var (
 		sandboxMem, request, limit, nodeMem, binarySize, swap string
+		cpuRequest, cpuLimit                                  string
 		cfg                                                   = st.DensityConfig{RunOptions: st.RunOptions{Paths: st.DefaultPaths()}, Criteria: st.DefaultDensityCriteria}
 	)
 	rf := runFlags{opts: &cfg.RunOptions}
@@ -51,16 +52,21 @@ PSI full over --collapse-psi-full of the step's time, an OOM kill (--collapse-oo
 late by more than --collapse-tick-gap. The report is a table of density × readiness × memory
 signals, the collapse, and the ceiling: which resource bounded the density.
 
+--cpu-request and --cpu-limit give each sandbox a CPU request (its cgroup's weight) and limit
+(its CFS quota), as a pod's.
+
 With --node NODE the sandboxes are pods on that node of the cluster (sandbox-<i> in a namespace
-of the run's own), with --request and --limit as their memory request and limit and
---runtime-class (gvisor for --runtime runsc), running the node's agent's image and mapping its
+of the run's own), with --request and --limit as their memory request and limit, --cpu-request
+and --cpu-limit as their CPU's, and --runtime-class (gvisor for --runtime runsc), running the node's agent's image and mapping its
 nodectl binary as their shared binary. A pod is ready when the kubelet reports it running and
 its sandbox has said it is ready (timed by nodectl's clock, reading pod status every 0.5 s).
 A step also collapses when the kubelet refuses a pod at admission (OutOfpods, OutOfmemory,
 OutOfcpu: the node's bookings are the ceiling), evicts one, when the node's Lease is renewed
 later than its renew interval by more than --collapse-lease-late, or when the Node leaves Ready.
 Memory pressure is the node's, from its agent, which records the sweep; the report is the same,
-with the node's memory as /proc/meminfo gives it. --node-memory, --swap, --swappiness,
+with the node's memory as /proc/meminfo gives it, and what the node books (its pods' requests
+against its allocatable, from the agent): a node booked full while its CPUs idle is
+cpu-booking-ceiling. --node-memory, --swap, --swappiness,
 --watermark-scale-factor and --binary-size are for a local sweep only. Everything is deleted on
 every exit path ('nodectl --node NODE stress clean' after a kill).`,
 		Example: `  sudo nodectl stress density --node-memory 4Gi --sandbox-memory 200Mi --step 2 --max 40
@@ -72,6 +78,9 @@ every exit path ('nodectl --node NODE stress clean' after a kill).`,
 				return err
 			}
 			if err := parseDensityFlags(&cfg, sandboxMem, request, limit, nodeMem, binarySize, swap); err != nil {
+				return err
+			}
+			if err := parseSandboxCPU(&cfg, cpuRequest, cpuLimit); err != nil {
 				return err
 			}
 			if remote.FromCommand(cmd).Node != "" {
@@ -98,6 +107,8 @@ every exit path ('nodectl --node NODE stress clean' after a kill).`,
 	f.DurationVar(&cfg.Activity, "activity", workload.DefaultSandboxActivity, "time between a sandbox's activity bursts")
 	f.StringVar(&request, "request", "150Mi", "each sandbox's memory request: recorded, and the ceiling says how many a scheduler would admit by it")
 	f.StringVar(&limit, "limit", "2Gi", "each sandbox's memory limit (its cgroup's); \"\" for none")
+	f.StringVar(&cpuRequest, "cpu-request", "", "each sandbox's CPU request (Kubernetes notation, e.g. 50m): its cgroup's CPU weight, as the kubelet sets it, and with --node what the node books for it; none if empty")
+	f.StringVar(&cpuLimit, "cpu-limit", "", "each sandbox's CPU limit (e.g. 1): its CFS quota; none if empty")
 	f.StringVar(&nodeMem, "node-memory", "", "emulate a node of SIZE: the run's cgroup gets this memory limit (swap allowed); required unless every sandbox fits in this host")
 	f.StringVar(&swap, "swap", "", "FILE:SIZE: create and enable a swap file for the run (FILE must not exist; removed afterwards); or DEVICE: a block device formatted with mkswap, turned on for the run and off afterwards (never formatted)")
 	f.IntVar(&cfg.Swappiness, "swappiness", -1, "set vm.swappiness (0-200) for the run; -1 leaves it")
@@ -109,6 +120,26 @@ every exit path ('nodectl --node NODE stress clean' after a kill).`,
 	f.DurationVar(&cfg.Criteria.LeaseLate, "collapse-lease-late", cfg.Criteria.LeaseLate, "with --node: collapse when the node's Lease is renewed later than its renew interval by more than this; 0 turns it off")
 	rf.register(f, "the sandboxes", "every program: run queue, fsync, block I/O, reclaim and OOM kills", true)
 	return remote.Supports(cmd)
+}
+
+// parseSandboxCPU reads --cpu-request and --cpu-limit; a request above the limit is refused, as
+// the API server refuses such a pod.
+func parseSandboxCPU(cfg *st.DensityConfig, request, limit string) error {
+	var err error
+	if request != "" {
+		if cfg.CPURequestMilli, err = quantity.ParseCPU(request); err != nil {
+			return fmt.Errorf("--cpu-request: %w", err)
+		}
+	}
+	if limit != "" {
+		if cfg.CPULimitMilli, err = quantity.ParseCPU(limit); err != nil {
+			return fmt.Errorf("--cpu-limit: %w", err)
+		}
+		if cfg.CPURequestMilli > cfg.CPULimitMilli {
+			return fmt.Errorf("--cpu-request %s: is above --cpu-limit %s", request, limit)
+		}
+	}
+	return nil
 }
 
 // parseDensityFlags checks the sizes, counts and bounds, naming the flag and what is allowed.

@@ -25,7 +25,7 @@ import (
 // kubelet's refusals and evictions, OOM kills, the Node's Ready condition and its Lease
 // renewals from the API server, memory pressure from the node's agent.
 type sweepPods struct {
-	nodeMemory int64 // the Node's memory capacity
+	nodeMemory int64 // the Node's allocatable memory: what its pods may book
 	names      []string
 	limit      int64 // each sandbox's memory limit, as the run lists it
 
@@ -41,13 +41,14 @@ type sweepPods struct {
 	renewed time.Time
 }
 
-// placeNode reads the Node whose sandboxes the sweep adds: its memory is the node's.
+// placeNode reads the Node whose sandboxes the sweep adds: its memory is what the kubelet lets
+// pods have of it (allocatable: capacity less its reservations and eviction threshold).
 func (p *Placement) placeNode(ctx context.Context) error {
 	n, err := p.run.c.Node(ctx, p.run.Node)
 	if err != nil {
 		return err
 	}
-	p.sweep = sweepPods{nodeMemory: n.Status.Capacity.Memory().Value(), launched: map[string]time.Time{}, ready: map[string]time.Duration{},
+	p.sweep = sweepPods{nodeMemory: n.Status.Allocatable.Memory().Value(), launched: map[string]time.Time{}, ready: map[string]time.Duration{},
 		ended: map[string]string{}, cursor: map[string]time.Time{}}
 	return nil
 }
@@ -74,7 +75,8 @@ func (p *Placement) Add(ctx context.Context, w stress.Planned) (time.Time, error
 	}
 	sandbox := *body
 	sandbox.Binary = "/proc/self/exe"
-	spec := Spec{Name: w.Name, MemoryLimit: w.Limits.MemoryBytes, MemoryRequest: w.MemoryRequest, RuntimeClass: p.class,
+	spec := Spec{Name: w.Name, MemoryLimit: w.Limits.MemoryBytes, MemoryRequest: w.MemoryRequest,
+		CPULimitMilli: w.Limits.CPUMilli, CPURequestMilli: w.Limits.CPURequestMilli, RuntimeClass: p.class,
 		Args: workload.Command{Run: p.run.ID, Config: &sandbox}.Args()}
 	at := time.Now()
 	if err := p.run.Launch(ctx, spec); err != nil {
