@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -86,29 +87,38 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 		waitGone(ctx, t, c, ns, podCgroupsBefore)
 	})
 
+	// density runs a sweep of sandbox pods of 16 MiB and returns its -o json, its stdout and its
+	// progress (stderr).
+	type densityJSON struct {
+		analyzer.DensityReport
+		Findings []analyzer.Finding `json:"findings"`
+	}
+	density := func(t *testing.T, args ...string) (densityJSON, string, string) {
+		t.Helper()
+		cmd := cmdOf(append([]string{"stress", "density", "--sandbox-memory", "16Mi", "--request", "16Mi", "--limit", "128Mi", "--pace", "100ms",
+			"--out", filepath.Join(t.TempDir(), "run"), "-o", "json"}, args...)...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		t.Logf("stress density --node %s:\n%s", strings.Join(args, " "), stderr.String())
+		if err != nil {
+			t.Fatalf("stress density --node: %v\n%s", err, stdout.String())
+		}
+		var rep densityJSON
+		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+			t.Fatalf("stress density --node -o json: %v\n%s", err, stdout.String())
+		}
+		return rep, stdout.String(), stderr.String()
+	}
+
 	// The test kubelet admits testcluster.MaxPods pods: sandbox pods added in steps meet that
 	// ceiling (OutOfpods) well within this machine's memory, and the sweep must stop there and
 	// name it.
 	t.Run("density_stops_at_the_collapse", func(t *testing.T) {
-		cmd := cmdOf("stress", "density", "--sandbox-memory", "16Mi", "--request", "16Mi", "--limit", "128Mi",
-			"--step", "4", "--max", "40", "--pace", "100ms", "--step-duration", "6s", "--out", filepath.Join(t.TempDir(), "run"), "-o", "json")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		t.Logf("stress density --node:\n%s", stderr.String())
-		if err != nil {
-			t.Fatalf("stress density --node: %v\n%s", err, stdout.String())
-		}
-		var rep struct {
-			analyzer.DensityReport
-			Findings []analyzer.Finding `json:"findings"`
-		}
-		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-			t.Fatalf("stress density --node -o json: %v\n%s", err, stdout.String())
-		}
+		rep, stdout, stderr := density(t, "--step", "4", "--max", "40", "--step-duration", "6s")
 		col, ceil := rep.Collapse, rep.Ceiling
 		if col == nil || ceil == nil {
-			t.Fatalf("no collapse up to --max 40 on a kubelet of maxPods %d:\n%s", testcluster.MaxPods, stdout.String())
+			t.Fatalf("no collapse up to --max 40 on a kubelet of maxPods %d:\n%s", testcluster.MaxPods, stdout)
 		}
 		t.Logf("collapse at %d (%s), max stable %d, ceiling %s: %s", col.Density, col.Signal, rep.MaxStable, ceil.Resource, ceil.Explanation)
 		if col.Signal != rundir.SignalAdmission || ceil.Resource != analyzer.CeilingAdmission || !strings.Contains(ceil.Explanation, "OutOfpods") {
@@ -126,7 +136,7 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 		if !slices.ContainsFunc(rep.Findings, func(f analyzer.Finding) bool { return f.ID == analyzer.IDMemoryCollapse }) {
 			t.Errorf("no %s finding: %+v", analyzer.IDMemoryCollapse, rep.Findings)
 		}
-		waitGone(ctx, t, c, runNamespace(t, stderr.String()), podCgroupsBefore)
+		waitGone(ctx, t, c, runNamespace(t, stderr), podCgroupsBefore)
 	})
 
 	// Sandbox pods with a CPU request each fill the node's allocatable CPU (sized here so that
@@ -144,28 +154,16 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 		}
 		free := n.Status.Allocatable.Cpu().MilliValue()
 		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue // the kubelet no longer counts what it requested
+			}
 			for _, ctr := range p.Spec.Containers {
 				free -= ctr.Resources.Requests.Cpu().MilliValue()
 			}
 		}
 		request := free / 5
-		cmd := cmdOf("stress", "density", "--sandbox-memory", "16Mi", "--request", "16Mi", "--limit", "128Mi",
-			"--cpu-request", strconv.FormatInt(request, 10)+"m", "--step", "2", "--max", "10", "--pace", "100ms", "--step-duration", "4s",
-			"--out", filepath.Join(t.TempDir(), "run"), "-o", "json")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err = cmd.Run()
-		t.Logf("stress density --node --cpu-request %dm (%dm free):\n%s", request, free, stderr.String())
-		if err != nil {
-			t.Fatalf("stress density --node: %v\n%s", err, stdout.String())
-		}
-		var rep struct {
-			analyzer.DensityReport
-			Findings []analyzer.Finding `json:"findings"`
-		}
-		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-			t.Fatalf("stress density --node -o json: %v\n%s", err, stdout.String())
-		}
+		t.Logf("%dm of the node's CPU free: %dm a sandbox", free, request)
+		rep, _, stderr := density(t, "--cpu-request", strconv.FormatInt(request, 10)+"m", "--step", "2", "--max", "10", "--step-duration", "4s")
 		if col, ceil := rep.Collapse, rep.Ceiling; col == nil || ceil == nil || col.Signal != rundir.SignalAdmission ||
 			ceil.Resource != analyzer.CeilingAdmission || !strings.Contains(ceil.Explanation, "OutOfcpu") || rep.MaxStable != 4 {
 			t.Errorf("collapse %+v, ceiling %+v, max stable %d: want the kubelet's admission (OutOfcpu) past 5 sandboxes", col, ceil, rep.MaxStable)
@@ -179,7 +177,7 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 		if f := rep.Findings[i]; !strings.Contains(f.Summary, "booked full by CPU requests") {
 			t.Errorf("%s %s: %s; want the node booked full by CPU requests", f.ID, f.Severity, f.Summary)
 		}
-		waitGone(ctx, t, c, runNamespace(t, stderr.String()), podCgroupsBefore)
+		waitGone(ctx, t, c, runNamespace(t, stderr), podCgroupsBefore)
 	})
 
 	// A pod at 50m boots under its CFS quota: it wakes slower than at 1 CPU, throttled most of
