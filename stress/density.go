@@ -352,7 +352,7 @@ func (s *sweep) step(ctx context.Context, n, d int) (*Crossing, error) {
 				secs = append(secs, end.Sub(s.launched[w]).Seconds()) // never ready: at least this long
 			}
 		}
-		if p99 := P99(secs); p99 > crit.ReadinessP99.Seconds() {
+		if p99 := p99Of(secs); p99 > crit.ReadinessP99.Seconds() {
 			cross(Crossing{rundir.SignalReadiness, p99, crit.ReadinessP99.Seconds(), end})
 		}
 	}
@@ -402,8 +402,8 @@ func sandboxBody(cfg DensityConfig) *workload.SandboxConfig {
 	return &sandbox
 }
 
-// P99 is the nearest-rank 99th percentile.
-func P99(vs []float64) float64 {
+// p99Of is the nearest-rank 99th percentile.
+func p99Of(vs []float64) float64 {
 	if len(vs) == 0 {
 		return 0
 	}
