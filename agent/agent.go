@@ -4,6 +4,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,6 +65,8 @@ type Agent struct {
 	inc     *incidents
 	det     *detector
 	kube    *kubeSide // nil off Kubernetes
+	// apiAnalyses bounds the analyses the API runs (the incidents' worker runs its own).
+	apiAnalyses *gate
 
 	// Consumers of every interval's batch besides the store: the exporter, the API's watchers.
 	mu          sync.Mutex
@@ -109,7 +112,7 @@ func Start(cfg Config) (a *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
-	a = &Agent{cfg: cfg, log: cfg.Log, started: time.Now(), layout: layout, daemons: map[string]string{},
+	a = &Agent{cfg: cfg, log: cfg.Log, started: time.Now(), layout: layout, daemons: map[string]string{}, apiAnalyses: newGate(maxAPIAnalyses, maxAPIQueued),
 		drops: map[dropKey]float64{}, stop: make(chan struct{}), known: map[string]struct{}{}, exists: session.CgroupExists(layout)}
 	opts := cfg.Retention
 	opts.Dir, opts.Log = cfg.DataDir, cfg.Log.With("component", "flightrec")
@@ -138,7 +141,8 @@ func Start(cfg Config) (a *Agent, err error) {
 	a.findDaemons()
 	var sources map[string]collect.Source
 	if cfg.Kube != nil {
-		a.kube = startKube(*cfg.Kube, cfg.Log.With("component", "kube"), a.kubeletCgroup)
+		idle := cmp.Or(cfg.Retention.SeriesIdle, flightrec.DefaultSeriesIdle)
+		a.kube = startKube(*cfg.Kube, cfg.Log.With("component", "kube"), a.kubeletCgroup, idle/2)
 		sources = map[string]collect.Source{"kube": a.kube}
 	}
 	a.sess, err = session.New(session.Config{
@@ -282,7 +286,7 @@ func (a *Agent) reap(batch []rundir.Record) {
 	}
 	a.det.forget(gone)
 	if a.kube != nil {
-		a.kube.ids.Forget(gone)
+		a.kube.forget(gone)
 	}
 	if len(gone) >= releaseAfter {
 		// A churn's state is garbage now; the runtime would keep its pages for minutes.
@@ -419,7 +423,9 @@ func writeJSON(path string, v any) error {
 // least 2 (the phase's edges, where counters are exact), so that a node of thousands of series
 // costs the agent a bounded transient, at the price of coarser gauges. Close stops it.
 func (a *Agent) analyzeWindow(w recorded.Window) (*analyzer.Report, error) {
-	w.Stop = a.stop
+	if w.Stop == nil {
+		w.Stop = a.stop
+	}
 	w, err := w.Incident(a.store, a.Meta(), a.store.Status().Series)
 	if err != nil {
 		return nil, err
@@ -428,8 +434,23 @@ func (a *Agent) analyzeWindow(w recorded.Window) (*analyzer.Report, error) {
 	return recorded.AnalyzeWindow(a.store, a.Meta(), w)
 }
 
-// Analyze runs the analyzer on a window of the live recorder.
-func (a *Agent) Analyze(w recorded.Window) (*analyzer.Report, error) { return a.analyzeWindow(w) }
+// Analyze runs the analyzer on a window of the live recorder for the API: one at a time, a few
+// more queued (errBusy past them), and a request given up (ctx done) stops its read.
+func (a *Agent) Analyze(ctx context.Context, w recorded.Window) (*analyzer.Report, error) {
+	leave, err := a.apiAnalyses.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	stop, release := stopOn(ctx, a.stop)
+	defer release()
+	w.Stop = stop
+	rep, err := a.analyzeWindow(w)
+	if errors.Is(err, recorded.ErrStopped) && ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	return rep, err
+}
 
 // Read reads the live recorder.
 func (a *Agent) Read(from, to time.Time, step time.Duration, fn func(rundir.Record) error) error {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -91,13 +92,18 @@ func (b backend) Query(ctx context.Context, from, to time.Time, step time.Durati
 
 func (b backend) Meta() rundir.Meta { return b.a.Meta() }
 
-func (b backend) Analyze(_ context.Context, from, to time.Time, baseline time.Duration, cgroup string) (*agentv1.Report, error) {
+func (b backend) Analyze(ctx context.Context, from, to time.Time, baseline time.Duration, cgroup string) (*agentv1.Report, error) {
 	if baseline == 0 {
 		baseline = b.a.cfg.Windows.Baseline
 	}
 	w := recorded.Window{BaselineFrom: from.Add(-baseline), From: from, To: to, Cgroup: cgroup}
-	rep, err := b.a.Analyze(w)
-	if err != nil {
+	rep, err := b.a.Analyze(ctx, w)
+	switch {
+	case errors.Is(err, errBusy):
+		return nil, status.Error(codes.ResourceExhausted, err.Error())
+	case ctx.Err() != nil && err != nil:
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case err != nil:
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	return recorded.ReportToProto(rep), nil

@@ -19,10 +19,13 @@ const (
 	TriggerDaemonWait     = "daemon_late"       // a system daemon waited on the run queue at least Triggers.DaemonWait
 	TriggerSwapThrashing  = "swap_thrashing"    // the node swapped in and out at once
 	TriggerLeaseLate      = "lease_late"        // the node's Lease was renewed later than its interval by Triggers.LeaseLate
+	TriggerFsyncStall     = "fsync_stall"       // a cgroup's fsync took at least Triggers.FsyncStall
+	TriggerBlkRequestWait = "blk_request_wait"  // a block request waited in a device's queue, or in the device, at least Triggers.BlkRequestWait
 )
 
 // TriggerNames lists every trigger, in the order the docs give them.
-var TriggerNames = []string{TriggerOOMKill, TriggerMemoryPressure, TriggerRunqStall, TriggerDaemonWait, TriggerSwapThrashing, TriggerLeaseLate}
+var TriggerNames = []string{TriggerOOMKill, TriggerMemoryPressure, TriggerRunqStall, TriggerDaemonWait, TriggerSwapThrashing, TriggerLeaseLate,
+	TriggerFsyncStall, TriggerBlkRequestWait}
 
 // Triggers are the bounds past which the agent opens an incident.
 type Triggers struct {
@@ -43,11 +46,18 @@ type Triggers struct {
 	// LeaseLate: a renewal of the node's Lease this much later than the kubelet's renew
 	// interval (a quarter of leaseDurationSeconds: 10 s of 40 s) after the previous one.
 	LeaseLate time.Duration
+	// FsyncStall: an fsync, fdatasync or sync_file_range of a cgroup this long (same bucket
+	// rule as RunqStall: from 1.07 s for 1 s).
+	FsyncStall time.Duration
+	// BlkRequestWait: a block request this long in its device's queue (insert to issue) or in
+	// the device (issue to completion), each known on its own (same bucket rule: from 268 ms
+	// for 250 ms). A virtio or NVMe disk queues in the device: its scheduler queue stays short.
+	BlkRequestWait time.Duration
 }
 
 // DefaultTriggers are the bounds nodectl ships with (docs/agent.md says why).
 var DefaultTriggers = Triggers{RunqStall: time.Second, MemoryPSIFull: 0.10, DaemonWait: 100 * time.Millisecond, SwapPagesPerSecond: 256,
-	LeaseLate: 3 * time.Second}
+	LeaseLate: 3 * time.Second, FsyncStall: time.Second, BlkRequestWait: 250 * time.Millisecond}
 
 // Fields of Triggers and Windows in errors (badvalue.Error's Field); the CLI names its flags.
 const (
@@ -56,6 +66,8 @@ const (
 	FieldMemoryPSIFull      = "Triggers.MemoryPSIFull"
 	FieldSwapPagesPerSecond = "Triggers.SwapPagesPerSecond"
 	FieldLeaseLate          = "Triggers.LeaseLate"
+	FieldFsyncStall         = "Triggers.FsyncStall"
+	FieldBlkRequestWait     = "Triggers.BlkRequestWait"
 )
 
 // Validate names a bound out of range.
@@ -71,6 +83,10 @@ func (t Triggers) Validate() error {
 		return badvalue.Errorf(FieldSwapPagesPerSecond, fmt.Sprint(t.SwapPagesPerSecond), "must be more than 0")
 	case t.LeaseLate < 100*time.Millisecond:
 		return badvalue.Errorf(FieldLeaseLate, t.LeaseLate.String(), "must be at least 100ms")
+	case t.FsyncStall < time.Microsecond:
+		return badvalue.Errorf(FieldFsyncStall, t.FsyncStall.String(), "must be at least 1µs")
+	case t.BlkRequestWait < time.Microsecond:
+		return badvalue.Errorf(FieldBlkRequestWait, t.BlkRequestWait.String(), "must be at least 1µs")
 	}
 	return nil
 }
@@ -88,25 +104,32 @@ type firing struct {
 // the last cumulative value of the few series the triggers read; a series seen for the first
 // time sets its reference and fires nothing.
 type detector struct {
-	cfg          Triggers
-	stallBucket  int
-	daemonBucket int
-	daemon       func(cgroup string) (name string, ok bool)
-	name         func(cgroup string) string // a firing's workload; nil names none
+	cfg           Triggers
+	stallBucket   int
+	daemonBucket  int
+	fsyncBucket   int
+	requestBucket int
+	daemon        func(cgroup string) (name string, ok bool)
+	name          func(cgroup string) string // a firing's workload; nil names none
 
-	long     map[string]uint64  // cgroup → run-queue waits at or above stallBucket so far
-	daemonW  map[string]uint64  // daemon cgroup → waits at or above daemonBucket so far
+	long    map[string]uint64 // cgroup → run-queue waits at or above stallBucket so far
+	daemonW map[string]uint64 // daemon cgroup → waits at or above daemonBucket so far
+	// cgroup → one of its fsync or block request series → its values at or above the
+	// trigger's bucket so far (a cgroup has a series per syscall or op and device)
+	slowIO   map[string]map[ioSeries]uint64
 	psiFull  map[string]reading // cgroup ("" = node) → memory full seconds
 	last     time.Time
 	vm       map[string]float64 // pswpin, pswpout
 	vmBefore map[string]float64
-	// rooms of long, daemonW and psiFull, made again after a churn
-	longRoom, daemonRoom, psiRoom maproom.Room
+	// rooms of long, daemonW, psiFull and slowIO, made again after a churn
+	longRoom, daemonRoom, psiRoom, ioRoom maproom.Room
 }
 
 func newDetector(cfg Triggers, daemon func(string) (string, bool)) *detector {
 	return &detector{cfg: cfg, stallBucket: bucketFrom(cfg.RunqStall), daemonBucket: bucketFrom(cfg.DaemonWait), daemon: daemon,
-		long: map[string]uint64{}, daemonW: map[string]uint64{}, psiFull: map[string]reading{}, vm: map[string]float64{}}
+		fsyncBucket: bucketFrom(cfg.FsyncStall), requestBucket: bucketFrom(cfg.BlkRequestWait),
+		long: map[string]uint64{}, daemonW: map[string]uint64{}, slowIO: map[string]map[ioSeries]uint64{}, psiFull: map[string]reading{},
+		vm: map[string]float64{}}
 }
 
 // reading is a cumulative value and when it was read.
@@ -165,6 +188,25 @@ func (d *detector) observe(t time.Time, batch []rundir.Record) []firing {
 					f.Evidence = name + ": " + f.Evidence
 					out = append(out, f)
 				}
+			}
+		case r.Metric == rundir.MetricFsyncLatency && r.Hist != nil && r.Cgroup != "":
+			if n, ok := d.gained(r, d.fsyncBucket); ok {
+				out = append(out, firing{Trigger: TriggerFsyncStall, Cgroup: r.Cgroup, Time: t,
+					Evidence: fmt.Sprintf("%d %s call(s) on device %s of at least %v (bound %v); longest at least %v", n,
+						r.Labels[rundir.LabelSyscall], r.Labels[rundir.LabelDevice], bucketFloor(d.fsyncBucket), d.cfg.FsyncStall, longest(r.Hist))})
+			}
+		case (r.Metric == rundir.MetricBlkQueue || r.Metric == rundir.MetricBlkService) && r.Hist != nil:
+			// The device's incident is the node's: its analysis examines every cgroup whose
+			// I/O got slower and names who loaded the device.
+			if n, ok := d.gained(r, d.requestBucket); ok {
+				where := "in its queue (insert to issue)"
+				if r.Metric == rundir.MetricBlkService {
+					where = "in the device (issue to completion)"
+				}
+				out = append(out, firing{Trigger: TriggerBlkRequestWait, Time: t,
+					Evidence: fmt.Sprintf("%d %s request(s) of %s on device %s waited at least %v %s (bound %v); longest at least %v", n,
+						r.Labels[rundir.LabelOp], d.issuer(r.Cgroup), r.Labels[rundir.LabelDevice], bucketFloor(d.requestBucket), where,
+						d.cfg.BlkRequestWait, longest(r.Hist))})
 			}
 		case (r.Metric == rundir.MetricCgroupPressure || r.Metric == rundir.MetricSystemPressure) && r.Value != nil &&
 			r.Labels[rundir.LabelResource] == rundir.ResourceMemory && r.Labels[rundir.LabelKind] == rundir.PressureFull:
@@ -236,7 +278,49 @@ func (d *detector) waits(seen map[string]uint64, r *rundir.Record, k int, bound 
 		return firing{}, false
 	}
 	return firing{Cgroup: r.Cgroup, Evidence: fmt.Sprintf("%d run-queue wait(s) of at least %v (bound %v); longest at least %v",
-		n-prev, time.Duration(uint64(1)<<k), bound, time.Duration(r.Hist.LongestAtLeast()*1e9).Round(time.Millisecond))}, true
+		n-prev, bucketFloor(k), bound, longest(r.Hist))}, true
+}
+
+// ioSeries names one of a cgroup's fsync or block request series without building a string at
+// every reading: its metric, syscall or op, and device.
+type ioSeries struct{ metric, kind, device string }
+
+// gained returns how many values at or above bucket k the series r gained since its previous
+// reading, and whether it gained any (a first reading sets the reference).
+func (d *detector) gained(r *rundir.Record, k int) (uint64, bool) {
+	n := atOrAbove(r.Hist, k)
+	series := d.slowIO[r.Cgroup]
+	if series == nil {
+		series = map[ioSeries]uint64{}
+		d.slowIO[r.Cgroup] = series
+	}
+	// A series has a syscall (fsync) or an op (block requests), never both.
+	key := ioSeries{r.Metric, r.Labels[rundir.LabelSyscall] + r.Labels[rundir.LabelOp], r.Labels[rundir.LabelDevice]}
+	prev, ok := series[key]
+	series[key] = n
+	return n - prev, ok && n > prev
+}
+
+// bucketFloor is the smallest value of log2 bucket k, to the microsecond.
+func bucketFloor(k int) time.Duration { return time.Duration(uint64(1) << k).Round(time.Microsecond) }
+
+// issuer names the cgroup that issued a request in a node's firing: its pod or daemon and its
+// path, or its path alone.
+func (d *detector) issuer(cgroup string) string {
+	if cgroup == "" {
+		return "the root cgroup"
+	}
+	if d.name != nil {
+		if n := d.name(cgroup); n != "" && n != cgroup {
+			return fmt.Sprintf("%s (cgroup %s)", n, cgroup)
+		}
+	}
+	return "cgroup " + cgroup
+}
+
+// longest is a lower bound of h's largest value, to the millisecond.
+func longest(h *hist.Log2) time.Duration {
+	return time.Duration(h.LongestAtLeast() * 1e9).Round(time.Millisecond)
 }
 
 // swapping fires when both swap counters rose past the bound in the interval.
@@ -259,11 +343,13 @@ func (d *detector) forget(cgroups []string) {
 	d.longRoom.Saw(len(d.long))
 	d.daemonRoom.Saw(len(d.daemonW))
 	d.psiRoom.Saw(len(d.psiFull))
+	d.ioRoom.Saw(len(d.slowIO))
 	for _, c := range cgroups {
 		delete(d.long, c)
 		delete(d.daemonW, c)
 		delete(d.psiFull, c)
+		delete(d.slowIO, c)
 	}
 	d.long, d.daemonW = maproom.Fit(&d.longRoom, d.long), maproom.Fit(&d.daemonRoom, d.daemonW)
-	d.psiFull = maproom.Fit(&d.psiRoom, d.psiFull)
+	d.psiFull, d.slowIO = maproom.Fit(&d.psiRoom, d.psiFull), maproom.Fit(&d.ioRoom, d.slowIO)
 }

@@ -121,3 +121,60 @@ func TestLeaseLateFires(t *testing.T) {
 		t.Errorf("a renewal past the Lease's duration: %+v, want evidence saying the node may go NotReady", fs)
 	}
 }
+
+// ioHist is a histogram of metric in cg with labels kv holding durations ds.
+func ioHist(metric, cg string, ds []time.Duration, kv ...string) rundir.Record {
+	r := runq(cg, ds...)
+	r.Metric = metric
+	r.Labels = value(metric, cg, 0, kv...).Labels
+	r.Value = nil
+	return r
+}
+
+// A cgroup's fsync of a second or more fires fsync_stall for it, each of its series (syscall,
+// device) on its own; a block request that waited 250 ms or more in a device's queue or in the
+// device fires blk_request_wait for the node, whichever cgroup issued it.
+func TestDetectorFiresOnSlowIO(t *testing.T) {
+	d := newDetector(DefaultTriggers, func(string) (string, bool) { return "", false })
+	ms := time.Millisecond
+	fsync := func(cg, syscall string, ds ...time.Duration) rundir.Record {
+		return ioHist(rundir.MetricFsyncLatency, cg, ds, rundir.LabelSyscall, syscall, rundir.LabelDevice, "254:0")
+	}
+	queue := func(cg string, ds ...time.Duration) rundir.Record {
+		return ioHist(rundir.MetricBlkQueue, cg, ds, rundir.LabelDevice, "254:0", rundir.LabelOp, "write")
+	}
+	service := func(cg string, ds ...time.Duration) rundir.Record {
+		return ioHist(rundir.MetricBlkService, cg, ds, rundir.LabelDevice, "254:0", rundir.LabelOp, "read")
+	}
+	steps := []struct {
+		batch []rundir.Record
+		want  []string
+	}{
+		// First sight: a second-long fsync already counted fires nothing.
+		{[]rundir.Record{fsync("/a", "fsync", 2*time.Second), fsync("/a", "fdatasync", ms), queue("/a", ms), queue("", ms), service("/a", time.Second)}, nil},
+		// 900 ms is under the fsync bound's bucket (from 1.07 s); 1.2 s is past it. A queue
+		// wait of 300 ms is past 250 ms's bucket (from 268 ms), in the root cgroup's requests
+		// too; 200 ms in the device is not.
+		{[]rundir.Record{fsync("/a", "fsync", 2*time.Second, 900*ms), fsync("/a", "fdatasync", ms, 1200*ms),
+			queue("/a", ms), queue("", ms, 300*ms), service("/a", time.Second, 200*ms)}, []string{"fsync_stall /a", "blk_request_wait "}},
+		// The same counts again: nothing new; then 400 ms in the device.
+		{[]rundir.Record{fsync("/a", "fsync", 2*time.Second, 900*ms), fsync("/a", "fdatasync", ms, 1200*ms),
+			queue("/a", ms), queue("", ms, 300*ms), service("/a", time.Second, 200*ms)}, nil},
+		{[]rundir.Record{service("/a", time.Second, 200*ms, 400*ms)}, []string{"blk_request_wait "}},
+	}
+	for i, s := range steps {
+		fired := d.observe(tick(i), s.batch)
+		if got := triggers(fired); strings.Join(got, ",") != strings.Join(s.want, ",") {
+			t.Fatalf("interval %d fired %q, want %q", i, got, s.want)
+		}
+		for _, f := range fired {
+			if !strings.Contains(f.Evidence, "254:0") || !strings.Contains(f.Evidence, "longest at least") {
+				t.Errorf("evidence %q names no device or longest", f.Evidence)
+			}
+		}
+	}
+	d.forget([]string{"/a"})
+	if _, ok := d.slowIO["/a"]; ok {
+		t.Error("a removed cgroup's I/O series were kept")
+	}
+}

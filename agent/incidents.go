@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -26,6 +27,11 @@ const (
 	maxOpenIncidents = 16
 	maxKeptIncidents = 500
 )
+
+// maxAnalysisAttempts is how many times an incident's analysis is begun: one that killed the
+// agent that many times (its memory limit, a crash) is closed as failed rather than analyzed
+// at every start, a crash loop of the node's agent.
+const maxAnalysisAttempts = 3
 
 // incidents opens, analyzes and keeps the incidents. It is safe for concurrent use.
 type incidents struct {
@@ -67,25 +73,36 @@ func (m *incidents) load() error {
 			}
 		}
 	}
-	return m.read()
+	given, err := m.read()
+	for _, in := range given {
+		m.log.Warn("an incident's analysis never ended; not tried again", "id", in.ID, "attempts", in.Attempts)
+		m.save(in)
+	}
+	return err
 }
 
 // read reads the incidents in dir without writing anything; one a previous agent left
-// analyzing is open again.
-func (m *incidents) read() error {
+// analyzing is open again, unless its analysis was begun maxAnalysisAttempts times: those are
+// closed as failed, and returned to be saved so.
+func (m *incidents) read() (givenUp []*recorded.Incident, err error) {
 	m.all = map[string]*recorded.Incident{}
 	m.work = make(chan string, maxOpenIncidents+maxKeptIncidents)
 	all, err := recorded.LoadIncidents(m.dir, m.log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, in := range all {
 		if in.State == recorded.StateAnalyzing {
 			in.State = recorded.StateOpen
+			if in.Attempts >= maxAnalysisAttempts {
+				in.State = recorded.StateClosed
+				in.AnalysisError = fmt.Sprintf("its analysis was begun %d times and never ended (the agent died in it: out of memory, or a crash); not tried again", in.Attempts)
+				givenUp = append(givenUp, in)
+			}
 		}
 		m.all[in.ID] = in
 	}
-	return nil
+	return givenUp, nil
 }
 
 // fire opens an incident for each firing that has none open for its trigger and cgroup.
@@ -164,10 +181,14 @@ func (m *incidents) tick(now time.Time) {
 	defer m.mu.Unlock()
 	for _, in := range m.all {
 		if in.State == recorded.StateOpen && !now.Before(in.WindowTo) {
+			select {
+			case m.work <- in.ID:
+			default:
+				continue // the worker is behind (many loaded at start): a later tick hands it on
+			}
 			in.State = recorded.StateAnalyzing
 			m.save(in)
 			m.publish(*in)
-			m.work <- in.ID
 		}
 	}
 }
@@ -185,12 +206,14 @@ func (m *incidents) analyzeLoop(done <-chan struct{}) {
 			var w recorded.Window
 			if in != nil {
 				w = in.Window()
+				in.Attempts++
+				m.save(in) // before it begins: an analysis that kills the agent counts
 			}
 			m.mu.Unlock()
 			if in == nil {
 				continue
 			}
-			report, err := m.analyze(w)
+			report, err := m.analyzeSafely(id, w)
 			if errors.Is(err, recorded.ErrStopped) {
 				// The agent is stopping: the next one analyzes it (load reopens it).
 				return
@@ -209,6 +232,18 @@ func (m *incidents) analyzeLoop(done <-chan struct{}) {
 			m.mu.Unlock()
 		}
 	}
+}
+
+// analyzeSafely is analyze with a panic turned into the analysis's error: a window that
+// trips a bug closes its incident, it does not take the node's agent down.
+func (m *incidents) analyzeSafely(id string, w recorded.Window) (rep *analyzer.Report, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			m.log.Error("incident analysis panicked", "id", id, "panic", r, "stack", string(debug.Stack()))
+			rep, err = nil, fmt.Errorf("the analysis panicked: %v", r)
+		}
+	}()
+	return m.analyze(w)
 }
 
 // evict removes the oldest closed incidents past maxKeptIncidents, with their pins.

@@ -13,6 +13,7 @@ import (
 	"github.com/nodectl/nodectl/agent/exporter"
 	"github.com/nodectl/nodectl/agent/kube"
 	"github.com/nodectl/nodectl/host/kubeid"
+	"github.com/nodectl/nodectl/internal/maproom"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -53,6 +54,14 @@ type kubeSide struct {
 	criMu sync.Mutex
 	cri   *cri.Client
 
+	// recorded is the pod each named cgroup's last pod_info sample said, and when: a cgroup's
+	// is recorded again when it changes or is refresh old (podMu; bounded by the resolver's
+	// cache, which forgets removed cgroups as this does).
+	podMu    sync.Mutex
+	recorded map[string]recordedPod
+	recRoom  maproom.Room
+	refresh  time.Duration
+
 	mu      sync.Mutex
 	pending []rundir.Record
 	dropped uint64
@@ -61,9 +70,19 @@ type kubeSide struct {
 	lease   exporter.Lease
 }
 
-func startKube(cfg Kube, log *slog.Logger, kubelet func() string) *kubeSide {
+// recordedPod is what a cgroup's last pod_info sample said: its identity and its pod's
+// requests (compared, not formatted, at every interval), and when.
+type recordedPod struct {
+	id       kubeid.Identity
+	cpu, mem int64
+	at       time.Time
+}
+
+// startKube starts the Kubernetes side; the pods it names are recorded again every refresh,
+// within the time the flight recorder keeps an unchanged series.
+func startKube(cfg Kube, log *slog.Logger, kubelet func() string, refresh time.Duration) *kubeSide {
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &kubeSide{cfg: cfg, log: log, cancel: cancel, kubelet: kubelet,
+	k := &kubeSide{cfg: cfg, log: log, cancel: cancel, kubelet: kubelet, recorded: map[string]recordedPod{}, refresh: refresh,
 		pods: kube.NewPods(cfg.Client, cfg.Node, log.With("component", "pods"))}
 	src := kubeid.Sources{Pod: k.pod}
 	if cfg.CRISocket != "" {
@@ -86,6 +105,7 @@ func startKube(cfg Kube, log *slog.Logger, kubelet func() string) *kubeSide {
 func (k *kubeSide) close() {
 	k.cancel()
 	k.wg.Wait()
+	k.ids.Close() // no listing of the CRI past this
 	k.criMu.Lock()
 	defer k.criMu.Unlock()
 	if k.cri != nil {
@@ -147,13 +167,35 @@ func (k *kubeSide) nodeChanged(_, n kube.Node) {
 	k.push(rundir.NodeReady{Status: n.Ready, Reason: n.ReadyReason, Since: n.ReadySince}.Record(time.Now()))
 }
 
-// Sample hands the queued events to the interval's batch (a session source).
-func (k *kubeSide) Sample(time.Time) ([]rundir.Record, error) {
+// Sample hands the queued events to the interval's batch (a session source), with a pod_info
+// sample of each cgroup named since, or whose pod changed or was recorded refresh ago.
+func (k *kubeSide) Sample(now time.Time) ([]rundir.Record, error) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	out := k.pending
 	k.pending = nil
+	k.mu.Unlock()
+	k.podMu.Lock()
+	defer k.podMu.Unlock()
+	// What the resolver holds: the agent asks it of each new cgroup, and a window's meta and
+	// the exporter ask it again of those it named partly; the interval never waits on the CRI.
+	k.ids.EachCached(func(cg string, id kubeid.Identity) {
+		kp, _ := k.pods.ByUID(id.UID)
+		rec := recordedPod{id: id, cpu: kp.CPURequestMilli, mem: kp.MemoryRequest, at: now}
+		if r, ok := k.recorded[cg]; ok && r.id == id && r.cpu == rec.cpu && r.mem == rec.mem && now.Sub(r.at) < k.refresh {
+			return
+		}
+		k.recorded[cg] = rec
+		out = append(out, k.podOf(cg, id).Record(now))
+	})
 	return out, nil
+}
+
+// forget drops removed cgroups, as the resolver does.
+func (k *kubeSide) forget(cgroups []string) {
+	k.ids.Forget(cgroups)
+	k.podMu.Lock()
+	defer k.podMu.Unlock()
+	k.recorded = maproom.Delete(&k.recRoom, k.recorded, cgroups)
 }
 
 // pod is the informer's pod as the resolver wants it.
@@ -241,15 +283,18 @@ func (k *kubeSide) booking() *rundir.Booking {
 // windowPods are the named cgroups as a window's meta lists them, those keep admits (nil: all).
 func (k *kubeSide) windowPods(keep func(string) bool) []rundir.Pod {
 	var out []rundir.Pod
-	for cg, id := range k.ids.Named(keep) {
-		p := rundir.Pod{Cgroup: cg, Name: id.Name, Kind: id.Kind, Namespace: id.Namespace, Pod: id.Pod, Container: id.Container,
-			UID: id.UID, QoS: id.QoS, RuntimeClass: id.RuntimeClass, Handler: id.Handler, Owner: id.Owner, Sandbox: id.Sandbox}
-		if kp, ok := k.pods.ByUID(id.UID); ok {
-			p.CPURequest, p.MemoryRequest = milliString(kp.CPURequestMilli), bytesString(kp.MemoryRequest)
-		}
-		out = append(out, p)
-	}
+	k.ids.EachNamed(keep, func(cg string, id kubeid.Identity) { out = append(out, k.podOf(cg, id)) })
 	return out
+}
+
+// podOf is cgroup cg's pod as a window names it: its identity with its pod's requests.
+func (k *kubeSide) podOf(cg string, id kubeid.Identity) rundir.Pod {
+	p := rundir.Pod{Cgroup: cg, Name: id.Name, Kind: id.Kind, Namespace: id.Namespace, Pod: id.Pod, Container: id.Container,
+		UID: id.UID, QoS: id.QoS, RuntimeClass: id.RuntimeClass, Handler: id.Handler, Owner: id.Owner, Sandbox: id.Sandbox}
+	if kp, ok := k.pods.ByUID(id.UID); ok {
+		p.CPURequest, p.MemoryRequest = milliString(kp.CPURequestMilli), bytesString(kp.MemoryRequest)
+	}
+	return p
 }
 
 // milliString and bytesString write a request in Kubernetes notation; "" for none.

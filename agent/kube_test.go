@@ -2,9 +2,12 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +42,7 @@ func TestKubeSide(t *testing.T) {
 			corev1.ResourcePods: resource.MustParse("110")},
 		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}}}
 	cs := kubefake.New(node, lease, testPod("web-0", uid, "500m", "1Gi"), testPod("web-1", "uid-2", "250m", "256Mi"))
-	k := startKube(Kube{Client: cs, Node: "n1"}, slog.New(slog.DiscardHandler), func() string { return "/system.slice/kubelet.service" })
+	k := startKube(Kube{Client: cs, Node: "n1"}, slog.New(slog.DiscardHandler), func() string { return "/system.slice/kubelet.service" }, time.Hour)
 	defer k.close()
 
 	events := map[string]rundir.Record{}
@@ -93,5 +96,66 @@ func TestKubeSide(t *testing.T) {
 	pods := k.windowPods(nil)
 	if len(pods) != 1 || pods[0].CPURequest != "500m" || pods[0].MemoryRequest != "1Gi" {
 		t.Errorf("windowPods = %+v", pods)
+	}
+
+	// The named cgroup is recorded as a pod_info sample once, again only when refresh old, and
+	// no more once forgotten.
+	podInfos := func(at time.Time) []rundir.Pod {
+		recs, _ := k.Sample(at)
+		var out []rundir.Pod
+		for _, r := range recs {
+			if p, ok := rundir.ParsePodInfo(r); ok {
+				if !r.Time.Equal(at) {
+					t.Errorf("pod_info at %v, sampled at %v", r.Time, at)
+				}
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	now := time.Now()
+	if got := podInfos(now); len(got) != 1 || got[0] != pods[0] {
+		t.Errorf("first pod_info samples %+v, want %+v", got, pods)
+	}
+	if got := podInfos(now.Add(time.Minute)); len(got) != 0 {
+		t.Errorf("pod_info recorded again a minute later: %+v", got)
+	}
+	if got := podInfos(now.Add(time.Hour)); len(got) != 1 {
+		t.Errorf("pod_info not recorded again after its refresh: %+v", got)
+	}
+	k.forget([]string{pods[0].Cgroup})
+	if got := podInfos(now.Add(3 * time.Hour)); len(got) != 0 || len(k.recorded) != 0 {
+		t.Errorf("a forgotten cgroup recorded again (%+v) or remembered (%d)", got, len(k.recorded))
+	}
+}
+
+// BenchmarkPodInfoSample is the Kubernetes side's cost per interval at 1,000 named pods when
+// none changed: what the agent pays every interval to keep their pod_info samples current.
+func BenchmarkPodInfoSample(b *testing.B) {
+	const n = 1000
+	objs := []runtime.Object{}
+	for i := range n {
+		objs = append(objs, testPod(fmt.Sprint("web-", i), types.UID(fmt.Sprintf("%08d-0000-0000-0000-000000000000", i)), "100m", "64Mi"))
+	}
+	k := startKube(Kube{Client: kubefake.New(objs...), Node: "n1"}, slog.New(slog.DiscardHandler), func() string { return "" }, time.Hour)
+	defer k.close()
+	for deadline := time.Now().Add(10 * time.Second); !k.pods.Synced() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := range n {
+		if _, ok := k.ids.Identify(fmt.Sprintf("/kubepods/burstable/pod%08d-0000-0000-0000-000000000000", i)); !ok {
+			b.Fatalf("pod %d not named", i)
+		}
+	}
+	now := time.Now()
+	if recs, _ := k.Sample(now); len(recs) < n {
+		b.Fatalf("%d records at the first interval, want a pod_info for each of %d pods", len(recs), n)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if recs, _ := k.Sample(now.Add(time.Duration(i+1) * time.Second)); len(recs) > 0 {
+			b.Fatalf("%d records when no pod changed", len(recs))
+		}
 	}
 }

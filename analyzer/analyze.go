@@ -2,6 +2,9 @@ package analyzer
 
 import (
 	"errors"
+	"fmt"
+	"math"
+	"slices"
 
 	"github.com/nodectl/nodectl/rundir"
 )
@@ -20,8 +23,8 @@ type scenarioRules struct {
 	run    []runRule
 }
 
-// registry picks the rules by scenario. Every scenario also gets commonRules: memory trouble
-// and swap thrashing can hit any run. A scenario missing here (a newer writer's) gets only
+// registry picks the rules by scenario. Every scenario also gets commonRules: memory trouble,
+// swap thrashing and a full swap limit can hit any run. A scenario missing here (a newer writer's) gets only
 // those.
 var registry = map[string]scenarioRules{
 	rundir.ScenarioNoisy: {byKind: map[string][]workloadRule{
@@ -37,12 +40,13 @@ var registry = map[string]scenarioRules{
 	rundir.ScenarioAgent: {byKind: map[string][]workloadRule{
 		rundir.KindObserved: observedRules,
 		rundir.KindDaemon:   {(*analysis).daemonStarvation},
-	}, run: []runRule{(*analysis).observedRule, (*analysis).leaseLate, (*analysis).bookingCeiling}},
+	}, run: []runRule{(*analysis).observedRule, (*analysis).leaseLate, (*analysis).bookingCeiling, (*analysis).nodeCollapse}},
 }
 
 var commonRules = []runRule{
 	func(a *analysis, rep *Report) { rep.Findings = append(rep.Findings, a.memory()...) },
 	func(a *analysis, rep *Report) { rep.Findings = append(rep.Findings, a.swapThrashing()...) },
+	func(a *analysis, rep *Report) { rep.Findings = append(rep.Findings, a.swapLimits()...) },
 }
 
 // Analyze applies the run's scenario's rules and summarises it.
@@ -73,8 +77,30 @@ func Analyze(run *rundir.Run) (*Report, error) {
 		rule(a, rep)
 	}
 	rep.Notes = append(rep.Notes, a.unexplained(rep.Findings)...)
+	rep.Notes = append(rep.Notes, finiteEvidence(rep.Findings)...)
 	return rep, nil
 }
+
+// finiteEvidence leaves out of the findings any evidence that is not a finite number (a rule's
+// ratio over nothing), which no JSON can hold and which would lose the whole report, and says
+// so in a note: a rule's bug shows, and the rest of the report stands.
+func finiteEvidence(findings []Finding) []string {
+	var notes []string
+	for i := range findings {
+		f := &findings[i]
+		f.Evidence = slices.DeleteFunc(f.Evidence, func(e Evidence) bool {
+			if finite(e.Baseline) && finite(e.Value) {
+				return false
+			}
+			notes = append(notes, fmt.Sprintf("%s of %s: evidence %s (%v against %v) is not a finite number and was left out",
+				f.ID, f.Victim, e.Metric, e.Value, e.Baseline))
+			return true
+		})
+	}
+	return notes
+}
+
+func finite(v float64) bool { return !math.IsInf(v, 0) && !math.IsNaN(v) }
 
 // wakeRule tabulates a wake run by CPU limit, with its findings and the starts that never
 // answered.

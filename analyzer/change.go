@@ -47,15 +47,64 @@ var (
 	measureFsync      = probeMeasure{"fsync", "fsync"} //rundir:other: a findings value
 )
 
+// affectsBlkRequests is what a disk-contention finding affects when a cgroup without a probe
+// or a traced fsync that rose has slower block requests of its own (tracedRequests).
+const affectsBlkRequests = "blk_requests"
+
+// rise is how a distribution of times changed from the baseline to the stress phase, and the
+// chance of each part's rise: a probe measure's iterations (probeChange) or a tracer's
+// histogram (histChange) alike.
+type rise struct {
+	p50B, p50S, p95B, p95S float64
+	// bodyP is the one-sided Mann-Whitney U test's p-value that the stress phase's times tend
+	// to be longer than the baseline's, tailP the exceedance test's; both are adjusted for the
+	// two tests.
+	bodyP, tailP float64
+}
+
+// bodyRose: the typical time got longer.
+func (r rise) bodyRose() bool {
+	return ratio(r.p50S, r.p50B) >= probeRiseFactor && r.p50S-r.p50B >= probeMinRiseSeconds && r.bodyP <= probeAlpha
+}
+
+// tailRose: the long times got longer.
+func (r rise) tailRose() bool {
+	return ratio(r.p95S, r.p95B) >= tailRiseFactor && r.p95S-r.p95B >= probeMinRiseSeconds && r.tailP <= probeAlpha
+}
+
+// slowed: the body or the tail got slower.
+func (r rise) slowed() bool { return r.bodyRose() || r.tailRose() }
+
+// slowdown is the factor that sets a finding's severity: the larger of the rises that count.
+func (r rise) slowdown() float64 {
+	s := 0.0
+	if r.bodyRose() {
+		s = ratio(r.p50S, r.p50B)
+	}
+	if r.tailRose() {
+		s = max(s, ratio(r.p95S, r.p95B))
+	}
+	return s
+}
+
+// chance is the p-value of the rise that counts (the smaller when both do).
+func (r rise) chance() float64 {
+	p := 1.0
+	if r.bodyRose() {
+		p = r.bodyP
+	}
+	if r.tailRose() {
+		p = min(p, r.tailP)
+	}
+	return p
+}
+
 // probeChange compares one measure's iterations in the stress phase with the baseline's.
 type probeChange struct {
-	measure                probeMeasure
-	nB, nS                 int
-	p50B, p50S, p95B, p95S float64
-	// bodyP is the one-sided Mann-Whitney U test's p-value that the stress iterations tend to be
-	// slower than the baseline's: it weighs every iteration and the overlap of the two phases.
-	// Both p-values are adjusted for the measure's two tests.
-	bodyP float64
+	measure probeMeasure
+	nB, nS  int
+	// rise's bodyP weighs every iteration and the overlap of the two phases.
+	rise
 	// above counts the stress iterations slower than every baseline one by more than
 	// probeMinRiseSeconds, and tailP is the chance of at least that many were both phases alike
 	// (Rosenbaum's exceedance test, of which counting past the slowest plus a margin is a
@@ -63,7 +112,6 @@ type probeChange struct {
 	// anything the baseline did. Without the margin, a body shifted by a millisecond put 6 of 8
 	// past the slowest while one outlier made the p95 1.6x: a shift and an outlier, not a tail.
 	above int
-	tailP float64
 	// excessB and excessS sum how far each iteration of the phase lay above the baseline's
 	// median: the time the measure lost, which a cause must account for.
 	excessB, excessS float64
@@ -77,9 +125,8 @@ func compareProbe(m probeMeasure, base, stress []float64) (probeChange, bool) {
 	}
 	c := probeChange{
 		measure: m, nB: len(base), nS: len(stress),
-		p50B: quantile(base, 0.5), p50S: quantile(stress, 0.5),
-		p95B: quantile(base, 0.95), p95S: quantile(stress, 0.95),
-		bodyP: 1,
+		rise: rise{p50B: quantile(base, 0.5), p50S: quantile(stress, 0.5),
+			p95B: quantile(base, 0.95), p95S: quantile(stress, 0.95), bodyP: 1},
 	}
 	// The test fails only when every reading is the same: no rise at all.
 	if u, err := stats.MannWhitneyUTest(stress, base, stats.LocationGreater); err == nil {
@@ -103,43 +150,6 @@ func exceedanceChance(n, m, k int) float64 {
 		return 1
 	}
 	return math.Exp(mathx.Lchoose(m, k) - mathx.Lchoose(n+m, k))
-}
-
-// bodyRose: the typical iteration got slower.
-func (c probeChange) bodyRose() bool {
-	return ratio(c.p50S, c.p50B) >= probeRiseFactor && c.p50S-c.p50B >= probeMinRiseSeconds && c.bodyP <= probeAlpha
-}
-
-// tailRose: the slow iterations got slower.
-func (c probeChange) tailRose() bool {
-	return ratio(c.p95S, c.p95B) >= tailRiseFactor && c.p95S-c.p95B >= probeMinRiseSeconds && c.tailP <= probeAlpha
-}
-
-// slowed: the measure got slower in its body or its tail.
-func (c probeChange) slowed() bool { return c.bodyRose() || c.tailRose() }
-
-// slowdown is the factor that sets a finding's severity: the larger of the rises that count.
-func (c probeChange) slowdown() float64 {
-	s := 0.0
-	if c.bodyRose() {
-		s = ratio(c.p50S, c.p50B)
-	}
-	if c.tailRose() {
-		s = max(s, ratio(c.p95S, c.p95B))
-	}
-	return s
-}
-
-// chance is the p-value of the rise that counts (the smaller when both do).
-func (c probeChange) chance() float64 {
-	p := 1.0
-	if c.bodyRose() {
-		p = c.bodyP
-	}
-	if c.tailRose() {
-		p = min(p, c.tailP)
-	}
-	return p
 }
 
 // describe says how the measure changed, which part of it rose, and how sure that is: e.g.

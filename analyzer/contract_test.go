@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -105,5 +106,20 @@ func TestFindingsFileRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(back.Findings, rep.Findings) || back.Run != rep.Run {
 		t.Errorf("findings.json does not round-trip:\n%s", raw)
+	}
+}
+
+// An evidence that is not a finite number is left out with a note: JSON cannot hold it, and the
+// report must still render.
+func TestNonFiniteEvidenceLeftOut(t *testing.T) {
+	f := []Finding{{ID: IDCPUThrottling, Victim: "v", Evidence: []Evidence{
+		{Metric: "ok", Value: 1}, {Metric: "bad", Value: math.Inf(1)}, {Metric: "nan", Baseline: math.NaN()},
+	}}}
+	notes := finiteEvidence(f)
+	if len(f[0].Evidence) != 1 || f[0].Evidence[0].Metric != "ok" || len(notes) != 2 {
+		t.Errorf("evidence %+v, notes %q; want only the finite one and two notes", f[0].Evidence, notes)
+	}
+	if _, err := json.Marshal(f); err != nil {
+		t.Error(err)
 	}
 }

@@ -2,7 +2,9 @@ package analyzer
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nodectl/nodectl/internal/human"
@@ -30,9 +32,20 @@ const (
 	// Of a run of pods on a Kubernetes node: the kubelet's bookings, or its heartbeat.
 	CeilingAdmission = "kubelet-admission"
 	CeilingHeartbeat = "node-heartbeat"
-	ceilingSwapUse   = 0.90 // swap used over its size: exhausted
-	ceilingIOBusy    = 0.80 // the swap device's busy share: saturated
-	ceilingCPUBusy   = 0.90 // CPU used over the CPUs: saturated
+	// A disk saturated by what memory pressure or logging made it do: evicted file pages
+	// (binaries) read back from it, or journald's writes.
+	CeilingDiskRefaults = "boot-disk-refaults"
+	CeilingJournald     = "journald-flood"
+	ceilingSwapUse      = 0.90 // swap used over its size: exhausted
+	ceilingIOBusy       = 0.80 // a device's busy share: saturated
+	// ceilingRefaultShare: the file refaults' pages are at least this share of the bytes read
+	// from the disk, for the disk's load to be theirs.
+	ceilingRefaultShare = 0.25
+	// ceilingRefaultsMin: file refaults a second below which the page cache held what ran.
+	ceilingRefaultsMin = 100.0
+	// ceilingJournaldShare: journald wrote at least this share of the disk's writes.
+	ceilingJournaldShare = 0.5
+	ceilingCPUBusy       = 0.90 // CPU used over the CPUs: saturated
 	// ceilingMemoryFull: a working set this share of the node's memory is full; CPU use then
 	// comes from reclaim and refaults and is not the ceiling.
 	ceilingMemoryFull = 0.90
@@ -63,6 +76,7 @@ type DensityStep struct {
 	File            float64 `json:"file_bytes"`
 	SwapUsed        float64 `json:"swap_used_bytes"`           // by the node's cgroup
 	SwapFileUsed    float64 `json:"swap_file_used_bytes"`      // of the run's swap file, by anyone: a swap area is the host's
+	SwapSize        float64 `json:"swap_size_bytes,omitempty"` // the run's swap file's; of a sweep of pods, the node's swap
 	SwapIn          float64 `json:"swap_in_bytes_per_second"`  // host-wide pswpin
 	SwapOut         float64 `json:"swap_out_bytes_per_second"` // host-wide pswpout
 	RefaultsFile    float64 `json:"refaults_file_per_second"`  // the node's cgroup, else host-wide
@@ -79,6 +93,23 @@ type DensityStep struct {
 	OOMKills       float64 `json:"oom_kills"`
 	CPUCores       float64 `json:"cpu_cores"`              // used by the run's cgroup
 	SwapDeviceBusy float64 `json:"swap_device_busy_share"` // the device under the swap file
+	// The disk that served the most reads in the step (where evicted binaries are read back
+	// from), its busy share and bytes read a second; the disk journald wrote the most to, its
+	// busy share and journald's share of its writes (diskstats; the block tracer's bytes by
+	// cgroup). Empty or zero when not recorded.
+	ReadDisk           string  `json:"read_disk,omitempty"`
+	ReadDiskBusy       float64 `json:"read_disk_busy_share,omitempty"`
+	ReadDiskBytes      float64 `json:"read_disk_bytes_per_second,omitempty"`
+	JournaldDisk       string  `json:"journald_disk,omitempty"`
+	JournaldDiskBusy   float64 `json:"journald_disk_busy_share,omitempty"`
+	JournaldWriteShare float64 `json:"journald_write_share,omitempty"`
+	// The swap limits of the cgroups below the node that have one (a sweep of pods under
+	// LimitedSwap: each container's share of the node's swap): their sum, the largest, how
+	// many there are and how many were at their limit. Zero when none has a limit.
+	SwapLimits   float64 `json:"swap_limits_total_bytes,omitempty"`
+	SwapLimitMax float64 `json:"swap_limit_max_bytes,omitempty"`
+	SwapLimited  int     `json:"swap_limited_cgroups,omitempty"`
+	AtSwapLimit  int     `json:"at_swap_limit_cgroups,omitempty"`
 	// Of a run of pods on a Kubernetes node (stress density --node): pods the kubelet refused
 	// at admission (with the first one's reason and message) or evicted in the step, the worst
 	// renewal of the node's Lease past its renew interval, and whether the Node left Ready.
@@ -106,6 +137,8 @@ type DensityCeiling struct {
 	SwapUsed    float64 `json:"swap_used_bytes"` // of the swap file (or by the node, if more)
 	SwapSize    float64 `json:"swap_size_bytes"`
 	SwapBusy    float64 `json:"swap_device_busy_share"`
+	Disk        string  `json:"disk,omitempty"`            // boot-disk-refaults, journald-flood: the saturated disk
+	DiskBusy    float64 `json:"disk_busy_share,omitempty"` // its busy share
 	CPUCores    float64 `json:"cpu_cores"`
 	CPUs        float64 `json:"cpus"`
 	PerSandbox  float64 `json:"working_set_per_sandbox_bytes"`
@@ -245,6 +278,7 @@ func (a *analysis) densityStep(n int, w rundir.Window, cfg rundir.DensityConfig,
 	s.File = maxOf(mem.Label(rundir.LabelName, rundir.NodeMemoryFile))
 	s.SwapUsed = maxOf(mem.Label(rundir.LabelName, rundir.NodeMemorySwap))
 	s.SwapFileUsed = maxOf(run.Series(rundir.MetricDensitySwap).Label(rundir.LabelName, rundir.SwapFileUsed))
+	s.SwapSize = float64(cfg.SwapBytes) // a sweep of pods: the node's (kubeStep)
 	vm := run.Series(rundir.MetricVmstat)
 	rate := func(name string) float64 { return vm.Label(rundir.LabelName, name).Delta(w) / sec }
 	// Swap traffic of the node's cgroup where the kernel counts it (v2, 6.12+), else the host's.
@@ -288,7 +322,7 @@ func (a *analysis) densityStep(n int, w rundir.Window, cfg rundir.DensityConfig,
 		a.kubeStep(&s, w, events)
 	}
 	s.CPUCores = run.Series(rundir.MetricCPUUsage).Cgroup(cg).Delta(w) / sec
-	if dev := a.swapDevice(); dev != "" && cfg.SwapBytes > 0 {
+	if dev := a.swapDevice(); dev != "" && s.SwapSize > 0 {
 		s.SwapDeviceBusy = run.Series(rundir.MetricDiskIOTime).Label(rundir.LabelDevice, dev).Delta(w) / sec
 		// A request's latency is its queue time plus its service time; the two p99s added
 		// stand for the requests' p99 (the tracer keeps the two apart).
@@ -296,6 +330,8 @@ func (a *analysis) densityStep(n int, w rundir.Window, cfg rundir.DensityConfig,
 		sv := run.Series(rundir.MetricBlkService).Label(rundir.LabelDevice, dev).HistDelta(w)
 		s.SwapIOP99 = q.Quantile(0.99) + sv.Quantile(0.99)
 	}
+	a.disks(&s, w)
+	a.swapLimitsUnder(&s, cg, w)
 	s.Signals = crossed(s, cfg)
 	return s
 }
@@ -360,6 +396,9 @@ func (a *analysis) kubeStep(s *DensityStep, w rundir.Window, events []rundir.Rec
 	if ok1 && ok2 && s.SwapUsed == 0 {
 		s.SwapUsed = swapTotal - swapFree
 	}
+	if ok1 && s.SwapSize == 0 {
+		s.SwapSize = swapTotal // the node's swap is the tuner's, not the run's
+	}
 	for _, rec := range events {
 		if rec.Time.Before(w.Start) || rec.Time.After(w.End) {
 			continue
@@ -385,6 +424,81 @@ func (a *analysis) kubeStep(s *DensityStep, w rundir.Window, events []rundir.Rec
 	}
 }
 
+// disks fills in s the disk that served the most reads in w and the one journald wrote the most
+// to, with how busy each was (diskstats), and journald's share of that disk's writes (the
+// block tracer's bytes by cgroup).
+func (a *analysis) disks(s *DensityStep, w rundir.Window) {
+	sec := max(w.Seconds(), 1e-9)
+	busy := func(dev string) float64 {
+		return a.run.Series(rundir.MetricDiskIOTime).Label(rundir.LabelDevice, dev).Delta(w) / sec
+	}
+	reads := a.run.Series(rundir.MetricDiskBytes).Label(rundir.LabelOp, rundir.OpRead)
+	if dev := reads.Busiest(rundir.LabelDevice, func(ss rundir.SeriesSet) float64 { return ss.Delta(w) }); dev != "" {
+		s.ReadDisk, s.ReadDiskBusy, s.ReadDiskBytes = dev, busy(dev), reads.Label(rundir.LabelDevice, dev).Delta(w)/sec
+	}
+	journald := ""
+	for _, wl := range a.run.Meta.Workloads {
+		if wl.Kind == rundir.KindDaemon && strings.HasPrefix(wl.Name, "systemd-journal") {
+			journald = wl.Cgroup
+		}
+	}
+	if journald == "" {
+		return
+	}
+	// The tracer charges each request to the cgroup that issued it, once (io.stat's counts
+	// are hierarchical: summed over cgroups they would count a parent's twice).
+	writes := a.run.Series(rundir.MetricBlkBytes).Label(rundir.LabelOp, rundir.OpWrite)
+	mine := func(ss rundir.SeriesSet) (own, all float64) {
+		for cg, set := range ss.ByCgroup() {
+			v := set.Delta(w)
+			all += v
+			if within(cg, journald) {
+				own += v
+			}
+		}
+		return own, all
+	}
+	dev := writes.Busiest(rundir.LabelDevice, func(ss rundir.SeriesSet) float64 { own, _ := mine(ss); return own })
+	if dev == "" {
+		return
+	}
+	own, all := mine(writes.Label(rundir.LabelDevice, dev))
+	s.JournaldDisk, s.JournaldDiskBusy, s.JournaldWriteShare = dev, busy(dev), ratio(own, all)
+}
+
+// swapLimitsUnder fills in s the swap limits of the cgroups at or below root ("" for all) in w:
+// the deepest cgroup with a limit speaks for its subtree (a v1 child's hierarchical limit is its
+// parent's too), and one is at its limit when its swap reached swapLimitFullShare of it.
+func (a *analysis) swapLimitsUnder(s *DensityStep, root string, w rundir.Window) {
+	limits := a.run.Series(rundir.MetricMemorySwapLimit).ByCgroup()
+	if len(limits) == 0 {
+		return
+	}
+	cgroups := slices.Collect(maps.Keys(limits))
+	swaps := a.run.Series(rundir.MetricMemorySwap).ByCgroup()
+	for cg, ss := range limits {
+		if root != "" && !within(cg, root) || slices.ContainsFunc(cgroups, func(o string) bool { return o != cg && within(o, cg) }) {
+			continue
+		}
+		var limit, used float64
+		for _, v := range ss.Values(w) {
+			limit = max(limit, v)
+		}
+		for _, v := range swaps[cg].Values(w) {
+			used = max(used, v)
+		}
+		if limit <= 0 {
+			continue
+		}
+		s.SwapLimits += limit
+		s.SwapLimitMax = max(s.SwapLimitMax, limit)
+		s.SwapLimited++
+		if used >= swapLimitFullShare*limit {
+			s.AtSwapLimit++
+		}
+	}
+}
+
 // nodeCgroup is the run's cgroup: the emulated node all sandboxes live in.
 func (a *analysis) nodeCgroup() string {
 	for _, w := range a.run.Meta.Workloads {
@@ -395,20 +509,31 @@ func (a *analysis) nodeCgroup() string {
 	return ""
 }
 
+// swapDevice is the disk serving the run's swap: the node workload's (a local sweep's swap
+// file), else that of the swap area the host used most (swap_area_bytes: a sweep of pods, an
+// agent window).
 func (a *analysis) swapDevice() string {
 	for _, w := range a.run.Meta.Workloads {
-		if w.Name == rundir.WorkloadNode {
+		if w.Name == rundir.WorkloadNode && w.Device != "" {
 			return w.Device
 		}
 	}
-	return ""
+	return a.run.Series(rundir.MetricSwapArea).Label(rundir.LabelName, rundir.SwapFileUsed).Busiest(rundir.LabelDevice,
+		func(ss rundir.SeriesSet) float64 {
+			if vs := ss.Values(a.run.Span()); len(vs) > 0 {
+				return slices.Max(vs)
+			}
+			return 0
+		})
 }
 
-// ceiling says which resource bounded the density at the collapse step s: the swap file full,
-// the swap device saturated, the CPUs saturated, else the memory working set.
+// ceiling says which resource bounded the density at the collapse step s (docs/findings.md, in
+// this order): the kubelet's admission, a disk saturated by refaults of evicted binaries or by
+// journald, the node's heartbeat, the swap file full, the swap device saturated, the CPUs
+// saturated, else the memory working set.
 func ceiling(s DensityStep, cfg rundir.DensityConfig) *DensityCeiling {
 	c := &DensityCeiling{WorkingSet: s.WorkingSet, NodeMemory: float64(cfg.NodeMemoryBytes), SwapUsed: max(s.SwapUsed, s.SwapFileUsed),
-		SwapSize: float64(cfg.SwapBytes), SwapBusy: s.SwapDeviceBusy, CPUCores: s.CPUCores, CPUs: float64(cfg.CPUs)}
+		SwapSize: s.SwapSize, SwapBusy: s.SwapDeviceBusy, CPUCores: s.CPUCores, CPUs: float64(cfg.CPUs)}
 	if c.NodeMemory <= 0 {
 		c.NodeMemory = s.MemoryLimit // no --node-memory: the host's memory, as the kernel reports the cgroup's
 	}
@@ -423,6 +548,19 @@ func ceiling(s DensityStep, cfg rundir.DensityConfig) *DensityCeiling {
 		c.Resource = CeilingAdmission
 		c.Explanation = fmt.Sprintf("the kubelet refused %d pod(s) at admission (%s): the node's bookings, not its kernel, bounded the density; the working set was %s of %s memory",
 			s.Refused, s.RefusedReason, human.Bytes(c.WorkingSet), human.Bytes(c.NodeMemory))
+	case s.RefaultsFile >= ceilingRefaultsMin && s.ReadDiskBusy >= ceilingIOBusy && s.RefaultsFile*pageBytes >= ceilingRefaultShare*s.ReadDiskBytes:
+		c.Resource, c.Disk, c.DiskBusy = CeilingDiskRefaults, s.ReadDisk, s.ReadDiskBusy
+		c.Explanation = fmt.Sprintf("evicted file pages (the binaries and libraries the workloads run) were read back from disk %s "+
+			"at %.0f refaults a second (%s of its %s/s of reads) while it was busy %s of the time: the page cache could not hold what "+
+			"they execute, and every refault waited in the disk's queue at its cap; a faster disk for the images (a local SSD for "+
+			"/var/lib/containerd) or more memory would raise the density",
+			s.ReadDisk, s.RefaultsFile, human.Percent(ratio(s.RefaultsFile*pageBytes, s.ReadDiskBytes)), human.Bytes(s.ReadDiskBytes), human.Percent(s.ReadDiskBusy))
+	case s.JournaldWriteShare >= ceilingJournaldShare && s.JournaldDiskBusy >= ceilingIOBusy:
+		c.Resource, c.Disk, c.DiskBusy = CeilingJournald, s.JournaldDisk, s.JournaldDiskBusy
+		c.Explanation = fmt.Sprintf("systemd-journald wrote %s of the writes on disk %s while it was busy %s of the time: the node's logs "+
+			"(every container start, probe and cgroup event) flooded the disk the kubelet and the runtime need; rate-limit journald "+
+			"and cap its storage (nodectl tune's journald setting) or move the journal to a local SSD",
+			human.Percent(s.JournaldWriteShare), s.JournaldDisk, human.Percent(s.JournaldDiskBusy))
 	case (slices.Contains(s.Signals, rundir.SignalLeaseLate) || slices.Contains(s.Signals, rundir.SignalNotReady)) &&
 		c.WorkingSet < ceilingMemoryFull*c.NodeMemory && (c.CPUs == 0 || c.CPUCores < ceilingCPUBusy*c.CPUs):
 		c.Resource = CeilingHeartbeat
@@ -447,13 +585,23 @@ func ceiling(s DensityStep, cfg rundir.DensityConfig) *DensityCeiling {
 		c.Explanation = fmt.Sprintf("the sandboxes used %.2f of %.0f CPUs: CPU, not memory, bounded the density", c.CPUCores, c.CPUs)
 	default:
 		c.Resource = CeilingMemory
-		c.Explanation = fmt.Sprintf("the working set, %s (%s a sandbox), filled %s of the node's %s memory",
-			human.Bytes(c.WorkingSet), human.Bytes(c.PerSandbox), human.Percent(ratio(c.WorkingSet, c.NodeMemory)), human.Bytes(c.NodeMemory))
+		each := ""
+		if c.PerSandbox > 0 {
+			each = fmt.Sprintf(" (%s a sandbox)", human.Bytes(c.PerSandbox))
+		}
+		c.Explanation = fmt.Sprintf("the working set, %s%s, filled %s of the node's %s memory",
+			human.Bytes(c.WorkingSet), each, human.Percent(ratio(c.WorkingSet, c.NodeMemory)), human.Bytes(c.NodeMemory))
 		if c.SwapSize > 0 {
-			c.Explanation += fmt.Sprintf(" with %s of %s swap in use: what the sandboxes touch no longer fit", human.Bytes(c.SwapUsed), human.Bytes(c.SwapSize))
+			c.Explanation += fmt.Sprintf(" with %s of %s swap in use: what the workloads touch no longer fit", human.Bytes(c.SwapUsed), human.Bytes(c.SwapSize))
 		} else {
 			c.Explanation += ", without swap to hold the cold part of their heaps"
 		}
+	}
+	if s.SwapLimited > 0 && c.SwapSize > 0 {
+		// Under LimitedSwap each container may fill only its share: the node's swap is not all
+		// theirs to use, and one at its limit is bounded by that (swap-limit), not by the node.
+		c.Explanation += fmt.Sprintf("; %d cgroups have a swap limit of their own (%s in all, %s of the node's swap; the largest %s), %d of them at it",
+			s.SwapLimited, human.Bytes(s.SwapLimits), human.Percent(ratio(s.SwapLimits, c.SwapSize)), human.Bytes(s.SwapLimitMax), s.AtSwapLimit)
 	}
 	if c.ByRequest > 0 {
 		c.Explanation += fmt.Sprintf("; by their memory request a scheduler would admit %d", c.ByRequest)
@@ -490,6 +638,8 @@ func (a *analysis) memoryCollapse(dr *DensityReport) *Finding {
 			ev("node_memory", c.NodeMemory, c.NodeMemory, UnitBytes),
 			ev("swap_used", before.SwapUsed, at.SwapUsed, UnitBytes),
 			ev("swap_size", c.SwapSize, c.SwapSize, UnitBytes),
+			ev("swap_limits_total", before.SwapLimits, at.SwapLimits, UnitBytes),
+			ev("at_swap_limit", float64(before.AtSwapLimit), float64(at.AtSwapLimit), UnitCount),
 			ev("refaults_file_per_second", before.RefaultsFile, at.RefaultsFile, UnitCount),
 			ev("reclaim_stall", before.ReclaimStall, at.ReclaimStall, UnitSeconds),
 			ev("swap_in_bytes_per_second", before.SwapIn, at.SwapIn, UnitBytes),
@@ -497,6 +647,11 @@ func (a *analysis) memoryCollapse(dr *DensityReport) *Finding {
 			ev("swap_io_p99", before.SwapIOP99, at.SwapIOP99, UnitSeconds),
 			ev("cpu_cores", before.CPUCores, at.CPUCores, UnitRatio),
 		}}
+	if c.Disk != "" {
+		e := ev("disk_busy_share", 0, c.DiskBusy, UnitRatio)
+		e.Device = c.Disk
+		f.Evidence = append(f.Evidence, e)
+	}
 	// Who the OOM killer took, from the sandboxes' own counters (the cgroup sampler's).
 	var killed []string
 	for _, ss := range a.run.Series(rundir.MetricMemoryOOMKills) {

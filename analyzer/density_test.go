@@ -304,3 +304,90 @@ func TestDensityOfPodsBookedByCPU(t *testing.T) {
 		t.Errorf("config %+v: want the sandboxes' CPU request", cfg)
 	}
 }
+
+// A sweep of pods has no swap of its own: the node's swap, from meminfo and its swap areas
+// (the disk serving the one used most), bounds it as a local sweep's swap file does.
+func TestDensityOfPodsWithTheNodesSwap(t *testing.T) {
+	const gi = 1 << 30
+	for name, tc := range map[string]struct {
+		swapFree, busy float64
+		want           string
+	}{
+		"swap_device_busy": {swapFree: 1.5 * gi, busy: 9, want: CeilingSwapIO},
+		"swap_exhausted":   {swapFree: 0.02 * gi, busy: 2, want: CeilingSwap},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := densityRun(4*gi, 0, map[string]string{"density": "4", "signal": "psi-memory-full", "value": "0.4", "bound": "0.1"},
+				densityStepSpec{density: 2, readiness: []float64{1, 1}},
+				densityStepSpec{density: 4, readiness: []float64{1, 1}, psiFull: 2},
+			)
+			b.recs[0].Labels["node"] = "node-a"
+			b.meta.Workloads[0].Device = "" // a sweep of pods knows no device of its own
+			sample := func(t float64, metric string, v float64, kv ...string) {
+				b.recs = append(b.recs, rundir.Record{Type: rundir.TypeSample, Time: at(t), Metric: metric, Labels: labels(kv...), Value: &v})
+			}
+			for _, t := range []float64{0, 10, 19} {
+				sample(t, rundir.MetricMeminfo, 4*gi, rundir.LabelName, "MemTotal")
+				sample(t, rundir.MetricMeminfo, 0.1*gi, rundir.LabelName, "MemAvailable")
+				sample(t, rundir.MetricMeminfo, 2*gi, rundir.LabelName, "SwapTotal")
+				sample(t, rundir.MetricMeminfo, tc.swapFree, rundir.LabelName, "SwapFree")
+				// Two swap areas: the local SSD's, used, and an idle one on the boot disk.
+				sample(t, rundir.MetricSwapArea, 2*gi-tc.swapFree, rundir.LabelPath, "/dev/nvme1n1", rundir.LabelDevice, "259:1", rundir.LabelName, "used")
+				sample(t, rundir.MetricSwapArea, 0, rundir.LabelPath, "/var/swap", rundir.LabelDevice, "254:0", rundir.LabelName, "used")
+			}
+			sample(10, rundir.MetricDiskIOTime, 0, rundir.LabelDevice, "259:1")
+			sample(20, rundir.MetricDiskIOTime, tc.busy, rundir.LabelDevice, "259:1")
+			// Two sandboxes' containers with LimitedSwap's share each (their pods have none);
+			// the second filled it.
+			for i, used := range []float64{64 << 20, 250 << 20} {
+				c := densityNode + "/sandbox-" + strconv.Itoa(i) + "/c"
+				b.points(rundir.MetricMemorySwapLimit, c, []float64{15, 256 << 20}).points(rundir.MetricMemorySwap, c, []float64{15, used})
+			}
+			dr := newAnalysis(b.open(t)).densityTable()
+			if dr.Ceiling == nil || dr.Ceiling.Resource != tc.want {
+				t.Fatalf("ceiling %+v, want %s", dr.Ceiling, tc.want)
+			}
+			at4 := dr.Steps[1]
+			if at4.SwapLimits != 512<<20 || at4.SwapLimitMax != 256<<20 || at4.SwapLimited != 2 || at4.AtSwapLimit != 1 {
+				t.Errorf("step-4 swap limits %v in all (largest %v) of %d cgroups, %d at theirs; want 512 MiB, 256 MiB, 2, 1",
+					at4.SwapLimits, at4.SwapLimitMax, at4.SwapLimited, at4.AtSwapLimit)
+			}
+			if !strings.Contains(dr.Ceiling.Explanation, "2 cgroups have a swap limit of their own") {
+				t.Errorf("ceiling %q says nothing of the pods' swap limits", dr.Ceiling.Explanation)
+			}
+			if at4.SwapSize != 2*gi || at4.SwapUsed != 2*gi-tc.swapFree || at4.SwapDeviceBusy != tc.busy/10 {
+				t.Errorf("step-4 swap %v of %v, device busy %v; want the node's swap and its SSD's %v", at4.SwapUsed, at4.SwapSize, at4.SwapDeviceBusy, tc.busy/10)
+			}
+		})
+	}
+}
+
+// Evicted binaries read back from a disk at its cap bound a sweep before its memory did: the
+// file refaults are most of what the disk read, and it was busy nearly all the step.
+func TestDensityBoundByDiskRefaults(t *testing.T) {
+	const gi = 1 << 30
+	for name, tc := range map[string]struct {
+		refaults, readMiB, busy float64 // in the collapsed step (10 s): file refaults, MiB read, busy seconds
+		want                    string
+	}{
+		"refaults_at_the_disks_cap":  {refaults: 20000, readMiB: 100, busy: 9.5, want: CeilingDiskRefaults},
+		"disk_idle":                  {refaults: 20000, readMiB: 100, busy: 2, want: CeilingMemory},
+		"disk_busy_with_other_reads": {refaults: 2000, readMiB: 900, busy: 9.5, want: CeilingMemory},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := densityRun(gi, 0, map[string]string{"density": "4", "signal": "psi-memory-full", "value": "0.4", "bound": "0.1"},
+				densityStepSpec{density: 2, readiness: []float64{0.1, 0.1}, workingSet: 0.5 * gi},
+				densityStepSpec{density: 4, readiness: []float64{1, 1}, workingSet: 0.85 * gi, psiFull: 2})
+			b.points(rundir.MetricMemoryRefaults, densityNode, []float64{0, 0, 10, 100, 20, 100 + tc.refaults}, rundir.LabelKind, "file").
+				points(rundir.MetricDiskBytes, "", []float64{0, 0, 10, 1 << 20, 20, 1<<20 + tc.readMiB*(1<<20)}, rundir.LabelDevice, "8:0", rundir.LabelOp, "read").
+				points(rundir.MetricDiskIOTime, "", []float64{0, 0, 10, 0.5, 20, 0.5 + tc.busy}, rundir.LabelDevice, "8:0")
+			dr := newAnalysis(b.open(t)).densityTable()
+			if dr.Ceiling == nil || dr.Ceiling.Resource != tc.want {
+				t.Fatalf("ceiling %+v, want %s", dr.Ceiling, tc.want)
+			}
+			if tc.want == CeilingDiskRefaults && (dr.Ceiling.Disk != "8:0" || dr.Ceiling.DiskBusy != 0.95) {
+				t.Errorf("ceiling %+v, want disk 8:0 busy 95%%", dr.Ceiling)
+			}
+		})
+	}
+}

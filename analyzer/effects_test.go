@@ -105,6 +105,36 @@ func TestFsyncSlowedByTheCPUIsCPUContention(t *testing.T) {
 	}
 }
 
+// A wait that went into the CPU work did not delay the I/O: with the victim's write+fsync
+// 1.78 s slower in all and neighbours adding 1.2 s of wait, cpu-contention names the I/O,
+// unless its CPU work lost 0.66 s (two iterations 0.33 s long, not a slowdown): 0.54 s left is
+// not half the I/O's loss.
+func TestWaitInTheCPUWorkDoesNotExplainTheIO(t *testing.T) {
+	oneLong := slices.Clone(steadyWork)
+	oneLong[4] = 0.400
+	for name, work := range map[string][]float64{"steady_work": steadyWork, "one_long_wait_in_the_work": oneLong} {
+		t.Run(name, func(t *testing.T) {
+			rep := newRun(victimWorkload(), hogWorkload("cpu", 0)).
+				histogram(rundir.MetricRunqLatency, victim, lat(1000, 20e-6), lat(2000, 2e-3)).
+				probe([2][]float64{steadyWork, work}, [2][]float64{steadyWrite, steadyWrite}, [2][]float64{steadyFsync, slowFsync}).
+				preempted(cpuHog0, 0, 1.2).analyze(t)
+			t.Logf("findings %v, notes %q", ids(rep), rep.Notes)
+			if name == "steady_work" {
+				if f := finding(t, rep, IDCPUContention); !reflect.DeepEqual(f.Affects, []string{"write_fsync", "fsync"}) {
+					t.Errorf("affects %v, want the I/O", f.Affects)
+				}
+				return
+			}
+			if len(rep.Findings) != 0 {
+				t.Fatalf("findings %v, want none", ids(rep))
+			}
+			if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "less the 656ms its CPU work lost") }) {
+				t.Errorf("notes %q do not say the CPU work's loss was deducted", rep.Notes)
+			}
+		})
+	}
+}
+
 // When the device did slow under the disk neighbour, the slower fsync is disk-contention's,
 // and CPU contention that left the CPU work alone has nothing to explain.
 func TestFsyncSlowedByTheDiskIsDiskContention(t *testing.T) {

@@ -125,6 +125,24 @@ func TestHeartbeatLateTailDespiteABaselineOutlier(t *testing.T) {
 	}
 }
 
+// A stress phase whose latest beats are all its own but one, a late baseline beat among them
+// (measured on this machine): the narrow tail alone leaves it to chance, the wider one does not.
+func TestHeartbeatLateTailWiderThanOneBaselineBeat(t *testing.T) {
+	base, stress := make([]float64, 80), make([]float64, 80)
+	for i := range 80 {
+		base[i] = 0.0010 + 0.0002*float64(i%7)/6
+		stress[i] = 0.0011 + 0.0010*float64(i%9)/8
+	}
+	base[40] = 0.0069
+	copy(stress[70:], []float64{0.0038, 0.0038, 0.0047, 0.0063, 0.0072, 0.0075, 0.0114, 0.0117, 0.0142, 0.0156})
+	if _, p := topTailChance(base, stress, lateTailShares[0]); p <= probeAlpha {
+		t.Fatalf("the latest 5%% alone gives a %v chance: the case shows nothing", p)
+	}
+	if rose, p := lateTail(base, stress); !rose || p > probeAlpha {
+		t.Errorf("p95 rose %v, tail chance %v: want a rise at most a %v chance", rose, p, probeAlpha)
+	}
+}
+
 func TestTopTailChance(t *testing.T) {
 	if x, p := topTailChance([]float64{1, 2, 3, 4}, []float64{5, 6, 7, 8}, 0.25); x != 1 || math.Abs(p-0.5) > 1e-9 {
 		t.Errorf("x %d p %v, want 1 of the 1 value above the 2nd largest, a 0.5 chance", x, p)

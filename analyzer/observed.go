@@ -87,15 +87,16 @@ func stretch(wait, cpu float64) float64 {
 }
 
 // observedCandidates are the cgroups an agent window without an observed workload examines:
-// those whose run-queue wait rose over the baseline's rate, most first, at most
-// observedMaxCandidates, as workloads named by their pod, else their path.
+// those whose run-queue wait rose over the baseline's rate (most added first), then those whose
+// traced I/O got slower (largest rise first), at most observedMaxCandidates of each, as
+// workloads named by their pod, else their path.
 func (a *analysis) observedCandidates() []rundir.Workload {
 	if !a.compare {
 		return nil
 	}
 	var rises []share
 	for cg, ss := range a.run.Series(rundir.MetricRunqLatency).ByCgroup() {
-		if cg == "" || cg[0] == '<' {
+		if !observable(cg) {
 			continue
 		}
 		h := ss.HistDelta(a.stress)
@@ -103,21 +104,54 @@ func (a *analysis) observedCandidates() []rundir.Workload {
 			rises = append(rises, share{cgroup: cg, value: more})
 		}
 	}
-	slices.SortFunc(rises, func(x, y share) int {
-		return cmp.Or(cmp.Compare(y.value, x.value), cmp.Compare(x.cgroup, y.cgroup))
-	})
 	var out []rundir.Workload
-	for _, r := range rises[:min(len(rises), observedMaxCandidates)] {
-		out = append(out, rundir.Workload{Name: a.name(r.cgroup), Kind: rundir.KindObserved, Cgroup: r.cgroup})
+	seen := map[string]bool{}
+	for _, list := range [][]share{rises, a.ioRises()} {
+		slices.SortFunc(list, func(x, y share) int {
+			return cmp.Or(cmp.Compare(y.value, x.value), cmp.Compare(x.cgroup, y.cgroup))
+		})
+		for _, r := range list[:min(len(list), observedMaxCandidates)] {
+			if !seen[r.cgroup] {
+				seen[r.cgroup] = true
+				out = append(out, rundir.Workload{Name: a.name(r.cgroup), Kind: rundir.KindObserved, Cgroup: r.cgroup})
+			}
+		}
+	}
+	return out
+}
+
+// observable: a cgroup's own path, not the root's or an aggregate's (<idle>, <other>).
+func observable(cg string) bool { return cg != "" && cg[0] != '<' }
+
+// ioRises are the cgroups whose own traced I/O on their busiest device got slower, by how much
+// (ioChange's test on each cgroup's own series: one pass, however many cgroups).
+func (a *analysis) ioRises() []share {
+	var out []share
+	seen := map[string]bool{}
+	for _, th := range tracedHists {
+		for cg, ss := range a.run.Series(th.metric).ByCgroup() {
+			if !observable(cg) || seen[cg] {
+				continue
+			}
+			device := busiestDevice(ss, a.stress)
+			if device == "" {
+				continue
+			}
+			own := ss.Label(rundir.LabelDevice, device)
+			if c, ok := compareHist(own.HistDelta(a.baseline), own.HistDelta(a.stress)); ok && c.slowed() {
+				seen[cg] = true
+				out = append(out, share{cgroup: cg, value: c.slowdown()})
+			}
+		}
 	}
 	return out
 }
 
 // observedRules explain a cgroup with no probe.
-var observedRules = []workloadRule{(*analysis).cpuThrottling, (*analysis).observedContention}
+var observedRules = []workloadRule{(*analysis).cpuThrottling, (*analysis).observedContention, (*analysis).diskContention}
 
 // observedRule examines an agent window's cgroups when it names none: each one whose waits
-// rose, by the observed cgroup's rules.
+// rose or whose I/O got slower, by the observed cgroup's rules.
 func (a *analysis) observedRule(rep *Report) {
 	for _, w := range a.run.Meta.Workloads {
 		if w.Kind == rundir.KindObserved {

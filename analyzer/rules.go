@@ -63,10 +63,11 @@ func (a *analysis) cpuContention(v rundir.Workload) *Finding {
 	if !vv.disk.explains() {
 		viaIO = vv.slowedIO()
 	}
-	// All of them if the wait covers their loss, else the CPU work or the I/O alone.
+	// All of them if the wait covers their loss, else the CPU work or the I/O alone (the I/O
+	// with the wait less what the CPU work took of it: spentBeside).
 	var affected []probeChange
 	for _, cs := range [][]probeChange{append(slices.Clone(cpuWork), viaIO...), cpuWork, viaIO} {
-		if len(cs) > 0 && cw.covers(lost(cs)) {
+		if len(cs) > 0 && cw.covers(lost(cs), vv.spentBeside(cs)) {
 			affected = cs
 			break
 		}
@@ -74,7 +75,7 @@ func (a *analysis) cpuContention(v rundir.Workload) *Finding {
 	if len(affected) == 0 {
 		return nil
 	}
-	viaIO = slices.DeleteFunc(slices.Clone(affected), func(c probeChange) bool { return c.measure == measureCPUWork })
+	viaIO = slices.DeleteFunc(slices.Clone(affected), isCPUWork)
 
 	f := &Finding{
 		ID: IDCPUContention, Victim: v.Name,
@@ -121,6 +122,9 @@ func (a *analysis) cpuContention(v rundir.Workload) *Finding {
 	return f
 }
 
+// isCPUWork: c is the change of the probe's CPU work.
+func isCPUWork(c probeChange) bool { return c.measure == measureCPUWork }
+
 // cpuWaits is what the run queue says of a cgroup's tasks from the baseline to the stress
 // phase: their waits, and who they waited behind.
 type cpuWaits struct {
@@ -148,17 +152,24 @@ func (c cpuWaits) byNeighbours() bool {
 	return c.pw.added >= neighbourWaitMinSeconds && c.share >= neighbourWaitMinShare
 }
 
-// covers: the wait the neighbours added, and the rise of all its waiting, each account for
-// lost seconds of the probe's time.
-func (c cpuWaits) covers(lost float64) bool { return accountsFor(min(c.pw.added, c.added), lost) }
+// covers: the wait the neighbours added, and the rise of all its waiting, each less spent (wait
+// that delayed another measure), account for lost seconds of the probe's time.
+func (c cpuWaits) covers(lost, spent float64) bool {
+	return accountsFor(min(c.pw.added, c.added)-spent, lost)
+}
 
-// whyNot says why the CPU does not explain lost seconds of the probe's time.
-func (c cpuWaits) whyNot(lost float64) string {
+// whyNot says why the CPU does not explain lost seconds of the probe's time, spent of the wait
+// having delayed the CPU work.
+func (c cpuWaits) whyNot(lost, spent float64) string {
 	if !c.byNeighbours() {
 		return fmt.Sprintf("neighbours added %s of run-queue wait, %s of its attributed waits", human.Seconds(c.pw.added), human.Percent(c.share))
 	}
-	return fmt.Sprintf("the wait neighbours added (%s) or its run-queue wait's rise (%s) is not half the %s it lost",
-		human.Seconds(c.pw.added), human.Seconds(c.added), human.Seconds(lost))
+	less := ""
+	if spent > 0 {
+		less = fmt.Sprintf(", less the %s its CPU work lost,", human.Seconds(spent))
+	}
+	return fmt.Sprintf("the wait neighbours added (%s) or its run-queue wait's rise (%s)%s is not half the %s it lost",
+		human.Seconds(c.pw.added), human.Seconds(c.added), less, human.Seconds(lost))
 }
 
 // affects records in f the victim's measures a cause slowed: their keys in Affects and their
@@ -283,10 +294,18 @@ func (a *analysis) cpuThrottling(v rundir.Workload) *Finding {
 		return throttle{w: w, periods: delta(rundir.MetricCPUPeriods), throttled: delta(rundir.MetricCPUThrottled),
 			seconds: delta(rundir.MetricCPUThrottledTime), usage: delta(rundir.MetricCPUUsage)}
 	}
+	// A share of no periods is none: the sampler read the periods and the throttled periods
+	// at different samples (a cgroup's slow tier in rotation), or the window caught neither.
+	share := func(t throttle) float64 {
+		if t.periods <= 0 {
+			return 0
+		}
+		return t.throttled / t.periods
+	}
 	var hit []throttle
 	for _, w := range a.windows {
 		t := measure(w)
-		if t.throttled >= throttledPeriodsMin && ratio(t.throttled, t.periods) >= throttledPeriodsMinShare &&
+		if t.throttled >= throttledPeriodsMin && share(t) >= throttledPeriodsMinShare &&
 			(ratio(t.seconds, w.Seconds()) >= throttledWallMinShare || ratio(t.seconds, t.usage) >= throttledUsageMinShare) {
 			hit = append(hit, t)
 		}
@@ -313,7 +332,7 @@ func (a *analysis) cpuThrottling(v rundir.Workload) *Finding {
 	if a.compare && !slices.ContainsFunc(hit, func(t throttle) bool { return t.w.Name == a.stress.Name }) {
 		quoted = worst
 		stressNote = fmt.Sprintf(" In %s it was throttled in only %s of its periods: its quota did not hold it back there.",
-			shown.w.Name, human.Percent(ratio(shown.throttled, shown.periods)))
+			shown.w.Name, human.Percent(share(shown)))
 	}
 	slowdown := 0.0 // if it had run instead of waiting: (used + throttled) / used
 	for _, t := range hit {
@@ -328,7 +347,7 @@ func (a *analysis) cpuThrottling(v rundir.Workload) *Finding {
 		if i == 0 {
 			of = " of its CFS periods"
 		}
-		where = append(where, fmt.Sprintf("%s%s in %s", human.Percent(ratio(t.throttled, t.periods)), of, t.w.Name))
+		where = append(where, fmt.Sprintf("%s%s in %s", human.Percent(share(t)), of, t.w.Name))
 	}
 	limit := ""
 	if v.CPU != "" {
@@ -340,7 +359,7 @@ func (a *analysis) cpuThrottling(v rundir.Workload) *Finding {
 			"in %s: its limit, not its neighbours, slows it. Raise or remove its CPU limit.%s",
 			v.Name, limit, joinNames(where), human.Seconds(quoted.seconds), human.Seconds(quoted.usage), quoted.w.Name, stressNote),
 		Evidence: []Evidence{
-			ev("cpu_throttled_period_ratio", ratio(ref.throttled, ref.periods), ratio(shown.throttled, shown.periods), UnitRatio),
+			ev("cpu_throttled_period_ratio", share(ref), share(shown), UnitRatio),
 			ev("cpu_throttled_periods", ref.throttled, shown.throttled, UnitCount),
 			ev("cpu_throttled_seconds", ref.seconds, shown.seconds, UnitSeconds),
 			ev("cpu_usage_seconds", ref.usage, shown.usage, UnitSeconds),
@@ -378,7 +397,7 @@ func (a *analysis) diskContention(v rundir.Workload) *Finding {
 		if !c.slowed() { // the fsync p95 is this finding's headline measure: always shown
 			f.Evidence = append(f.Evidence, a.evidence("probe_fsync_p95", v.Name, c.p95B, c.p95S, UnitSeconds))
 		}
-	} else if slowdown, symptoms = a.tracedFsync(f, v); slowdown == 0 {
+	} else if slowdown, symptoms = a.tracedIO(f, v); slowdown == 0 {
 		return nil
 	}
 	f.Severity = severity(slowdown)
@@ -401,26 +420,59 @@ func (a *analysis) diskContention(v rundir.Workload) *Finding {
 	return f
 }
 
-// tracedFsync is disk-contention's symptom for a victim whose probe timed no fsync: the p95 of
-// the fsync tracer's histogram of its cgroup, which rose by fsyncRiseFactor and
-// fsyncMinRiseSeconds (a histogram has no iterations to test). It adds the evidence to f and
-// returns the rise (0 when it did not rise enough) and its description.
-func (a *analysis) tracedFsync(f *Finding, v rundir.Workload) (float64, string) {
-	fsyncs := a.run.Series(rundir.MetricFsyncLatency).Cgroup(v.Cgroup).Label(rundir.LabelDevice, a.victim(v).disk.device)
-	tb, ts := fsyncs.HistDelta(a.baseline), fsyncs.HistDelta(a.stress)
-	before, after := tb.Quantile(0.95), ts.Quantile(0.95)
-	if tb.Count == 0 || ts.Count == 0 || ratio(after, before) < fsyncRiseFactor || after-before < fsyncMinRiseSeconds {
+// tracedIO is disk-contention's symptom for a victim whose probe timed no fsync (one with no
+// probe: a cgroup an agent window examines): ioChange's rise. It adds the evidence to f and
+// returns the rise (0 when none counts) and its description.
+func (a *analysis) tracedIO(f *Finding, v rundir.Workload) (float64, string) {
+	c, traced := a.ioChange(v.Cgroup, a.victim(v).disk.device)
+	if traced == nil {
 		return 0, ""
 	}
-	f.Affects = append(f.Affects, measureFsync.key)
-	f.Evidence = append(f.Evidence, a.evidence("fsync_latency_p95", v.Name, before, after, UnitSeconds))
-	return ratio(after, before), fmt.Sprintf("its traced fsync p95 rose %s (%s → %s, over %d fsyncs against %d)",
-		human.Factor(ratio(after, before)), human.Seconds(before), human.Seconds(after), ts.Count, tb.Count)
+	f.Affects = append(f.Affects, traced.affects)
+	f.Evidence = append(f.Evidence, c.evidence(a, traced.prefix, v.Name)...)
+	return c.slowdown(), c.describe(traced.label, traced.events, a.stress.Name)
 }
 
-// busiestDevice is the device label with the most fsyncs in w.
-func busiestDevice(fsyncs rundir.SeriesSet, w rundir.Window) string {
-	return fsyncs.Busiest(rundir.LabelDevice, func(ss rundir.SeriesSet) float64 { return float64(ss.HistDelta(w).Count) })
+// tracedHist is a tracer's latency histogram that can show a cgroup's I/O got slower.
+type tracedHist struct {
+	metric, prefix string // the series, and its evidence's prefix
+	label, events  string // for a person
+	affects        string // in the finding's affects
+}
+
+// tracedHists, in the order ioChange tries them: the fsyncs, then the block requests' two
+// parts (a cgroup that never fsyncs still waits for its reads and writes).
+var tracedHists = []tracedHist{
+	{rundir.MetricFsyncLatency, "fsync_latency", "its traced fsync", "fsyncs", measureFsync.key},
+	{rundir.MetricBlkQueue, "blk_queue", "its block requests' queue time", "requests", affectsBlkRequests},
+	{rundir.MetricBlkService, "blk_service", "its block requests' service time", "requests", affectsBlkRequests},
+}
+
+// ioChange is how the traced I/O of cgroup and its descendants on device got slower
+// (histchange.go): its fsyncs' latency, else the larger rise of its block requests' queue and
+// service times. traced is nil when none got slower.
+func (a *analysis) ioChange(cgroup, device string) (c histChange, traced *tracedHist) {
+	for i := range tracedHists {
+		th := &tracedHists[i]
+		if traced != nil && traced.affects != th.affects {
+			break
+		}
+		var b, s hist.Log2
+		for cg, ss := range a.run.Series(th.metric).Label(rundir.LabelDevice, device).ByCgroup() {
+			if within(cg, cgroup) {
+				b, s = b.Add(ss.HistDelta(a.baseline)), s.Add(ss.HistDelta(a.stress))
+			}
+		}
+		if got, ok := compareHist(b, s); ok && got.slowed() && got.slowdown() > c.slowdown() {
+			c, traced = got, th
+		}
+	}
+	return c, traced
+}
+
+// busiestDevice is the device label with the most events (fsyncs, requests) in w.
+func busiestDevice(events rundir.SeriesSet, w rundir.Window) string {
+	return events.Busiest(rundir.LabelDevice, func(ss rundir.SeriesSet) float64 { return float64(ss.HistDelta(w).Count) })
 }
 
 // queueOrService adds the device-wide block queue and service time evidence to f and returns a

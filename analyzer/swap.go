@@ -182,8 +182,14 @@ func (a *analysis) swapFinding(cg string, u swapUse) Finding {
 	f.Summary = fmt.Sprintf("%s keeps faulting back what was swapped out of it: %s of it in swap, "+
 		"%.0f pages a second brought back in the %s window (%.0f major faults, %.0f anon refaults), %.0f/s in its first half "+
 		"and %.0f/s in its second. Its working set does not fit its memory%s: swap keeps it alive but "+
-		"every fault-back waits on the swap device. Raise its memory limit or shrink its working set.",
+		"every fault-back waits on the swap device.",
 		name, human.Bytes(u.swapMax), rate, u.w.Name, u.majors, u.refaults, u.firstHalf, u.secondHalf, limit)
+	if io := a.swapDeviceIO(u.w, rundir.OpRead, func(c string) bool { return within(c, cg) }); io.requests > 0 {
+		f.Evidence = append(f.Evidence, io.evidence("swap_device_reads", name, u.w)...)
+		f.Summary += fmt.Sprintf(" Its reads on the swap device %s (its swap-ins) waited %s in all, %d requests at %s each on average, p99 %s.",
+			io.device, human.Seconds(io.wait), io.requests, human.Seconds(io.wait/float64(io.requests)), human.Seconds(io.p99))
+	}
+	f.Summary += " Raise its memory limit or shrink its working set."
 	return f
 }
 
@@ -240,8 +246,61 @@ func (a *analysis) nodeSwapThrashing() *Finding {
 		by = ", mostly brought back by " + joinNames(f.Culprits)
 	}
 	f.Summary = fmt.Sprintf("The node swapped in and out at once in the %s window: %.0f pages a second in and %.0f out%s. "+
-		"Memory is overcommitted beyond what swap can absorb: every page written out is soon read back. "+
-		"Lower the density or the working sets, or give the node memory.",
+		"Memory is overcommitted beyond what swap can absorb: every page written out is soon read back.",
 		w.Name, ratio(in.Delta(w), w.Seconds()), ratio(out.Delta(w), w.Seconds()), by)
+	// The node's own swap-outs: kswapd's writes, charged to the root cgroup.
+	if io := a.swapDeviceIO(w, rundir.OpWrite, func(c string) bool { return c == "" || c == "/" }); io.requests > 0 {
+		f.Evidence = append(f.Evidence, io.evidence("swap_device_node_writes", rundir.WorkloadNode, w)...)
+		f.Summary += fmt.Sprintf(" The node's own writes on the swap device %s (kswapd's swap-outs) moved %s in %d requests, p99 %s.",
+			io.device, human.Bytes(io.bytes), io.requests, human.Seconds(io.p99))
+	}
+	f.Summary += " Lower the density or the working sets, or give the node memory."
 	return f
+}
+
+// swapDeviceIO is what the block tracer saw of one op on the swap device in a window, from the
+// cgroups a predicate keeps: a thrashing cgroup's reads are its swap-ins, which its faulting
+// tasks wait for (a swap file shares its disk with file reads, which count too); writes issued
+// by kswapd are charged to the root cgroup, the node's.
+type swapDeviceIO struct {
+	device   string
+	requests uint64
+	wait     float64 // seconds in queue and service, summed over the requests
+	p99      float64 // queue p99 plus service p99, standing for the requests' p99
+	bytes    float64
+}
+
+func (a *analysis) swapDeviceIO(w rundir.Window, op string, keep func(cgroup string) bool) swapDeviceIO {
+	io := swapDeviceIO{device: a.swapDevice()}
+	if io.device == "" {
+		return io
+	}
+	of := func(metric string) rundir.SeriesSet {
+		var out rundir.SeriesSet
+		for cg, ss := range a.run.Series(metric).Label(rundir.LabelDevice, io.device).Label(rundir.LabelOp, op).ByCgroup() {
+			if keep(cg) {
+				out = append(out, ss...)
+			}
+		}
+		return out
+	}
+	q, s := of(rundir.MetricBlkQueue).HistDelta(w), of(rundir.MetricBlkService).HistDelta(w)
+	io.requests, io.wait, io.p99 = s.Count, secs(q.SumNs+s.SumNs), q.Quantile(0.99)+s.Quantile(0.99)
+	io.bytes = of(rundir.MetricBlkBytes).Delta(w)
+	return io
+}
+
+// evidence lists the requests, their wait and p99, and their bytes, as <prefix>_requests and
+// so on, with the device.
+func (io swapDeviceIO) evidence(prefix, workload string, w rundir.Window) []Evidence {
+	out := []Evidence{
+		{Metric: prefix + "_requests", Workload: workload, Phase: w.Name, Value: float64(io.requests), Unit: UnitCount},
+		{Metric: prefix + "_wait_seconds", Workload: workload, Phase: w.Name, Value: io.wait, Unit: UnitSeconds},
+		{Metric: prefix + "_p99_seconds", Workload: workload, Phase: w.Name, Value: io.p99, Unit: UnitSeconds},
+		{Metric: prefix + "_bytes", Workload: workload, Phase: w.Name, Value: io.bytes, Unit: UnitBytes},
+	}
+	for i := range out {
+		out[i].Device = io.device
+	}
+	return out
 }

@@ -152,3 +152,96 @@ func TestSwapThrashingSparseSamples(t *testing.T) {
 		t.Errorf("major faults %v, want 20000", e.Value)
 	}
 }
+
+// A pod container laid out as the kubelet lays it, with a swap limit of a quarter of the node's
+// swap (LimitedSwap): its swap reaches the limit while it hits its memory limit, and the node's
+// swap is mostly free. The pod's own parent has no limit of its own.
+func TestSwapLimit(t *testing.T) {
+	const (
+		pod       = "/kubepods/burstable/pod1"
+		container = pod + "/c1"
+	)
+	for name, tc := range map[string]struct {
+		swap, swapHits, kills float64
+		want                  string // severity, "" for no finding
+	}{
+		"full_and_oom_killed": {swap: 31 << 20, kills: 1, want: SeverityCritical},
+		"full_hitting_limit":  {swap: 30 << 20, want: SeverityWarning},
+		"room_left":           {swap: 16 << 20},
+		// Killed between two samples: the swap read low, the kernel's refusals say it was full.
+		"refused_swap": {swap: 2 << 20, swapHits: 40, kills: 1, want: SeverityCritical},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := newRun().
+				gauge(rundir.MetricMemorySwapLimit, container, []float64{32 << 20}, []float64{32 << 20}).
+				gauge(rundir.MetricMemorySwap, container, []float64{0}, []float64{tc.swap}).
+				gauge(rundir.MetricMemorySwap, pod, []float64{0}, []float64{tc.swap}).
+				counter(rundir.MetricMemoryLimitEvents, container, 0, 500, rundir.LabelKind, "max").
+				counter(rundir.MetricMemoryOOMKills, container, 0, tc.kills).
+				counter(rundir.MetricMemoryLimitEvents, container, 0, tc.swapHits, rundir.LabelKind, "swap")
+			b.points(rundir.MetricMeminfo, "", []float64{0, 128 << 20, 15, 128 << 20, 25, 128 << 20}, rundir.LabelName, "SwapTotal").
+				points(rundir.MetricMeminfo, "", []float64{0, 128 << 20, 15, 96 << 20, 25, 90 << 20}, rundir.LabelName, "SwapFree")
+			var got []Finding
+			for _, f := range b.analyze(t).Findings {
+				if f.ID == IDSwapLimit {
+					got = append(got, f)
+				}
+			}
+			if tc.want == "" {
+				if len(got) != 0 {
+					t.Fatalf("findings %+v with room left under the limit", got)
+				}
+				return
+			}
+			if len(got) != 1 || got[0].Victim != container || got[0].Severity != tc.want {
+				t.Fatalf("swap-limit findings %+v, want one %s for %s", got, tc.want, container)
+			}
+			f := got[0]
+			t.Log(f.Summary)
+			if e := evidence(t, f, "swap_limit_node_share", ""); e.Value != 0.25 {
+				t.Errorf("share of the node's swap %+v, want 0.25 (32 MiB of 128)", e)
+			}
+			if e := evidence(t, f, "node_swap_free_bytes", ""); e.Value != 90<<20 {
+				t.Errorf("node swap free %+v, want the window's least, 90 MiB", e)
+			}
+			if e := evidence(t, f, rundir.MetricMemorySwapLimit, ""); e.Value != 32<<20 || e.Phase != rundir.PhaseStress {
+				t.Errorf("limit %+v", e)
+			}
+		})
+	}
+}
+
+// With the swap area's disk known, a thrashing cgroup's reads there are its swap-ins, which its
+// tasks waited for, and the root cgroup's writes there are kswapd's swap-outs, the node's.
+func TestSwapThrashingWaitsOnTheSwapDevice(t *testing.T) {
+	const ssd = "259:1"
+	dev := func(op string) []string { return []string{rundir.LabelDevice, ssd, rundir.LabelOp, op} }
+	b := thrashing(sandbox, 10000, 12000).nodeSwap(8000, 9000).
+		gauge(rundir.MetricSwapArea, "", []float64{0}, []float64{64 << 20})
+	for i := range b.recs {
+		if b.recs[i].Metric == rundir.MetricSwapArea {
+			b.recs[i].Labels = labels(rundir.LabelPath, "/dev/nvme1n1", rundir.LabelDevice, ssd, rundir.LabelName, "used")
+		}
+	}
+	b.histogram(rundir.MetricBlkQueue, sandbox, lat(0, 0), lat(9000, 10e-6), dev("read")...).
+		histogram(rundir.MetricBlkService, sandbox, lat(0, 0), lat(9000, 2e-3), dev("read")...).
+		counter(rundir.MetricBlkBytes, sandbox, 0, 9000*4096, dev("read")...).
+		histogram(rundir.MetricBlkQueue, "/", lat(0, 0), lat(300, 1e-3), dev("write")...).
+		histogram(rundir.MetricBlkService, "/", lat(0, 0), lat(300, 8e-3), dev("write")...).
+		counter(rundir.MetricBlkBytes, "/", 0, 36<<20, dev("write")...)
+	found := swapFindings(b.analyze(t))
+	if len(found) != 2 {
+		t.Fatalf("findings %+v, want the sandbox's and the node's", found)
+	}
+	if e := evidence(t, found[0], "swap_device_reads_requests", ""); e.Value != 9000 || e.Device != ssd {
+		t.Errorf("the sandbox's swap-ins %+v, want 9000 reads on %s", e, ssd)
+	}
+	if e := evidence(t, found[0], "swap_device_reads_wait_seconds", ""); e.Value < 9000*2e-3 || e.Value > 9000*4.1e-3 {
+		t.Errorf("their wait %+v, want about 9000 × 2-4 ms (log2 buckets)", e)
+	}
+	if e := evidence(t, found[1], "swap_device_node_writes_bytes", ""); e.Value != 36<<20 {
+		t.Errorf("the node's swap-outs %+v, want root's 36 MiB", e)
+	}
+	t.Log(found[0].Summary)
+	t.Log(found[1].Summary)
+}

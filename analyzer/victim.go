@@ -2,6 +2,7 @@ package analyzer
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nodectl/nodectl/internal/human"
@@ -100,6 +101,19 @@ func (vv *victimView) slowed(ms ...probeMeasure) []probeChange {
 	return out
 }
 
+// spentBeside is the wait that cannot have delayed measures cs: none when they hold the CPU
+// work, else the time the CPU work lost, slowed or not (it runs all the time, so a wait in it
+// is time it loses, and that wait did not delay the I/O).
+func (vv *victimView) spentBeside(cs []probeChange) float64 {
+	if slices.ContainsFunc(cs, isCPUWork) {
+		return 0
+	}
+	if c, ok := vv.change(measureCPUWork); ok {
+		return c.lost()
+	}
+	return 0
+}
+
 // slowedIO lists the victim's I/O measures that got slower.
 func (vv *victimView) slowedIO() []probeChange { return vv.slowed(measureWriteFsync, measureFsync) }
 
@@ -121,11 +135,15 @@ type diskLoad struct {
 	busyB, busyS float64
 }
 
-// diskLoad measures the victim's device: its workload's, else the one with most of its fsyncs.
+// diskLoad measures the victim's device: its workload's, else the one with most of its fsyncs,
+// else the one that served most of its block requests.
 func (a *analysis) diskLoad(v rundir.Workload) diskLoad {
 	d := diskLoad{device: v.Device}
 	if d.device == "" {
 		d.device = busiestDevice(a.run.Series(rundir.MetricFsyncLatency).Cgroup(v.Cgroup), a.stress)
+	}
+	if d.device == "" {
+		d.device = busiestDevice(a.run.Series(rundir.MetricBlkService).Cgroup(v.Cgroup), a.stress)
 	}
 	if d.device == "" {
 		return d
@@ -295,11 +313,12 @@ func (a *analysis) unexplained(findings []Finding) []string {
 				why = append(why, "its device does not ("+vv.disk.whyNot()+")")
 			}
 			// The CPU may account for this measure alone but not for all the victim lost.
-			loss := c.lost()
-			if cw.byNeighbours() && cw.covers(loss) {
-				loss = lost(vv.slowed(probeMeasures...))
+			loss, spent := c.lost(), vv.spentBeside([]probeChange{c})
+			if cw.byNeighbours() && cw.covers(loss, spent) {
+				all := vv.slowed(probeMeasures...)
+				loss, spent = lost(all), vv.spentBeside(all)
 			}
-			why = append(why, "the CPU does not ("+cw.whyNot(loss)+")")
+			why = append(why, "the CPU does not ("+cw.whyNot(loss, spent)+")")
 			rb, rs := a.reclaimStallsOf(w.Cgroup, a.baseline), a.reclaimStallsOf(w.Cgroup, a.stress)
 			why = append(why, fmt.Sprintf("nor does reclaim (its stalls went %s → %s of every second)",
 				human.Seconds(ratio(rb.total, a.baseline.Seconds())), human.Seconds(ratio(rs.total, a.stress.Seconds()))))

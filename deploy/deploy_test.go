@@ -3,6 +3,7 @@ package deploy
 import (
 	"bufio"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/resmap"
@@ -123,6 +125,20 @@ func checkPod(t *testing.T, ds appsv1.DaemonSet, wantAdd map[string][]corev1.Cap
 	}
 	if ps.ServiceAccountName != agentName {
 		t.Errorf("service account %q", ps.ServiceAccountName)
+	}
+	if ps.AutomountServiceAccountToken == nil || *ps.AutomountServiceAccountToken {
+		t.Error("the ServiceAccount's token is mounted into every container: want it in the agent's alone")
+	}
+	if ps.SecurityContext == nil || ps.SecurityContext.SeccompProfile == nil || ps.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v: want the runtime's default seccomp profile", ps.SecurityContext)
+	}
+	for _, c := range ps.Containers {
+		token := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.MountPath == "/var/run/secrets/kubernetes.io/serviceaccount"
+		})
+		if token != (c.Name == "agent") {
+			t.Errorf("container %s: the API token mounted %v, want it in the agent's alone", c.Name, token)
+		}
 	}
 	if u := ds.Spec.UpdateStrategy; u.Type != appsv1.RollingUpdateDaemonSetStrategyType || u.RollingUpdate == nil || u.RollingUpdate.MaxSurge == nil || u.RollingUpdate.MaxSurge.IntValue() != 0 {
 		t.Errorf("update strategy %+v: want a rolling update without surge", u)
@@ -258,11 +274,67 @@ func checkRBAC(t *testing.T, m resmap.ResMap) {
 	}
 }
 
+// metricsReader is the label of the namespaces whose pods may scrape the agent's metrics.
+const metricsReader = "nodectl.io/metrics-reader"
+
+// checkNetworkPolicy: one policy isolates the agent's pods for ingress and lets in only the
+// metrics ports, only from namespaces labelled metricsReader; the probes come from the node,
+// which a policy cannot block, and the API is not on the pod's network.
+func checkNetworkPolicy(t *testing.T, m resmap.ResMap, ds appsv1.DaemonSet) {
+	t.Helper()
+	nps := objects[networkingv1.NetworkPolicy](t, m, "NetworkPolicy")
+	np, ok := nps[namespace+"/"+agentName]
+	if len(nps) != 1 || !ok {
+		t.Fatalf("network policies %v: want one, %s/%s", slices.Collect(maps.Keys(nps)), namespace, agentName)
+	}
+	sel := np.Spec.PodSelector.MatchLabels
+	for k, v := range sel {
+		if ds.Spec.Template.Labels[k] != v {
+			t.Errorf("the policy selects %v, not the agent's pods (%v)", sel, ds.Spec.Template.Labels)
+		}
+	}
+	if len(sel) == 0 || !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("selector %v, policy types %v: want the agent's pods isolated for ingress", sel, np.Spec.PolicyTypes)
+	}
+	// The metrics ports: every container's port named metrics or ending in -metrics.
+	var want []int
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.Name == "metrics" || strings.HasSuffix(p.Name, "-metrics") {
+				want = append(want, int(p.ContainerPort))
+			}
+		}
+	}
+	in := np.Spec.Ingress
+	if len(in) != 1 {
+		t.Fatalf("ingress %+v: want one rule, for the metrics ports %v", in, want)
+	}
+	var got []int
+	for _, p := range in[0].Ports {
+		if p.Port == nil || p.Protocol == nil || *p.Protocol != corev1.ProtocolTCP || p.EndPort != nil {
+			t.Errorf("ingress port %+v: want one TCP port", p)
+			continue
+		}
+		got = append(got, p.Port.IntValue())
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if len(want) == 0 || !slices.Equal(got, want) {
+		t.Errorf("ingress to ports %v: want the metrics ports %v alone", got, want)
+	}
+	from := in[0].From
+	if len(from) != 1 || from[0].PodSelector != nil || from[0].IPBlock != nil || from[0].NamespaceSelector == nil ||
+		len(from[0].NamespaceSelector.MatchExpressions) != 0 || !maps.Equal(from[0].NamespaceSelector.MatchLabels, map[string]string{metricsReader: "true"}) {
+		t.Errorf("metrics allowed from %+v: want the namespaces labelled %s=true alone", from, metricsReader)
+	}
+}
+
 func TestBase(t *testing.T) {
 	m := render(t, "base")
 	ds := agentDaemonSet(t, m)
 	checkPod(t, ds, map[string][]corev1.Capability{"agent": documentedCaps(t)})
 	checkRBAC(t, m)
+	checkNetworkPolicy(t, m, ds)
 	if _, ok := objects[corev1.Namespace](t, m, "Namespace")["/"+namespace]; !ok {
 		t.Errorf("no Namespace %s", namespace)
 	}
@@ -274,6 +346,7 @@ func TestGKEOverlay(t *testing.T) {
 	// The tuner only verifies: it needs no capability at all.
 	checkPod(t, ds, map[string][]corev1.Capability{"agent": documentedCaps(t), "tuner": nil})
 	checkRBAC(t, m)
+	checkNetworkPolicy(t, m, ds)
 	ps := ds.Spec.Template.Spec
 	if ps.NodeSelector["cloud.google.com/gke-nodepool"] != "lssd-swap-pool" || ps.NodeSelector["kubernetes.io/os"] != "linux" {
 		t.Errorf("node selector %v: want the swap pool's, on linux", ps.NodeSelector)

@@ -73,6 +73,9 @@ type DensityConfig struct {
 	// Node is the Kubernetes node of a run of pods (stress density --node); "" for a local run.
 	Node               string
 	CriterionLeaseLate float64 // seconds past the renew interval, 0 = off
+	// Image is the sandbox pods' image when the user chose one (stress density --image), and
+	// ImageBinary the file of it every sandbox maps; "" for the node agent's image.
+	Image, ImageBinary string
 }
 
 // The density-config event's label keys.
@@ -96,13 +99,15 @@ const (
 	configCriterionTickGap      = "criterion_tick_gap_seconds"
 	configNode                  = "node"
 	configCriterionLeaseLate    = "criterion_lease_late_seconds"
+	configImage                 = "image"
+	configImageBinary           = "image_binary"
 )
 
 // DensityConfigKeys lists the density-config event's labels, in the order the docs give them.
 var DensityConfigKeys = []string{configStep, configMax, configCPUs, configSandboxMemory, configBinary,
 	configRequest, configLimit, configCPURequest, configCPULimit, configNodeMemory, configSwap, configSwappiness, configWatermarkScaleFactor,
 	configCriterionReadinessP99, configCriterionPSIFull, configCriterionOOMKill, configCriterionTickGap,
-	configNode, configCriterionLeaseLate}
+	configNode, configCriterionLeaseLate, configImage, configImageBinary}
 
 // Record is the density-config event at t.
 func (c DensityConfig) Record(t time.Time) Record {
@@ -121,6 +126,7 @@ func (c DensityConfig) Record(t time.Time) Record {
 		configCriterionReadinessP99: f(c.CriterionReadinessP99), configCriterionPSIFull: f(c.CriterionPSIFullShare),
 		configCriterionOOMKill: oom, configCriterionTickGap: f(c.CriterionTickGap),
 		configNode: c.Node, configCriterionLeaseLate: f(c.CriterionLeaseLate),
+		configImage: c.Image, configImageBinary: c.ImageBinary,
 	}}
 }
 
@@ -138,6 +144,7 @@ func ParseDensityConfig(labels map[string]string) DensityConfig {
 		CriterionReadinessP99: f(configCriterionReadinessP99), CriterionPSIFullShare: f(configCriterionPSIFull),
 		CriterionOOMKill: n(configCriterionOOMKill) > 0, CriterionTickGap: f(configCriterionTickGap),
 		Node: labels[configNode], CriterionLeaseLate: f(configCriterionLeaseLate),
+		Image: labels[configImage], ImageBinary: labels[configImageBinary],
 	}
 }
 

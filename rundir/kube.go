@@ -125,6 +125,63 @@ type Pod struct {
 	MemoryRequest string `json:"memory_request,omitempty"`
 }
 
+// The labels of a pod_info sample (MetricPodInfo), one per Pod field but its cgroup (the
+// record's), its name and its kind (both follow from the others). Encoded and decoded here only.
+const (
+	labelPodNamespace     = "namespace"
+	labelPodPod           = "pod"
+	labelPodContainer     = "container"
+	labelPodUID           = "uid"
+	labelPodQoS           = "qos"
+	labelPodRuntimeClass  = "runtime_class"
+	labelPodHandler       = "handler"
+	labelPodOwner         = "owner"
+	labelPodSandbox       = "sandbox" // "true" for a gVisor sandbox
+	labelPodCPURequest    = "cpu_request"
+	labelPodMemoryRequest = "memory_request"
+)
+
+// Record is the pod as a pod_info sample of value 1 at t: how the agent's flight recorder
+// remembers whom a cgroup belonged to after the pod is gone.
+func (p Pod) Record(t time.Time) Record {
+	labels := map[string]string{labelPodNamespace: p.Namespace, labelPodPod: p.Pod}
+	for k, v := range map[string]string{labelPodContainer: p.Container, labelPodUID: p.UID, labelPodQoS: p.QoS,
+		labelPodRuntimeClass: p.RuntimeClass, labelPodHandler: p.Handler, labelPodOwner: p.Owner,
+		labelPodCPURequest: p.CPURequest, labelPodMemoryRequest: p.MemoryRequest} {
+		if v != "" {
+			labels[k] = v
+		}
+	}
+	if p.Sandbox {
+		labels[labelPodSandbox] = "true"
+	}
+	one := 1.0
+	return Record{Type: TypeSample, Time: t, Metric: MetricPodInfo, Cgroup: p.Cgroup, Labels: labels, Value: &one}
+}
+
+// ParsePodInfo reads a pod_info sample; false for any other record or one without a pod.
+func ParsePodInfo(r Record) (Pod, bool) {
+	if r.Type != TypeSample || r.Metric != MetricPodInfo || r.Cgroup == "" || r.Labels[labelPodPod] == "" {
+		return Pod{}, false
+	}
+	l := r.Labels
+	p := Pod{Cgroup: r.Cgroup, Kind: podKind, Namespace: l[labelPodNamespace], Pod: l[labelPodPod], Container: l[labelPodContainer],
+		UID: l[labelPodUID], QoS: l[labelPodQoS], RuntimeClass: l[labelPodRuntimeClass], Handler: l[labelPodHandler],
+		Owner: l[labelPodOwner], Sandbox: l[labelPodSandbox] == "true", CPURequest: l[labelPodCPURequest],
+		MemoryRequest: l[labelPodMemoryRequest]}
+	p.Name = p.Namespace + "/" + p.Pod
+	if p.Container != "" {
+		p.Kind, p.Name = containerKind, p.Name+"/"+p.Container
+	}
+	return p, true
+}
+
+// The kinds of a Pod (its JSON "kind").
+const (
+	podKind       = "pod"
+	containerKind = "container"
+)
+
 // Booking is what the API server books on the node (Meta.Booking of an agent window): what
 // bounds scheduling there, against which the kernel's figures tell whether the node is full or
 // only booked full.

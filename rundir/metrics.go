@@ -69,6 +69,7 @@ const (
 	LabelResource  = "resource"
 	LabelKind      = "kind"
 	LabelName      = "name"
+	LabelPath      = "path" // a file as the kernel prints it (a swap area)
 
 	// CgroupIdle is the preemptor recorded when a CPU went idle while the task stayed
 	// runnable: nobody preempted it (typically its cgroup was throttled).
@@ -126,7 +127,7 @@ const (
 	MetricMemorySwapPages   = "memory_swap_pages_total"   // labels op (in|out): v2 memory.stat pswpin/pswpout (kernel 6.12+); v1 has none
 	MetricMemoryOOMKills    = "memory_oom_kills_total"    // v1 memory.oom_control oom_kill, v2 memory.events oom_kill
 	MetricMemoryLimitEvents = "memory_limit_events_total" // labels kind (max|high): v1 memory.failcnt is max; v2 memory.events max, high
-	MetricMemorySwapLimit   = "memory_swap_limit_bytes"   // gauge: v2 memory.swap.max, none while "max" (LimitedSwap gives each Burstable pod its share)
+	MetricMemorySwapLimit   = "memory_swap_limit_bytes"   // gauge: v2 memory.swap.max, none while "max" (LimitedSwap gives each Burstable pod its share); v1 memory.stat hierarchical_memsw_limit less hierarchical_memory_limit, none while memsw is unlimited
 
 	// A cgroup's I/O by device from v2 io.stat (v1 blkio keeps other counters), charged as the
 	// block layer charges it: to the cgroup that dirtied the pages, writeback included.
@@ -135,7 +136,16 @@ const (
 
 	// Node memory from /proc/meminfo, by the system sampler.
 	MetricMeminfo = "meminfo_bytes" // gauge, labels name (MemTotal, MemAvailable, SwapTotal, SwapFree)
+	// The node's swap areas from /proc/swaps, by the system sampler, no cgroup: labels path (as
+	// the kernel prints it), device (the whole disk whose requests serve it, "MAJ:MIN"; "" when
+	// unknown), name (size|used, as density_swap_bytes).
+	MetricSwapArea = "swap_area_bytes"
 )
+
+// The agent's memory of whom a cgroup belonged to (rundir.Pod's Record): a constant sample
+// per named cgroup, recorded when the agent names it and again before the flight recorder
+// would forget an unchanged series, so that a window names the pods of its time, gone or not.
+const MetricPodInfo = "pod_info" // gauge 1, labels namespace, pod, container, uid, qos, runtime_class, handler, owner, sandbox, cpu_request, memory_request
 
 // Reclaim tracer (bpf/reclaim.bpf.c, issue 4; cgroup in the memory hierarchy on v1 hosts): the
 // stalls of the cgroup's own tasks, whoever's limit or memory shortage caused them.

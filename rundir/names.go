@@ -118,6 +118,9 @@ const (
 	// LabelKind of memory_limit_events_total.
 	LimitMax  = "max"
 	LimitHigh = "high"
+	// LimitSwap: swap its swap.max refused (v2 memory.swap.events max). v1's memory.memsw.failcnt
+	// would say the same but stays 0 on 6.18 (memory+swap filled, OOM-killed: measured).
+	LimitSwap = "swap"
 
 	// LabelOp of the block and disk metrics.
 	OpRead    = "read"

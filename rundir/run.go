@@ -310,8 +310,9 @@ func (rd *Reader) Next() (Record, error) {
 				return Record{}, err
 			}
 		}
-		raw, err := rd.br.ReadBytes('\n')
+		raw, err := readLine(rd.br, maxRecordBytes)
 		if err != nil && !errors.Is(err, io.EOF) {
+			rd.line++
 			return Record{}, rd.lineError(err)
 		}
 		if len(raw) == 0 { // the segment's clean end
@@ -340,6 +341,27 @@ func (rd *Reader) Next() (Record, error) {
 		}
 		rd.torn = true
 		rd.closeSegment()
+	}
+}
+
+// maxRecordBytes bounds a line of records.jsonl: a record is a few KiB at most (a histogram
+// of 64 buckets, a pod's message), and a reader must not allocate a crafted or damaged file's
+// size for one line.
+const maxRecordBytes = 1 << 20
+
+// readLine reads up to and including the next newline, as bufio's ReadBytes does, but fails
+// past limit bytes.
+func readLine(br *bufio.Reader, limit int) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		if len(line)+len(frag) > limit {
+			return nil, fmt.Errorf("a line longer than %d bytes: not a record", limit)
+		}
+		line = append(line, frag...)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
 	}
 }
 

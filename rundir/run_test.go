@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -151,6 +152,24 @@ func TestOpenCorruptRecordIsAnError(t *testing.T) {
 	_, err := Open(writeRun(t, goodMeta, line1+"{not json}\n"+line2))
 	if err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Fatalf("got %v, want an error naming line 2", err)
+	}
+}
+
+// A line far longer than any record (a crafted or damaged file) is refused at the bound, not
+// read whole into memory.
+func TestOpenRefusesAHugeLine(t *testing.T) {
+	huge := `{"type":"event","t":"2025-01-02T03:04:06Z","message":"` + strings.Repeat("x", 8<<20) + `"}` + "\n"
+	dir := writeRun(t, goodMeta, line1+huge+line2)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := Open(dir)
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "line 2: a line longer than") {
+		t.Fatalf("got %v, want line 2 refused for its length", err)
+	}
+	if grown := after.TotalAlloc - before.TotalAlloc; grown >= 8<<20 {
+		t.Errorf("reading allocated %d MiB for an 8 MiB line, want less than the line: a few times the 1 MiB bound", grown>>20)
 	}
 }
 

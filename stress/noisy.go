@@ -44,7 +44,7 @@ func isProbe(kind string) bool { return kind == rundir.KindVictim || kind == run
 // Noisy runs the noisy-neighbour scenario on this host: the victim probe alone (baseline),
 // then with the hogs (stress). It returns the run directory, which holds everything recorded;
 // the caller analyzes it. Everything the run created on the host is removed before Noisy
-// returns, also when ctx is cancelled (SIGINT, SIGTERM) or a step fails.
+// returns, also when ctx is cancelled (SIGINT, SIGTERM, SIGHUP) or a step fails.
 func Noisy(ctx context.Context, cfg NoisyConfig) (dir string, err error) {
 	return runOnHost(ctx, &cfg.RunOptions, rundir.ScenarioNoisy, cfg.check, func(host runHost) onHost {
 		p := &localPlacement{runHost: host, nodeMemBytes: cfg.NodeMemBytes, daemons: cfg.Daemons, last: map[string]float64{}}

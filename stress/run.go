@@ -92,6 +92,9 @@ func NewRunID(scenario string) string {
 // the shared parent (tests' cgroups, another tool's).
 var runIDPattern = regexp.MustCompile(`^[a-z0-9-]+-[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)
 
+// IsRunID says whether id has the form NewRunID gives.
+func IsRunID(id string) bool { return runIDPattern.MatchString(id) }
+
 // RunCgroup is the cgroup path of a run.
 func RunCgroup(id string) string { return cgroup.Parent + "/" + id }
 

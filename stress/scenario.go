@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/nodectl/nodectl/host/cgroup"
+	"github.com/nodectl/nodectl/internal/badvalue"
 	"github.com/nodectl/nodectl/record/session"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/stress/launch"
@@ -44,11 +46,20 @@ type scenario interface {
 }
 
 // runScenario runs s on h and returns the run directory; whatever happens, everything the run
-// made is removed before it returns.
+// made is removed before it returns. A run refused for its input (a bad flag's value found
+// only once it set up, as a hog's target without a disk) recorded nothing: its directory goes
+// too, and none is returned.
 func runScenario(ctx context.Context, h *runHost, s scenario) (dir string, err error) {
 	defer func() {
 		if cerr := h.cleanup(s); cerr != nil {
 			err = errors.Join(err, cerr)
+		}
+		if bad := (*badvalue.Error)(nil); errors.As(err, &bad) && !h.marked {
+			if rerr := h.removeDir(); rerr != nil {
+				err = errors.Join(err, rerr)
+			} else {
+				dir = ""
+			}
 		}
 	}()
 	if err := h.begin(); err != nil {
@@ -78,6 +89,8 @@ type runHost struct {
 	launcher *launch.Launcher
 	session  *session.Session
 	created  bool // the run's cgroup was made
+	marked   bool // a phase was recorded
+	madeDir  bool // the run directory did not exist before the run
 
 	progress *LiveLine
 	procs    []*launch.Process // the workloads running; stopped at cleanup
@@ -167,8 +180,30 @@ func (h *runHost) begin() error {
 		return fmt.Errorf("making scratch directory: %w", err)
 	}
 	meta := rundir.NewMeta(h.id, h.scenario, h.paths.Procfs, h.layout.V1, h.opts.Interval, h.opts.Args)
+	_, serr := os.Stat(h.dir)
+	h.madeDir = errors.Is(serr, fs.ErrNotExist)
 	h.writer, err = rundir.Create(h.dir, meta)
 	return err
+}
+
+// removeDir removes the run directory's files, and the directory when the run made it; a
+// directory that was not made by rundir.Create (it refused one in use) is left alone.
+func (h *runHost) removeDir() error {
+	if h.writer == nil {
+		return nil
+	}
+	if h.madeDir {
+		return os.RemoveAll(h.dir)
+	}
+	entries, err := os.ReadDir(h.dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		errs = append(errs, os.RemoveAll(filepath.Join(h.dir, e.Name())))
+	}
+	return errors.Join(errs...)
 }
 
 // createRunCgroup makes the run's cgroup, the parent of its workloads', with lim.
@@ -195,6 +230,7 @@ func (h *runHost) mark(name, event string) error {
 	if err := h.session.Snapshot(now); err != nil {
 		return err
 	}
+	h.marked = true
 	return h.writer.Append(rundir.Record{Type: rundir.TypePhase, Time: now, Name: name, Event: event})
 }
 

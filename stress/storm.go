@@ -59,7 +59,7 @@ const stormDirtyInterval = 50 * time.Millisecond
 // in its own cgroup below the run's, by the runtime asked for, its go through a pipe on its
 // standard input, recorded by the run's own session. It returns the run directory; the caller
 // analyzes it. Everything the run created on the host is removed before Storm returns, also
-// when ctx is cancelled (SIGINT, SIGTERM) or a step fails.
+// when ctx is cancelled (SIGINT, SIGTERM, SIGHUP) or a step fails.
 func Storm(ctx context.Context, cfg StormConfig) (dir string, err error) {
 	return runOnHost(ctx, &cfg.RunOptions, rundir.ScenarioFsyncStorm, cfg.check, func(host runHost) onHost {
 		p := &localStormer{runHost: host, userTarget: cfg.Target, need: int64(cfg.Writers) * cfg.Bytes}

@@ -77,7 +77,7 @@ func ParseCPULimits(vs []string) ([]int64, error) {
 // Wake runs the wake scenario on this host (WakeOn on a local placement): each start in a fresh
 // cgroup with its limit, below the run's, by the runtime asked for, recorded by the run's own
 // session. It returns the run directory; the caller analyzes it. Everything the run created on
-// the host is removed before Wake returns, also when ctx is cancelled (SIGINT, SIGTERM) or a
+// the host is removed before Wake returns, also when ctx is cancelled (SIGINT, SIGTERM, SIGHUP) or a
 // step fails.
 func Wake(ctx context.Context, cfg WakeConfig) (dir string, err error) {
 	return runOnHost(ctx, &cfg.RunOptions, rundir.ScenarioWake, cfg.check, func(host runHost) onHost {

@@ -16,6 +16,7 @@ func TestFailedTestsNameEachWithItsLastLine(t *testing.T) {
 		"=== RUN   TestC",
 		"=== RUN   TestC/sub",
 		"    c_test.go:5: no finding",
+		"    cgtest.go:174: rmdir /sys/fs/cgroup/x: device or resource busy",
 		"    --- FAIL: TestC/sub (1.00s)",
 		"--- FAIL: TestC (1.00s)",
 		"=== RUN   TestD",
@@ -24,8 +25,8 @@ func TestFailedTestsNameEachWithItsLastLine(t *testing.T) {
 	}}
 	want := []string{
 		"TestA: a_test.go:12: want 3, got 2",
-		"TestC/sub: c_test.go:5: no finding",
-		"TestC: c_test.go:5: no finding",
+		"TestC/sub: cgtest.go:174: rmdir /sys/fs/cgroup/x: device or resource busy",
+		"TestC: cgtest.go:174: rmdir /sys/fs/cgroup/x: device or resource busy",
 		"TestD: ",
 	}
 	if got := r.FailedTests(); !slices.Equal(got, want) {

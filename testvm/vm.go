@@ -473,8 +473,13 @@ func (r *Result) Failures() string {
 	return strings.Join(keep, "\n")
 }
 
-// FailedTests names each test that failed with the last line its test file logged before it
-// failed (a Fatal's message, mostly): a summary short enough to survive a CI log's tail.
+// logLine is what testing.T's Log and Error print: the file and line of the call, then the
+// message.
+var logLine = regexp.MustCompile(`^[\w.-]+\.go:\d+: `)
+
+// FailedTests names each test that failed with the last line it logged before it failed (a
+// Fatal's message, mostly, which a helper outside the test's files may have written, as a
+// cgroup's cleanup does): a summary short enough to survive a CI log's tail.
 func (r *Result) FailedTests() []string {
 	var out []string
 	for i, l := range r.Output {
@@ -489,7 +494,7 @@ func (r *Result) FailedTests() []string {
 			if lj == "=== RUN   "+name {
 				break
 			}
-			if strings.Contains(lj, "_test.go:") {
+			if logLine.MatchString(lj) {
 				last = lj
 				break
 			}

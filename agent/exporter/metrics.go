@@ -22,7 +22,7 @@ const (
 	labelStall   = "stall"   // PSI: some|full
 	labelReclaim = "reclaim" //rundir:other: direct|memcg, not the program
 	labelLRU     = "lru"     // refaults: anon|file
-	labelLimit   = "limit"   //rundir:other: max|high
+	labelLimit   = "limit"   //rundir:other: max|high|swap
 )
 
 // Preemptor classes: the preemptor label of the run-queue waits. A preemptor cgroup is
@@ -170,7 +170,7 @@ var specs = map[string]*spec{
 		"Evicted pages of the workload faulted back in, by LRU (anon|file).", counter, labelLRU).
 		keyed(rundir.LabelKind),
 	rundir.MetricMemoryLimitEvents: newSpec("nodectl_memory_limit_events_total",
-		"Times the workload's memory usage hit its limit (max) or went over its high boundary (high).", counter, labelLimit).
+		"Times the workload's memory usage hit its limit (max), went over its high boundary (high), or was refused swap at its swap limit (swap).", counter, labelLimit).
 		keyed(rundir.LabelKind),
 }
 

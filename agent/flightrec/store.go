@@ -61,8 +61,9 @@ type Store struct {
 	pins      []Pin
 	pinsSaved bool
 	lastTick  int64
-	sealAfter int64 // a failed seal is retried from this tick on
-	sealErr   error // why it failed
+	seals     uint64 // seals done: a journal copied across one is stale
+	sealAfter int64  // a failed seal is retried from this tick on
+	sealErr   error  // why it failed
 	jenc      *zstd.Encoder
 	st        Status
 
@@ -657,6 +658,7 @@ func (s *Store) seal() error {
 		s.failed("empty journal", err)
 	}
 	s.jlen = journalHeader
+	s.seals++
 	s.retain(0)
 	return nil
 }
@@ -830,30 +832,60 @@ type Keep func(cgroup, metric string) bool
 // others are skipped undecoded, so a read of a few cgroups' series costs what they hold,
 // whatever the node's churn left in the window.
 func (s *Store) ReadSeries(from, to time.Time, step time.Duration, keep Keep, fn func(rundir.Record) error) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return ErrClosed
-	}
-	v := &view{segs: slices.Clone(s.segs)}
-	var journal []byte
-	if o := &s.open; len(o.ticks) > 0 && o.maxT >= clampNanos(from) && o.minT <= clampNanos(to) {
-		journal = make([]byte, s.jlen)
-		if _, err := s.jf.ReadAt(journal, 0); err != nil {
-			s.mu.Unlock()
-			return fmt.Errorf("flightrec: read journal: %w", err)
-		}
-	}
-	s.mu.Unlock()
-	if journal != nil {
-		g := &segment{}
-		if good, cut := replay(journal, g); cut != nil || good != len(journal) {
-			return fmt.Errorf("flightrec: journal does not decode: %v", cut)
-		}
-		v.open = g
+	v, err := s.view(from, to)
+	if err != nil {
+		return err
 	}
 	return v.read(from, to, step, keep, fn, s.setAside)
 }
+
+// view is what a read of [from, to] needs: the sealed segments and, when it holds ticks of
+// the window, the open segment decoded from the journal. The journal is copied outside the
+// store's lock, so a long copy does not hold up Append: only a seal rewrites the bytes below
+// the journal's length, and a copy a seal overlapped is taken again (the segments then hold
+// what the journal did).
+func (s *Store) view(from, to time.Time) (*view, error) {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, ErrClosed
+		}
+		v := &view{segs: slices.Clone(s.segs)}
+		o, jf, jlen, seals := &s.open, s.jf, s.jlen, s.seals
+		inWindow := len(o.ticks) > 0 && o.maxT >= clampNanos(from) && o.minT <= clampNanos(to)
+		s.mu.Unlock()
+		if !inWindow {
+			return v, nil
+		}
+		if beforeJournalCopy != nil {
+			beforeJournalCopy()
+		}
+		journal := make([]byte, jlen)
+		_, err := jf.ReadAt(journal, 0)
+		s.mu.Lock()
+		closed, sealed := s.closed, s.seals != seals
+		s.mu.Unlock()
+		switch {
+		case closed:
+			return nil, ErrClosed
+		case sealed:
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("flightrec: read journal: %w", err)
+		}
+		g := &segment{}
+		if good, cut := replay(journal, g); cut != nil || good != len(journal) {
+			return nil, fmt.Errorf("flightrec: journal does not decode: %v", cut)
+		}
+		v.open = g
+		return v, nil
+	}
+}
+
+// beforeJournalCopy, when set (by tests), runs after a read has taken the journal's length
+// and before it copies the journal.
+var beforeJournalCopy func()
 
 // Status says what the store holds and how writing goes.
 func (s *Store) Status() Status {

@@ -436,3 +436,62 @@ func TestReadWhileWriting(t *testing.T) {
 	close(done)
 	wg.Wait()
 }
+
+// A read copies the journal without holding the store: an Append made while the copy is due
+// goes through at once, and a seal made then (the journal's bytes rewritten) makes the read
+// take its copy again, so it still reads every tick once.
+func TestAppendWhileAReadCopiesTheJournal(t *testing.T) {
+	at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Second) }
+	for name, ticks := range map[string]int{"append": 1, "append_and_seal": 12} {
+		t.Run(name, func(t *testing.T) {
+			s := open(t, Options{Dir: t.TempDir(), SegmentSpan: 10 * time.Second, Now: func() time.Time { return t0 }})
+			tick := func(i int) error {
+				return s.Append(at(i), []rundir.Record{{Type: rundir.TypeSample, Metric: "m", Value: fp(float64(i))}})
+			}
+			for i := range 3 {
+				if err := tick(i); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var once sync.Once
+			beforeJournalCopy = func() {
+				once.Do(func() {
+					done := make(chan error, 1)
+					go func() {
+						var err error
+						for i := 3; i < 3+ticks && err == nil; i++ {
+							err = tick(i)
+						}
+						done <- err
+					}()
+					select {
+					case err := <-done:
+						if err != nil {
+							t.Error(err)
+						}
+					case <-time.After(10 * time.Second):
+						t.Error("Append waited for a read copying the journal")
+					}
+				})
+			}
+			defer func() { beforeJournalCopy = nil }()
+			var got []int
+			err := s.Read(t0, at(100), 0, func(rec rundir.Record) error {
+				got = append(got, int(*rec.Value))
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range got {
+				if v != k {
+					t.Fatalf("read %v: want each tick once, in order", got)
+				}
+			}
+			if segs := s.Status().Segments; len(got) < 3 || ticks > 10 && segs == 0 {
+				t.Errorf("read %d ticks, %d segments sealed", len(got), segs)
+			}
+			t.Logf("read %d ticks, %d segments sealed", len(got), s.Status().Segments)
+		})
+	}
+}

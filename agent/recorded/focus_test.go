@@ -21,8 +21,16 @@ func (n *node) Read(from, to time.Time, _ time.Duration, fn func(rundir.Record) 
 		for metric, byCg := range n.rates {
 			for cg, rate := range byCg {
 				r := sampleOf(metric, cg, 100+rate*in)
-				if metric == rundir.MetricRunqPreemptWait {
+				switch metric {
+				case rundir.MetricRunqPreemptWait:
 					r = sampleOf(metric, "/victim", 100+rate*in, rundir.LabelPreemptor, cg)
+				case rundir.MetricBlkBytes: // on two devices: the cgroup ranks by their sum
+					r = sampleOf(metric, cg, 100+rate*in, rundir.LabelDevice, "8:0", rundir.LabelOp, "write")
+					r.Time = t
+					if err := fn(r); err != nil {
+						return err
+					}
+					r = sampleOf(metric, cg, 100+rate*in, rundir.LabelDevice, "8:16", rundir.LabelOp, "write")
 				}
 				r.Time = t
 				if err := fn(r); err != nil {
@@ -49,6 +57,12 @@ func newNode(cgroups int) *node {
 		n.rates[rundir.MetricCPUUsage][fmt.Sprintf("/busy%02d", i)] = float64(i + 1)
 	}
 	n.rates[rundir.MetricMemoryUsage]["/grower"] = 1 << 20
+	// Twenty cgroups write a little; the disk hog most. Time in fsync is sampled as a value here.
+	n.rates[rundir.MetricBlkBytes] = map[string]float64{"/diskhog": 64 << 20}
+	for i := range 20 {
+		n.rates[rundir.MetricBlkBytes][fmt.Sprintf("/writer%02d", i)] = float64((i + 1) << 20)
+	}
+	n.rates[rundir.MetricFsyncLatency] = map[string]float64{"/fsyncer": 1e9}
 	n.rates[rundir.MetricCPUUsage]["/victim"] = 0.1
 	n.rates[rundir.MetricCPUUsage]["/kubelet"] = 0
 	return n
@@ -66,9 +80,12 @@ func TestIncidentFocus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"/victim": true, "/kubelet": true, "/neighbour": true, "/grower": true}
+	want := map[string]bool{"/victim": true, "/kubelet": true, "/neighbour": true, "/grower": true, "/diskhog": true, "/fsyncer": true}
 	for i := 20 - focusEach; i < 20; i++ { // the 16 busiest of 20
 		want[fmt.Sprintf("/busy%02d", i)] = true
+	}
+	for i := 20 - focusIOEach + 1; i < 20; i++ { // the disk hog and the 7 writers of most bytes
+		want[fmt.Sprintf("/writer%02d", i)] = true
 	}
 	if len(w.Cgroups) != len(want) {
 		t.Errorf("focus %v, want %v", w.Cgroups, want)

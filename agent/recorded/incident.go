@@ -47,6 +47,9 @@ type Incident struct {
 	// Report is the analyzer's report of the window against the baseline.
 	Report        *analyzer.Report `json:"report,omitempty"`
 	AnalysisError string           `json:"analysis_error,omitempty"`
+	// Attempts counts the analyses begun, saved before each: one the agent died in (out of
+	// memory, a crash) is begun again by the next agent only a few times.
+	Attempts int `json:"attempts,omitempty"`
 }
 
 // Where names what the incident fired for: its workload (a daemon, a pod) with its cgroup, else

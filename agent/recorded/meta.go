@@ -2,7 +2,9 @@ package recorded
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -18,6 +20,12 @@ const MetaFile = rundir.MetaFile
 func ReadMeta(dataDir string) (rundir.Meta, error) {
 	var m rundir.Meta
 	b, err := os.ReadFile(filepath.Join(dataDir, MetaFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Stat(dataDir); serr != nil {
+			return m, fmt.Errorf("reading the agent's data directory: %w", serr)
+		}
+		return m, fmt.Errorf("%s is not an agent's data directory: it has no %s, which the agent writes in its --data-dir when it starts", dataDir, MetaFile)
+	}
 	if err != nil {
 		return m, fmt.Errorf("reading the agent's data directory: %w", err)
 	}

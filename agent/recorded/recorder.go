@@ -8,6 +8,8 @@ import (
 	"io"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -32,6 +34,8 @@ type Recorder interface {
 	// Incidents lists the incidents opened at or after since (zero: all), newest first, at
 	// most limit of them (0: all the recorder gives).
 	Incidents(ctx context.Context, since time.Time, limit int) ([]Incident, error)
+	// Incident is the incident of that id; false when the recorder has none.
+	Incident(ctx context.Context, id string) (Incident, bool, error)
 	Close() error
 }
 
@@ -75,6 +79,19 @@ func (d *dataDir) Incidents(_ context.Context, since time.Time, limit int) ([]In
 		}
 	}
 	return out, nil
+}
+
+func (d *dataDir) Incident(_ context.Context, id string) (Incident, bool, error) {
+	all, err := ReadIncidents(d.dir)
+	if err != nil {
+		return Incident{}, false, err
+	}
+	for _, in := range all {
+		if in.ID == id {
+			return in, true, nil
+		}
+	}
+	return Incident{}, false, nil
 }
 
 func (d *dataDir) Close() error { return nil }
@@ -130,8 +147,18 @@ func (r *remoteAgent) Incidents(ctx context.Context, since time.Time, limit int)
 	if err != nil {
 		return nil, err
 	}
+	if n := resp.GetLeftOff(); n > 0 {
+		return nil, fmt.Errorf("the agent left the %d oldest of the incidents asked for out of its reply, which would have passed "+
+			"its size bound: ask for fewer (--limit) or newer ones (--since)", n)
+	}
 	var out []Incident
 	for _, p := range resp.GetIncidents() {
+		// Left out of the list to bound the reply: each comes whole on its own.
+		if p.GetReportOmitted() {
+			if p, err = r.c.GetIncident(ctx, &agentv1.GetIncidentRequest{Id: p.GetId()}); err != nil {
+				return nil, err
+			}
+		}
 		in, err := IncidentFromProto(p)
 		if err != nil {
 			return nil, err
@@ -139,6 +166,18 @@ func (r *remoteAgent) Incidents(ctx context.Context, since time.Time, limit int)
 		out = append(out, in)
 	}
 	return out, nil
+}
+
+func (r *remoteAgent) Incident(ctx context.Context, id string) (Incident, bool, error) {
+	p, err := r.c.GetIncident(ctx, &agentv1.GetIncidentRequest{Id: id})
+	if status.Code(err) == codes.NotFound {
+		return Incident{}, false, nil
+	}
+	if err != nil {
+		return Incident{}, false, err
+	}
+	in, err := IncidentFromProto(p)
+	return in, err == nil, err
 }
 
 func (r *remoteAgent) Close() error {

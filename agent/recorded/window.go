@@ -3,6 +3,8 @@ package recorded
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/nodectl/nodectl/agent/flightrec"
@@ -96,18 +98,58 @@ func (w Window) step(span, interval time.Duration, ticks int) time.Duration {
 	return (span / time.Duration(ticks)).Round(interval)
 }
 
+// seenPods are the pods a window's read met in pod_info samples, by cgroup: the agent named
+// them then, whether or not it still does.
+type seenPods map[string]rundir.Pod
+
+// add takes r when it is a pod_info sample, keeping for each cgroup the pod known best (a
+// pod's QoS, owner and requests may come a moment after its name).
+func (s seenPods) add(r rundir.Record) bool {
+	p, ok := rundir.ParsePodInfo(r)
+	if !ok {
+		return r.Metric == rundir.MetricPodInfo
+	}
+	if old, ok := s[p.Cgroup]; !ok || known(p) >= known(old) {
+		s[p.Cgroup] = p
+	}
+	return true
+}
+
+// known counts the fields of a pod that are set.
+func known(p rundir.Pod) int {
+	n := 0
+	for _, f := range []string{p.Container, p.UID, p.QoS, p.RuntimeClass, p.Handler, p.Owner, p.CPURequest, p.MemoryRequest} {
+		if f != "" {
+			n++
+		}
+	}
+	return n
+}
+
 // meta is the agent's meta for this window: scenario agent, the observed cgroup and the
-// daemons the agent followed as workloads.
-func (w Window) meta(agent rundir.Meta) rundir.Meta {
+// daemons the agent followed as workloads, and the pods the agent names now with those seen
+// in the window's pod_info samples (gone since, or not).
+func (w Window) meta(agent rundir.Meta, seen seenPods) rundir.Meta {
 	m := agent
 	m.Format = rundir.FormatVersion
 	m.Scenario = rundir.ScenarioAgent
 	m.ID = "agent-" + w.From.UTC().Format("20060102-150405")
 	m.Start = w.BaselineFrom
+	pods := slices.Clone(agent.Pods)
+	named := map[string]bool{}
+	for _, p := range pods {
+		named[p.Cgroup] = true
+	}
+	for _, cg := range slices.Sorted(maps.Keys(seen)) {
+		if !named[cg] {
+			pods = append(pods, seen[cg])
+		}
+	}
+	m.Pods = pods
 	if w.Cgroups != nil {
 		// The focus's pods only: the analyzer names what it reads.
 		m.Pods = nil
-		for _, p := range agent.Pods {
+		for _, p := range pods {
 			if w.Cgroups[p.Cgroup] {
 				m.Pods = append(m.Pods, p)
 			}
@@ -116,7 +158,7 @@ func (w Window) meta(agent rundir.Meta) rundir.Meta {
 	var wl []rundir.Workload
 	if w.Cgroup != "" {
 		name := w.Cgroup
-		for _, p := range agent.Pods {
+		for _, p := range pods {
 			if p.Cgroup == w.Cgroup {
 				name = p.Name
 			}
@@ -228,9 +270,13 @@ func (w Window) Run(src Source, agent rundir.Meta) (*rundir.Run, error) {
 	case ticks <= 0:
 		ticks = analysisTicks
 	}
+	seen := seenPods{}
 	add := func(r rundir.Record) error {
 		if n%4096 == 0 && w.stopped() {
 			return ErrStopped
+		}
+		if seen.add(r) {
+			return nil
 		}
 		if len(blocks) == 0 || len(blocks[len(blocks)-1]) == block {
 			blocks = append(blocks, make([]rundir.Record, 0, block))
@@ -246,7 +292,7 @@ func (w Window) Run(src Source, agent rundir.Meta) (*rundir.Run, error) {
 		keep = func(cgroup, _ string) bool { return cgroup == "" || w.Cgroups[cgroup] }
 	}
 	err := w.read(src, time.Duration(agent.Interval), ticks, keep, add, patch)
-	run := &rundir.Run{Meta: w.meta(agent), Records: make([]rundir.Record, 0, n)}
+	run := &rundir.Run{Meta: w.meta(agent, seen), Records: make([]rundir.Record, 0, n)}
 	for i := range blocks {
 		run.Records = append(run.Records, blocks[i]...)
 		blocks[i] = nil
@@ -256,13 +302,17 @@ func (w Window) Run(src Source, agent rundir.Meta) (*rundir.Run, error) {
 
 // Export writes the window as a run directory that `analyze` and `diff` read offline.
 func (w Window) Export(src Source, agent rundir.Meta, dir string) error {
-	out, err := rundir.Create(dir, w.meta(agent))
+	out, err := rundir.Create(dir, w.meta(agent, nil))
 	if err != nil {
 		return err
 	}
 	const batch = 4096
 	buf := make([]rundir.Record, 0, batch)
+	seen := seenPods{}
 	err = w.read(src, time.Duration(agent.Interval), 0, nil, func(r rundir.Record) error {
+		if seen.add(r) {
+			return nil
+		}
 		if buf = append(buf, r); len(buf) == batch {
 			err := out.Append(buf...)
 			buf = buf[:0]
@@ -272,6 +322,9 @@ func (w Window) Export(src Source, agent rundir.Meta, dir string) error {
 	}, nil)
 	if err == nil {
 		err = out.Append(buf...)
+	}
+	if err == nil && len(seen) > 0 {
+		err = out.UpdateMeta(func(m *rundir.Meta) { m.Pods = w.meta(agent, seen).Pods })
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr

@@ -46,14 +46,26 @@ func newHub[T any](what string, queue, max int, stuckAfter time.Duration) *hub[T
 	return &hub[T]{what: what, queue: queue, max: max, stuckAfter: stuckAfter, subs: map[*subscriber[T]]struct{}{}}
 }
 
+// subscribe adds a subscriber. When the hub has its most, the one behind longest (losing
+// values now) gives up its slot: watchers too slow to keep up cannot hold every slot until
+// stuckAfter; when all keep up, the new one is refused.
 func (h *hub[T]) subscribe() (*subscriber[T], error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	switch {
-	case h.closed:
+	if h.closed {
 		return nil, status.Error(codes.Unavailable, "agent shutting down")
-	case len(h.subs) >= h.max:
-		return nil, status.Errorf(codes.ResourceExhausted, "%d watchers already, the most the agent serves", h.max)
+	}
+	if len(h.subs) >= h.max {
+		var behind *subscriber[T]
+		for s := range h.subs {
+			if s.lost > 0 && (behind == nil || s.fullSince.Before(behind.fullSince)) {
+				behind = s
+			}
+		}
+		if behind == nil {
+			return nil, status.Errorf(codes.ResourceExhausted, "%d watchers already, all keeping up: the most the agent serves", h.max)
+		}
+		h.drop(behind, status.Errorf(codes.ResourceExhausted, "too slow: lost %d %ss in a row, and a new watcher needed the slot", behind.lost, h.what))
 	}
 	s := &subscriber[T]{c: make(chan delivery[T], h.queue), gone: make(chan struct{})}
 	h.subs[s] = struct{}{}

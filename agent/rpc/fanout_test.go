@@ -69,3 +69,37 @@ func TestHubLimitsAndClose(t *testing.T) {
 		t.Errorf("subscribing after close: %v", err)
 	}
 }
+
+// A full hub gives the slot of the subscriber behind longest to a new one; with every
+// subscriber keeping up, the new one is refused.
+func TestHubGivesASlowSubscribersSlotAway(t *testing.T) {
+	h := newHub[int]("value", 1, 3, time.Hour)
+	slow, _ := h.subscribe()
+	h.publish(0)
+	h.publish(1) // slow loses it: behind from now on
+	time.Sleep(time.Millisecond)
+	slower, _ := h.subscribe()
+	keeping, _ := h.subscribe() // three: the most
+	h.publish(2)                // slower and keeping queue it
+	<-keeping.c
+	h.publish(3) // slower loses it: behind since after slow
+	<-keeping.c
+
+	gone := func(s *subscriber[int]) bool {
+		select {
+		case <-s.gone:
+			return status.Code(s.why) == codes.ResourceExhausted
+		default:
+			return false
+		}
+	}
+	if _, err := h.subscribe(); err != nil || !gone(slow) || gone(slower) {
+		t.Fatalf("a new subscriber: %v; the one behind longest dropped %v, the other %v", err, gone(slow), gone(slower))
+	}
+	if _, err := h.subscribe(); err != nil || !gone(slower) || gone(keeping) {
+		t.Fatalf("a second new subscriber: %v; the other behind dropped %v, the one keeping up %v", err, gone(slower), gone(keeping))
+	}
+	if _, err := h.subscribe(); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a subscriber beside three keeping up: %v, want refused", err)
+	}
+}

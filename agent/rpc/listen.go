@@ -64,14 +64,24 @@ func removeStale(path string) error {
 	return nil
 }
 
-// listenLoopback listens on addr, which must be a loopback address: it is served without TLS.
-func listenLoopback(addr string) (net.Listener, error) {
+// CheckLoopback refuses an address that is not on loopback (127.0.0.1:PORT, [::1]:PORT or
+// localhost:PORT), for what is served without TLS or authentication: the plaintext API, the
+// profiles.
+func CheckLoopback(addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, badvalue.New(FieldLoopback, addr, err)
+		return err
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return nil, badvalue.Errorf(FieldLoopback, addr, "must be a loopback address (127.0.0.1:PORT, [::1]:PORT or localhost:PORT): it is served without TLS or client certificates")
+		return errors.New("must be a loopback address (127.0.0.1:PORT, [::1]:PORT or localhost:PORT): it is served without TLS or client certificates")
+	}
+	return nil
+}
+
+// listenLoopback listens on addr, which must be a loopback address: it is served without TLS.
+func listenLoopback(addr string) (net.Listener, error) {
+	if err := CheckLoopback(addr); err != nil {
+		return nil, badvalue.New(FieldLoopback, addr, err)
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {

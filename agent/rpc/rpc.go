@@ -10,8 +10,11 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -44,7 +47,8 @@ type Backend interface {
 	// Analyze is the analyzer's report of [from, to], compared with the baseline before from
 	// (the agent's default when zero), for the victim cgroup (every cgroup when empty).
 	Analyze(ctx context.Context, from, to time.Time, baseline time.Duration, cgroup string) (*agentv1.Report, error)
-	// Incidents lists at most limit incidents opened at or after since, newest first.
+	// Incidents lists at most limit incidents opened at or after since, newest first, in
+	// messages of the caller's own: the server leaves reports out of them to bound its reply.
 	Incidents(since time.Time, limit int) []*agentv1.Incident
 	// Incident is the incident of that id, if the agent has it.
 	Incident(id string) (*agentv1.Incident, bool)
@@ -61,6 +65,8 @@ const (
 	watchStuckAfter = time.Minute
 	incidentQueue   = 64
 	maxWatchers     = 64
+	// maxStreamsPerConn bounds the calls under way on one client connection.
+	maxStreamsPerConn = 32
 )
 
 // closeGrace is how long Close lets running RPCs finish before cutting them off.
@@ -193,7 +199,19 @@ func (s *Server) HealthAddr() net.Addr { return s.healthAddr }
 func (s *Server) add(l net.Listener, opts ...grpc.ServerOption) {
 	// Server pings find a frozen or vanished client, whose stuck streams would hold a
 	// goroutine and a flow-control window each forever.
-	opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))
+	opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// One connection holds at most this many calls at once; more wait for one to end. A
+		// client cannot open streams without bound (each a goroutine and buffers).
+		grpc.MaxConcurrentStreams(maxStreamsPerConn))
+	// A request that trips a bug fails alone, with the panic logged: it must not take the
+	// node's agent, and its flight recorder's writer, down with it.
+	onPanic := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		method, _ := grpc.Method(ctx)
+		s.log.Error("an API request panicked", "method", method, "panic", p, "stack", string(debug.Stack()))
+		return status.Errorf(codes.Internal, "%s failed: the agent hit a bug (%v); its log has the stack", method, p)
+	})
+	opts = append(opts, grpc.ChainUnaryInterceptor(recovery.UnaryServerInterceptor(onPanic)),
+		grpc.ChainStreamInterceptor(recovery.StreamServerInterceptor(onPanic)))
 	g := grpc.NewServer(opts...)
 	agentv1.RegisterAgentServer(g, s.svc)
 	healthpb.RegisterHealthServer(g, s.health)
@@ -373,8 +391,42 @@ func (s *service) ListIncidents(_ context.Context, req *agentv1.ListIncidentsReq
 	if err != nil {
 		return nil, err
 	}
-	return &agentv1.ListIncidentsResponse{Incidents: s.backend.Incidents(since, limit)}, nil
+	return boundList(s.backend.Incidents(since, limit)), nil
 }
+
+// A ListIncidents reply carries reports up to listReportBytes and incidents up to
+// listMaxBytes, within the 4 MiB a gRPC client receives by default: 500 incidents of a busy
+// node, each with a report of a few dozen findings, would pass it.
+const (
+	listReportBytes = 2 << 20
+	listMaxBytes    = 3 << 20
+)
+
+// boundList is the reply listing incidents (newest first): whole while it fits
+// listReportBytes, then without reports (report_omitted), then, past listMaxBytes, without
+// the oldest (left_off counts them).
+func boundList(incidents []*agentv1.Incident) *agentv1.ListIncidentsResponse {
+	resp := &agentv1.ListIncidentsResponse{}
+	size := 0
+	for i, in := range incidents {
+		n := proto.Size(in)
+		if in.GetReport() != nil && size+n > listReportBytes {
+			in.Report, in.ReportOmitted = nil, true
+			n = proto.Size(in)
+		}
+		// A field's tag and length prefix: a few bytes more than the incident itself.
+		if size+n+protowireOverhead > listMaxBytes {
+			resp.LeftOff = uint32(len(incidents) - i)
+			break
+		}
+		size += n + protowireOverhead
+		resp.Incidents = append(resp.Incidents, in)
+	}
+	return resp
+}
+
+// protowireOverhead bounds the tag and length prefix of a repeated message field's element.
+const protowireOverhead = 1 + 5
 
 func (s *service) GetIncident(_ context.Context, req *agentv1.GetIncidentRequest) (*agentv1.Incident, error) {
 	id, err := validateGetIncident(req)

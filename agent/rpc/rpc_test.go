@@ -76,7 +76,12 @@ func (b *fakeBackend) Incidents(since time.Time, limit int) []*agentv1.Incident 
 	b.mu.Lock()
 	b.since, b.limit = since, limit
 	b.mu.Unlock()
-	return b.incidents
+	// The caller's own messages, as the agent's backend makes them.
+	out := make([]*agentv1.Incident, 0, min(limit, len(b.incidents)))
+	for _, in := range b.incidents[:min(limit, len(b.incidents))] {
+		out = append(out, proto.CloneOf(in))
+	}
+	return out
 }
 
 func (b *fakeBackend) Incident(id string) (*agentv1.Incident, bool) {
@@ -226,6 +231,60 @@ func TestRoundTrips(t *testing.T) {
 	}
 	if _, err := c.GetIncident(ctx, &agentv1.GetIncidentRequest{Id: "inc-9"}); status.Code(err) != codes.NotFound {
 		t.Errorf("GetIncident of an unknown id: %v", err)
+	}
+}
+
+// A node's incidents, each with a 20 KB report, fill 10 MB: the list carries the newest whole,
+// the others without their report (GetIncident has it), and stays under what a client takes by
+// default; 10,000 incidents of long cgroup paths fill 3 MiB without reports: the oldest are left
+// off and counted.
+func TestListIncidentsBounded(t *testing.T) {
+	b := newFake()
+	b.incidents = nil
+	for i := range 500 {
+		in := testIncident(fmt.Sprintf("inc-%03d", 500-i))
+		in.Report.Notes = []string{strings.Repeat("n", 20<<10)}
+		b.incidents = append(b.incidents, in)
+	}
+	c := dial(t, start(t, Config{}, b))
+	ctx := context.Background()
+	list, err := c.ListIncidents(ctx, &agentv1.ListIncidentsRequest{Limit: 500})
+	if err != nil {
+		t.Fatalf("ListIncidents of 500 incidents with 20 KB reports: %v", err)
+	}
+	whole := 0
+	for i, in := range list.Incidents {
+		switch {
+		case in.GetReport() != nil && !in.GetReportOmitted():
+			if whole++; whole != i+1 {
+				t.Fatalf("incident %d has its report after one without", i)
+			}
+		case in.GetReport() != nil || !in.GetReportOmitted():
+			t.Fatalf("incident %d: report %v, omitted %v", i, in.GetReport() != nil, in.GetReportOmitted())
+		}
+	}
+	size := proto.Size(list)
+	t.Logf("%d incidents, %d with their report, %d bytes", len(list.Incidents), whole, size)
+	if len(list.Incidents) != 500 || list.LeftOff != 0 || whole < 50 || size > listMaxBytes {
+		t.Errorf("%d incidents listed, %d left off, %d whole, %d bytes: want all 500, the newest whole, under %d bytes",
+			len(list.Incidents), list.LeftOff, whole, size, listMaxBytes)
+	}
+	if got, err := c.GetIncident(ctx, &agentv1.GetIncidentRequest{Id: list.Incidents[499].Id}); err != nil || got.GetReport() == nil {
+		t.Errorf("GetIncident of an incident listed without its report: %v, %v", got.GetReport() != nil, err)
+	}
+
+	b.incidents = nil
+	for i := range MaxListLimit {
+		in := testIncident(fmt.Sprintf("inc-%05d", i))
+		in.Cgroup = "/kubepods.slice/" + strings.Repeat("p", 300)
+		b.incidents = append(b.incidents, in)
+	}
+	list, err = c.ListIncidents(ctx, &agentv1.ListIncidentsRequest{Limit: MaxListLimit})
+	if err != nil {
+		t.Fatalf("ListIncidents of %d incidents: %v", MaxListLimit, err)
+	}
+	if size := proto.Size(list); list.LeftOff == 0 || len(list.Incidents)+int(list.LeftOff) != MaxListLimit || size > listMaxBytes {
+		t.Errorf("%d listed, %d left off, %d bytes: want the oldest left off and counted, under %d bytes", len(list.Incidents), list.LeftOff, size, listMaxBytes)
 	}
 }
 
@@ -571,6 +630,37 @@ func TestWatchIncidents(t *testing.T) {
 	}
 }
 
+// One connection holds maxStreamsPerConn calls at once: with that many watches open, a
+// further call waits (here until its deadline) and goes through once a watch ends.
+func TestStreamsPerConnectionBounded(t *testing.T) {
+	s := start(t, Config{}, newFake())
+	c := dial(t, s)
+	var cancels []context.CancelFunc
+	for range maxStreamsPerConn {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancels = append(cancels, cancel)
+		if _, err := c.WatchIncidents(ctx, &agentv1.WatchIncidentsRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		for _, cancel := range cancels {
+			cancel()
+		}
+	}()
+	waitSubscribers(t, s.svc.incidents, maxStreamsPerConn)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_, err := c.GetStatus(ctx, &agentv1.GetStatusRequest{})
+	cancel()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a call beside %d open watches: %v, want it held until its deadline", maxStreamsPerConn, err)
+	}
+	cancels[0]()
+	if _, err := c.GetStatus(context.Background(), &agentv1.GetStatusRequest{}); err != nil {
+		t.Errorf("a call once a watch ended: %v", err)
+	}
+}
+
 // Closing the server ends the watches with Unavailable.
 func TestCloseEndsWatches(t *testing.T) {
 	s := start(t, Config{}, newFake())
@@ -583,5 +673,32 @@ func TestCloseEndsWatches(t *testing.T) {
 	s.Close()
 	if _, err := w.Recv(); status.Code(err) != codes.Unavailable {
 		t.Errorf("after Close: %v", err)
+	}
+}
+
+// panicky is a backend whose Status and Query trip a bug.
+type panicky struct{ *fakeBackend }
+
+func (panicky) Status(context.Context) (*agentv1.Status, error) { panic("status bug") }
+func (panicky) Query(context.Context, time.Time, time.Time, time.Duration, string, string, func([]rundir.Record) error) error {
+	panic("query bug")
+}
+
+// A request that panics fails alone with Internal; the server goes on answering.
+func TestPanickingRequestFailsAlone(t *testing.T) {
+	c := dial(t, start(t, Config{}, panicky{newFake()}))
+	ctx := context.Background()
+	if _, err := c.GetStatus(ctx, &agentv1.GetStatusRequest{}); status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "status bug") {
+		t.Errorf("GetStatus of a panicking backend: %v, want Internal naming the panic", err)
+	}
+	stream, err := c.Query(ctx, &agentv1.QueryRequest{From: ts(0), To: ts(time.Hour)})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "query bug") {
+		t.Errorf("Query of a panicking backend: %v, want Internal naming the panic", err)
+	}
+	if _, err := c.GetMeta(ctx, &agentv1.GetMetaRequest{}); err != nil {
+		t.Errorf("GetMeta after two panics: %v", err)
 	}
 }

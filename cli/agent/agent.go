@@ -87,6 +87,12 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 			if cfg.Kube, err = kc.kube(cfg.Log); err != nil {
 				return err
 			}
+			// The profiles tell what the agent holds (pod names, its maps): never off loopback.
+			if pprofListen != "" {
+				if err := rpc.CheckLoopback(pprofListen); err != nil {
+					return fmt.Errorf("--pprof-listen %s: %w", pprofListen, err)
+				}
+			}
 			// The settings first, so that a mistake is told before privileges are asked for.
 			// The least set, measured (docs/deploy.md): the rest only makes some parts
 			// better, and the agent says what it lacks.
@@ -128,6 +134,8 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 	f.DurationVar(&cfg.Triggers.DaemonWait, "trigger-daemon-wait", cfg.Triggers.DaemonWait, "a system daemon's run-queue wait at least this long opens an incident")
 	f.Float64Var(&cfg.Triggers.SwapPagesPerSecond, "trigger-swap-pages", cfg.Triggers.SwapPagesPerSecond, "the node swapping this many pages a second both in and out opens an incident")
 	f.DurationVar(&cfg.Triggers.LeaseLate, "trigger-lease-late", cfg.Triggers.LeaseLate, "a renewal of the node's Lease this much later than the kubelet's renew interval (10s of a 40s Lease) opens an incident (Kubernetes only)")
+	f.DurationVar(&cfg.Triggers.FsyncStall, "trigger-fsync-stall", cfg.Triggers.FsyncStall, "a cgroup's fsync, fdatasync or sync_file_range at least this long opens an incident (known to a power of two: from the first at or above this)")
+	f.DurationVar(&cfg.Triggers.BlkRequestWait, "trigger-blk-request-wait", cfg.Triggers.BlkRequestWait, "a block request waiting at least this long in its device's queue (insert to issue) or in the device (issue to completion) opens an incident for the node (known to a power of two)")
 	f.DurationVar(&cfg.Windows.Before, "incident-before", cfg.Windows.Before, "an incident's window starts this long before its trigger")
 	f.DurationVar(&cfg.Windows.After, "incident-after", cfg.Windows.After, "and ends this long after; then it is analyzed")
 	f.DurationVar(&cfg.Windows.Baseline, "incident-baseline", cfg.Windows.Baseline, "the quiet stretch before the window that it is compared with")
@@ -141,7 +149,7 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 	f.StringVar(&cfg.API.Health, "health-listen", "", "also serve the gRPC health service alone, in plaintext, on this host:port (for the kubelet's grpc probe, which cannot dial the socket or do TLS); empty: none")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. :9560); empty: none")
 	f.StringVar(&memLimit, "memory-limit", "40Mi", "the Go runtime's soft memory limit (GOMEMLIMIT, which overrides it): the garbage collector works harder near it; the agent's RSS is about this plus its binary's pages (12 MiB), within its 64 MiB budget; 0 for none")
-	f.StringVar(&pprofListen, "pprof-listen", "", "serve Go's profiles (net/http/pprof) at http://HOST:PORT/debug/pprof/, for finding where the agent's CPU and memory go; keep it on loopback")
+	f.StringVar(&pprofListen, "pprof-listen", "", "serve Go's profiles (net/http/pprof) at http://HOST:PORT/debug/pprof/, for finding where the agent's CPU and memory go; a loopback address only (127.0.0.1:6060)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
 	pathflags.HostPathFlags(f, &cfg.Host)
 	kc.register(f)
@@ -153,7 +161,7 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 var settingFlags = map[string]string{
 	agent.FieldRunqStall: "--trigger-runq-stall", agent.FieldDaemonWait: "--trigger-daemon-wait",
 	agent.FieldMemoryPSIFull: "--trigger-memory-psi-full", agent.FieldSwapPagesPerSecond: "--trigger-swap-pages",
-	agent.FieldLeaseLate: "--trigger-lease-late",
+	agent.FieldLeaseLate: "--trigger-lease-late", agent.FieldFsyncStall: "--trigger-fsync-stall", agent.FieldBlkRequestWait: "--trigger-blk-request-wait",
 	recorded.FieldBefore: "--incident-before", recorded.FieldAfter: "--incident-after", recorded.FieldBaseline: "--incident-baseline",
 	rpc.FieldSocket: "--socket", rpc.FieldTCP: "--listen-tcp", rpc.FieldCertFile: "--tls-cert",
 	rpc.FieldKeyFile: "--tls-key", rpc.FieldClientCAFile: "--tls-client-ca",

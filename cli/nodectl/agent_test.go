@@ -454,6 +454,29 @@ func waitIncident(t *testing.T, sock, trigger, cg string, within time.Duration) 
 	}
 }
 
+// outgrow runs shell (a path, or a name on PATH) in cgroup cg, whose memory limit is 32 MiB,
+// to build a 64 MiB string, and wants it OOM-killed.
+func outgrow(t *testing.T, layout *cgroup.Layout, cg, shell string) {
+	t.Helper()
+	cmd := exec.Command(shell, "-c", `read go; x=$(head -c 67108864 /dev/zero | tr '\0' x); echo ${#x}`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// In the cgroup before it allocates: it waits for a line on its standard input.
+	if err := layout.AddProc(cg, cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(stdin)
+	if err := cmd.Wait(); err == nil {
+		t.Fatalf("%s in %s was not OOM-killed", shell, cg)
+	}
+}
+
 // A process that outgrows its cgroup's memory limit is OOM-killed: the agent opens an oom_kill
 // incident on that cgroup and its analysis finds the kill.
 func TestAgentOOMKillIncident(t *testing.T) {
@@ -466,23 +489,7 @@ func TestAgentOOMKillIncident(t *testing.T) {
 	greedy := root + "/greedy"
 	ag := startAgent(t, filepath.Join(t.TempDir(), "agent"), "--incident-before", "2s", "--incident-after", "4s", "--incident-baseline", "4s")
 	time.Sleep(5 * time.Second)
-	// A shell string of 64 MiB: twice the limit.
-	cmd := exec.Command("sh", "-c", `read go; x=$(head -c 67108864 /dev/zero | tr '\0' x); echo ${#x}`)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := layout.AddProc(greedy, cmd.Process.Pid); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintln(stdin)
-	if err := cmd.Wait(); err == nil {
-		t.Fatal("the greedy shell was not OOM-killed")
-	}
+	outgrow(t, layout, greedy, "sh")
 	in := waitIncident(t, ag.sock, agent.TriggerOOMKill, greedy, 60*time.Second)
 	t.Logf("incident %s: %s", in.ID, in.Evidence)
 	if in.Report == nil {

@@ -248,6 +248,7 @@ func TestDensityCLIErrorsNameTheFlag(t *testing.T) {
 		"bad_output":       {[]string{"-o", "yaml"}, `-o "yaml": allowed values are text and json`},
 		"bad_cpu_request":  {[]string{"--cpu-request", "fast"}, `--cpu-request: bad CPU limit "fast"`},
 		"cpu_request_over": {[]string{"--cpu-request", "2", "--cpu-limit", "500m"}, "--cpu-request 2: is above --cpu-limit 500m"},
+		"image_local":      {[]string{"--image", "chrome:1"}, `--image "chrome:1", --image-binary "": only with --node`},
 	})
 }
 

@@ -40,13 +40,15 @@ func TestVictimOverItsOwnMemoryLimitIsReportedInEveryPhase(t *testing.T) {
 	}
 }
 
-// Neighbours that take nothing the victim needs (CPU hogs throttled to 100m each, a memory hog
-// in 64 MiB) and a quiet gVisor victim yield no finding for the victim.
+// Neighbours that take nothing the victim needs (CPU hogs throttled to 50m each, a memory hog
+// in 64 MiB) and a quiet gVisor victim yield no finding for the victim. (At 100m each, the
+// hogs' 10 ms bursts once added 23 ms a second to the victim's run-queue wait on CI, and its
+// write+fsync came out 1.2x slower: a real effect at the rule's edge, no test of harmlessness.)
 func TestHarmlessRunsHaveNoFinding(t *testing.T) {
 	requireRoot(t)
 	for name, args := range map[string][]string{
 		"quiet_runsc":          {"--runtime", "runsc"},
-		"throttled_neighbours": {"--hog", "cpu,count=2,cpu=100m", "--hog", "memory,memory=64Mi"},
+		"throttled_neighbours": {"--hog", "cpu,count=2,cpu=50m", "--hog", "memory,memory=64Mi"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			rep, _ := noisyRun(t, append(args, "--daemons", "none")...)

@@ -20,6 +20,7 @@ import (
 	"github.com/nodectl/nodectl/cli/tune"
 	"github.com/nodectl/nodectl/cli/version"
 	"github.com/nodectl/nodectl/cli/workload"
+	"github.com/nodectl/nodectl/internal/printable"
 	st "github.com/nodectl/nodectl/stress"
 )
 
@@ -35,10 +36,16 @@ everything in a run directory, and explains which neighbour or limit slowed whom
 	}
 	root.AddCommand(stress.New(), record.New(), analyze.New(), version.New(), workload.New())
 	root.AddCommand(diff.New(), tune.New(), agent.New(), postmortem.New(), reportcli.New())
+	// Names anybody on the node chose (a cgroup's directory) are printed: their control
+	// characters are shown escaped, not obeyed by the terminal. Progress lines redraw in place
+	// on stderr.
+	stdout, stderr := printable.Writer(os.Stdout, false), printable.Writer(os.Stderr, true)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 	remote.Register(root.PersistentFlags())
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return remote.Check(cmd) }
 	if err := root.Execute(); err != nil {
-		fmt.Fprintf(os.Stderr, "nodectl: %v\n", err)
+		fmt.Fprintf(stderr, "nodectl: %v\n", err)
 		if errors.Is(err, st.ErrInterrupted) {
 			os.Exit(130)
 		}

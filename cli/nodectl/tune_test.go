@@ -473,7 +473,8 @@ func TestTuneVerifiesAGKENodeSystemConfig(t *testing.T) {
 	}
 }
 
-// Ctrl-C during validate's tuned run stops the run, which cleans up, and rolls the profile back.
+// Its terminal gone during validate's tuned run (SIGHUP: an SSH session dropped; Ctrl-C takes
+// the same path) stops the run, which cleans up, and rolls the profile back.
 func TestTuneValidateInterruptedRollsBack(t *testing.T) {
 	requireRoot(t)
 	orig := keepSysctls(t)
@@ -507,7 +508,7 @@ func TestTuneValidateInterruptedRollsBack(t *testing.T) {
 	if _, err := os.Stat(state); err != nil {
 		t.Fatalf("no state file during the tuned run: %v", err)
 	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	err := cmd.Wait()

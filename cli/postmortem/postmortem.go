@@ -104,20 +104,19 @@ directory directly with --data-dir (the agent dead, or the disk copied off a bro
 
 // pick is the incident of that id, or the latest.
 func pick(cmd *cobra.Command, rec recorded.Recorder, id string) (recorded.Incident, error) {
-	list, err := rec.Incidents(cmd.Context(), time.Time{}, 0)
+	if id != "" {
+		in, ok, err := rec.Incident(cmd.Context(), id)
+		if err == nil && !ok {
+			err = fmt.Errorf("--incident %q: no such incident (list them with 'nodectl agent incidents')", id)
+		}
+		return in, err
+	}
+	list, err := rec.Incidents(cmd.Context(), time.Time{}, 1)
 	if err != nil {
 		return recorded.Incident{}, err
 	}
 	if len(list) == 0 {
 		return recorded.Incident{}, errors.New("the agent has no incidents: give --at TIME to explain a moment")
 	}
-	if id == "" {
-		return list[0], nil
-	}
-	for _, in := range list {
-		if in.ID == id {
-			return in, nil
-		}
-	}
-	return recorded.Incident{}, fmt.Errorf("--incident %q: no such incident (list them with 'nodectl agent incidents')", id)
+	return list[0], nil
 }

@@ -115,13 +115,14 @@ func startPods(cmd *cobra.Command, rf *runFlags, scenario string, extra ...remot
 // runPods runs scenario as pods on --node: startPods' checks, the run's namespace and the
 // node's agent reached, the headline (the node's name given), run on the pods placement, then
 // the run it wrote analyzed and reported. The pods and the namespace go on every path.
-func (rf *runFlags) runPods(cmd *cobra.Command, scenario string, headline func(node string) string,
+func (rf *runFlags) runPods(cmd *cobra.Command, scenario string, span time.Duration, headline func(node string) string,
 	run func(context.Context, *podrun.Placement, *st.LiveLine) error, extra ...remote.Permission) error {
 	ctx, s, finish, err := startPods(cmd, rf, scenario, extra...)
 	if err != nil {
 		return err
 	}
 	defer finish()
+	s.run.SetSpan(span)
 	fmt.Fprintln(s.progress, headline(s.node))
 	p := podrun.NewPlacement(s.run, s.ac, s.rec, s.ncpu, runtimeClass(rf.opts.Runtime, rf.runtimeClass), scenario, s.out)
 	line := st.NewLiveLine(s.progress, console.IsTerminal(os.Stderr))
@@ -145,7 +146,7 @@ func clusterNoisy(cmd *cobra.Command, rf *runFlags, cfg st.NoisyConfig) error {
 		}
 	}
 	cfg.Interval = time.Second
-	return rf.runPods(cmd, rundir.ScenarioNoisy, func(node string) string {
+	return rf.runPods(cmd, rundir.ScenarioNoisy, cfg.Span(), func(node string) string {
 		return fmt.Sprintf("noisy on node %s: victim alone %s, then next to %d hog pod(s) %s", node, cfg.Baseline, countHogs(cfg.Hogs), cfg.Duration)
 	}, func(ctx context.Context, p *podrun.Placement, _ *st.LiveLine) error { return st.NoisyOn(ctx, cfg, p) })
 }

@@ -25,7 +25,7 @@ const maxDensity = 10000
 func density() *cobra.Command {
 	var (
 		sandboxMem, request, limit, nodeMem, binarySize, swap string
-		cpuRequest, cpuLimit                                  string
+		cpuRequest, cpuLimit, image, imageBinary              string
 		cfg                                                   = st.DensityConfig{RunOptions: st.RunOptions{Paths: st.DefaultPaths()}, Criteria: st.DefaultDensityCriteria}
 	)
 	rf := runFlags{opts: &cfg.RunOptions}
@@ -58,7 +58,8 @@ signals, the collapse, and the ceiling: which resource bounded the density.
 With --node NODE the sandboxes are pods on that node of the cluster (sandbox-<i> in a namespace
 of the run's own), with --request and --limit as their memory request and limit, --cpu-request
 and --cpu-limit as their CPU's, and --runtime-class (gvisor for --runtime runsc), running the node's agent's image and mapping its
-nodectl binary as their shared binary. A pod is ready when the kubelet reports it running and
+nodectl binary as their shared binary; or, with --image, your image (a browser's, say), mapping
+its file --image-binary, with nodectl copied into the pod from the agent's image. A pod is ready when the kubelet reports it running and
 its sandbox has said it is ready (timed by nodectl's clock, reading pod status every 0.5 s).
 A step also collapses when the kubelet refuses a pod at admission (OutOfpods, OutOfmemory,
 OutOfcpu: the node's bookings are the ceiling), evicts one, when the node's Lease is renewed
@@ -84,7 +85,10 @@ every exit path ('nodectl --node NODE stress clean' after a kill).`,
 				return err
 			}
 			if remote.FromCommand(cmd).Node != "" {
-				return clusterDensity(cmd, &rf, cfg)
+				return clusterDensity(cmd, &rf, cfg, image, imageBinary)
+			}
+			if image != "" || imageBinary != "" {
+				return fmt.Errorf("--image %q, --image-binary %q: only with --%s (a local sandbox maps a file of --binary-size)", image, imageBinary, remote.FlagNode)
 			}
 			node := "this host"
 			if cfg.NodeMemory > 0 {
@@ -109,6 +113,8 @@ every exit path ('nodectl --node NODE stress clean' after a kill).`,
 	f.StringVar(&limit, "limit", "2Gi", "each sandbox's memory limit (its cgroup's); \"\" for none")
 	f.StringVar(&cpuRequest, "cpu-request", "", "each sandbox's CPU request (Kubernetes notation, e.g. 50m): its cgroup's CPU weight, as the kubelet sets it, and with --node what the node books for it; none if empty")
 	f.StringVar(&cpuLimit, "cpu-limit", "", "each sandbox's CPU limit (e.g. 1): its CFS quota; none if empty")
+	f.StringVar(&image, "image", "", "with --node: the sandbox pods' image (e.g. your browser's); nodectl runs in it, copied from the agent's image by an init container; needs --image-binary")
+	f.StringVar(&imageBinary, "image-binary", "", "with --image: the file of that image each sandbox maps and reads, its page cache shared by all (e.g. /usr/lib/chromium/chromium)")
 	f.StringVar(&nodeMem, "node-memory", "", "emulate a node of SIZE: the run's cgroup gets this memory limit (swap allowed); required unless every sandbox fits in this host")
 	f.StringVar(&swap, "swap", "", "FILE:SIZE: create and enable a swap file for the run (FILE must not exist; removed afterwards); or DEVICE: a block device formatted with mkswap, turned on for the run and off afterwards (never formatted)")
 	f.IntVar(&cfg.Swappiness, "swappiness", -1, "set vm.swappiness (0-200) for the run; -1 leaves it")
@@ -233,17 +239,26 @@ var densityLocalFlags = []string{"swap", "swappiness", "watermark-scale-factor",
 // kills, the Node's Ready condition and its Lease renewals from the API server, memory
 // pressure from the node's agent. The agent's window of the whole sweep, with the steps as
 // phases, is written as a density run and analyzed.
-func clusterDensity(cmd *cobra.Command, rf *runFlags, cfg st.DensityConfig) error {
+func clusterDensity(cmd *cobra.Command, rf *runFlags, cfg st.DensityConfig, image, imageBinary string) error {
+	switch {
+	case image != "" && !filepath.IsAbs(imageBinary):
+		return fmt.Errorf("--image-binary %q: --image needs the absolute path of a file in it for each sandbox to map, e.g. /usr/lib/chromium/chromium", imageBinary)
+	case image == "" && imageBinary != "":
+		return fmt.Errorf("--image-binary %s: only with --image (without it the sandboxes map the agent's nodectl)", imageBinary)
+	}
 	for _, name := range densityLocalFlags {
 		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
 			return fmt.Errorf("--%s: not with --%s (a node's swap and sysctls are set by nodectl tune; its sandboxes map the image's nodectl binary)", name, remote.FlagNode)
 		}
 	}
 	lease := remote.Permission{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: corev1.NamespaceNodeLease}
-	return rf.runPods(cmd, rundir.ScenarioDensity, func(node string) string {
+	return rf.runPods(cmd, rundir.ScenarioDensity, cfg.Span(), func(node string) string {
 		return fmt.Sprintf("density on node %s: sandbox pods of %s (request %s, limit %s), %d per step up to %d", node,
 			quantity.FormatSize(cfg.SandboxMemory), quantity.FormatSize(cfg.RequestBytes), quantity.FormatSize(cfg.LimitBytes), cfg.Step, cfg.Max)
 	}, func(ctx context.Context, p *podrun.Placement, line *st.LiveLine) error {
+		if image != "" {
+			p.SandboxImage(image, imageBinary)
+		}
 		return st.DensityOn(ctx, cfg, p, line)
 	}, lease)
 }

@@ -79,7 +79,7 @@ func (rf *runFlags) check() error {
 
 // start checks what every stress scenario needs before it touches the host (a sane --interval
 // and the privileges; with --trace, those of eBPF), points progress and logs at the command's
-// stderr, and returns the context that SIGINT and SIGTERM cancel.
+// stderr, and returns the context that SIGINT, SIGTERM and SIGHUP cancel.
 func (rf *runFlags) start(cmd *cobra.Command, name, why string) (context.Context, func(), error) {
 	if rf.runtimeClass != "" {
 		return nil, nil, fmt.Errorf("--runtime-class %s: only with --node (a run of pods); here --runtime says how workloads run", rf.runtimeClass)

@@ -106,7 +106,7 @@ func clusterStorm(cmd *cobra.Command, rf *runFlags, cfg st.StormConfig) error {
 	if cfg.Target != "" {
 		return fmt.Errorf("--target %s: not with --%s (a writer pod writes to its own emptyDir on the node's disk)", cfg.Target, remote.FlagNode)
 	}
-	return rf.runPods(cmd, rundir.ScenarioFsyncStorm, func(node string) string {
+	return rf.runPods(cmd, rundir.ScenarioFsyncStorm, cfg.Span(), func(node string) string {
 		return fmt.Sprintf("fsync-storm on node %s: %d writer pod(s) × %s, %d storm(s)", node, cfg.Writers, quantity.FormatSize(cfg.Bytes), cfg.Rounds)
 	}, func(ctx context.Context, p *podrun.Placement, line *st.LiveLine) error {
 		return st.StormOn(ctx, cfg, p, line)

@@ -34,7 +34,7 @@ have changed it, and serves Prometheus metrics on --listen: nodectl_tune_drifted
 nodectl_tune_setting_drifted{setting,backend}, nodectl_tune_pending_restarts,
 nodectl_tune_verify_total{result}, nodectl_tune_apply_total{result} and
 nodectl_tune_last_verify_timestamp_seconds (docs/tuning.md). It never re-applies on drift:
-drift is reported for a person to decide. Stops on SIGINT or SIGTERM, leaving the profile
+drift is reported for a person to decide. Stops on SIGINT, SIGTERM or SIGHUP, leaving the profile
 applied.`,
 		Example: `  nodectl tune watch --host-root /host --profile /etc/nodectl/profile.yaml --apply --interval 1m --listen :9110`,
 		Args:    cobra.NoArgs,

@@ -10,12 +10,16 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/nodectl/nodectl/cli/internal/interrupt"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/nodectl/nodectl/internal/atomicfile"
 	"github.com/nodectl/nodectl/stress/launch"
 	wl "github.com/nodectl/nodectl/stress/workload"
 )
@@ -44,8 +48,43 @@ func New() *cobra.Command {
 	} {
 		cmd.AddCommand(command(w.cfg.Name(), w.short))
 	}
-	cmd.AddCommand(execIn())
+	cmd.AddCommand(execIn(), install())
 	return cmd
+}
+
+// install copies this executable into a directory, as DIR/nodectl: an init container of the
+// agent's image gives a pod of the user's image its nodectl so (a static binary runs anywhere).
+func install() *cobra.Command {
+	return &cobra.Command{
+		Use:   wl.Install + " DIR",
+		Short: "Copy nodectl into DIR, for a container of another image to run it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			return copyExecutable(self, filepath.Join(args[0], "nodectl"))
+		},
+	}
+}
+
+// copyExecutable copies src to dst, executable by all, written whole or not at all.
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := atomicfile.Create(dst, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Abort()
+		return fmt.Errorf("copying %s: %w", src, err)
+	}
+	return out.Commit()
 }
 
 // command runs one workload. Its flags are read by wl.Parse, the reader of the command line
@@ -88,9 +127,9 @@ func execIn() *cobra.Command {
 	}
 }
 
-// run waits for the launcher's go, then runs the workload until SIGTERM or SIGINT.
+// run waits for the launcher's go, then runs the workload until SIGTERM, SIGINT or SIGHUP.
 func run(cfg wl.Config) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := signal.NotifyContext(context.Background(), interrupt.Signals...)
 	defer stop()
 	if err := launch.WaitStart(ctx); err != nil {
 		return err

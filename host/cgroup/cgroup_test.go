@@ -101,7 +101,7 @@ func TestRefusesRoot(t *testing.T) {
 
 // testLayout detects the host's cgroups and returns a fresh parent path /nodectl/test-*,
 // removed with everything in it when the test ends.
-func testLayout(t *testing.T) (*Layout, string) {
+func testLayout(t testing.TB) (*Layout, string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create cgroups")

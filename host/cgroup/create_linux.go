@@ -56,16 +56,20 @@ func (l *Layout) Create(path string, lim Limits) error {
 // setSwap writes the swap settings of lim, which the cgroups library cannot leave out where the
 // host lacks their files.
 func (l *Layout) setSwap(path string, lim Limits) error {
-	if lim.NoSwap {
-		file, v := filepath.Join(l.Dir(Unified, path), "memory.swap.max"), "0"
+	if lim.NoSwap || lim.SwapBytes > 0 {
+		swap := int64(0)
+		if !lim.NoSwap {
+			swap = lim.SwapBytes
+		}
+		file, v := filepath.Join(l.Dir(Unified, path), "memory.swap.max"), strconv.FormatInt(swap, 10)
 		if l.V1 {
 			if lim.MemoryBytes <= 0 {
-				return errors.New("no swap: cgroup v1 needs a memory limit to bound memory+swap by")
+				return errors.New("a swap limit: cgroup v1 needs a memory limit to bound memory+swap by")
 			}
-			file, v = filepath.Join(l.Dir(Memory, path), "memory.memsw.limit_in_bytes"), strconv.FormatInt(lim.MemoryBytes, 10)
+			file, v = filepath.Join(l.Dir(Memory, path), "memory.memsw.limit_in_bytes"), strconv.FormatInt(lim.MemoryBytes+swap, 10)
 		}
 		if err := os.WriteFile(file, []byte(v), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("keeping it out of swap: %w", err)
+			return fmt.Errorf("limiting its swap to %d bytes: %w", swap, err)
 		}
 	}
 	if lim.Swappiness != nil && l.V1 {

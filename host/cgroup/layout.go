@@ -194,6 +194,10 @@ type Limits struct {
 	// (which it needs), swap.max 0 on v2. A host without swap accounting has nothing to set,
 	// and no swap to charge either.
 	NoSwap bool
+	// SwapBytes, when more than 0, is the swap the cgroup may use, as the kubelet's LimitedSwap
+	// bounds a container: swap.max on v2, memory+swap limited to MemoryBytes + SwapBytes on v1
+	// (which needs MemoryBytes). A host without swap accounting has nothing to set.
+	SwapBytes int64
 	// Swappiness is the v1 memcg's own swappiness, which the cgroups made below it copy; nil
 	// keeps the parent's. v2 has none (the node's vm.swappiness rules).
 	Swappiness *int

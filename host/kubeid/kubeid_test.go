@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 )
 
 const (
@@ -91,6 +92,13 @@ func (f *fakeSources) sources() Sources {
 	}
 }
 
+// identified is cgroup's identity once the listing its first lookup started is in.
+func identified(r *Resolver, cgroup string) (Identity, bool) {
+	r.Identify(cgroup)
+	r.lists.Wait()
+	return r.Identify(cgroup)
+}
+
 func TestResolverNamesPodsAndContainers(t *testing.T) {
 	f := &fakeSources{
 		containers: map[string]Container{
@@ -100,7 +108,8 @@ func TestResolverNamesPodsAndContainers(t *testing.T) {
 		pods: map[string]Pod{uid: {Namespace: "shop", Name: "web-0", QoS: QoSBurstable, Owner: "StatefulSet/web"}},
 	}
 	r := NewResolver(f.sources())
-	for _, c := range []struct {
+	defer r.Close()
+	cases := []struct {
 		name, cgroup string
 		want         Identity
 	}{
@@ -110,7 +119,13 @@ func TestResolverNamesPodsAndContainers(t *testing.T) {
 			Identity{Name: "shop/web-0", Kind: KindPod, Namespace: "shop", Pod: "web-0", UID: uid, QoS: QoSBurstable, Handler: "runc", Owner: "StatefulSet/web"}},
 		{"pod_cgroup_from_the_informer", "/kubepods/burstable/pod" + uid,
 			Identity{Name: "shop/web-0", Kind: KindPod, Namespace: "shop", Pod: "web-0", UID: uid, QoS: QoSBurstable, Owner: "StatefulSet/web"}},
-	} {
+	}
+	// The first lookups start the runtime's listing, which names them when it is in.
+	for _, c := range cases {
+		r.Identify(c.cgroup)
+	}
+	r.lists.Wait()
+	for _, c := range cases {
 		got, ok := r.Identify(c.cgroup)
 		if !ok || got != c.want {
 			t.Errorf("%s: Identify = %+v, %v; want %+v", c.name, got, ok, c.want)
@@ -136,8 +151,9 @@ func TestResolverGVisorSandboxIsThePod(t *testing.T) {
 	// The pod's own cgroup too, which the runtime does not list: by its RuntimeClass.
 	f.pods = map[string]Pod{uid: {Namespace: "sbx", Name: "agent-7", QoS: QoSBestEffort, RuntimeClass: "gvisor"}}
 	r := NewResolver(f.sources())
+	defer r.Close()
 	for _, cg := range []string{"/k8s.io/" + sid, "/kubepods/besteffort/pod" + uid + "/" + cid, "/kubepods/besteffort/pod" + uid} {
-		got, ok := r.Identify(cg)
+		got, ok := identified(r, cg)
 		if !ok || got.Name != "sbx/agent-7" || got.Kind != KindPod || !got.Sandbox || got.Container != "" {
 			t.Errorf("Identify(%s) = %+v, %v; want the pod sbx/agent-7 as a sandbox", cg, got, ok)
 		}
@@ -147,12 +163,14 @@ func TestResolverGVisorSandboxIsThePod(t *testing.T) {
 func TestResolverListsAgainOnlyAfterAWhile(t *testing.T) {
 	f := &fakeSources{containers: map[string]Container{}}
 	r := NewResolver(f.sources())
+	defer r.Close()
 	cg := "/k8s.io/" + cid
 	for range 5 {
 		if _, ok := r.Identify(cg); ok {
 			t.Fatal("named a container the runtime does not list")
 		}
 	}
+	r.lists.Wait()
 	if f.lists != 1 {
 		t.Fatalf("listed %d times in a burst of misses, want 1", f.lists)
 	}
@@ -168,7 +186,7 @@ func TestResolverListsAgainOnlyAfterAWhile(t *testing.T) {
 	e.at = e.at.Add(-refreshEvery)
 	r.cache[cg] = e
 	r.mu.Unlock()
-	if got, ok := r.Identify(cg); !ok || got.Name != "ns/p/app" {
+	if got, ok := identified(r, cg); !ok || got.Name != "ns/p/app" {
 		t.Errorf("after the container appeared: %+v, %v", got, ok)
 	}
 	r.Forget([]string{cg})
@@ -177,12 +195,39 @@ func TestResolverListsAgainOnlyAfterAWhile(t *testing.T) {
 	}
 }
 
+// EachCached lists what lookups named, and never asks the sources: a cgroup the runtime lists
+// only now stays unnamed there until a lookup (or Named) asks again.
+func TestResolverEachCachedAsksNoSource(t *testing.T) {
+	f := &fakeSources{containers: map[string]Container{}}
+	r := NewResolver(f.sources())
+	defer r.Close()
+	named, unnamed := "/kubepods/pod"+uid+"/"+cid, "/k8s.io/"+sid
+	f.containers[cid] = Container{Name: "app", PodUID: uid, PodName: "p", PodNamespace: "ns", Handler: "runc"}
+	identified(r, named)
+	delete(f.containers, cid)
+	r.mu.Lock()
+	r.listed = r.listed.Add(-refreshEvery)
+	r.mu.Unlock()
+	identified(r, unnamed)
+	f.containers[sid] = Container{Sandbox: true, PodUID: uid, PodName: "p", PodNamespace: "ns"}
+	r.mu.Lock()
+	r.listed = r.listed.Add(-refreshEvery) // a lookup would list again now
+	r.mu.Unlock()
+	lists := f.lists
+	got := map[string]string{}
+	r.EachCached(func(cg string, id Identity) { got[cg] = id.Name })
+	if len(got) != 1 || got[named] != "ns/p/app" || f.lists != lists {
+		t.Errorf("EachCached gave %v after %d listings, want only %s named and no listing", got, f.lists-lists, named)
+	}
+}
+
 func TestResolverRuntimeDown(t *testing.T) {
 	f := &fakeSources{err: errors.New("connection refused")}
 	r := NewResolver(f.sources())
+	defer r.Close()
 	// The pod's cgroup is still named once the API server knows it.
 	f.pods = map[string]Pod{uid: {Namespace: "ns", Name: "p", QoS: QoSBestEffort}}
-	if got, ok := r.Identify("/kubepods/besteffort/pod" + uid + "/" + cid); !ok || got.Name != "ns/p" {
+	if got, ok := identified(r, "/kubepods/besteffort/pod"+uid+"/"+cid); !ok || got.Name != "ns/p" {
 		t.Errorf("Identify with the runtime down = %+v, %v; want the pod ns/p", got, ok)
 	}
 	if _, _, err := r.Stats(); err == nil {
@@ -216,8 +261,9 @@ func TestResolverPendingWhileANameMayCome(t *testing.T) {
 func TestResolverContainerBeforeTheRuntimeListsIt(t *testing.T) {
 	f := &fakeSources{containers: map[string]Container{}, pods: map[string]Pod{uid: {Namespace: "ns", Name: "p", QoS: QoSBurstable}}}
 	r := NewResolver(f.sources())
+	defer r.Close()
 	cg := "/kubepods/burstable/pod" + uid + "/" + cid
-	if id, ok := r.Identify(cg); !ok || id.Name != "ns/p" || !r.Pending(cg) {
+	if id, ok := identified(r, cg); !ok || id.Name != "ns/p" || !r.Pending(cg) {
 		t.Fatalf("before the listing: %+v, %v, pending %v; want the pod, pending", id, ok, r.Pending(cg))
 	}
 	f.containers[cid] = Container{Name: "app", PodUID: uid, PodName: "p", PodNamespace: "ns", Handler: "runc"}
@@ -227,7 +273,49 @@ func TestResolverContainerBeforeTheRuntimeListsIt(t *testing.T) {
 	e.at = e.at.Add(-refreshEvery)
 	r.cache[cg] = e
 	r.mu.Unlock()
-	if id, ok := r.Identify(cg); !ok || id.Name != "ns/p/app" || r.Pending(cg) {
+	if id, ok := identified(r, cg); !ok || id.Name != "ns/p/app" || r.Pending(cg) {
 		t.Errorf("once listed: %+v, %v, pending %v; want the container, not pending", id, ok, r.Pending(cg))
+	}
+}
+
+// A runtime whose listing hangs stalls no lookup: the listing runs away from the resolver's
+// lock, and what it names comes once it is in.
+func TestResolverHungRuntimeStallsNoLookup(t *testing.T) {
+	release := make(chan struct{})
+	src := Sources{
+		Containers: func(context.Context) (Lookup, error) {
+			<-release // hung, deaf to its deadline
+			return func(id string) (Container, bool) {
+				return Container{Name: "app", PodUID: uid, PodName: "p", PodNamespace: "ns", Handler: "runc"}, id == cid
+			}, nil
+		},
+		Pod: func(string) (Pod, bool) {
+			return Pod{Namespace: "ns", Name: "p", QoS: QoSBurstable, Owner: "Job/p"}, true
+		},
+	}
+	r := NewResolver(src)
+	cg := "/kubepods/burstable/pod" + uid + "/" + cid
+	answered := make(chan Identity)
+	go func() {
+		id, _ := r.Identify(cg) // starts the listing
+		r.Identify("/kubepods/burstable/pod" + uid)
+		r.Named(nil)
+		r.EachCached(func(string, Identity) {})
+		r.Stats()
+		answered <- id
+	}()
+	select {
+	case id := <-answered:
+		if id.Name != "ns/p" {
+			t.Errorf("while the runtime hangs the container is %+v, want its pod ns/p", id)
+		}
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("lookups waited for the hung runtime's listing")
+	}
+	close(release)
+	r.Close()
+	if id, ok := r.Identify(cg); !ok || id.Name != "ns/p/app" {
+		t.Errorf("once the listing came in: %+v, %v; want ns/p/app", id, ok)
 	}
 }

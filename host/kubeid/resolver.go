@@ -63,7 +63,7 @@ type Sources struct {
 // cgroup of no container must not turn every lookup into a call.
 const refreshEvery = 2 * time.Second
 
-// listTimeout bounds one listing; the agent's interval waits for it at worst.
+// listTimeout bounds one listing, which no lookup waits for.
 const listTimeout = time.Second
 
 // Resolver names cgroups after their pods. It caches by cgroup path (Forget drops removed ones)
@@ -73,8 +73,11 @@ type Resolver struct {
 
 	mu         sync.Mutex
 	containers Lookup
-	listed     time.Time
+	listed     time.Time // the last listing's start
 	listErr    error
+	listing    bool             // one is under way, away from mu
+	closed     bool             // Close was called: no more listings
+	lists      sync.WaitGroup   // the listing under way
 	cache      map[string]entry // by cgroup; misses too
 	room       maproom.Room
 }
@@ -187,31 +190,56 @@ func (r *Resolver) identify(cgroup string) (id Identity, known, partial bool) {
 	return id, true, partial
 }
 
-// container looks id up in the runtime's last listing, listing again when it lacks id and the
-// last listing is older than refreshEvery.
+// container looks id up in the runtime's last listing. When it lacks id and is older than
+// refreshEvery, a new listing starts in the background and the lookup misses: a runtime that
+// hangs must not stall the callers, the agent's interval among them, under the resolver's
+// lock. The listing names again what it may name once it is in (see list).
 func (r *Resolver) container(id string) (Container, bool) {
 	if r.containers != nil {
 		if c, ok := r.containers(id); ok {
 			return c, true
 		}
 	}
-	if r.src.Containers == nil {
+	if r.src.Containers == nil || r.listing || r.closed || time.Since(r.listed) < refreshEvery {
 		return Container{}, false
 	}
-	if time.Since(r.listed) < refreshEvery {
-		return Container{}, false
-	}
+	r.listing, r.listed = true, time.Now()
+	r.lists.Add(1)
+	go r.list()
+	return Container{}, false
+}
+
+// list lists the runtime's containers without holding the resolver's lock (within
+// listTimeout), then names again each cached container cgroup left unnamed or named after its
+// pod alone, from the listing now in memory.
+func (r *Resolver) list() {
+	defer r.lists.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), listTimeout)
-	defer cancel()
 	cs, err := r.src.Containers(ctx)
-	r.listed, r.listErr = time.Now(), err
-	if err == nil {
-		r.containers = cs
+	cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.listing, r.listErr = false, err
+	if err != nil {
+		return
 	}
-	if r.containers == nil {
-		return Container{}, false
+	r.containers = cs
+	now := time.Now()
+	for c, e := range r.cache {
+		if (e.id.Name == "" || e.partial) && ParsePath(c).ContainerID != "" {
+			e.id, _, e.partial = r.identify(c)
+			e.at = now
+			r.cache[c] = e
+		}
 	}
-	return r.containers(id)
+}
+
+// Close waits for a listing under way and starts no more; lookups go on from what is known.
+func (r *Resolver) Close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.lists.Wait()
 }
 
 // isGVisor tells a gVisor runtime handler by name (runsc, gvisor, and the like).
@@ -224,11 +252,7 @@ func isGVisor(handler string) bool {
 func (r *Resolver) Forget(cgroups []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.room.Saw(len(r.cache))
-	for _, c := range cgroups {
-		delete(r.cache, c)
-	}
-	r.cache = maproom.Fit(&r.room, r.cache)
+	r.cache = maproom.Delete(&r.room, r.cache, cgroups)
 }
 
 // Refresh forgets every cached identity, so that the next lookups ask the sources again (the
@@ -260,10 +284,17 @@ func (r *Resolver) Stats() (named, unknown int, listErr error) {
 // Named returns the identities of the cgroups keep admits (nil: all), by cgroup, asking the
 // sources again for those a lookup left unnamed or incomplete a while ago.
 func (r *Resolver) Named(keep func(cgroup string) bool) map[string]Identity {
+	out := map[string]Identity{}
+	r.EachNamed(keep, func(cgroup string, id Identity) { out[cgroup] = id })
+	return out
+}
+
+// EachNamed is Named without the map: fn gets each named cgroup keep admits, under the
+// resolver's lock (fn must not call it).
+func (r *Resolver) EachNamed(keep func(cgroup string) bool, fn func(cgroup string, id Identity)) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := map[string]Identity{}
 	for c, e := range r.cache {
 		if keep != nil && !keep(c) {
 			continue
@@ -274,8 +305,19 @@ func (r *Resolver) Named(keep func(cgroup string) bool) map[string]Identity {
 			r.cache[c] = e
 		}
 		if e.id.Name != "" {
-			out[c] = e.id
+			fn(c, e.id)
 		}
 	}
-	return out
+}
+
+// EachCached is EachNamed over what the cache holds, without asking the sources: cheap enough
+// for every interval, and never waiting on the container runtime.
+func (r *Resolver) EachCached(fn func(cgroup string, id Identity)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for c, e := range r.cache {
+		if e.id.Name != "" {
+			fn(c, e.id)
+		}
+	}
 }

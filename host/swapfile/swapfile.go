@@ -34,8 +34,9 @@ type Area struct {
 	// Priority is the area's priority; negative when it was enabled without one, the kernel
 	// then giving each such area the next lower number from -1.
 	Priority int
-	Size     int64 // bytes
-	Used     int64 // bytes
+	Size     int64  // bytes
+	Used     int64  // bytes
+	Type     string // "partition" or "file", as the kernel says
 }
 
 // Areas lists the swap areas on now, from <procfsDir>/swaps.
@@ -50,7 +51,7 @@ func Areas(procfsDir string) ([]Area, error) {
 	}
 	out := make([]Area, 0, len(swaps))
 	for _, s := range swaps {
-		out = append(out, Area{Path: s.Filename, Priority: s.Priority, Size: int64(s.Size) << 10, Used: int64(s.Used) << 10})
+		out = append(out, Area{Path: s.Filename, Priority: s.Priority, Size: int64(s.Size) << 10, Used: int64(s.Used) << 10, Type: s.Type})
 	}
 	return out, nil
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/nodectl/nodectl/host/blockdev"
 )
 
 // scratch makes a directory for a test's swap file on a real disk: /var/tmp, as /tmp may be a
@@ -123,8 +125,11 @@ func TestOpenAndAreas(t *testing.T) {
 		t.Fatal(err)
 	}
 	i := slices.IndexFunc(areas, func(a Area) bool { return a.Path == path })
-	if i < 0 || areas[i].Priority != 9 || areas[i].Size != 32<<20-4096 {
-		t.Fatalf("areas %+v, want %s at priority 9 with 32 MiB less the header page", areas, path)
+	if i < 0 || areas[i].Priority != 9 || areas[i].Size != 32<<20-4096 || areas[i].Type != "file" {
+		t.Fatalf("areas %+v, want the file %s at priority 9 with 32 MiB less the header page", areas, path)
+	}
+	if disk, want := Disk("/proc", "/sys", areas[i]), diskOf(t, dir); disk != want {
+		t.Errorf("the swap file's disk %q, want %q (its directory's)", disk, want)
 	}
 	// Opened as on, Disable turns it off.
 	g, err := Open(path, true)
@@ -137,4 +142,51 @@ func TestOpenAndAreas(t *testing.T) {
 	if on, _ := Active("/proc"); slices.Contains(on, path) {
 		t.Fatal("still on after Disable")
 	}
+}
+
+// An agent in a container reads the host's swap paths, which its root does not hold: a device
+// is found by its name in sysfs, a file by the host's mount table.
+func TestDiskFromTheHostsTables(t *testing.T) {
+	procfs, sysfs := t.TempDir(), t.TempDir()
+	write := func(path, text string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(procfs, "1", "mountinfo"), `22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+30 22 0:26 / /tmp rw,nosuid - tmpfs tmpfs rw
+31 22 8:17 / /mnt/disks/ssd0 rw,relatime - ext4 /dev/sdb1 rw
+32 22 8:33 / /mnt/disks/ssd rw,relatime - ext4 /dev/sdc1 rw
+`)
+	write(filepath.Join(sysfs, "class", "block", "nvme0n1", "dev"), "259:0\n")
+	for _, tc := range []struct {
+		area Area
+		want string
+	}{
+		{Area{Path: "/nodectl-test-absent/mnt/disks/ssd0/swapfile", Type: "file"}, "8:1"},
+		{Area{Path: "/mnt/disks/ssd0/nodectl-test-absent/swap", Type: "file"}, "8:17"},
+		{Area{Path: `/mnt/disks/ssd0/nodectl\040test-absent`, Type: "file"}, "8:17"},
+		{Area{Path: "/mnt/disks/ssd0x/nodectl-test-absent", Type: "file"}, "8:1"},
+		{Area{Path: "/tmp/nodectl-test-absent", Type: "file"}, ""},
+		{Area{Path: "/dev/nodectl-test-absent/nvme0n1", Type: "partition"}, "259:0"},
+		{Area{Path: "/dev/nodectl-test-absent/sdz", Type: "partition"}, ""},
+	} {
+		if got := Disk(procfs, sysfs, tc.area); got != tc.want {
+			t.Errorf("Disk(%s %s) = %q, want %q", tc.area.Type, tc.area.Path, got, tc.want)
+		}
+	}
+}
+
+// diskOf is the whole disk holding dir, as the tracers name it.
+func diskOf(t *testing.T, dir string) string {
+	t.Helper()
+	d, err := blockdev.ForPath("/sys", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

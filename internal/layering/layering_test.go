@@ -24,8 +24,12 @@ var rules = map[string][]string{
 	"internal/atomicfile": {},
 	// CPU and memory amounts in Kubernetes notation, for every command's flags.
 	"internal/quantity": {},
+	// Paths as /proc/swaps and mountinfo print them.
+	"internal/procpath": {},
 	// Times, sizes, shares and ratios as a person reads them: explanations and renderers.
 	"internal/human": {},
+	// Names anybody may choose, kept off a terminal's controls.
+	"internal/printable": {},
 	// The one /metrics server (the agent, tune watch).
 	"internal/metricserver": {},
 	// Tests' helper: a page opened in headless Chromium.
@@ -40,7 +44,7 @@ var rules = map[string][]string{
 	// and the API server give their ids).
 	"host":          {},
 	"host/blockdev": {},
-	"host/swapfile": {},
+	"host/swapfile": {"host/blockdev"},
 	"host/kubeid":   {},
 	"host/cgroup":   {},
 	"host/daemons":  {"host/cgroup"},
@@ -49,7 +53,7 @@ var rules = map[string][]string{
 	// collector they feed, the session that assembles them, and record, the whole node
 	// recorded for a while.
 	"record/trace":   {"record/trace", "host/blockdev", "host/cgroup", "rundir"},
-	"record/sample":  {"host/cgroup", "rundir"},
+	"record/sample":  {"host/cgroup", "host/swapfile", "rundir"},
 	"record/collect": {"rundir"},
 	"record/session": {"record/trace", "record/sample", "record/collect", "host/cgroup", "host", "rundir"},
 	"record":         {"host/cgroup", "host", "rundir"},
@@ -119,8 +123,8 @@ var tests = map[string][]string{
 	"agent/cri":      {"host/cgroup"},                             // containers in real cgroups
 	"agent/exporter": {"record/collect", "internal/metricserver"}, // a collector's snapshots, served
 	"agent/kube":     {"testcluster"},                             // a real API server
-	"record/sample":  {"host/swapfile", "analyzer"},               // swap thrashing, as the analyzer names it
-	"bench/":         {"rundir"},
+	"record/sample":  {"analyzer"},                                // swap thrashing, as the analyzer names it
+	"bench/":         {"rundir", "api/agent/v1"},                  // the agent's API, asked as a client asks it
 	"cli/nodectl":    {"internal/browsertest"},
 	"report":         {"internal/browsertest"},
 	// The cluster suite: the agent's and the analyzer's types, read back from the cluster.
@@ -128,7 +132,7 @@ var tests = map[string][]string{
 }
 
 // everyone may import these: they depend on nothing of the module.
-var everyone = []string{"internal/badvalue", "internal/maproom", "internal/atomicfile", "internal/quantity", "internal/human"}
+var everyone = []string{"internal/badvalue", "internal/maproom", "internal/atomicfile", "internal/quantity", "internal/human", "internal/procpath", "internal/printable"}
 
 // ruleFor is the rule of the longest prefix matching pkg.
 func ruleFor(pkg string) (string, []string, bool) { return longest(rules, pkg) }

@@ -37,3 +37,12 @@ func Fit[M ~map[K]V, K comparable, V any](r *Room, m M) M {
 	r.Made(len(m))
 	return out
 }
+
+// Delete deletes keys from m and returns it, or its copy at its size when it shrank far (Fit).
+func Delete[M ~map[K]V, K comparable, V any](r *Room, m M, keys []K) M {
+	r.Saw(len(m))
+	for _, k := range keys {
+		delete(m, k)
+	}
+	return Fit(r, m)
+}

@@ -49,3 +49,20 @@ func TestFitGivesBackTheRoomOfAShrunkMap(t *testing.T) {
 		t.Error("Made did not reset the room")
 	}
 }
+
+// Delete removes the keys and gives back the room of a map that shrank far.
+func TestDeleteShrinks(t *testing.T) {
+	var r Room
+	m := map[int]int{}
+	var keys []int
+	for i := range 10_000 {
+		m[i] = i
+		if i >= 10 {
+			keys = append(keys, i)
+		}
+	}
+	m = Delete(&r, m, keys)
+	if len(m) != 10 || m[9] != 9 || r.most != 10 {
+		t.Errorf("after Delete: %d entries, room %d; want the 10 kept, made again at their size", len(m), r.most)
+	}
+}

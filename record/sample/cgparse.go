@@ -16,6 +16,7 @@ var (
 	labelsFile     = map[string]string{rundir.LabelKind: rundir.RefaultFile}
 	labelsMax      = map[string]string{rundir.LabelKind: rundir.LimitMax}
 	labelsHigh     = map[string]string{rundir.LabelKind: rundir.LimitHigh}
+	labelsSwap     = map[string]string{rundir.LabelKind: rundir.LimitSwap}
 	labelsSwapIn   = map[string]string{rundir.LabelOp: rundir.SwapIn}
 	labelsSwapOut  = map[string]string{rundir.LabelOp: rundir.SwapOut}
 	labelsPressure = map[string]map[string]map[string]string{} // resource -> kind -> labels
@@ -75,7 +76,56 @@ var (
 		{"max", rundir.MetricMemoryLimitEvents, 1, labelsMax},   //rundir:other
 		{keyOOMKill, rundir.MetricMemoryOOMKills, 1, nil},
 	}
+	// v2 memory.swap.events: "max" counts the swap allocations its swap.max refused.
+	v2SwapEvents = []statKey{
+		{"max", rundir.MetricMemoryLimitEvents, 1, labelsSwap}, //rundir:other: the kernel's key
+	}
 )
+
+// v1 memory.stat's effective limits: the smallest along the cgroup's path, of memory and of
+// memory+swap; a value this large is none.
+const (
+	keyV1MemoryLimit = "hierarchical_memory_limit"
+	keyV1MemswLimit  = "hierarchical_memsw_limit"
+	v1Unlimited      = 1 << 62
+)
+
+// readV1MemoryStat parses v1 memory.stat: v1MemoryStat's keys, and the swap the cgroup may use
+// as v2's memory.swap.max says it, memory+swap less memory, recorded only while memory+swap is
+// limited (v2's "max" is no record either). Without swap accounting memory.stat has no memsw.
+func readV1MemoryStat(out []rundir.Record, now time.Time, cg string, b []byte) ([]rundir.Record, error) {
+	var memory, memsw uint64
+	var err error
+	for len(b) > 0 {
+		var key, val []byte
+		var ok bool
+		if key, val, b, ok = cutFlat(b); !ok {
+			continue
+		}
+		switch string(key) {
+		case keyV1MemoryLimit:
+			memory, err = strconv.ParseUint(string(val), 10, 64)
+		case keyV1MemswLimit:
+			memsw, err = strconv.ParseUint(string(val), 10, 64)
+		default:
+			for _, k := range v1MemoryStat {
+				if string(key) == k.key {
+					var v uint64
+					if v, err = strconv.ParseUint(string(val), 10, 64); err == nil {
+						out = append(out, sample(now, cg, k.metric, float64(v)*k.scale, k.labels))
+					}
+				}
+			}
+		}
+		if err != nil {
+			return out, fmt.Errorf("key %s: %w", key, err)
+		}
+	}
+	if memsw > 0 && memsw < v1Unlimited && memsw >= memory {
+		out = append(out, sample(now, cg, rundir.MetricMemorySwapLimit, float64(memsw-memory), nil))
+	}
+	return out, nil
+}
 
 // keyOOMKill counts OOM kills in memory.events (v2), memory.oom_control (v1) and /proc/vmstat.
 const keyOOMKill = "oom_kill" //rundir:other: the kernel's key

@@ -18,12 +18,14 @@ func TestReadMemoryFiles(t *testing.T) {
 		labels []string
 		v      float64
 	}
+	type parser = func([]rundir.Record, time.Time, string, []byte) ([]rundir.Record, error)
 	for name, c := range map[string]struct {
-		keys []statKey
-		file string
-		want []want
+		parse parser
+		file  string
+		want  []want
 	}{
-		"v1_memory_stat": {v1MemoryStat, "cache 8192\nswap 4096\npgmajfault 3\nworkingset_refault_anon 1\n" +
+		"v1_memory_stat": {readV1MemoryStat, "cache 8192\nswap 4096\npgmajfault 3\nworkingset_refault_anon 1\n" +
+			"hierarchical_memory_limit 9223372036854771712\nhierarchical_memsw_limit 9223372036854771712\n" +
 			"total_cache 8192\ntotal_workingset_refault_anon 7\ntotal_workingset_refault_file 8\ntotal_swap 65536\ntotal_pgmajfault 9\n",
 			[]want{
 				{rundir.MetricMemoryRefaults, []string{rundir.LabelKind, "anon"}, 7},
@@ -32,10 +34,15 @@ func TestReadMemoryFiles(t *testing.T) {
 				{rundir.MetricMemoryMajorFaults, nil, 9},
 			}},
 		// Without swap accounting v1 has no swap key: no swap series rather than zeros.
-		"v1_memory_stat_no_memsw": {v1MemoryStat, "total_pgmajfault 9\n", []want{{rundir.MetricMemoryMajorFaults, nil, 9}}},
-		"v1_oom_control": {v1OOMControl, "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+		"v1_memory_stat_no_memsw": {readV1MemoryStat, "hierarchical_memory_limit 67108864\ntotal_pgmajfault 9\n",
+			[]want{{rundir.MetricMemoryMajorFaults, nil, 9}}},
+		// Memory+swap limited to 96 MiB over 64 MiB of memory (here or by an ancestor): 32 MiB
+		// of swap, as v2's memory.swap.max would say.
+		"v1_memory_stat_swap_limit": {readV1MemoryStat, "hierarchical_memory_limit 67108864\nhierarchical_memsw_limit 100663296\ntotal_swap 4096\n",
+			[]want{{rundir.MetricMemorySwap, nil, 4096}, {rundir.MetricMemorySwapLimit, nil, 32 << 20}}},
+		"v1_oom_control": {readFlat(v1OOMControl), "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
 			[]want{{rundir.MetricMemoryOOMKills, nil, 2}}},
-		"v2_memory_stat": {v2MemoryStat, "anon 1000\npgmajfault 12\nworkingset_refault_anon 5\nworkingset_refault_file 6\n" +
+		"v2_memory_stat": {readFlat(v2MemoryStat), "anon 1000\npgmajfault 12\nworkingset_refault_anon 5\nworkingset_refault_file 6\n" +
 			"workingset_activate_anon 1\npswpin 30\npswpout 40\npgscan 9\n",
 			[]want{
 				{rundir.MetricMemoryMajorFaults, nil, 12},
@@ -44,17 +51,19 @@ func TestReadMemoryFiles(t *testing.T) {
 				{rundir.MetricMemorySwapPages, []string{rundir.LabelOp, "in"}, 30},
 				{rundir.MetricMemorySwapPages, []string{rundir.LabelOp, "out"}, 40},
 			}},
-		"v2_memory_events": {v2MemoryEvents, "low 0\nhigh 3\nmax 4\noom 1\noom_kill 1\noom_group_kill 0\n",
+		"v2_memory_events": {readFlat(v2MemoryEvents), "low 0\nhigh 3\nmax 4\noom 1\noom_kill 1\noom_group_kill 0\n",
 			[]want{
 				{rundir.MetricMemoryLimitEvents, []string{rundir.LabelKind, "high"}, 3},
 				{rundir.MetricMemoryLimitEvents, []string{rundir.LabelKind, "max"}, 4},
 				{rundir.MetricMemoryOOMKills, nil, 1},
 			}},
-		"v2_cpu_stat_no_controller": {v2CPUStat, "usage_usec 2500000\nuser_usec 1\nsystem_usec 2\n",
+		"v2_swap_events": {readFlat(v2SwapEvents), "high 0\nmax 7\nfail 9\n",
+			[]want{{rundir.MetricMemoryLimitEvents, []string{rundir.LabelKind, "swap"}, 7}}},
+		"v2_cpu_stat_no_controller": {readFlat(v2CPUStat), "usage_usec 2500000\nuser_usec 1\nsystem_usec 2\n",
 			[]want{{rundir.MetricCPUUsage, nil, 2.5}}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			recs, err := readFlat(c.keys)(nil, time.Now(), cg, []byte(c.file))
+			recs, err := c.parse(nil, time.Now(), cg, []byte(c.file))
 			if err != nil {
 				t.Fatal(err)
 			}

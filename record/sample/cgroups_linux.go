@@ -168,7 +168,7 @@ func v1Files(l *cgroup.Layout) []cgFile {
 	if mounted(cgroup.Memory) {
 		out = append(out,
 			cgFile{cgroup.Memory, "memory.usage_in_bytes", readValue(rundir.MetricMemoryUsage, 1, nil), false},
-			cgFile{cgroup.Memory, "memory.stat", readFlat(v1MemoryStat), true},
+			cgFile{cgroup.Memory, "memory.stat", readV1MemoryStat, true},
 			cgFile{cgroup.Memory, "memory.oom_control", readFlat(v1OOMControl), true},
 			cgFile{cgroup.Memory, "memory.failcnt", readValue(rundir.MetricMemoryLimitEvents, 1, labelsMax), true},
 		)
@@ -189,6 +189,7 @@ func v2Files(l *cgroup.Layout) []cgFile {
 		{cgroup.Unified, "memory.swap.max", readLimit(rundir.MetricMemorySwapLimit), true},
 		{cgroup.Unified, "memory.stat", readFlat(v2MemoryStat), true},
 		{cgroup.Unified, "memory.events", readFlat(v2MemoryEvents), true},
+		{cgroup.Unified, "memory.swap.events", readFlat(v2SwapEvents), true},
 		{cgroup.Unified, "io.stat", readIOStat, true},
 	}
 }

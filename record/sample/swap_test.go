@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,9 +83,9 @@ func touchIn(t *testing.T, l *cgroup.Layout, path string, size int) {
 	}
 }
 
-// withSwap enables a swap file of size bytes on a real disk for the test, and checks at the
-// end that the node's swap areas are as they were.
-func withSwap(t *testing.T, size int64) {
+// withSwap enables a swap file of size bytes on a real disk for the test, returns its path,
+// and checks at the end that the node's swap areas are as they were.
+func withSwap(t *testing.T, size int64) string {
 	t.Helper()
 	before, err := swapfile.Active("/proc")
 	if err != nil {
@@ -116,6 +117,7 @@ func withSwap(t *testing.T, size int64) {
 	if err := f.Enable(-1); err != nil {
 		t.Fatal(err)
 	}
+	return f.Path
 }
 
 // A memcg limited to half of what its process keeps touching, with swap on and memsw unlimited:
@@ -127,7 +129,7 @@ func TestCgroupSwapThrashing(t *testing.T) {
 	}
 	// The processes must be gone before swapoff, which would page their memory back in: the
 	// swap file's cleanup is registered first, so it runs after theirs.
-	withSwap(t, 512<<20)
+	file := withSwap(t, 512<<20)
 	l, parent := testParent(t, "test")
 	if l.V1 {
 		if _, ok := l.Mounts["memory"]; !ok {
@@ -154,9 +156,22 @@ func TestCgroupSwapThrashing(t *testing.T) {
 	}
 	meta := rundir.NewMeta("swap-test", "test", "/proc", l.V1, 3*time.Second, nil)
 	meta.Workloads = []rundir.Workload{{Name: "thrash", Kind: "memory", Cgroup: path, Memory: "64Mi"}}
+	// The samples begin once the toucher's first round has filled its limit and pushed the rest
+	// to swap, and the next faults it back: from then on each round faults back what the last swapped out, so both halves of
+	// the window thrash (a first round slowed past 3 s by a loaded machine left the first half
+	// without fault-backs, and the workload without its finding).
+	touchIn(t, l, path, 128<<20)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		cg, _ := sample()
+		if value(t, cg, path, rundir.MetricMemorySwap) >= 48<<20 && value(t, cg, path, rundir.MetricMemoryMajorFaults) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the toucher did not push 48 MiB to swap and fault it back within 60 s")
+		}
+	}
 	cg0, node0 := sample()
 	meta.Start = cg0[0].Time // the node's counters count from here, not from boot
-	touchIn(t, l, path, 128<<20)
 	time.Sleep(3 * time.Second)
 	cg1, node1 := sample()
 	time.Sleep(3 * time.Second)
@@ -196,29 +211,20 @@ func TestCgroupSwapThrashing(t *testing.T) {
 	if usage > 64<<20 {
 		t.Errorf("usage %.1f MiB over the 64 MiB limit", usage/(1<<20))
 	}
-
-	// The analyzer reads the same samples as swap-thrashing of the workload.
-	dir := filepath.Join(t.TempDir(), "run")
-	w, err := rundir.Create(dir, meta)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, recs := range [][]rundir.Record{cg0, node0, cg1, node1, cg2, node2} {
-		if err := w.Append(recs...); err != nil {
-			t.Fatal(err)
+	// The swap file as an area: its size and use, and the disk under /var/tmp serving it.
+	var areaUsed float64
+	var device string
+	for _, r := range node2 {
+		if r.Metric == rundir.MetricSwapArea && r.Labels[rundir.LabelPath] == file && r.Labels[rundir.LabelName] == rundir.SwapFileUsed {
+			areaUsed, device = *r.Value, r.Labels[rundir.LabelDevice]
 		}
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
+	if _, err := os.Stat(filepath.Join("/sys/dev/block", device)); areaUsed <= 0 || device == "" || err != nil {
+		t.Errorf("swap area %s: used %.0f bytes on device %q (%v), want its use and a disk", file, areaUsed, device, err)
 	}
-	run, err := rundir.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := analyzer.Analyze(run)
-	if err != nil {
-		t.Fatal(err)
-	}
+
+	// The analyzer reads the same samples as swap-thrashing of the workload.
+	rep := analyzeRecords(t, meta, cg0, node0, cg1, node1, cg2, node2)
 	for _, f := range rep.Findings {
 		if f.ID == analyzer.IDSwapThrashing && f.Victim == "thrash" {
 			t.Logf("%s: %s", f.Severity, f.Summary)
@@ -246,4 +252,125 @@ func TestSystemMemory(t *testing.T) {
 		"allocstall_normal", "pgscan_direct", "pgscan_kswapd", "pgsteal_direct", "pgsteal_kswapd", "compact_stall"} {
 		value(t, recs, "", rundir.MetricVmstat, rundir.LabelName, name)
 	}
+}
+
+// A container's cgroup laid out as the kubelet lays one out (kubepods/burstable/pod<uid>/<id>
+// on v1, its systemd slices and scope on v2) with 32 MiB of memory and 16 MiB of swap, as
+// LimitedSwap bounds a container (v2 only; v1 by memory+swap), touching 64 MiB: the sampler
+// reads its swap limit; on v2 it also reads the swap its limit refused it, and the analyzer
+// names its own swap limit, not the node's swap, as what bounded it. v1 counts no refusal
+// (memory.memsw.failcnt stays 0 on 6.18) and the toucher is killed between two samples, its
+// swap freed: there the finding needs samples of a slower filler, so the test stops at the
+// reading.
+func TestContainerBoundedByItsSwapLimit(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for swap and cgroups")
+	}
+	withSwap(t, 256<<20)
+	l, parent := testParent(t, "test")
+	if l.V1 {
+		if _, ok := l.Mounts["memory"]; !ok {
+			t.Skip("no memory controller")
+		}
+	}
+	const uid, id = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "5d0e89f41fc5737e5edeb1944210a5b94679277e10a674022b5f73069079b2f5"
+	levels := []string{"kubepods", "burstable", "pod" + uid, id}
+	if !l.V1 {
+		levels = []string{"kubepods.slice", "kubepods-burstable.slice", "kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice", "cri-containerd-" + id + ".scope"}
+	}
+	path := parent
+	for i, level := range levels {
+		path += "/" + level
+		lim := cgroup.Limits{}
+		if i == len(levels)-1 {
+			lim = cgroup.Limits{MemoryBytes: 32 << 20, SwapBytes: 16 << 20}
+		}
+		if err := l.Create(path, lim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	container := path
+	if _, err := os.Stat(filepath.Join(l.Dir(cgroup.Memory, container), map[bool]string{true: "memory.memsw.limit_in_bytes", false: "memory.swap.max"}[l.V1])); err != nil {
+		t.Skipf("no swap accounting: %v", err)
+	}
+	cgs := NewCgroups(l, func() []string { return []string{container} })
+	sys := NewSystem("/proc", "/sys", func() []string { return nil })
+	var recs []rundir.Record
+	sample := func() []rundir.Record {
+		t.Helper()
+		now := time.Now()
+		cg, err := cgs.SampleFull(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		node, err := sys.Sample(now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(append(recs, cg...), node...)
+		return cg
+	}
+	first := sample()
+	if v := value(t, first, container, rundir.MetricMemorySwapLimit); v != 16<<20 {
+		t.Errorf("swap limit %v bytes, want 16 MiB", v)
+	}
+	touchIn(t, l, container, 64<<20)
+	// It fills its memory, then its swap, and is killed: sampled until the kernel says so.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		last := sample()
+		if value(t, last, container, rundir.MetricMemoryOOMKills) > 0 {
+			t.Logf("OOM-killed; swap %.1f MiB at the last sample", value(t, last, container, rundir.MetricMemorySwap)/(1<<20))
+			if l.V1 {
+				return
+			}
+			if refused := value(t, last, container, rundir.MetricMemoryLimitEvents, rundir.LabelKind, rundir.LimitSwap); refused <= 0 {
+				t.Error("no swap refusal counted at the swap limit")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the toucher was not OOM-killed within 20 s")
+		}
+	}
+
+	meta := rundir.NewMeta("swap-limit-test", "test", "/proc", l.V1, time.Second, nil)
+	meta.Start = first[0].Time
+	rep := analyzeRecords(t, meta, recs)
+	for _, f := range rep.Findings {
+		if f.ID == analyzer.IDSwapLimit && f.Victim == container {
+			t.Logf("%s: %s", f.Severity, f.Summary)
+			if f.Severity != analyzer.SeverityCritical {
+				t.Errorf("severity %s for a container OOM-killed at its swap limit", f.Severity)
+			}
+			return
+		}
+	}
+	t.Fatalf("no swap-limit finding for %s: %+v", container, rep.Findings)
+}
+
+// analyzeRecords writes a run of meta holding the records, reads it back and analyzes it.
+func analyzeRecords(t *testing.T, meta rundir.Meta, batches ...[]rundir.Record) *analyzer.Report {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "run")
+	w, err := rundir.Create(dir, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, recs := range batches {
+		if err := w.Append(recs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	run, err := rundir.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := analyzer.Analyze(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }

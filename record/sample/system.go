@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/procfs"
 	"github.com/prometheus/procfs/blockdevice"
 
+	"github.com/nodectl/nodectl/host/swapfile"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -39,13 +40,15 @@ var (
 
 // System samples node-wide counters.
 type System struct {
-	procfs  string
-	devices func() []string
-	block   blockdevice.FS
-	err     error // opening the block devices failed: every Sample returns it
-	files   *systemFiles
-	disks   []string // the whole disks of /sys/block, listed again every disksEvery samples
-	samples int
+	procfs    string
+	sysfs     string
+	swapDisks map[string]string // swap area path → the disk serving it
+	devices   func() []string
+	block     blockdevice.FS
+	err       error // opening the block devices failed: every Sample returns it
+	files     *systemFiles
+	disks     []string // the whole disks of /sys/block, listed again every disksEvery samples
+	samples   int
 }
 
 // disksEvery is how many samples pass between two listings of /sys/block: a disk plugged in is
@@ -65,7 +68,7 @@ func NewSystem(procfsDir, sysfsDir string, devices func() []string) *System {
 	if sysfsDir == "" {
 		sysfsDir = "/sys"
 	}
-	s := &System{procfs: procfsDir, devices: devices, files: &systemFiles{
+	s := &System{procfs: procfsDir, sysfs: sysfsDir, devices: devices, files: &systemFiles{
 		meminfo:   procFile{path: filepath.Join(procfsDir, "meminfo")},
 		vmstat:    procFile{path: filepath.Join(procfsDir, "vmstat")}, //rundir:other: the file
 		diskstats: procFile{path: filepath.Join(procfsDir, "diskstats")},
@@ -121,7 +124,34 @@ func (s *System) Sample(now time.Time) ([]rundir.Record, error) {
 	if out, err = s.diskstats(out, now); err != nil {
 		return nil, err
 	}
-	return out, nil
+	return s.swapAreas(out, now), nil
+}
+
+// swapAreas appends each swap area's size and use, labelled with the disk that serves it (found
+// once per area). A kernel without swap has no /proc/swaps: nothing to append.
+func (s *System) swapAreas(out []rundir.Record, now time.Time) []rundir.Record {
+	areas, err := swapfile.Areas(s.procfs)
+	if err != nil {
+		return out
+	}
+	disks := make(map[string]string, len(areas))
+	for _, a := range areas {
+		disk, ok := s.swapDisks[a.Path]
+		if !ok {
+			disk = swapfile.Disk(s.procfs, s.sysfs, a)
+		}
+		disks[a.Path] = disk
+		for _, v := range []struct {
+			name  string
+			bytes int64
+		}{{rundir.SwapFileSize, a.Size}, {rundir.SwapFileUsed, a.Used}} {
+			b := float64(v.bytes)
+			out = append(out, rundir.Record{Type: rundir.TypeSample, Time: now, Metric: rundir.MetricSwapArea, Value: &b,
+				Labels: map[string]string{rundir.LabelPath: a.Path, rundir.LabelDevice: disk, rundir.LabelName: v.name}})
+		}
+	}
+	s.swapDisks = disks // areas turned off are forgotten
+	return out
 }
 
 // meminfo appends the node's memory and swap totals, for how much room the workloads had.

@@ -13,6 +13,13 @@ import (
 // Group is the hidden command group every workload runs under: `nodectl workload <name> ...`.
 const Group = "workload"
 
+// Install is the workload subcommand that copies nodectl into a directory: an init container of
+// the agent's image runs it so that a pod of another image can run nodectl from there.
+const Install = "install"
+
+// InstallArgs is the command line after the binary that copies nodectl into dir, as dir/nodectl.
+func InstallArgs(dir string) []string { return []string{Group, Install, dir} }
+
 // runFlag names the run a workload belongs to. The bodies do not use it; it makes each process
 // of a run recognisable in ps.
 const runFlag = "run"

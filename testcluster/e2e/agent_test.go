@@ -156,7 +156,8 @@ func TestAgentOnARealNode(t *testing.T) {
 		}
 	})
 
-	t.Run("cpu_contention_names_the_hog_pods", func(t *testing.T) {
+	// The agent's analysis of the hogs' phase names them.
+	contention := func(t *testing.T) {
 		var rep analyzer.Report
 		out := nodectl("analyze", "--socket", socket, "--from", from.Format(time.RFC3339Nano), "--to", to.Format(time.RFC3339Nano),
 			"--baseline", phase.String(), "-o", "json")
@@ -164,9 +165,21 @@ func TestAgentOnARealNode(t *testing.T) {
 			t.Fatalf("analyze -o json: %v\n%s", err, out)
 		}
 		checkContention(t, rep)
-	})
+	}
+	t.Run("cpu_contention_names_the_hog_pods", contention)
 	t.Run("node_flag_through_the_api_server", func(t *testing.T) { checkRemote(ctx, t, c, bin, from, to, phase) })
 	stopPods(ctx, t, c.Client, "victim", "hog-runc", "hog-gvisor")
+	// Once the pods are deleted and the agent has forgotten their cgroups (its metrics no
+	// longer name them), a window of their time still names them, from the flight recorder.
+	t.Run("deleted_pods_still_named", func(t *testing.T) {
+		gone := testNamespace + "/victim/burn"
+		for deadline := time.Now().Add(2 * time.Minute); scrape(t).find("nodectl_pod_info", "workload", gone) != nil; time.Sleep(2 * time.Second) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the agent still names %s 2 min after its pod was deleted", gone)
+			}
+		}
+		contention(t)
+	})
 	t.Run("stress_runs_as_pods", func(t *testing.T) { checkStressPods(ctx, t, c, bin) })
 	t.Run("tune_on_the_node", func(t *testing.T) { checkTuneOnNode(ctx, t, c, bin) })
 
@@ -205,6 +218,12 @@ func TestAgentOnARealNode(t *testing.T) {
 		}
 		if gap < 15 || !strings.Contains(f.Summary, "did not run") {
 			t.Errorf("lease-late gap %.1fs, summary %q; want a gap of 15 s or more and a kubelet that did not run", gap, f.Summary)
+		}
+		// The same window read as a density step: the heartbeat gave out with memory to spare.
+		if c := findingOf(rep, analyzer.IDNodeCollapse); c == nil || !strings.Contains(c.Summary, "Ceiling: "+analyzer.CeilingHeartbeat) {
+			t.Errorf("node-collapse %+v; want the node-heartbeat ceiling: %s", c, summarize(rep))
+		} else {
+			t.Logf("node-collapse: %s", c.Summary)
 		}
 	})
 
@@ -340,6 +359,10 @@ func checkPrivileges(t *testing.T, pod *corev1.Pod) {
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", agentPID(t)))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The runtime's default seccomp filter holds (mode 2), and the agent still loads and runs.
+	if !strings.Contains(string(status), "\nSeccomp:\t2\n") {
+		t.Errorf("the agent runs without a seccomp filter (want RuntimeDefault):\n%s", status)
 	}
 	for _, l := range strings.Split(string(status), "\n") {
 		if v, ok := strings.CutPrefix(l, "CapEff:"); ok {

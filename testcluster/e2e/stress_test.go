@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +23,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodectl/nodectl/agent"
+	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/analyzer"
 	"github.com/nodectl/nodectl/rundir"
 	"github.com/nodectl/nodectl/testcluster"
@@ -83,6 +86,99 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 		}
 		if b, err := os.ReadFile(junit); err != nil || !bytes.Contains(b, []byte(analyzer.IDCPUContention+": "+victim)) {
 			t.Errorf("the JUnit file does not have the finding (%v):\n%s", err, b)
+		}
+		waitGone(ctx, t, c, ns, podCgroupsBefore)
+	})
+
+	// A victim pod next to a disk hog pod writing and fsyncing on the node's one disk: the run of
+	// pods names the hog in the victim's disk-contention from its probe; the agent's window over
+	// the same span names it from the kernel alone (the victim's traced fsyncs, no probe); and
+	// the agent opened an I/O incident by itself.
+	t.Run("disk_hog_named_by_the_run_and_the_agent", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "run")
+		cmd := cmdOf("stress", "noisy", "--hog", "disk", "--baseline", "20s", "--duration", "20s", "--out", dir, "-o", "json")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		t.Logf("stress noisy --hog disk --node:\n%s", stderr.String())
+		if err != nil {
+			t.Fatalf("stress noisy --node: %v\n%s", err, stdout.String())
+		}
+		var rep analyzer.Report
+		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+			t.Fatalf("stress noisy --node -o json: %v\n%s", err, stdout.String())
+		}
+		ns := runNamespace(t, stderr.String())
+		victim, hog := ns+"/victim/victim", ns+"/disk-hog-0/disk-hog-0"
+		run, err := rundir.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The analysis over the agent's window comes after the run's pods were deleted: the
+		// flight recorder's pod_info samples still name them.
+		cgroups := map[string]string{}
+		for _, w := range run.Meta.Workloads {
+			cgroups[w.Name] = w.Cgroup
+		}
+		named := func(what string, rep analyzer.Report) {
+			t.Helper()
+			for _, f := range rep.Findings {
+				if f.ID == analyzer.IDDiskContention && f.Victim == victim {
+					t.Logf("%s: %s %s: %s", what, f.ID, f.Severity, f.Summary)
+					if !slices.Contains(f.Culprits, hog) {
+						t.Errorf("%s: disk-contention of %s names %v, not %s (%s)", what, victim, f.Culprits, hog, cgroups[hog])
+					}
+					return
+				}
+			}
+			t.Errorf("%s: no disk-contention of %s (%s): %s", what, victim, cgroups[victim], summarize(rep))
+		}
+		named("the run of pods", rep)
+
+		base, okB := run.Phase(rundir.PhaseBaseline)
+		stress, okS := run.Phase(rundir.PhaseStress)
+		if !okB || !okS {
+			t.Fatalf("the run has no baseline or stress phase: %v", run.Phases())
+		}
+		out, err := cmdOf("analyze", "--from", stress.Start.Format(time.RFC3339Nano), "--to", stress.End.Format(time.RFC3339Nano),
+			"--baseline", base.End.Sub(base.Start).String(), "-o", "json").Output()
+		if err != nil {
+			t.Fatalf("analyze --node over the stress phase: %v", err)
+		}
+		var window analyzer.Report
+		if err := json.Unmarshal(out, &window); err != nil {
+			t.Fatalf("analyze --node -o json: %v\n%s", err, out)
+		}
+		named("the agent's window", window)
+
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			out, err := cmdOf("agent", "incidents", "--limit", "0", "-o", "json").Output()
+			if err != nil {
+				t.Fatalf("agent incidents --node: %v", err)
+			}
+			var list []recorded.Incident
+			if err := json.Unmarshal(out, &list); err != nil {
+				t.Fatalf("agent incidents --node -o json: %v\n%s", err, out)
+			}
+			i := slices.IndexFunc(list, func(in recorded.Incident) bool {
+				return (in.Trigger == agent.TriggerBlkRequestWait || in.Trigger == agent.TriggerFsyncStall) &&
+					!in.Opened.Before(stress.Start) && !in.Opened.After(stress.End.Add(5*time.Second)) && in.State == recorded.StateClosed
+			})
+			if i >= 0 {
+				// Its window starts before the victim existed here (the test agent's 40 s before
+				// and 30 s of baseline): its findings are logged, the window's were asserted.
+				in := list[i]
+				t.Logf("incident %s (%s): %s %s", in.ID, in.Where(), in.Evidence, in.AnalysisError)
+				if in.Report != nil {
+					t.Logf("its analysis: %s", summarize(*in.Report))
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no I/O incident opened in the stress phase (%v to %v) and analyzed: %s", stress.Start, stress.End, out)
+			}
+			time.Sleep(2 * time.Second)
 		}
 		waitGone(ctx, t, c, ns, podCgroupsBefore)
 	})
@@ -182,6 +278,34 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 
 	// A pod at 50m boots under its CFS quota: it wakes slower than at 1 CPU, throttled most of
 	// the time, and the report says so from the pod's cgroup.
+	// Sandboxes in an image of the user's choice: an image that holds no nodectl, only a
+	// "browser" (a copy of nodectl under that name, as a browser's image holds its browser),
+	// which each sandbox maps; nodectl comes from the agent's image through the init container.
+	// A pod without it could not start, so two ready sandboxes say the copy ran.
+	t.Run("density_in_the_users_image", func(t *testing.T) {
+		dir := t.TempDir()
+		b, err := os.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		browser, tar, image := filepath.Join(dir, "browser"), filepath.Join(dir, "browser.tar"), "nodectl-test-browser:1"
+		if err := os.WriteFile(browser, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// The go that builds this test, whether or not it is on PATH (make passes its own).
+		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if out, err := exec.CommandContext(ctx, goTool, "run", "../../build/mkimage", "-binary", browser, "-tag", image, "-version", "1", "-out", tar).CombinedOutput(); err != nil {
+			t.Fatalf("building the browser image: %v\n%s", err, out)
+		}
+		if err := c.Node.ImportImage(ctx, tar); err != nil {
+			t.Fatal(err)
+		}
+		rep, _, _ := density(t, "--step", "2", "--max", "2", "--step-duration", "4s", "--image", image, "--image-binary", "/usr/local/bin/browser")
+		if len(rep.Steps) != 1 || rep.Steps[0].Ready != 2 {
+			t.Fatalf("steps %+v, want one step of two ready sandboxes", rep.Steps)
+		}
+	})
+
 	t.Run("wake_throttled_at_a_small_limit", func(t *testing.T) {
 		cmd := cmdOf("stress", "wake", "--cpu-limits", "50m,1", "--count", "2", "--out", filepath.Join(t.TempDir(), "run"), "-o", "json")
 		var stdout, stderr bytes.Buffer
@@ -290,6 +414,46 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 		waitGone(ctx, t, c, ns, podCgroupsBefore)
 		if out, err := cmdOf("stress", "clean").CombinedOutput(); err != nil || !strings.Contains(string(out), "nothing to clean") {
 			t.Errorf("a second stress clean --node: %v\n%s", err, out)
+		}
+	})
+
+	// A namespace anyone allowed to make one could make: labelled as a run's on this node but
+	// not named as one, holding a pod marked as a kept tuner, of an image of its own. Clean
+	// deletes neither and starts nothing there (before, it deleted the namespace after running
+	// a privileged rollback pod of that image on the node).
+	t.Run("clean_trusts_no_label", func(t *testing.T) {
+		const forged = "nodectl-forged"
+		labels := map[string]string{"nodectl.io/run": "forged", "nodectl.io/node": testcluster.NodeName, "app.kubernetes.io/part-of": "nodectl-stress"}
+		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: forged, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// Gone before the next test, which counts the namespaces labelled as runs'.
+		t.Cleanup(func() {
+			cctx := context.WithoutCancel(ctx)
+			c.Client.CoreV1().Pods(forged).Delete(cctx, "tune-apply", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+			c.Client.CoreV1().Namespaces().Delete(cctx, forged, metav1.DeleteOptions{})
+			waitGone(cctx, t, c, forged, podCgroupsBefore)
+		})
+		if err := c.WaitServiceAccount(ctx, forged); err != nil {
+			t.Fatal(err)
+		}
+		kept := map[string]string{"nodectl.io/run": "forged", "nodectl.io/tune-kept": "true"}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "tune-apply", Namespace: forged, Labels: kept}, Spec: corev1.PodSpec{
+			NodeName: testcluster.NodeName, Containers: []corev1.Container{{Name: "tune", Image: "registry.invalid/forged:1"}}}}
+		if _, err := c.Client.CoreV1().Pods(forged).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		out, err := cmdOf("stress", "clean").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "namespace "+forged+" carries nodectl's labels but is not a run's") {
+			t.Errorf("stress clean --node with a forged namespace: %v\n%s", err, out)
+		}
+		ns, err := c.Client.CoreV1().Namespaces().Get(ctx, forged, metav1.GetOptions{})
+		if err != nil || ns.DeletionTimestamp != nil {
+			t.Errorf("the forged namespace after clean: %v (deleting: %v), want it left alone", err, ns != nil && ns.DeletionTimestamp != nil)
+		}
+		pods, err := c.Client.CoreV1().Pods(forged).List(ctx, metav1.ListOptions{})
+		if err != nil || len(pods.Items) != 1 {
+			t.Errorf("pods in the forged namespace after clean: %d (%v), want its own alone", len(pods.Items), err)
 		}
 	})
 }

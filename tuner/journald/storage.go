@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nodectl/nodectl/host"
+	"github.com/nodectl/nodectl/internal/procpath"
 
 	"github.com/prometheus/procfs"
 
@@ -138,7 +139,7 @@ func (s *storage) Read(context.Context) (tuner.Value, error) {
 	if s.ours() {
 		v.Text = s.Desired()
 	} else {
-		v.Text = fmt.Sprintf("other mount: %s %s, path %s", top.FSType, top.Source, tuner.UnescapeProcPath(top.Root))
+		v.Text = fmt.Sprintf("other mount: %s %s, path %s", top.FSType, top.Source, procpath.Unescape(top.Root))
 	}
 	return v, nil
 }
@@ -165,7 +166,7 @@ func (s *storage) top() (*procfs.MountInfo, error) {
 	}
 	var at []*procfs.MountInfo
 	for _, m := range mounts {
-		if tuner.UnescapeProcPath(m.MountPoint) == mp {
+		if procpath.Unescape(m.MountPoint) == mp {
 			at = append(at, m)
 		}
 	}
@@ -235,7 +236,7 @@ func (s *storage) reachesNode() error {
 		return s.errf("reading the mount table %s/self/mountinfo: %v", s.h.Procfs, err)
 	}
 	for _, m := range mounts {
-		if tuner.UnescapeProcPath(m.MountPoint) != root {
+		if procpath.Unescape(m.MountPoint) != root {
 			continue
 		}
 		if _, shared := m.OptionalFields["shared"]; !shared {
@@ -308,7 +309,7 @@ func (s *storage) Restore(ctx context.Context, prev tuner.Value) error {
 		if !s.ours() {
 			if !prev.Present {
 				return s.errf("another mount is on top (%s %s, path %s), not the bind of %s; not unmounting it: unmount it first",
-					top.FSType, top.Source, tuner.UnescapeProcPath(top.Root), s.spec.Source)
+					top.FSType, top.Source, procpath.Unescape(top.Root), s.spec.Source)
 			}
 		} else {
 			if err := s.mark(); err != nil {

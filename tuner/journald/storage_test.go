@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/nodectl/nodectl/host"
+	"github.com/nodectl/nodectl/internal/procpath"
 
 	"golang.org/x/sys/unix"
 
@@ -31,7 +32,7 @@ func mountsBelow(t *testing.T, dir string) int {
 	n := 0
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		mp := tuner.UnescapeProcPath(strings.Fields(sc.Text())[4])
+		mp := procpath.Unescape(strings.Fields(sc.Text())[4])
 		if mp == dir || strings.HasPrefix(mp, dir+"/") {
 			n++
 		}

@@ -359,9 +359,22 @@ func describe(n *yaml.Node) string {
 	case "!!int", "!!float":
 		return "the number " + n.Value
 	case "!!str":
-		return strconv.Quote(n.Value)
+		return strconv.Quote(excerpt(n.Value))
 	}
-	return n.Tag + " " + n.Value
+	return n.Tag + " " + excerpt(n.Value)
+}
+
+// excerptRunes bounds how much of a value an error quotes: a file given by mistake (a
+// --profile of /etc/passwd) is named by its start, not echoed whole.
+const excerptRunes = 40
+
+// excerpt is v's first excerptRunes characters, with an ellipsis when it was longer.
+func excerpt(v string) string {
+	r := []rune(v)
+	if len(r) <= excerptRunes {
+		return v
+	}
+	return string(r[:excerptRunes]) + "…"
 }
 
 func join(path, key string) string {

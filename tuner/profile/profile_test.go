@@ -162,6 +162,16 @@ func TestParseRefuses(t *testing.T) {
 	}
 }
 
+// A file given by mistake (--profile /etc/passwd) is named by its start, not echoed whole.
+func TestParseQuotesAnExcerpt(t *testing.T) {
+	src := strings.Repeat("root:x:0:0:root:/root:/bin/bash\n", 200)
+	_, err := Parse([]byte(src), "passwd")
+	wantErr(t, err, `got "root:x:0:0:root:/root:/bin/bash root:x:0…"`)
+	if err != nil && len(err.Error()) > 300 {
+		t.Errorf("the error quotes %d bytes of the file:\n%.400s", len(err.Error()), err)
+	}
+}
+
 func TestResolveRefuses(t *testing.T) {
 	two := Node{CPUs: 2}
 	for name, tc := range map[string]struct {

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/nodectl/nodectl/host"
+	"github.com/nodectl/nodectl/internal/procpath"
 
 	"github.com/nodectl/nodectl/host/swapfile"
 	"github.com/nodectl/nodectl/tuner"
@@ -189,7 +190,7 @@ func Find(h host.FS, path string) (a swapfile.Area, ok bool, err error) {
 // matched by name; the others as the same file found below the host's root, so an area of the
 // same name on the machine itself is never taken for a scratch root's.
 func find(h host.FS, path string, areas []swapfile.Area) (swapfile.Area, bool) {
-	want := tuner.EscapeProcPath(h.Path(path))
+	want := procpath.Escape(h.Path(path))
 	for _, a := range areas {
 		if a.Path == want {
 			return a, true
@@ -200,7 +201,7 @@ func find(h host.FS, path string, areas []swapfile.Area) (swapfile.Area, bool) {
 		return swapfile.Area{}, false
 	}
 	for _, a := range areas {
-		p := tuner.UnescapeProcPath(a.Path)
+		p := procpath.Unescape(a.Path)
 		if !filepath.IsAbs(p) {
 			continue
 		}

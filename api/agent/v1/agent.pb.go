@@ -1938,11 +1938,16 @@ func (x *ListIncidentsRequest) GetLimit() uint32 {
 	return 0
 }
 
-// ListIncidentsResponse lists incidents.
+// ListIncidentsResponse lists incidents. A reply stays under 3 MiB, within a client's default
+// 4 MiB: past 2 MiB the incidents come without their reports (report_omitted; GetIncident has
+// each), and past 3 MiB the older incidents are left off (left_off counts them).
 type ListIncidentsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// incidents, newest first.
-	Incidents     []*Incident `protobuf:"bytes,1,rep,name=incidents,proto3" json:"incidents,omitempty"`
+	Incidents []*Incident `protobuf:"bytes,1,rep,name=incidents,proto3" json:"incidents,omitempty"`
+	// left_off counts the incidents the request matched that the reply had no room for, the
+	// oldest; a narrower since or limit lists them.
+	LeftOff       uint32 `protobuf:"varint,2,opt,name=left_off,json=leftOff,proto3" json:"left_off,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1982,6 +1987,13 @@ func (x *ListIncidentsResponse) GetIncidents() []*Incident {
 		return x.Incidents
 	}
 	return nil
+}
+
+func (x *ListIncidentsResponse) GetLeftOff() uint32 {
+	if x != nil {
+		return x.LeftOff
+	}
+	return 0
 }
 
 // GetIncidentRequest names an incident.
@@ -2219,7 +2231,10 @@ type Incident struct {
 	AnalysisError string `protobuf:"bytes,13,opt,name=analysis_error,json=analysisError,proto3" json:"analysis_error,omitempty"`
 	// repeats counts the same trigger firing again for the same cgroup while the window was
 	// open.
-	Repeats       uint32 `protobuf:"varint,14,opt,name=repeats,proto3" json:"repeats,omitempty"`
+	Repeats uint32 `protobuf:"varint,14,opt,name=repeats,proto3" json:"repeats,omitempty"`
+	// report_omitted: the incident has a report that ListIncidents left out to bound its reply;
+	// GetIncident returns it.
+	ReportOmitted bool `protobuf:"varint,16,opt,name=report_omitted,json=reportOmitted,proto3" json:"report_omitted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2350,6 +2365,13 @@ func (x *Incident) GetRepeats() uint32 {
 		return x.Repeats
 	}
 	return 0
+}
+
+func (x *Incident) GetReportOmitted() bool {
+	if x != nil {
+		return x.ReportOmitted
+	}
+	return false
 }
 
 var File_api_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -2517,9 +2539,10 @@ const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\x05count\x18\x04 \x01(\x04R\x05count\"^\n" +
 	"\x14ListIncidentsRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\rR\x05limit\"Q\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"l\n" +
 	"\x15ListIncidentsResponse\x128\n" +
-	"\tincidents\x18\x01 \x03(\v2\x1a.nodectl.agent.v1.IncidentR\tincidents\"$\n" +
+	"\tincidents\x18\x01 \x03(\v2\x1a.nodectl.agent.v1.IncidentR\tincidents\x12\x19\n" +
+	"\bleft_off\x18\x02 \x01(\rR\aleftOff\"$\n" +
 	"\x12GetIncidentRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x17\n" +
 	"\x15WatchIncidentsRequest\"K\n" +
@@ -2529,7 +2552,7 @@ const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\vSampleBatch\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x122\n" +
 	"\arecords\x18\x02 \x03(\v2\x18.nodectl.agent.v1.RecordR\arecords\x12'\n" +
-	"\x0fdropped_batches\x18\x03 \x01(\x04R\x0edroppedBatches\"\xc8\x04\n" +
+	"\x0fdropped_batches\x18\x03 \x01(\x04R\x0edroppedBatches\"\xef\x04\n" +
 	"\bIncident\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +
 	"\x06opened\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x06opened\x12\x18\n" +
@@ -2547,7 +2570,8 @@ const file_api_agent_v1_agent_proto_rawDesc = "" +
 	"\x05state\x18\v \x01(\tR\x05state\x120\n" +
 	"\x06report\x18\x0f \x01(\v2\x18.nodectl.agent.v1.ReportR\x06report\x12%\n" +
 	"\x0eanalysis_error\x18\r \x01(\tR\ranalysisError\x12\x18\n" +
-	"\arepeats\x18\x0e \x01(\rR\arepeatsJ\x04\b\f\x10\rR\vreport_json2\x86\x05\n" +
+	"\arepeats\x18\x0e \x01(\rR\arepeats\x12%\n" +
+	"\x0ereport_omitted\x18\x10 \x01(\bR\rreportOmittedJ\x04\b\f\x10\rR\vreport_json2\x86\x05\n" +
 	"\x05Agent\x12I\n" +
 	"\tGetStatus\x12\".nodectl.agent.v1.GetStatusRequest\x1a\x18.nodectl.agent.v1.Status\x12C\n" +
 	"\aGetMeta\x12 .nodectl.agent.v1.GetMetaRequest\x1a\x16.nodectl.agent.v1.Meta\x12G\n" +

@@ -53,10 +53,18 @@ func (p *Placement) placeNode(ctx context.Context) error {
 	return nil
 }
 
-// Describe gives the Node's name and memory; its swap and sysctls are the tuner's, left as
-// they are, and the sandboxes map the image's own binary.
+// SandboxImage makes a density sweep's sandboxes pods of image, each mapping binary, a file of
+// that image (its page cache shared by all, through the image's layer), as a browser sandbox
+// maps its browser; nodectl runs in them from the agent's image (Spec.Image).
+func (p *Placement) SandboxImage(image, binary string) {
+	p.sandboxImage, p.sandboxBinary = image, binary
+}
+
+// Describe gives the Node's name and memory and the sandboxes' image if the user chose one; its
+// swap and sysctls are the tuner's, left as they are.
 func (p *Placement) Describe(c *rundir.DensityConfig) {
 	c.Node, c.NodeMemoryBytes = p.run.Node, p.sweep.nodeMemory
+	c.Image, c.ImageBinary = p.sandboxImage, p.sandboxBinary
 }
 
 // Note keeps the sweep's records for the run.
@@ -66,8 +74,9 @@ func (p *Placement) Note(recs ...rundir.Record) error {
 }
 
 // Add creates the sandbox's pod with its memory request and limit, mapping the image's own
-// binary: the page cache of one file, which every sandbox of the node maps from the image's
-// shared layer, as browsers of one image share theirs.
+// binary (the agent's nodectl, or the file of the user's image SandboxImage names): the page
+// cache of one file, which every sandbox of the node maps from the image's shared layer, as
+// browsers of one image share theirs.
 func (p *Placement) Add(ctx context.Context, w stress.Planned) (time.Time, error) {
 	body, ok := w.Config.(*workload.SandboxConfig)
 	if !ok {
@@ -75,9 +84,12 @@ func (p *Placement) Add(ctx context.Context, w stress.Planned) (time.Time, error
 	}
 	sandbox := *body
 	sandbox.Binary = "/proc/self/exe"
+	if p.sandboxImage != "" {
+		sandbox.Binary = p.sandboxBinary
+	}
 	spec := Spec{Name: w.Name, MemoryLimit: w.Limits.MemoryBytes, MemoryRequest: w.MemoryRequest,
 		CPULimitMilli: w.Limits.CPUMilli, CPURequestMilli: w.Limits.CPURequestMilli, RuntimeClass: p.class,
-		Args: workload.Command{Run: p.run.ID, Config: &sandbox}.Args()}
+		Image: p.sandboxImage, Args: workload.Command{Run: p.run.ID, Config: &sandbox}.Args()}
 	at := time.Now()
 	if err := p.run.Launch(ctx, spec); err != nil {
 		return time.Time{}, err

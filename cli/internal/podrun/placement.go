@@ -29,6 +29,9 @@ type Placement struct {
 	class    string // the pods' RuntimeClass
 	scenario string
 	out      string
+	// sandboxImage, when set, is the image of a density sweep's sandbox pods, and
+	// sandboxBinary the file of it each sandbox maps (SandboxImage).
+	sandboxImage, sandboxBinary string
 
 	workloads []stress.Planned
 	phases    []rundir.Record

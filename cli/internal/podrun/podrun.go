@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodectl/nodectl/stress"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -57,7 +59,14 @@ type Spec struct {
 	MemoryRequest   int64
 	RuntimeClass    string // "" for the cluster's default runtime
 	Stdin           bool   // its standard input open, for Attach
+	// Image is the container's image when it is not the agent's (a density sandbox in the
+	// user's image): an init container of the agent's image copies nodectl (a static binary,
+	// which runs in any Linux image) into a volume the container runs it from.
+	Image string
 }
+
+// nodectlDir is where a container of another image finds nodectl.
+const nodectlDir = "/nodectl-bin"
 
 // Run is a run's namespace on a node.
 type Run struct {
@@ -67,6 +76,26 @@ type Run struct {
 	// privateRoot: the node's / is not a shared mount, so its tuner pods run without mount
 	// propagation (learnt from the first one the runtime refused).
 	privateRoot bool
+	// deadline is when the run's workload pods are past any plan (SetSpan): the kubelet stops
+	// them then even if the CLI that would delete them was killed. Zero: none.
+	deadline time.Time
+}
+
+// startMargin is what a run's pods may spend starting (an image pull, several waves of pods)
+// beyond the phases' span before their deadline.
+const startMargin = 2*podStartTimeout + 5*time.Minute
+
+// SetSpan gives the run's workload pods created from now on a deadline (activeDeadlineSeconds)
+// of span, the scenario's phases at their longest, plus startMargin.
+func (r *Run) SetSpan(span time.Duration) { r.deadline = time.Now().Add(span + startMargin) }
+
+// workloadSecurity is a workload pod's: nobody, no capability, no way to gain one, the
+// runtime's default syscall filter. The workloads burn CPU, write and fsync their emptyDir and
+// touch memory: nothing a privilege helps with.
+func workloadSecurity() (*corev1.PodSecurityContext, *corev1.SecurityContext) {
+	return &corev1.PodSecurityContext{RunAsNonRoot: new(true), RunAsUser: new(int64(65534)), RunAsGroup: new(int64(65534)),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+		&corev1.SecurityContext{AllowPrivilegeEscalation: new(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
 }
 
 // Progress is where the run tells what it does.
@@ -83,20 +112,11 @@ func start(ctx context.Context, c *remote.Cluster, node, id string, progress io.
 	if err := c.Require(ctx, "a stress run through the API server", append(permissions(), extra...)...); err != nil {
 		return nil, err
 	}
-	agent, err := c.AgentPod(ctx, node)
+	image, err := agentImage(ctx, c, node)
 	if err != nil {
 		return nil, err
 	}
-	image := ""
-	for _, ctr := range agent.Spec.Containers {
-		if ctr.Name == "agent" {
-			image = ctr.Image
-		}
-	}
-	if image == "" {
-		return nil, fmt.Errorf("agent pod %s/%s has no container named agent: deploy it from deploy/base", agent.Namespace, agent.Name)
-	}
-	r := &Run{ID: id, Namespace: "nodectl-" + id, Node: node, Image: image, c: c, progress: progress}
+	r := &Run{ID: id, Namespace: namespaceOf(id), Node: node, Image: image, c: c, progress: progress}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.Namespace, Labels: r.labels()}}
 	maps.Copy(ns.Labels, nsLabels)
 	if err := c.CreateNamespace(ctx, ns); err != nil {
@@ -111,7 +131,10 @@ func (r *Run) labels() map[string]string {
 }
 
 // Launch creates s's pod on the node.
-func (r *Run) Launch(ctx context.Context, s Spec) error {
+func (r *Run) Launch(ctx context.Context, s Spec) error { return r.create(ctx, r.podOf(s)) }
+
+// podOf is s's pod.
+func (r *Run) podOf(s Spec) *corev1.Pod {
 	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}}
 	if s.CPULimitMilli > 0 {
 		res.Limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(s.CPULimitMilli, resource.DecimalSI)
@@ -125,6 +148,7 @@ func (r *Run) Launch(ctx context.Context, s Spec) error {
 	if s.MemoryRequest > 0 {
 		res.Requests[corev1.ResourceMemory] = *resource.NewQuantity(s.MemoryRequest, resource.BinarySI)
 	}
+	podSec, sec := workloadSecurity()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: r.Namespace, Labels: r.labels()},
 		Spec: corev1.PodSpec{
@@ -135,18 +159,34 @@ func (r *Run) Launch(ctx context.Context, s Spec) error {
 			TerminationGracePeriodSeconds: new(int64(1)),
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			AutomountServiceAccountToken:  new(false),
+			SecurityContext:               podSec,
 			Containers: []corev1.Container{{
 				Name: s.Name, Image: r.Image, ImagePullPolicy: corev1.PullIfNotPresent,
-				Args: s.Args, Resources: res, Stdin: s.Stdin,
+				Args: s.Args, Resources: res, Stdin: s.Stdin, SecurityContext: sec,
 				VolumeMounts: []corev1.VolumeMount{{Name: "work", MountPath: WorkDir}},
 			}},
 			Volumes: []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 		},
 	}
+	if !r.deadline.IsZero() {
+		pod.Spec.ActiveDeadlineSeconds = new(max(int64(time.Until(r.deadline).Seconds()), 60))
+	}
 	if s.RuntimeClass != "" {
 		pod.Spec.RuntimeClassName = &s.RuntimeClass
 	}
-	return r.create(ctx, pod)
+	if s.Image != "" {
+		bin := corev1.VolumeMount{Name: "nodectl", MountPath: nodectlDir}
+		pod.Spec.InitContainers = []corev1.Container{{
+			Name: "nodectl", Image: r.Image, ImagePullPolicy: corev1.PullIfNotPresent,
+			Args: workload.InstallArgs(nodectlDir), VolumeMounts: []corev1.VolumeMount{bin}, SecurityContext: sec,
+		}}
+		bin.ReadOnly = true
+		c := &pod.Spec.Containers[0]
+		c.Image, c.Command = s.Image, []string{nodectlDir + "/nodectl"}
+		c.VolumeMounts = append(c.VolumeMounts, bin)
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "nodectl", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	}
+	return pod
 }
 
 // Measurements reads the measurements a workload pod wrote on its standard output (the
@@ -362,9 +402,37 @@ func deleteNamespace(ctx context.Context, c *remote.Cluster, ns string, progress
 	return nil
 }
 
+// agentImage is the image of the node's agent, which every pod of a run runs: the only image
+// nodectl runs with its users' rights, whatever a namespace or pod found on the cluster says.
+func agentImage(ctx context.Context, c *remote.Cluster, node string) (string, error) {
+	agent, err := c.AgentPod(ctx, node)
+	if err != nil {
+		return "", err
+	}
+	for _, ctr := range agent.Spec.Containers {
+		if ctr.Name == "agent" && ctr.Image != "" {
+			return ctr.Image, nil
+		}
+	}
+	return "", fmt.Errorf("agent pod %s/%s has no container named agent: deploy it from deploy/base", agent.Namespace, agent.Name)
+}
+
+// namespaceOf is the namespace of run id.
+func namespaceOf(id string) string { return "nodectl-" + id }
+
+// ownRun says whether ns is a run's namespace as nodectl makes them, not only labelled so:
+// named after its run label, a run id, on the node its label says. Labels are anyone's to set
+// who may create a namespace; what clean does to a namespace (delete it, start a privileged
+// rollback there) must need more than them.
+func ownRun(ns corev1.Namespace, node string) bool {
+	id := ns.Labels[LabelRun]
+	return stress.IsRunID(id) && ns.Name == namespaceOf(id) && ns.Labels[LabelNode] != "" && (node == "" || ns.Labels[LabelNode] == node)
+}
+
 // Clean deletes every run's namespace left on node (all nodes when node is ""), and returns
 // their names. A namespace where `tune validate --node` applied a profile is rolled back first,
-// and kept when the rollback fails.
+// and kept when the rollback fails. A namespace labelled as a run's but not named as one is
+// left alone, and said.
 func Clean(ctx context.Context, c *remote.Cluster, node string, progress io.Writer) ([]string, error) {
 	if err := c.Require(ctx, "cleaning stress runs through the API server", permissions()...); err != nil {
 		return nil, err
@@ -380,7 +448,11 @@ func Clean(ctx context.Context, c *remote.Cluster, node string, progress io.Writ
 	var removed []string
 	var errs []error
 	for _, ns := range list {
-		if _, err := rollbackLeft(ctx, c, ns.Name, progress); err != nil {
+		if !ownRun(ns, node) {
+			fmt.Fprintf(progress, "namespace %s carries nodectl's labels but is not a run's (%s=%q): left alone\n", ns.Name, LabelRun, ns.Labels[LabelRun])
+			continue
+		}
+		if _, err := rollbackLeft(ctx, c, ns.Name, ns.Labels[LabelNode], progress); err != nil {
 			errs = append(errs, fmt.Errorf("namespace %s kept: %w", ns.Name, err))
 			continue
 		}

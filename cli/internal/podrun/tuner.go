@@ -170,16 +170,22 @@ func (r *Run) waitEnded(ctx context.Context, name string) (int32, error) {
 // rollbackLeft rolls back the profile a killed `tune validate --node` may have left applied:
 // when the namespace holds a kept apply pod, a rollback pod of the same image restores the node
 // (nothing applied is not an error). It says whether it rolled back.
-func rollbackLeft(ctx context.Context, c *remote.Cluster, ns string, progress io.Writer) (bool, error) {
+func rollbackLeft(ctx context.Context, c *remote.Cluster, ns, node string, progress io.Writer) (bool, error) {
 	pods, err := c.ListPods(ctx, ns)
 	if err != nil {
 		return false, err
 	}
 	for _, p := range pods {
-		if p.Labels[LabelKept] != "true" || len(p.Spec.Containers) == 0 {
+		if p.Labels[LabelKept] != "true" || p.Spec.NodeName != node {
 			continue
 		}
-		r := &Run{ID: p.Labels[LabelRun], Namespace: ns, Node: p.Spec.NodeName, Image: p.Spec.Containers[0].Image, c: c, progress: progress}
+		// The agent's image, not the kept pod's: whoever could label a pod must not choose
+		// what runs privileged on the node with the caller's rights.
+		image, err := agentImage(ctx, c, node)
+		if err != nil {
+			return false, err
+		}
+		r := &Run{ID: p.Labels[LabelRun], Namespace: ns, Node: node, Image: image, c: c, progress: progress}
 		fmt.Fprintf(progress, "namespace %s applied a profile on node %s: rolling it back\n", ns, r.Node)
 		res, err := r.Tune(ctx, "tune-rollback-clean", "rollback", false, "--missing-ok")
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
+	"github.com/nodectl/nodectl/internal/printable"
 	"github.com/nodectl/nodectl/record/trace/internal/loader"
 )
 
@@ -164,9 +165,9 @@ func (t *Tracer) drain() ([]Kill, error) {
 		}
 		out = append(out, Kill{
 			Time:   now.Add(-time.Duration(monoNow - min(k.Ts, monoNow))),
-			Cgroup: k.Cgroup, PID: k.Pid, Comm: cString(k.Comm[:]),
+			Cgroup: k.Cgroup, PID: k.Pid, Comm: printable.Escape(cString(k.Comm[:])),
 			Limit: k.Limit, UsageBytes: k.Usage * t.pageSize, LimitBytes: k.Max * t.pageSize,
-			TriggerPID: k.Trigger, TriggerComm: cString(k.TriggerComm[:]),
+			TriggerPID: k.Trigger, TriggerComm: printable.Escape(cString(k.TriggerComm[:])),
 		})
 	}
 }

@@ -1,4 +1,6 @@
-package tuner
+// Package procpath escapes and unescapes paths as the kernel prints them in /proc/swaps and
+// mountinfo.
+package procpath
 
 import (
 	"fmt"
@@ -6,9 +8,9 @@ import (
 	"strings"
 )
 
-// EscapeProcPath is p as the kernel prints a path in /proc/swaps and mountinfo: space, tab,
+// Escape is p as the kernel prints a path in /proc/swaps and mountinfo: space, tab,
 // newline and backslash as \ooo (octal), so a line's fields stay separated by white space.
-func EscapeProcPath(p string) string {
+func Escape(p string) string {
 	var b strings.Builder
 	for i := 0; i < len(p); i++ {
 		switch c := p[i]; c {
@@ -21,9 +23,9 @@ func EscapeProcPath(p string) string {
 	return b.String()
 }
 
-// UnescapeProcPath undoes EscapeProcPath: each \ooo becomes its byte; a backslash not followed
+// Unescape undoes Escape: each \ooo becomes its byte; a backslash not followed
 // by three octal digits stays as it is.
-func UnescapeProcPath(p string) string {
+func Unescape(p string) string {
 	if !strings.Contains(p, `\`) {
 		return p
 	}
