@@ -84,7 +84,7 @@ func startKube(cfg Kube, log *slog.Logger, kubelet func() string, refresh time.D
 	ctx, cancel := context.WithCancel(context.Background())
 	k := &kubeSide{cfg: cfg, log: log, cancel: cancel, kubelet: kubelet, recorded: map[string]recordedPod{}, refresh: refresh,
 		pods: kube.NewPods(cfg.Client, cfg.Node, log.With("component", "pods"))}
-	src := kubeid.Sources{Pod: k.pod}
+	src := kubeid.Sources{Pod: k.pod, Containers: k.statusContainers}
 	if cfg.CRISocket != "" {
 		src.Containers = k.containers
 	}
@@ -209,6 +209,20 @@ func (k *kubeSide) pod(uid string) (kubeid.Pod, bool) {
 		owner = p.OwnerKind + "/" + p.OwnerName
 	}
 	return kubeid.Pod{Namespace: p.Namespace, Name: p.Name, QoS: strings.ToLower(p.QoS), RuntimeClass: p.RuntimeClass, Owner: owner}, true
+}
+
+// statusContainers names containers from their pods' statuses, where the agent does not ask
+// the runtime's CRI: every container the kubelet reported, by its runtime id. It knows no pod
+// sandbox's id (a sandbox's cgroup below its pod's is named after the pod by its path) nor the
+// runtime handler, and a container only once the kubelet posted its status.
+func (k *kubeSide) statusContainers(context.Context) (kubeid.Lookup, error) {
+	return func(id string) (kubeid.Container, bool) {
+		p, name, ok := k.pods.ByContainer(id)
+		if !ok {
+			return kubeid.Container{}, false
+		}
+		return kubeid.Container{Name: name, PodUID: p.UID, PodName: p.Name, PodNamespace: p.Namespace}, true
+	}, nil
 }
 
 // containers lists the runtime's containers and sandboxes, dialing the CRI on first use and

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -234,8 +235,8 @@ func checkPod(t *testing.T, ds appsv1.DaemonSet, wantAdd map[string][]corev1.Cap
 func checkRBAC(t *testing.T, m resmap.ResMap) {
 	crs := objects[rbacv1.ClusterRole](t, m, "ClusterRole")
 	roles := objects[rbacv1.Role](t, m, "Role")
-	if len(crs) != 2 || len(roles) != 2 {
-		t.Fatalf("%d cluster roles, %d roles: want two each", len(crs), len(roles))
+	if len(crs) != 4 || len(roles) != 2 {
+		t.Fatalf("%d cluster roles, %d roles: want four and two", len(crs), len(roles))
 	}
 	rule := func(group, resource string, verbs ...string) rbacv1.PolicyRule {
 		return rbacv1.PolicyRule{APIGroups: []string{group}, Resources: []string{resource}, Verbs: verbs}
@@ -243,7 +244,7 @@ func checkRBAC(t *testing.T, m resmap.ResMap) {
 	equal := func(got, want []rbacv1.PolicyRule) bool {
 		return slices.EqualFunc(got, want, func(a, b rbacv1.PolicyRule) bool {
 			return slices.Equal(a.APIGroups, b.APIGroups) && slices.Equal(a.Resources, b.Resources) && slices.Equal(a.Verbs, b.Verbs) &&
-				len(a.ResourceNames) == 0 && len(a.NonResourceURLs) == 0
+				slices.Equal(a.ResourceNames, b.ResourceNames) && len(a.NonResourceURLs) == 0
 		})
 	}
 	if cr, ok := crs["/"+agentName]; !ok || !equal(cr.Rules, []rbacv1.PolicyRule{rule("", "pods", "list", "watch"), rule("", "nodes", "get")}) {
@@ -255,9 +256,20 @@ func checkRBAC(t *testing.T, m resmap.ResMap) {
 	if r, ok := roles[namespace+"/nodectl-user"]; !ok || !equal(r.Rules, []rbacv1.PolicyRule{rule("", "pods", "list"), rule("", "pods/portforward", "get", "create")}) {
 		t.Errorf("role %s/nodectl-user: %+v", namespace, r.Rules)
 	}
-	if cr, ok := crs["/nodectl-stress"]; !ok || !equal(cr.Rules, []rbacv1.PolicyRule{rule("", "namespaces", "get", "list", "create", "delete"),
-		rule("", "pods", "list", "create", "delete"), rule("", "pods/log", "get"), rule("", "pods/attach", "get", "create"), rule("", "nodes", "get"), rule("coordination.k8s.io", "leases", "get")}) {
+	// Stress reaches no pod, log or namespace but through nodectl-stress-run, which it may bind
+	// (admission keeps that to the runs' namespaces: checkAdmission); tuning is a right apart.
+	bindRun := rule("rbac.authorization.k8s.io", "clusterroles", "bind")
+	bindRun.ResourceNames = []string{"nodectl-stress-run"}
+	if cr, ok := crs["/nodectl-stress"]; !ok || !equal(cr.Rules, []rbacv1.PolicyRule{rule("", "namespaces", "get", "list", "create"),
+		rule("rbac.authorization.k8s.io", "rolebindings", "create"), bindRun, rule("", "nodes", "get"), rule("coordination.k8s.io", "leases", "get")}) {
 		t.Errorf("cluster role nodectl-stress: %+v", cr.Rules)
+	}
+	if cr, ok := crs["/nodectl-stress-run"]; !ok || !equal(cr.Rules, []rbacv1.PolicyRule{rule("", "pods", "list", "create", "delete"),
+		rule("", "pods/log", "get"), rule("", "pods/attach", "get", "create"), rule("", "namespaces", "delete")}) {
+		t.Errorf("cluster role nodectl-stress-run: %+v", cr.Rules)
+	}
+	if cr, ok := crs["/nodectl-tune"]; !ok || !equal(cr.Rules, []rbacv1.PolicyRule{rule("nodectl.io", "nodes", "tune")}) {
+		t.Errorf("cluster role nodectl-tune: %+v", cr.Rules)
 	}
 	sa := rbacv1.Subject{Kind: "ServiceAccount", Name: agentName, Namespace: namespace}
 	for key, b := range objects[rbacv1.ClusterRoleBinding](t, m, "ClusterRoleBinding") {
@@ -271,6 +283,37 @@ func checkRBAC(t *testing.T, m resmap.ResMap) {
 	}
 	if _, ok := objects[corev1.ServiceAccount](t, m, "ServiceAccount")[namespace+"/"+agentName]; !ok {
 		t.Errorf("no ServiceAccount %s/%s", namespace, agentName)
+	}
+}
+
+// checkAdmission: each of nodectl's admission policies is bound to deny, and fails closed (an
+// expression that cannot be evaluated refuses the request). What they refuse is tested on a
+// real API server (testcluster/e2e, stress_rights).
+func checkAdmission(t *testing.T, m resmap.ResMap) {
+	t.Helper()
+	policies := objects[admissionv1.ValidatingAdmissionPolicy](t, m, "ValidatingAdmissionPolicy")
+	bindings := objects[admissionv1.ValidatingAdmissionPolicyBinding](t, m, "ValidatingAdmissionPolicyBinding")
+	want := []string{"nodectl-privileged-pods", "nodectl-run-namespaces", "nodectl-stress-run-bindings"}
+	if got := slices.Sorted(maps.Keys(policies)); !slices.Equal(got, []string{"/" + want[0], "/" + want[1], "/" + want[2]}) {
+		t.Fatalf("admission policies %v: want %v", got, want)
+	}
+	for _, name := range want {
+		p := policies["/"+name]
+		if p.Spec.FailurePolicy == nil || *p.Spec.FailurePolicy != admissionv1.Fail || len(p.Spec.Validations) == 0 {
+			t.Errorf("policy %s: failure policy %v, %d validations: want Fail, some", name, p.Spec.FailurePolicy, len(p.Spec.Validations))
+		}
+		n := 0
+		for _, b := range bindings {
+			if b.Spec.PolicyName == name {
+				n++
+				if !slices.Equal(b.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) || b.Spec.ParamRef != nil {
+					t.Errorf("binding %s of %s: actions %v: want Deny", b.Name, name, b.Spec.ValidationActions)
+				}
+			}
+		}
+		if n != 1 {
+			t.Errorf("policy %s has %d bindings: want one", name, n)
+		}
 	}
 }
 
@@ -334,7 +377,18 @@ func TestBase(t *testing.T) {
 	ds := agentDaemonSet(t, m)
 	checkPod(t, ds, map[string][]corev1.Capability{"agent": documentedCaps(t)})
 	checkRBAC(t, m)
+	checkAdmission(t, m)
 	checkNetworkPolicy(t, m, ds)
+	// No CRI: its socket is the runtime's whole API, root on the node, through any mount.
+	agent := container(t, ds.Spec.Template.Spec, "agent")
+	if !slices.Contains(agent.Args, "--cri-socket=none") {
+		t.Errorf("agent args %q: want --cri-socket=none", agent.Args)
+	}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil && (strings.Contains(v.HostPath.Path, "containerd") || strings.Contains(v.HostPath.Path, "crio")) {
+			t.Errorf("volume %s mounts the runtime's %s", v.Name, v.HostPath.Path)
+		}
+	}
 	if _, ok := objects[corev1.Namespace](t, m, "Namespace")["/"+namespace]; !ok {
 		t.Errorf("no Namespace %s", namespace)
 	}
@@ -346,6 +400,7 @@ func TestGKEOverlay(t *testing.T) {
 	// The tuner only verifies: it needs no capability at all.
 	checkPod(t, ds, map[string][]corev1.Capability{"agent": documentedCaps(t), "tuner": nil})
 	checkRBAC(t, m)
+	checkAdmission(t, m)
 	checkNetworkPolicy(t, m, ds)
 	ps := ds.Spec.Template.Spec
 	if ps.NodeSelector["cloud.google.com/gke-nodepool"] != "lssd-swap-pool" || ps.NodeSelector["kubernetes.io/os"] != "linux" {

@@ -29,6 +29,7 @@ var guestTests = []GuestTest{
 	{Pkg: "./record/trace/fsync", Timeout: 5 * time.Minute},
 	{Pkg: "./record/trace/blkio", Timeout: 5 * time.Minute},
 	{Pkg: "./record/trace/reclaim", Timeout: 5 * time.Minute},
+	{Pkg: "./record/trace/cgnames", Timeout: 2 * time.Minute},
 	{Pkg: "./record/trace", Timeout: 10 * time.Minute},
 	{Pkg: "./host/cgroup", Timeout: 5 * time.Minute},
 	{Pkg: "./host/daemons", Timeout: 2 * time.Minute},

@@ -4,9 +4,11 @@ import (
 	"context"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -30,7 +32,8 @@ type API interface {
 }
 
 // scheme holds the types the agent reads and the CLI's --node sends (cli/internal/remote:
-// SelfSubjectAccessReviews), and meta/v1's options, Status and watch events.
+// SelfSubjectAccessReviews, SelfSubjectReviews, a run's RoleBinding), and meta/v1's options,
+// Status and watch events.
 var (
 	scheme = runtime.NewScheme()
 	codecs = serializer.NewCodecFactory(scheme)
@@ -42,6 +45,8 @@ func init() {
 	utilruntime.Must(corev1.AddToScheme(scheme))
 	utilruntime.Must(coordinationv1.AddToScheme(scheme))
 	utilruntime.Must(authorizationv1.AddToScheme(scheme))
+	utilruntime.Must(authenticationv1.AddToScheme(scheme))
+	utilruntime.Must(rbacv1.AddToScheme(scheme))
 	// The unversioned "v1" of a Status in an error response or a watch's Error event.
 	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
 }

@@ -43,6 +43,10 @@ type Pod struct {
 	// has none: the pod is unbounded in that resource.
 	CPURequestMilli, CPULimitMilli, MemoryRequest, MemoryLimit int64
 	Containers                                                 []string // spec.containers' names
+	// ContainerIDs are the runtime's ids of the pod's containers (init and sidecar ones too)
+	// as the kubelet reported them in the status, by id: the container's name. They name a
+	// container's cgroup where the agent does not ask the runtime's CRI.
+	ContainerIDs map[string]string
 }
 
 // Pods follows the pods bound to one node through an informer whose list and watch carry a
@@ -52,9 +56,10 @@ type Pods struct {
 	log      *slog.Logger
 	informer cache.SharedIndexInformer
 
-	mu   sync.RWMutex
-	pods map[string]Pod // by UID
-	room maproom.Room
+	mu          sync.RWMutex
+	pods        map[string]Pod    // by UID
+	byContainer map[string]string // container id -> pod UID
+	room, cRoom maproom.Room
 }
 
 // NewPods makes the informer; Run starts it.
@@ -78,7 +83,7 @@ func NewPods(api API, node string, log *slog.Logger) *Pods {
 	// The wrapper lets a client that cannot stream the initial list (the fake clientset)
 	// say so, and the reflector list instead.
 	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, api), &corev1.Pod{}, 0, cache.Indexers{})
-	p := &Pods{node: node, log: log.With("component", "pods"), informer: inf, pods: map[string]Pod{}}
+	p := &Pods{node: node, log: log.With("component", "pods"), informer: inf, pods: map[string]Pod{}, byContainer: map[string]string{}}
 	// The informer's own cache keeps only what Pod needs: managed fields, env, volumes and
 	// the rest of a pod's spec would be most of the agent's memory on a dense node.
 	if err := inf.SetTransform(trimPod); err != nil {
@@ -116,6 +121,19 @@ func (p *Pods) ByUID(uid string) (Pod, bool) {
 	return pod, ok
 }
 
+// ByContainer is the pod of the container with the runtime's id, and the container's name, as
+// the pod's status reports them.
+func (p *Pods) ByContainer(id string) (Pod, string, bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	pod, ok := p.pods[p.byContainer[id]]
+	if !ok {
+		return Pod{}, "", false
+	}
+	name, ok := pod.ContainerIDs[id]
+	return pod, name, ok
+}
+
 // List is every pod known on the node, by namespace and name.
 func (p *Pods) List() []Pod {
 	p.mu.RLock()
@@ -146,9 +164,23 @@ func (p *Pods) set(obj any) {
 	}
 	v := FromPod(pod)
 	p.mu.Lock()
+	p.unindex(v.UID)
 	p.pods[v.UID] = v
+	for id := range v.ContainerIDs {
+		p.byContainer[id] = v.UID
+	}
 	p.room.Saw(len(p.pods))
+	p.cRoom.Saw(len(p.byContainer))
 	p.mu.Unlock()
+}
+
+// unindex drops the container ids of the pod with uid. Called with p.mu held.
+func (p *Pods) unindex(uid string) {
+	for id := range p.pods[uid].ContainerIDs {
+		if p.byContainer[id] == uid {
+			delete(p.byContainer, id)
+		}
+	}
 }
 
 func (p *Pods) delete(obj any) {
@@ -160,8 +192,10 @@ func (p *Pods) delete(obj any) {
 		return
 	}
 	p.mu.Lock()
+	p.unindex(string(pod.UID))
 	delete(p.pods, string(pod.UID))
 	p.pods = maproom.Fit(&p.room, p.pods)
+	p.byContainer = maproom.Fit(&p.cRoom, p.byContainer)
 	p.mu.Unlock()
 }
 
@@ -186,9 +220,24 @@ func trimPod(obj any) (any, error) {
 			Containers:       trimContainers(pod.Spec.Containers),
 			InitContainers:   trimContainers(pod.Spec.InitContainers),
 		},
-		Status: corev1.PodStatus{Phase: pod.Status.Phase, QOSClass: pod.Status.QOSClass},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase, QOSClass: pod.Status.QOSClass,
+			ContainerStatuses:          trimStatuses(pod.Status.ContainerStatuses),
+			InitContainerStatuses:      trimStatuses(pod.Status.InitContainerStatuses),
+			EphemeralContainerStatuses: trimStatuses(pod.Status.EphemeralContainerStatuses)},
 	}
 	return t, nil
+}
+
+// trimStatuses keeps a container status's name and runtime id.
+func trimStatuses(ss []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if ss == nil {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, len(ss))
+	for i, st := range ss {
+		out[i] = corev1.ContainerStatus{Name: st.Name, ContainerID: st.ContainerID}
+	}
+	return out
 }
 
 func trimContainers(cs []corev1.Container) []corev1.Container {
@@ -222,6 +271,17 @@ func FromPod(pod *corev1.Pod) Pod {
 	}
 	for _, c := range pod.Spec.Containers {
 		v.Containers = append(v.Containers, c.Name)
+	}
+	for _, ss := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for _, st := range ss {
+			// <runtime>://<id>, e.g. containerd://0123…; "" until the container was created.
+			if _, id, ok := strings.Cut(st.ContainerID, "://"); ok && id != "" {
+				if v.ContainerIDs == nil {
+					v.ContainerIDs = map[string]string{}
+				}
+				v.ContainerIDs[id] = st.Name
+			}
+		}
 	}
 	v.CPURequestMilli, v.CPULimitMilli = podTotals(pod, corev1.ResourceCPU)
 	v.MemoryRequest, v.MemoryLimit = podTotals(pod, corev1.ResourceMemory)

@@ -234,3 +234,46 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A container is found by the runtime id its pod's status reports, through the informer's
+// trimmed copy; a restarted container's new id replaces the old, and a deleted pod's ids go.
+func TestPodsByContainer(t *testing.T) {
+	withIDs := func(ids ...string) *corev1.Pod {
+		pod := boundPod("a", "node1", "uid-a")
+		pod.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "init", ContainerID: "containerd://" + ids[0]}}
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", ContainerID: "containerd://" + ids[1]},
+			{Name: "waiting"}} // not created yet: no id
+		return pod
+	}
+	cs := newFake(withIDs("i1", "c1"))
+	p := NewPods(cs, "node1", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { p.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+
+	waitFor(t, "the first list", p.Synced)
+	for id, want := range map[string]string{"i1": "init", "c1": "app"} {
+		if pod, name, ok := p.ByContainer(id); !ok || name != want || pod.UID != "uid-a" {
+			t.Errorf("ByContainer(%s) = %s, %q, %v; want uid-a, %s", id, pod.UID, name, ok, want)
+		}
+	}
+	if _, _, ok := p.ByContainer(""); ok {
+		t.Error("a container without an id is found")
+	}
+	pods := cs.CoreV1().Pods("default")
+	if _, err := pods.Update(ctx, withIDs("i1", "c2"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the restarted container", func() bool { _, _, ok := p.ByContainer("c2"); return ok })
+	if _, _, ok := p.ByContainer("c1"); ok {
+		t.Error("the restarted container's old id is still found")
+	}
+	if err := pods.Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pod gone", func() bool { _, _, ok := p.ByContainer("c2"); return !ok })
+	if n := len(p.byContainer); n != 0 {
+		t.Errorf("%d container ids kept after the pod's deletion", n)
+	}
+}

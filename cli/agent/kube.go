@@ -23,7 +23,7 @@ var criSockets = []string{"/run/containerd/containerd.sock", "/run/crio/crio.soc
 func (k *kubeFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&k.kubeconfig, "kubeconfig", "", "reach the API server with this kubeconfig; empty: the pod's service account when the agent runs in a pod (KUBERNETES_SERVICE_HOST set), else no Kubernetes")
 	f.StringVar(&k.node, "node-name", os.Getenv("NODE_NAME"), "this node's name in the cluster (default $NODE_NAME, set from the DaemonSet's downward API)")
-	f.StringVar(&k.criSocket, "cri-socket", "", "the container runtime's CRI socket, to name containers; default: the first of "+fmt.Sprint(criSockets)+" that exists; none: no CRI")
+	f.StringVar(&k.criSocket, "cri-socket", "", "the container runtime's CRI socket, to name containers with their runtime handler; default: the first of "+fmt.Sprint(criSockets)+" that exists; none: no CRI, containers named from their pods' statuses (the DaemonSet's: the CRI is root on the node)")
 }
 
 // kube is the agent's Kubernetes configuration, nil off Kubernetes.

@@ -251,7 +251,7 @@ func clusterDensity(cmd *cobra.Command, rf *runFlags, cfg st.DensityConfig, imag
 			return fmt.Errorf("--%s: not with --%s (a node's swap and sysctls are set by nodectl tune; its sandboxes map the image's nodectl binary)", name, remote.FlagNode)
 		}
 	}
-	lease := remote.Permission{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: corev1.NamespaceNodeLease}
+	lease := remote.Permission{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: corev1.NamespaceNodeLease, Role: remote.RoleStress}
 	return rf.runPods(cmd, rundir.ScenarioDensity, cfg.Span(), func(node string) string {
 		return fmt.Sprintf("density on node %s: sandbox pods of %s (request %s, limit %s), %d per step up to %d", node,
 			quantity.FormatSize(cfg.SandboxMemory), quantity.FormatSize(cfg.RequestBytes), quantity.FormatSize(cfg.LimitBytes), cfg.Step, cfg.Max)

@@ -110,6 +110,5 @@ func clusterStorm(cmd *cobra.Command, rf *runFlags, cfg st.StormConfig) error {
 		return fmt.Sprintf("fsync-storm on node %s: %d writer pod(s) × %s, %d storm(s)", node, cfg.Writers, quantity.FormatSize(cfg.Bytes), cfg.Rounds)
 	}, func(ctx context.Context, p *podrun.Placement, line *st.LiveLine) error {
 		return st.StormOn(ctx, cfg, p, line)
-	},
-		remote.AttachPermissions()...)
+	})
 }

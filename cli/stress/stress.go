@@ -83,7 +83,8 @@ asked for (so their QoS class) and --runtime-class (gvisor for --runtime runsc),
 node's agent's image. The node's agent records them; the window is pulled into --out (default
 under the temporary directory) and explained with the pods named. The pods and the namespace
 are deleted on every exit path; 'nodectl --node NODE stress clean' removes what a killed
-nodectl left. It needs deploy/base's ClusterRole nodectl-stress and Role nodectl-user.`,
+nodectl left (your own runs: a run's rights are bound to its maker, in its namespace only). It
+needs deploy/base's ClusterRole nodectl-stress and Role nodectl-user.`,
 		Example: `  sudo nodectl stress noisy --hog cpu,count=2 --hog disk --trace
   nodectl --node gke-pool-1-abcd stress noisy --hog cpu,count=2,cpu=1 --victim-cpu 500m --runtime runsc
   sudo nodectl stress noisy --victim-cpu 250m --hog cpu,count=4,cpu=1 --trace -o json

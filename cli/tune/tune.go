@@ -44,7 +44,8 @@ file (linuxConfig.sysctl, linuxConfig.swapConfig), so a node pool's config can b
 against a node.
 
 With --node NODE (every command but watch) it acts on that node of a cluster through the API
-server, in a short-lived privileged tuner pod pinned to the node (docs/deploy.md).`,
+server, in a short-lived privileged tuner pod pinned to the node, which needs deploy/base's
+ClusterRoles nodectl-tune and nodectl-stress (docs/deploy.md).`,
 		Example: `  nodectl tune plan
   sudo nodectl tune apply --profile sandbox-density
   nodectl tune verify -o json

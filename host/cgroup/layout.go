@@ -147,6 +147,31 @@ func children(roots []string, path string) ([]string, error) {
 	return out, nil
 }
 
+// Hierarchies maps the kernel's hierarchy ids (/proc/self/cgroup's first field, the id BPF
+// reads from a cgroup's root) to the mount dirs Dir gives for them; v2's is 0.
+func (l *Layout) Hierarchies() (map[int]string, error) {
+	self, err := procfs.Self()
+	if err != nil {
+		return nil, fmt.Errorf("reading this process's cgroups: %w", err)
+	}
+	cgs, err := self.Cgroups()
+	if err != nil {
+		return nil, fmt.Errorf("reading this process's cgroups: %w", err)
+	}
+	out := map[int]string{}
+	for _, cg := range cgs {
+		switch {
+		case cg.HierarchyID == 0 && l.Unified != "":
+			out[0] = filepath.Clean(l.Unified)
+		case len(cg.Controllers) > 0:
+			if m, ok := l.Mounts[cg.Controllers[0]]; ok {
+				out[cg.HierarchyID] = filepath.Clean(m)
+			}
+		}
+	}
+	return out, nil
+}
+
 // roots are the mount dirs of every hierarchy, each once (v1 controllers may share one).
 func (l *Layout) roots() []string {
 	var out []string

@@ -15,6 +15,9 @@ const (
 	// rewalkEvery bounds how often a miss walks a hierarchy again when file handles are not
 	// available: ids of cgroups that never existed must not turn every lookup into a walk.
 	rewalkEvery = 500 * time.Millisecond
+	// rewalkFollowed is rewalkEvery when a feed tells every cgroup made since the last walk
+	// and lost none: a miss then is an id of no cgroup, which a walk would not find either.
+	rewalkFollowed = time.Minute
 	// keepGone is how long a resolved path is trusted without asking the kernel again, so
 	// samples read just after a workload's cgroup went away are still attributed.
 	keepGone = 10 * time.Minute
@@ -27,22 +30,42 @@ const (
 // errGone says the kernel knows no cgroup with that id (any more).
 var errGone = errors.New("no cgroup with that id")
 
-// Resolver maps kernfs ids, as BPF programs record them, to cgroup paths. A miss asks the
-// kernel for the cgroup by file handle (open_by_handle_at: exact, and it tells a removed
-// cgroup from one created since the last look); where that is not allowed it walks the
-// hierarchy, at most every rewalkEvery. It is safe for concurrent use.
+// Resolver maps kernfs ids, as BPF programs record them, to cgroup paths. With a Feed
+// (Follow: the kernel's mkdirs and rmdirs, record/trace/cgnames) it learns each cgroup as it
+// is made, on top of one walk of each hierarchy. A miss asks the kernel for the cgroup by file
+// handle (open_by_handle_at: exact, and it tells a removed cgroup from one created since the
+// last look), where that is allowed (CAP_DAC_READ_SEARCH); otherwise it walks the hierarchy,
+// at most every rewalkEvery (rewalkFollowed while a feed loses nothing). It is safe for
+// concurrent use.
 type Resolver struct {
 	l       *Layout
-	handles bool // try file handles first; off in tests of the walk
+	handles bool // try file handles first; off in tests of the walk, and once refused
 	mu      sync.Mutex
 	trees   map[string]*tree // by hierarchy mount dir
+	feed    Feed
+	byHier  map[int]string // hierarchy id -> mount dir, for the feed's changes
 }
 
+// Change is a cgroup the kernel made or removed: its kernfs id, its path from its hierarchy's
+// root, and the hierarchy's id (/proc/self/cgroup's first field; 0 for v2).
+type Change struct {
+	Hierarchy int
+	ID        uint64
+	Path      string
+	Removed   bool
+}
+
+// A Feed hands fn every Change since its last call, and says whether it lost any since.
+type Feed func(fn func(Change)) (lost bool, err error)
+
 type tree struct {
-	byID   map[uint64]entry
-	room   maproom.Room // byID's
-	walked time.Time
-	pruned time.Time
+	byID    map[uint64]entry
+	room    maproom.Room // byID's
+	walked  time.Time
+	pruned  time.Time
+	walks   int  // for tests and benchmarks
+	lossy   bool // the feed lost a change since the last walk
+	skipped bool // a change's path could not be used
 }
 
 type entry struct {
@@ -73,10 +96,16 @@ func (r *Resolver) Path(controller string, id uint64) (string, bool) {
 		r.trees[root] = t
 	}
 	if now.Sub(t.pruned) > keepConfirmedGone {
-		t.prune(now)
+		t.prune(now, r.followed(t))
 	}
-	if e, ok := t.byID[id]; ok && now.Sub(e.seen) < keepGone {
+	if e, ok := t.byID[id]; ok && (now.Sub(e.seen) < keepGone || r.followed(t) && !e.gone) {
 		return e.path, true
+	}
+	if r.feed != nil && !t.walked.IsZero() {
+		r.follow(now)
+		if e, ok := t.byID[id]; ok {
+			return e.path, true
+		}
 	}
 	if r.handles {
 		p, err := byHandle(root, id)
@@ -88,12 +117,79 @@ func (r *Resolver) Path(controller string, id uint64) (string, bool) {
 			delete(t.byID, id)
 			return "", false
 		}
+		if errors.Is(err, syscall.EPERM) {
+			r.handles = false // no CAP_DAC_READ_SEARCH: it will not be allowed later either
+		}
 	}
-	if now.Sub(t.walked) >= rewalkEvery {
+	every := rewalkEvery
+	if r.followed(t) {
+		every = rewalkFollowed
+	}
+	if now.Sub(t.walked) >= every {
+		if r.feed != nil {
+			r.follow(now) // what the walk sees is newer than what the feed holds
+		}
 		t.walk(root, now)
 	}
 	e, ok := t.byID[id]
 	return e.path, ok
+}
+
+// Follow makes the resolver learn cgroups from feed as the kernel makes and removes them.
+func (r *Resolver) Follow(feed Feed) error {
+	byHier, err := r.l.Hierarchies()
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.feed, r.byHier = feed, byHier
+	return nil
+}
+
+// Walks counts the walks of a hierarchy the resolver made: what its misses cost.
+func (r *Resolver) Walks() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, t := range r.trees {
+		n += t.walks
+	}
+	return n
+}
+
+// followed says whether every cgroup made or removed in t since its last walk is known: then
+// an entry not removed is alive, however long ago it was confirmed. Called with r.mu held.
+func (r *Resolver) followed(t *tree) bool {
+	return r.feed != nil && !t.walked.IsZero() && !t.lossy && !t.skipped
+}
+
+// follow applies what the feed holds to the trees it has walked (a tree not walked yet learns
+// it all from its first walk). Called with r.mu held.
+func (r *Resolver) follow(now time.Time) {
+	lost, err := r.feed(func(c Change) {
+		root, ok := r.byHier[c.Hierarchy]
+		t := r.trees[root]
+		if !ok || t == nil || t.walked.IsZero() {
+			return
+		}
+		if c.Path == "" {
+			t.skipped = true
+			return
+		}
+		if c.Removed {
+			if e, ok := t.byID[c.ID]; ok && !e.gone {
+				t.byID[c.ID] = entry{path: e.path, seen: now, gone: true}
+			}
+			return
+		}
+		t.byID[c.ID] = entry{path: c.Path, seen: now}
+	})
+	if lost || err != nil {
+		for _, t := range r.trees {
+			t.lossy = true
+		}
+	}
 }
 
 // Note remembers path's id in every hierarchy where it exists, so that a cgroup that lives
@@ -131,6 +227,9 @@ func (r *Resolver) Live(controller string, id uint64) bool {
 			return err == nil
 		}
 	}
+	if r.removed(root, id) {
+		return false
+	}
 	p, ok := r.Path(controller, id)
 	if !ok {
 		return false
@@ -139,9 +238,23 @@ func (r *Resolver) Live(controller string, id uint64) bool {
 	return syscall.Stat(filepath.Join(root, p), &st) == nil && st.Ino == id
 }
 
+// removed says whether the feed said the cgroup with id in the hierarchy at root was removed.
+func (r *Resolver) removed(root string, id uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.trees[root]
+	if r.feed == nil || t == nil || t.walked.IsZero() {
+		return false
+	}
+	r.follow(time.Now())
+	e, ok := t.byID[id]
+	return ok && e.gone
+}
+
 // walk records every cgroup below root.
 func (t *tree) walk(root string, now time.Time) {
-	t.walked = now
+	t.walked, t.lossy, t.skipped = now, false, false
+	t.walks++
 	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			// A cgroup removed during the walk; keep going.
@@ -164,7 +277,7 @@ func (t *tree) walk(root string, now time.Time) {
 		t.byID[st.Ino] = entry{path: filepath.Join("/", rel), seen: now}
 		return nil
 	})
-	t.prune(now)
+	t.prune(now, false)
 }
 
 // confirmGone notes that the cgroup with id in the hierarchy at root was removed: its path
@@ -179,13 +292,13 @@ func (r *Resolver) confirmGone(root string, id uint64) {
 	}
 }
 
-// prune forgets what the kernel has not confirmed for keepGone, and what Live found removed
-// keepConfirmedGone ago.
-func (t *tree) prune(now time.Time) {
+// prune forgets what the kernel has not confirmed for keepGone (unless followed: the feed
+// would have said it was removed), and what was found removed keepConfirmedGone ago.
+func (t *tree) prune(now time.Time, followed bool) {
 	t.pruned = now
 	t.room.Saw(len(t.byID))
 	for id, e := range t.byID {
-		if age := now.Sub(e.seen); age > keepGone || e.gone && age > keepConfirmedGone {
+		if age := now.Sub(e.seen); age > keepGone && !followed || e.gone && age > keepConfirmedGone {
 			delete(t.byID, id)
 		}
 	}

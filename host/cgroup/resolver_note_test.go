@@ -42,11 +42,11 @@ func TestResolverNoteOutlivesTheCgroup(t *testing.T) {
 	if !e.gone {
 		t.Fatal("Live did not note the cgroup removed")
 	}
-	tr.prune(e.seen.Add(keepConfirmedGone / 2))
+	tr.prune(e.seen.Add(keepConfirmedGone/2), false)
 	if _, ok := tr.byID[id]; !ok {
 		t.Error("a prune forgot a removed cgroup before keepConfirmedGone")
 	}
-	tr.prune(e.seen.Add(keepConfirmedGone + time.Second))
+	tr.prune(e.seen.Add(keepConfirmedGone+time.Second), false)
 	if _, ok := tr.byID[id]; ok {
 		t.Error("a prune kept a removed cgroup past keepConfirmedGone")
 	}

@@ -175,10 +175,11 @@ func (r *Resolver) identify(cgroup string) (id Identity, known, partial bool) {
 	if id.QoS == "" {
 		id.QoS = ref.QoS
 	}
-	// The pod's own cgroup holds its sandbox's: for a gVisor pod, the runtime's handler says so
-	// only of its containers, and its RuntimeClass of the pod (by the names GKE and runsc use).
-	if ref.ContainerID == "" && isGVisor(id.RuntimeClass) {
-		id.Sandbox = true
+	// A gVisor pod is its sandbox, whichever of its cgroups: the runtime's handler says so of
+	// its containers where the CRI is asked, its RuntimeClass of all of them (by the names GKE
+	// and runsc use), also where containers are named from the pods' statuses alone.
+	if isGVisor(id.RuntimeClass) {
+		id.Sandbox, id.Container = true, ""
 	}
 	if id.Pod == "" {
 		return Identity{}, false, false

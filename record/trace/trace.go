@@ -16,6 +16,7 @@ import (
 	"github.com/nodectl/nodectl/host/cgroup"
 
 	"github.com/nodectl/nodectl/record/trace/blkio"
+	"github.com/nodectl/nodectl/record/trace/cgnames"
 	"github.com/nodectl/nodectl/record/trace/fsync"
 	"github.com/nodectl/nodectl/record/trace/reclaim"
 	"github.com/nodectl/nodectl/record/trace/runq"
@@ -57,6 +58,12 @@ const (
 // removed cgroup at its next look even while Path still names it.
 type Resolver interface {
 	Path(controller string, id uint64) (string, bool)
+}
+
+// follower is a Resolver that can learn cgroups as the kernel makes and removes them
+// (cgroup.Resolver): the tracer then feeds it the cgnames program's changes.
+type follower interface {
+	Follow(cgroup.Feed) error
 }
 
 // Config selects what to load.
@@ -120,7 +127,8 @@ type Tracer struct {
 	forgetFill  float64
 	sources     []source
 	status      map[string]string
-	tracefs     *tracefs.Mount // released at Close: unmounted if New mounted it
+	tracefs     *tracefs.Mount  // released at Close: unmounted if New mounted it
+	names       *cgnames.Tracer // nil unless the resolver follows it
 	fill        map[string]float64
 	closed      bool
 }
@@ -204,7 +212,26 @@ func New(cfg Config, res Resolver, log *slog.Logger) (*Tracer, error) {
 	if len(t.sources) == 0 {
 		return nil, fmt.Errorf("no tracer program loaded: %w", errors.Join(errs...))
 	}
+	if f, ok := res.(follower); ok {
+		t.follow(f)
+	}
 	return t, nil
+}
+
+// follow feeds f the cgroups the kernel makes and removes. Without it f still names cgroups,
+// by file handle where allowed and otherwise by walking the hierarchies at a miss.
+func (t *Tracer) follow(f follower) {
+	names, err := cgnames.New(t.log)
+	if err == nil {
+		if err = f.Follow(names.Feed); err != nil {
+			names.Close()
+		}
+	}
+	if err != nil {
+		t.log.Warn("not following the kernel's cgroup mkdirs: a new cgroup is named by file handle (CAP_DAC_READ_SEARCH) or a walk", "err", err)
+		return
+	}
+	t.names = names
 }
 
 // loaded is what the composite needs of a concern's tracer.
@@ -436,6 +463,11 @@ func (t *Tracer) Close() error {
 	}
 	if err := t.tracefs.Release(); err != nil {
 		errs = append(errs, err)
+	}
+	if t.names != nil {
+		if err := t.names.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

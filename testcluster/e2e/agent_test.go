@@ -42,7 +42,7 @@ const (
 )
 
 // The capabilities deploy/base adds, and those the agent's process must hold: exactly these.
-var agentCaps = map[string]uint{"BPF": 39, "PERFMON": 38, "DAC_READ_SEARCH": 2}
+var agentCaps = map[string]uint{"BPF": 39, "PERFMON": 38}
 
 // TestAgentOnARealNode applies deploy/ to a real control plane with a real kubelet and checks
 // the agent there, in one sequence (each step needs the one before): it runs unprivileged with
@@ -252,7 +252,7 @@ func TestAgentOnARealNode(t *testing.T) {
 }
 
 // overlay is the test's kustomization on deploy/base: the image built for this run, the
-// private containerd's socket, the test's data and socket directories, short incident
+// test's data and socket directories, short incident
 // windows, and the host's network, because the test cluster runs no kube-proxy and its API
 // server listens on loopback only (the in-cluster config is pointed there).
 func overlay(t *testing.T, c *testcluster.Cluster, tag, data, run string) string {
@@ -261,7 +261,6 @@ func overlay(t *testing.T, c *testcluster.Cluster, tag, data, run string) string
 	if err != nil {
 		t.Fatal(err)
 	}
-	sockDir, sockName := filepath.Split(c.Node.ContainerdSocket)
 	return fmt.Sprintf(`images:
   - name: nodectl
     newTag: %q
@@ -283,16 +282,14 @@ patches:
                   - {name: KUBERNETES_SERVICE_HOST, value: %[4]q}
                   - {name: KUBERNETES_SERVICE_PORT, value: %[5]q}
             volumes:
-              - {name: containerd, hostPath: {path: %[6]q, type: Directory}}
-              - {name: data, hostPath: {path: %[7]q, type: DirectoryOrCreate}}
-              - {name: run, hostPath: {path: %[8]q, type: DirectoryOrCreate}}
+              - {name: data, hostPath: {path: %[6]q, type: DirectoryOrCreate}}
+              - {name: run, hostPath: {path: %[7]q, type: DirectoryOrCreate}}
   - target: {kind: DaemonSet, name: %[2]s}
     patch: |-
-      - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--cri-socket=/run/containerd/%[9]s"}
       - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--incident-before=40s"}
       - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--incident-after=10s"}
       - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--incident-baseline=30s"}
-`, tag, agentName, agentNamespace, u.Hostname(), u.Port(), filepath.Clean(sockDir), data, run, sockName)
+`, tag, agentName, agentNamespace, u.Hostname(), u.Port(), data, run)
 }
 
 // waitAgent waits for the agent's pod to be Running and Ready; with restartedFrom, for it to

@@ -380,6 +380,8 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 		return cmd, stderr, waitProgress(t, cmd, stderr, "running: victim")
 	}
 
+	t.Run("a_stress_user_reaches_only_its_runs", func(t *testing.T) { checkStressRights(ctx, t, c, bin, podCgroupsBefore) })
+
 	t.Run("interrupted_cli_cleans_up", func(t *testing.T) {
 		cmd, stderr, ns := startLong(t)
 		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
@@ -423,8 +425,11 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 	// a privileged rollback pod of that image on the node).
 	t.Run("clean_trusts_no_label", func(t *testing.T) {
 		const forged = "nodectl-forged"
-		labels := map[string]string{"nodectl.io/run": "forged", "nodectl.io/node": testcluster.NodeName, "app.kubernetes.io/part-of": "nodectl-stress"}
-		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: forged, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+		// As deploy/base's admission policies let its maker, the admin, make it.
+		labels := map[string]string{"nodectl.io/run": "forged", "nodectl.io/node": testcluster.NodeName, "app.kubernetes.io/part-of": "nodectl-stress",
+			"pod-security.kubernetes.io/enforce": "restricted"}
+		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: forged, Labels: labels,
+			Annotations: map[string]string{"nodectl.io/created-by": "admin"}}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		// Gone before the next test, which counts the namespaces labelled as runs'.
@@ -439,7 +444,10 @@ func checkStressPods(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 		}
 		kept := map[string]string{"nodectl.io/run": "forged", "nodectl.io/tune-kept": "true"}
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "tune-apply", Namespace: forged, Labels: kept}, Spec: corev1.PodSpec{
-			NodeName: testcluster.NodeName, Containers: []corev1.Container{{Name: "tune", Image: "registry.invalid/forged:1"}}}}
+			NodeName: testcluster.NodeName, Containers: []corev1.Container{{Name: "tune", Image: "registry.invalid/forged:1",
+				SecurityContext: &corev1.SecurityContext{RunAsNonRoot: new(true), AllowPrivilegeEscalation: new(false),
+					Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}}}}}
 		if _, err := c.Client.CoreV1().Pods(forged).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}

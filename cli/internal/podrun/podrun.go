@@ -20,6 +20,7 @@ import (
 	"github.com/nodectl/nodectl/stress"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,13 +41,47 @@ const (
 	WorkDir = "/work"
 )
 
-// Permissions a run needs beyond reaching the agent: its namespace and its pods.
-func permissions() []remote.Permission {
+// AnnotationCreatedBy names the user who made a run's namespace, the one its RoleBinding
+// binds: deploy/base's admission policies hold both to the user making them.
+const AnnotationCreatedBy = "nodectl.io/created-by"
+
+// startPermissions are what starting a run needs outside its namespace, deploy/base's
+// ClusterRole nodectl-stress: make the namespace, bind the run's rights in it, read the node.
+func startPermissions() []remote.Permission {
 	return []remote.Permission{
-		{Verb: "create", Resource: "namespaces"}, {Verb: "delete", Resource: "namespaces"}, {Verb: "list", Resource: "namespaces"},
-		{Verb: "create", Resource: "pods"}, {Verb: "delete", Resource: "pods"}, {Verb: "list", Resource: "pods"},
-		{Verb: "get", Resource: "pods", Subresource: "log"}, {Verb: "get", Resource: "nodes"},
+		{Verb: "create", Resource: "namespaces", Role: remote.RoleStress},
+		{Verb: "get", Resource: "namespaces", Role: remote.RoleStress},
+		{Verb: "create", Group: rbacv1.GroupName, Resource: "rolebindings", Role: remote.RoleStress},
+		{Verb: "bind", Group: rbacv1.GroupName, Resource: "clusterroles", Name: remote.RoleStressRun, Role: remote.RoleStress},
+		{Verb: "get", Resource: "nodes", Role: remote.RoleStress},
 	}
+}
+
+// runPermissions are what a run does in its namespace ns, deploy/base's ClusterRole
+// nodectl-stress-run, which the run binds to its creator there: its pods, their logs (the
+// workloads' measurements) and standard input (a storm's go), and the namespace itself.
+func runPermissions(ns string) []remote.Permission {
+	in := func(verb, resource, sub, name string) remote.Permission {
+		return remote.Permission{Verb: verb, Resource: resource, Subresource: sub, Namespace: ns, Name: name, Role: remote.RoleStressRun}
+	}
+	return append([]remote.Permission{in("create", "pods", "", ""), in("delete", "pods", "", ""), in("list", "pods", "", ""),
+		in("get", "pods", "log", ""), in("delete", "namespaces", "", ns)},
+		remote.AttachPermissions(ns)...)
+}
+
+// tunePermission is deploy/base's ClusterRole nodectl-tune's one right, a verb of nodectl's
+// own: running privileged tuner pods on node. Its admission policy asks the authorizer for it.
+func tunePermission(node string) remote.Permission {
+	return remote.Permission{Verb: "tune", Group: "nodectl.io", Resource: "nodes", Name: node, Role: remote.RoleTune}
+}
+
+// PodSecurity's labels for a stress run's namespace: its workloads are restricted's (nobody,
+// no capability, RuntimeDefault seccomp), and deploy/base's policy refuses a run's namespace
+// with a laxer level unless its creator may tune the node.
+var restrictedNamespace = map[string]string{
+	"pod-security.kubernetes.io/enforce": "restricted",
+	"pod-security.kubernetes.io/warn":    "restricted",
+	"pod-security.kubernetes.io/audit":   "restricted",
 }
 
 // Spec is one workload pod.
@@ -101,29 +136,80 @@ func workloadSecurity() (*corev1.PodSecurityContext, *corev1.SecurityContext) {
 // Progress is where the run tells what it does.
 func (r *Run) Progress() io.Writer { return r.progress }
 
-// Start checks the user's rights (those of every run, and extra), finds the node's agent pod
-// (whose image the workloads run) and creates the run's namespace.
+// Start checks the user's rights (those of every run, and extra outside its namespace), finds
+// the node's agent pod (whose image the workloads run), creates the run's namespace and binds
+// the user to nodectl-stress-run in it.
 func Start(ctx context.Context, c *remote.Cluster, node, id string, progress io.Writer, extra ...remote.Permission) (*Run, error) {
-	return start(ctx, c, node, id, progress, nil, extra...)
+	return start(ctx, c, node, id, progress, restrictedNamespace, extra...)
 }
 
-// start is Start with extra labels on the namespace.
-func start(ctx context.Context, c *remote.Cluster, node, id string, progress io.Writer, nsLabels map[string]string, extra ...remote.Permission) (*Run, error) {
-	if err := c.Require(ctx, "a stress run through the API server", append(permissions(), extra...)...); err != nil {
+// start is Start with PodSecurity's labels on the namespace.
+func start(ctx context.Context, c *remote.Cluster, node, id string, progress io.Writer, security map[string]string, extra ...remote.Permission) (*Run, error) {
+	if err := c.Require(ctx, "a stress run through the API server", append(startPermissions(), extra...)...); err != nil {
 		return nil, err
 	}
 	image, err := agentImage(ctx, c, node)
 	if err != nil {
 		return nil, err
 	}
+	user, err := c.WhoAmI(ctx)
+	if err != nil {
+		return nil, err
+	}
 	r := &Run{ID: id, Namespace: namespaceOf(id), Node: node, Image: image, c: c, progress: progress}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.Namespace, Labels: r.labels()}}
-	maps.Copy(ns.Labels, nsLabels)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.Namespace, Labels: r.labels(),
+		Annotations: map[string]string{AnnotationCreatedBy: user.Username}}}
+	maps.Copy(ns.Labels, security)
 	if err := c.CreateNamespace(ctx, ns); err != nil {
+		return nil, err
+	}
+	if err := r.bind(ctx, user.Username); err != nil {
+		// Its creator's rights in it were to come from the binding; an admin's reach further.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if derr := c.DeleteNamespace(dctx, r.Namespace); derr != nil && !apierrors.IsNotFound(derr) {
+			return nil, fmt.Errorf("%w; namespace %s is left (deleting it: %v): a cluster admin removes it", err, r.Namespace, derr)
+		}
 		return nil, err
 	}
 	fmt.Fprintf(progress, "namespace %s on node %s, image %s\n", r.Namespace, node, image)
 	return r, nil
+}
+
+// bind gives user the run's rights in its namespace (a RoleBinding to nodectl-stress-run) and
+// waits until the API server's authorizer has them: its RBAC cache follows bindings shortly.
+func (r *Run) bind(ctx context.Context, user string) error {
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: remote.RoleStressRun, Namespace: r.Namespace, Labels: r.labels()},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: remote.RoleStressRun},
+		Subjects:   []rbacv1.Subject{subjectOf(user)},
+	}
+	if err := r.c.CreateRoleBinding(ctx, rb); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		err := r.c.Require(ctx, "a stress run's pods", runPermissions(r.Namespace)...)
+		var denied *remote.DeniedError
+		if err == nil || !errors.As(err, &denied) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// subjectOf is the RBAC subject of an authenticated user name: a ServiceAccount's
+// (system:serviceaccount:NAMESPACE:NAME) or a user's.
+func subjectOf(user string) rbacv1.Subject {
+	if rest, ok := strings.CutPrefix(user, "system:serviceaccount:"); ok {
+		if ns, name, ok := strings.Cut(rest, ":"); ok && ns != "" && name != "" && !strings.Contains(name, ":") {
+			return rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}
+		}
+	}
+	return rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}
 }
 
 func (r *Run) labels() map[string]string {
@@ -429,12 +515,13 @@ func ownRun(ns corev1.Namespace, node string) bool {
 	return stress.IsRunID(id) && ns.Name == namespaceOf(id) && ns.Labels[LabelNode] != "" && (node == "" || ns.Labels[LabelNode] == node)
 }
 
-// Clean deletes every run's namespace left on node (all nodes when node is ""), and returns
-// their names. A namespace where `tune validate --node` applied a profile is rolled back first,
-// and kept when the rollback fails. A namespace labelled as a run's but not named as one is
-// left alone, and said.
+// Clean deletes every run's namespace left on node (all nodes when node is "") that the user's
+// rights reach (the runs they made, or every run for an admin), and returns their names. A
+// namespace where `tune validate --node` applied a profile is rolled back first, and kept when
+// the rollback fails. A namespace labelled as a run's but not named as one, or another user's
+// run, is left alone, and said.
 func Clean(ctx context.Context, c *remote.Cluster, node string, progress io.Writer) ([]string, error) {
-	if err := c.Require(ctx, "cleaning stress runs through the API server", permissions()...); err != nil {
+	if err := c.Require(ctx, "cleaning stress runs through the API server", remote.Permission{Verb: "list", Resource: "namespaces", Role: remote.RoleStress}); err != nil {
 		return nil, err
 	}
 	sel := LabelPartOf + "=" + LabelPartVal
@@ -450,6 +537,14 @@ func Clean(ctx context.Context, c *remote.Cluster, node string, progress io.Writ
 	for _, ns := range list {
 		if !ownRun(ns, node) {
 			fmt.Fprintf(progress, "namespace %s carries nodectl's labels but is not a run's (%s=%q): left alone\n", ns.Name, LabelRun, ns.Labels[LabelRun])
+			continue
+		}
+		if err := c.Require(ctx, "cleaning run "+ns.Name, runPermissions(ns.Name)...); err != nil {
+			var denied *remote.DeniedError
+			if !errors.As(err, &denied) {
+				return removed, err
+			}
+			fmt.Fprintf(progress, "namespace %s is a run of %q: your rights do not reach it (a run's are its creator's): left alone\n", ns.Name, ns.Annotations[AnnotationCreatedBy])
 			continue
 		}
 		if _, err := rollbackLeft(ctx, c, ns.Name, ns.Labels[LabelNode], progress); err != nil {

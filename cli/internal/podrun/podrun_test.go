@@ -1,12 +1,20 @@
 package podrun
 
 import (
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/nodectl/nodectl/cli/internal/remote"
 )
 
 // A pod that cannot run ends the run at once, saying why; one still starting does not.
@@ -65,6 +73,21 @@ func TestWorkloadPodsAreConfinedAndEnd(t *testing.T) {
 	}
 }
 
+// A tuner pod that hangs, its CLI killed, is stopped by the kubelet; the deadline of a kept
+// apply pod, which has ended, stops nothing, so it still marks the node as holding a profile.
+func TestTunerPodsEnd(t *testing.T) {
+	r := &Run{ID: "tune-validate-20261205-213510-74f484", Namespace: "nodectl-r", Node: "n", Image: "nodectl:dev"}
+	for _, keep := range []bool{false, true} {
+		p := r.tunerPod("tune-apply", "apply", keep, corev1.MountPropagationNone, nil)
+		if d := p.Spec.ActiveDeadlineSeconds; d == nil || time.Duration(*d)*time.Second != TunerDeadline {
+			t.Errorf("kept %v: deadline %v, want %s", keep, d, TunerDeadline)
+		}
+		if got := p.Labels[LabelKept] == "true"; got != keep {
+			t.Errorf("kept %v: labels %v", keep, p.Labels)
+		}
+	}
+}
+
 // Only a namespace named as nodectl names its runs is one: labels alone are anyone's to set.
 func TestOwnRun(t *testing.T) {
 	const id = "noisy-20261205-213510-74f484"
@@ -85,6 +108,64 @@ func TestOwnRun(t *testing.T) {
 	} {
 		if got := ownRun(c.ns, c.node); got != c.want {
 			t.Errorf("%s: ownRun = %v, want %v", name, got, c.want)
+		}
+	}
+}
+
+// Every right the CLI checks before and during a run is the one deploy/base grants for it: the
+// start's in nodectl-stress, the run's in nodectl-stress-run, the tuner's in nodectl-tune, and
+// none is granted by another of them (the run's rights are reached only through the binding).
+func TestPermissionsAreDeployBases(t *testing.T) {
+	f, err := os.Open(filepath.Join("..", "..", "..", "deploy", "base", "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	roles := map[string][]rbacv1.PolicyRule{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	for {
+		var cr rbacv1.ClusterRole
+		if err := dec.Decode(&cr); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if cr.Kind == "ClusterRole" {
+			roles[cr.Name] = cr.Rules
+		}
+	}
+	grants := func(role string, p remote.Permission) bool {
+		res := p.Resource
+		if p.Subresource != "" {
+			res += "/" + p.Subresource
+		}
+		return slices.ContainsFunc(roles[role], func(r rbacv1.PolicyRule) bool {
+			return slices.Contains(r.APIGroups, p.Group) && slices.Contains(r.Resources, res) && slices.Contains(r.Verbs, p.Verb) &&
+				(len(r.ResourceNames) == 0 || slices.Contains(r.ResourceNames, p.Name))
+		})
+	}
+	perms := append(append(startPermissions(), runPermissions("nodectl-r")...), tunePermission("node-a"))
+	for _, p := range perms {
+		for _, role := range []string{remote.RoleStress, remote.RoleStressRun, remote.RoleTune} {
+			if got, want := grants(role, p), role == p.Role; got != want {
+				t.Errorf("%s: granted by %s: %v, want %v", p, role, got, want)
+			}
+		}
+	}
+}
+
+// A run's RoleBinding binds the user the API server named: a ServiceAccount as one, anyone else
+// as a user, whatever their name holds.
+func TestSubjectOf(t *testing.T) {
+	for user, want := range map[string]rbacv1.Subject{
+		"alice@example.com":                 {Kind: "User", APIGroup: rbacv1.GroupName, Name: "alice@example.com"},
+		"system:serviceaccount:ci:runner":   {Kind: "ServiceAccount", Namespace: "ci", Name: "runner"},
+		"system:serviceaccount:ci":          {Kind: "User", APIGroup: rbacv1.GroupName, Name: "system:serviceaccount:ci"},
+		"system:serviceaccount:ci:runner:x": {Kind: "User", APIGroup: rbacv1.GroupName, Name: "system:serviceaccount:ci:runner:x"},
+		"system:node:gke-pool-1-abcd":       {Kind: "User", APIGroup: rbacv1.GroupName, Name: "system:node:gke-pool-1-abcd"},
+	} {
+		if got := subjectOf(user); got != want {
+			t.Errorf("%s: %+v, want %+v", user, got, want)
 		}
 	}
 }

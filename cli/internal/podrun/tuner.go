@@ -39,9 +39,9 @@ var privilegedNamespace = map[string]string{
 }
 
 // StartTuner is Start for a run that runs the node's tuner: its namespace admits privileged
-// pods.
+// pods, which deploy/base's policies allow only to those who may tune the node.
 func StartTuner(ctx context.Context, c *remote.Cluster, node, id string, progress io.Writer, extra ...remote.Permission) (*Run, error) {
-	return start(ctx, c, node, id, progress, privilegedNamespace, extra...)
+	return start(ctx, c, node, id, progress, privilegedNamespace, append(extra, tunePermission(node))...)
 }
 
 // TuneResult is a tuner pod's end: its exit code and its log (its standard output and error,
@@ -78,18 +78,25 @@ func (r *Run) Tune(ctx context.Context, name, command string, keep bool, args ..
 	return res, err
 }
 
-func (r *Run) tune(ctx context.Context, name, command string, keep bool, propagation corev1.MountPropagationMode, args []string) (*TuneResult, error) {
+// TunerDeadline is how long a tuner pod may run before the kubelet stops it (SIGTERM: an
+// interrupted apply restores what it changed, in its 30 s of grace), so that a tuner whose CLI
+// was killed cannot hang on the node: twice what the CLI waits for a step.
+const TunerDeadline = 10 * time.Minute
+
+// tunerPod is the privileged pod that runs `nodectl tune command` on the node.
+func (r *Run) tunerPod(name, command string, keep bool, propagation corev1.MountPropagationMode, args []string) *corev1.Pod {
 	labels := r.labels()
 	labels[LabelTune] = command
 	if keep {
 		labels[LabelKept] = "true"
 	}
-	pod := &corev1.Pod{
+	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Namespace, Labels: labels},
 		Spec: corev1.PodSpec{
 			NodeName:                      r.Node,
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: new(int64(30)), // an interrupted apply restores what it changed
+			ActiveDeadlineSeconds:         new(int64(TunerDeadline / time.Second)),
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			AutomountServiceAccountToken:  new(false),
 			// The node's namespaces: net.* sysctls are the writer's network namespace's, and
@@ -111,6 +118,10 @@ func (r *Run) tune(ctx context.Context, name, command string, keep bool, propaga
 				HostPath: &corev1.HostPathVolumeSource{Path: "/", Type: new(corev1.HostPathDirectory)}}}},
 		},
 	}
+}
+
+func (r *Run) tune(ctx context.Context, name, command string, keep bool, propagation corev1.MountPropagationMode, args []string) (*TuneResult, error) {
+	pod := r.tunerPod(name, command, keep, propagation, args)
 	if err := r.create(ctx, pod); err != nil {
 		return nil, fmt.Errorf("creating the tuner pod %s/%s: %w", r.Namespace, name, err)
 	}

@@ -2,12 +2,15 @@ package remote
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/tools/remotecommand"
@@ -44,6 +47,28 @@ func (c *Cluster) GetNamespace(ctx context.Context, name string) (*corev1.Namesp
 		return nil, err
 	}
 	return ns, nil
+}
+
+// WhoAmI is the user the API server takes the kubeconfig's credentials for (a
+// SelfSubjectReview, which every authenticated user may create).
+func (c *Cluster) WhoAmI(ctx context.Context) (authenticationv1.UserInfo, error) {
+	out := &authenticationv1.SelfSubjectReview{}
+	if err := c.authn.Post().Resource("selfsubjectreviews").Body(&authenticationv1.SelfSubjectReview{}).Do(ctx).Into(out); err != nil {
+		return authenticationv1.UserInfo{}, c.apiError(err, "asking who your credentials are")
+	}
+	if out.Status.UserInfo.Username == "" {
+		return authenticationv1.UserInfo{}, fmt.Errorf("the API server %s says your credentials have no user name", c.Config.Host)
+	}
+	return out.Status.UserInfo, nil
+}
+
+// CreateRoleBinding creates rb in its namespace.
+func (c *Cluster) CreateRoleBinding(ctx context.Context, rb *rbacv1.RoleBinding) error {
+	err := c.rbac.Post().Namespace(rb.Namespace).Resource("rolebindings").Body(rb).Do(ctx).Error()
+	if err != nil {
+		return c.apiError(err, "creating role binding "+rb.Namespace+"/"+rb.Name)
+	}
+	return nil
 }
 
 // DeleteNamespace asks for the namespace's deletion (its controller removes what is left).
@@ -146,6 +171,7 @@ func (c *Cluster) Attach(ctx context.Context, namespace, pod, container string, 
 
 // AttachPermissions are what Attach needs: create for SPDY, get for WebSockets, as for
 // port-forward.
-func AttachPermissions() []Permission {
-	return []Permission{{Verb: "create", Resource: "pods", Subresource: "attach"}, {Verb: "get", Resource: "pods", Subresource: "attach"}}
+func AttachPermissions(namespace string) []Permission {
+	return []Permission{{Verb: "create", Resource: "pods", Subresource: "attach", Namespace: namespace, Role: RoleStressRun},
+		{Verb: "get", Resource: "pods", Subresource: "attach", Namespace: namespace, Role: RoleStressRun}}
 }

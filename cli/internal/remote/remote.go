@@ -12,9 +12,11 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -75,7 +77,9 @@ type Cluster struct {
 	Context string
 	core    *rest.RESTClient
 	authz   *rest.RESTClient
+	authn   *rest.RESTClient
 	coord   *rest.RESTClient
+	rbac    *rest.RESTClient
 }
 
 // Connect loads the kubeconfig as kubectl does (--kubeconfig, else $KUBECONFIG, else
@@ -104,23 +108,40 @@ func Connect(f Flags) (*Cluster, error) {
 	if f.Context != "" {
 		c.Context = f.Context
 	}
-	cs, err := kube.RESTClients(cfg, corev1.SchemeGroupVersion, authorizationv1.SchemeGroupVersion, coordinationv1.SchemeGroupVersion)
+	cs, err := kube.RESTClients(cfg, corev1.SchemeGroupVersion, authorizationv1.SchemeGroupVersion, authenticationv1.SchemeGroupVersion,
+		coordinationv1.SchemeGroupVersion, rbacv1.SchemeGroupVersion)
 	if err != nil {
 		return nil, fmt.Errorf("the API server %s: %w", cfg.Host, err)
 	}
-	c.core, c.authz, c.coord = cs[0], cs[1], cs[2]
+	c.core, c.authz, c.authn, c.coord, c.rbac = cs[0], cs[1], cs[2], cs[3], cs[4]
 	return c, nil
 }
 
 // Permission is an RBAC right: a verb on a resource (and subresource) in a namespace ("" for
-// cluster-scoped or every namespace).
+// cluster-scoped or every namespace), of one object when Name is set.
 type Permission struct {
 	Verb, Resource, Subresource, Namespace string
 	Group                                  string // the resource's API group; "" for the core group
+	Name                                   string // the object's; "" for any
+	// Role is deploy/base's role that grants it (RoleUser when ""), named in a denial.
+	Role string
 }
+
+// deploy/base's roles a person is bound to, each for one use of --node.
+const (
+	RoleUser   = "nodectl-user"   // a Role in the agent's namespace: reach the agent
+	RoleStress = "nodectl-stress" // a ClusterRole: start runs of pods
+	// RoleStressRun is the ClusterRole nodectl binds the run's creator to in each run's
+	// namespace (a RoleBinding), and only there: its pods, their logs and input, the namespace.
+	RoleStressRun = "nodectl-stress-run"
+	RoleTune      = "nodectl-tune" // a ClusterRole: privileged tuner pods on a node
+)
 
 func (p Permission) String() string {
 	r := resourceName(p)
+	if p.Name != "" {
+		r += " " + p.Name
+	}
 	where := "in every namespace"
 	if p.Namespace != "" {
 		where = "in namespace " + p.Namespace
@@ -137,8 +158,19 @@ type DeniedError struct {
 }
 
 func (e *DeniedError) Error() string {
-	msg := fmt.Sprintf("forbidden: your kubeconfig context %q may not %s, which %s needs; a Role granting verb %q on %q does (deploy/base's Role nodectl-user in %s has what --node needs: kubectl -n %s create rolebinding NAME --role nodectl-user --user YOU)",
-		e.Context, e.Permission, e.Why, e.Permission.Verb, resourceName(e.Permission), DefaultNamespace, DefaultNamespace)
+	var grant string
+	switch e.Permission.Role {
+	case RoleStress:
+		grant = "deploy/base's ClusterRole nodectl-stress has what runs of pods need: kubectl create clusterrolebinding NAME --clusterrole nodectl-stress --user YOU"
+	case RoleTune:
+		grant = "deploy/base's ClusterRole nodectl-tune lets its holders run privileged tuner pods, with nodectl-stress: kubectl create clusterrolebinding NAME --clusterrole nodectl-tune --user YOU"
+	case RoleStressRun:
+		grant = "nodectl binds you to deploy/base's ClusterRole nodectl-stress-run in each run's namespace: is deploy/base, with that ClusterRole and its admission policies, applied?"
+	default:
+		grant = fmt.Sprintf("deploy/base's Role nodectl-user in %s has what --node needs: kubectl -n %s create rolebinding NAME --role nodectl-user --user YOU", DefaultNamespace, DefaultNamespace)
+	}
+	msg := fmt.Sprintf("forbidden: your kubeconfig context %q may not %s, which %s needs; a role granting verb %q on %q does (%s)",
+		e.Context, e.Permission, e.Why, e.Permission.Verb, resourceName(e.Permission), grant)
 	if e.Reason != "" {
 		msg += " (" + e.Reason + ")"
 	}
@@ -163,7 +195,7 @@ func (c *Cluster) Require(ctx context.Context, why string, perms ...Permission) 
 	for _, p := range perms {
 		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: p.Namespace, Verb: p.Verb, Group: p.Group, Resource: p.Resource, Subresource: p.Subresource,
+				Namespace: p.Namespace, Verb: p.Verb, Group: p.Group, Resource: p.Resource, Subresource: p.Subresource, Name: p.Name,
 			},
 		}}
 		out := &authorizationv1.SelfSubjectAccessReview{}
