@@ -252,9 +252,11 @@ func TestAgentOnARealNode(t *testing.T) {
 }
 
 // overlay is the test's kustomization on deploy/base: the image built for this run, the
-// test's data and socket directories, short incident
-// windows, and the host's network, because the test cluster runs no kube-proxy and its API
-// server listens on loopback only (the in-cluster config is pointed there).
+// test's data and socket directories, short incident windows, an fsync bound the disk hog's
+// effect passes on any disk (the victim's fsyncs go from ~30 ms to hundreds; the shipped 1 s
+// is reached only on a slow one), and the host's network, because the test cluster runs no
+// kube-proxy and its API server listens on loopback only (the in-cluster config is pointed
+// there).
 func overlay(t *testing.T, c *testcluster.Cluster, tag, data, run string) string {
 	t.Helper()
 	u, err := url.Parse(c.Server)
@@ -289,6 +291,7 @@ patches:
       - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--incident-before=40s"}
       - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--incident-after=10s"}
       - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--incident-baseline=30s"}
+      - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--trigger-fsync-stall=100ms"}
 `, tag, agentName, agentNamespace, u.Hostname(), u.Port(), data, run)
 }
 

@@ -188,7 +188,7 @@ func checkStressRights(ctx context.Context, t *testing.T, c *testcluster.Cluster
 		defer func() {
 			// Gone before tune_on_the_node, which counts the runs' namespaces.
 			core.Namespaces().Delete(context.WithoutCancel(ctx), tuned, metav1.DeleteOptions{})
-			waitGone(context.WithoutCancel(ctx), t, c, tuned, podCgroupsBefore)
+			waitGone(context.WithoutCancel(ctx), t, c, tuned, podCgroups(t)) // no pod ran there; the run's still do
 		}()
 		if _, err := as.RbacV1().RoleBindings(tuned).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "nodectl-stress-run"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "nodectl-stress-run"},
@@ -249,7 +249,7 @@ func checkStressRights(ctx context.Context, t *testing.T, c *testcluster.Cluster
 		}
 		defer func() {
 			core.Namespaces().Delete(context.WithoutCancel(ctx), admins, metav1.DeleteOptions{})
-			waitGone(context.WithoutCancel(ctx), t, c, admins, podCgroupsBefore)
+			waitGone(context.WithoutCancel(ctx), t, c, admins, podCgroups(t))
 		}()
 		out, err := cmdOf("stress", "clean").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "namespace "+admins+` is a run of "admin"`) {
