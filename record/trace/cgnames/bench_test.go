@@ -8,15 +8,18 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nodectl/nodectl/host/cgroup"
 	"github.com/nodectl/nodectl/record/trace/internal/cgtest"
 )
 
 // BenchmarkNameNewCgroup makes a cgroup beside 1,000 others, names its id as the tracer's
-// reader does, and removes it: named from the followed mkdir (no capability), and by file
-// handle (CAP_DAC_READ_SEARCH). The mkdir and rmdir are in both; the difference is the naming.
-// host/cgroup's BenchmarkResolverMiss gives a walk's cost, what a miss costs with neither. Run
-// as root: go test -run '^$' -bench NameNewCgroup ./record/trace/cgnames.
+// reader does, and removes it: named from the followed mkdir (CAP_DAC_READ_SEARCH dropped, as
+// the agent runs), and by file handle (with it). The mkdir and rmdir are in both; the
+// difference is the naming; walks counts the walks (the followed one's first). host/cgroup's
+// BenchmarkResolverMiss gives a walk's cost, what a miss costs with neither. Run as root:
+// CGO_ENABLED=0 go test -run '^$' -bench NameNewCgroup ./record/trace/cgnames.
 func BenchmarkNameNewCgroup(b *testing.B) {
 	cgtest.RequireRoot(b)
 	names := make([]string, 1000)
@@ -35,6 +38,8 @@ func BenchmarkNameNewCgroup(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			r := cgroup.NewResolver(l)
 			if followed {
+				// As the agent runs: no file handles, so the first miss walks once.
+				withoutCapability(b, unix.CAP_DAC_READ_SEARCH)
 				if err := r.Follow(tr.Feed); err != nil {
 					b.Fatal(err)
 				}

@@ -3,7 +3,6 @@
 package cgnames
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
@@ -55,8 +55,8 @@ func New(log *slog.Logger) (*Tracer, error) {
 }
 
 // Feed hands fn every mkdir and rmdir the ring holds, without waiting for more, and says
-// whether the ring lost any since the last call. A path the kernel's was cut from is handed as
-// "". It is a host/cgroup.Feed.
+// whether the ring lost any since the last call. A path cut to fit the event is handed as "".
+// It is a host/cgroup.Feed.
 func (t *Tracer) Feed(fn func(cgroup.Change)) (lost bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -65,7 +65,6 @@ func (t *Tracer) Feed(fn func(cgroup.Change)) (lost bool, err error) {
 	}
 	t.ring.SetDeadline(time.Now())
 	var rec ringbuf.Record
-	var e cgnamesCgEvent
 	for {
 		err := t.ring.ReadInto(&rec)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -74,12 +73,9 @@ func (t *Tracer) Feed(fn func(cgroup.Change)) (lost bool, err error) {
 		if err != nil {
 			return false, fmt.Errorf("reading the %s ring: %w", name, err)
 		}
-		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &e); err != nil {
-			return false, fmt.Errorf("decoding a cgroup change: %w", err)
-		}
-		c := cgroup.Change{Hierarchy: int(e.Hierarchy), ID: e.Id, Removed: e.Op == uint16(cgnamesCgOpCG_RMDIR)}
-		if n := int(e.Len); n < len(e.Path) {
-			c.Path = string(bytesOf(e.Path[:n]))
+		c, err := decode(rec.RawSample)
+		if err != nil {
+			return false, err
 		}
 		fn(c)
 	}
@@ -92,13 +88,21 @@ func (t *Tracer) Feed(fn func(cgroup.Change)) (lost bool, err error) {
 	return lost, nil
 }
 
-// bytesOf is the C chars of a path as bytes.
-func bytesOf(cs []int8) []byte {
-	b := make([]byte, len(cs))
-	for i, c := range cs {
-		b[i] = byte(c)
+// eventSize is struct cg_event's: id, hierarchy, op, len, then the path.
+var eventSize = int(unsafe.Sizeof(cgnamesCgEvent{}))
+
+// decode reads a struct cg_event (bpf/cgnames.bpf.c) by its fields' offsets: a reflective
+// decode of its 256-byte path costs more than the rest of the read.
+func decode(raw []byte) (cgroup.Change, error) {
+	if len(raw) < eventSize {
+		return cgroup.Change{}, fmt.Errorf("decoding a cgroup change: %d bytes, want %d", len(raw), eventSize)
 	}
-	return b
+	e := binary.NativeEndian
+	c := cgroup.Change{ID: e.Uint64(raw[0:]), Hierarchy: int(e.Uint32(raw[8:])), Removed: e.Uint16(raw[12:]) == uint16(cgnamesCgOpCG_RMDIR)}
+	if n, path := int(e.Uint16(raw[14:])), raw[16:eventSize]; n < len(path) {
+		c.Path = string(path[:n])
+	}
+	return c, nil
 }
 
 // Close detaches and unloads everything. It is safe to call more than once.

@@ -105,7 +105,7 @@ func load(t testing.TB) (*Tracer, *cgroup.Layout) {
 
 // withoutCapability drops capability from every thread's effective set until the test ends
 // (it stays permitted, so it comes back).
-func withoutCapability(t *testing.T, capability int) {
+func withoutCapability(t testing.TB, capability int) {
 	t.Helper()
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
