@@ -212,7 +212,9 @@ those runs'. Runs whose nodectl
 process is still alive are left alone unless --all is given.
 
 With --node NODE it deletes, through the API server, the namespaces and pods of every stress
-run of pods on that node ('nodectl --node NODE stress ...' labels them).`,
+run of pods on that node ('nodectl --node NODE stress ...' labels them) that your rights reach:
+your own runs (each run's rights are bound to its maker, in its namespace), every run for an
+admin. Another's run is left alone, and its maker named.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, ids []string) error {
 			if err := console.CheckOutput(output); err != nil {

@@ -218,7 +218,10 @@ func (r *Resolver) Live(controller string, id uint64) bool {
 	if root == "" {
 		return false
 	}
-	if r.handles {
+	r.mu.Lock()
+	handles := r.handles // Path turns it off, under mu, once refused
+	r.mu.Unlock()
+	if handles {
 		err := byHandleExists(root, id)
 		if errors.Is(err, errGone) {
 			r.confirmGone(root, id)
