@@ -8,12 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -46,7 +49,7 @@ import (
 // New returns the agent command and its subcommands.
 func New() *cobra.Command {
 	cfg := agent.ServeConfig{Config: agent.Config{Host: host.Default(), Triggers: agent.DefaultTriggers, Windows: recorded.DefaultWindows}}
-	var daemonList, memLimit, pprofListen string
+	var daemonList, memLimit, pprofListen, runAs string
 	var kc kubeFlags
 	var verbose bool
 	cmd := &cobra.Command{
@@ -100,6 +103,11 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 				privilege.CapBPF: "loading the eBPF programs", privilege.CapPerfmon: "loading and attaching tracing programs"}); err != nil {
 				return err
 			}
+			if runAs != "" {
+				if err := becomeUser(runAs, cfg.DataDir, cfg.API.Socket); err != nil {
+					return err
+				}
+			}
 			cfg.Daemons = names
 			cfg.Version = buildinfo.Version
 			ctx, stop := interrupt.SignalContext(cmd.Context(), cmd.ErrOrStderr())
@@ -141,6 +149,7 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 	f.DurationVar(&cfg.Windows.Baseline, "incident-baseline", cfg.Windows.Baseline, "the quiet stretch before the window that it is compared with")
 	f.StringVar(&daemonList, "daemons", strings.Join(agent.DefaultDaemons, ","), "system daemons to follow (program names, comma-separated; none for none)")
 	f.StringVar(&cfg.API.Socket, "socket", rpc.DefaultSocket, "the API's unix socket (mode 0600)")
+	f.StringVar(&runAs, "run-as", "", "UID:GID to run as after start, keeping CAP_BPF and CAP_PERFMON alone: --data-dir and the socket's directory are given to it (CAP_CHOWN, CAP_SETUID and CAP_SETGID needed at start); empty: stay as started")
 	f.StringVar(&cfg.API.TCP, "listen-tcp", "", "also serve the API on this host:port, with mTLS only (needs --tls-cert, --tls-key, --tls-client-ca)")
 	f.StringVar(&cfg.API.CertFile, "tls-cert", "", "the agent's certificate (PEM) for --listen-tcp")
 	f.StringVar(&cfg.API.KeyFile, "tls-key", "", "the agent's key (PEM) for --listen-tcp")
@@ -172,6 +181,36 @@ var settingFlags = map[string]string{
 const minRecorderSpan = 10 * time.Second
 
 // checkFlags names the flag of a bad trigger, window or retention.
+// becomeUser makes the agent the user spec names (UID:GID), keeping the two capabilities it
+// needs; the data directory (with all below) and the socket's directory become that user's.
+// A socket's directory anyone may write (/tmp) is refused: it is not the agent's to give.
+func becomeUser(spec, dataDir, socket string) error {
+	u, g, ok := strings.Cut(spec, ":")
+	uid, uerr := strconv.Atoi(u)
+	gid, gerr := strconv.Atoi(g)
+	if !ok || uerr != nil || gerr != nil || uid <= 0 || gid <= 0 {
+		return fmt.Errorf("--run-as %q: want UID:GID, both numbers above 0, e.g. 65532:65532", spec)
+	}
+	sockDir := filepath.Dir(socket)
+	// Parents the user can pass through; the data directory its alone. The socket's holds the
+	// socket (mode 0600), and root without CAP_DAC_READ_SEARCH passes through it at the next
+	// start.
+	for _, dir := range []string{filepath.Dir(dataDir), sockDir} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("--run-as: %w", err)
+		}
+	}
+	if err := os.Mkdir(dataDir, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("--run-as: %w", err)
+	}
+	if fi, err := os.Stat(sockDir); err != nil {
+		return fmt.Errorf("--run-as: %w", err)
+	} else if fi.Mode()&(os.ModeSticky|0o002) != 0 {
+		return fmt.Errorf("--run-as %s: the socket's directory %s is shared (anyone may write there); give --socket a directory of its own", spec, sockDir)
+	}
+	return privilege.Become(uid, gid, []int{privilege.CapBPF, privilege.CapPerfmon}, []string{dataDir}, []string{sockDir})
+}
+
 func checkFlags(cfg agent.ServeConfig) error {
 	switch {
 	case cfg.Retention.MaxBytes < 0:

@@ -42,7 +42,10 @@ const (
 )
 
 // The capabilities deploy/base adds, and those the agent's process must hold: exactly these.
-var agentCaps = map[string]uint{"BPF": 39, "PERFMON": 38}
+var agentCaps = map[string]uint{"BPF": 39, "PERFMON": 38, "CHOWN": 0, "SETUID": 7, "SETGID": 6}
+
+// agentKeeps are the capabilities the agent keeps once it runs as its own user (--run-as).
+var agentKeeps = []string{"BPF", "PERFMON"}
 
 // TestAgentOnARealNode applies deploy/ to a real control plane with a real kubelet and checks
 // the agent there, in one sequence (each step needs the one before): it runs unprivileged with
@@ -332,7 +335,7 @@ func waitAgent(ctx context.Context, t *testing.T, cs kubernetes.Interface, resta
 var hopeless = []string{"ErrImageNeverPull", "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"}
 
 // checkPrivileges: the pod asks for no privilege but the declared capabilities, and the
-// agent's process on the host holds exactly those.
+// agent's process on the host runs as its own user with the two it keeps.
 func checkPrivileges(t *testing.T, pod *corev1.Pod) {
 	sc := pod.Spec.Containers[0].SecurityContext
 	if sc == nil || sc.Privileged != nil && *sc.Privileged || sc.Capabilities == nil {
@@ -345,13 +348,14 @@ func checkPrivileges(t *testing.T, pod *corev1.Pod) {
 	if len(added) != len(agentCaps) || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		t.Errorf("capabilities add %v drop %v, want add %v and drop ALL", added, sc.Capabilities.Drop, agentCaps)
 	}
-	var want uint64
 	for _, name := range added {
-		bit, ok := agentCaps[name]
-		if !ok {
+		if _, ok := agentCaps[name]; !ok {
 			t.Errorf("capability %s added, not one the agent was measured to need", name)
 		}
-		want |= 1 << bit
+	}
+	var want uint64
+	for _, name := range agentKeeps {
+		want |= 1 << agentCaps[name]
 	}
 	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 		t.Error("the root filesystem is writable")
@@ -364,19 +368,28 @@ func checkPrivileges(t *testing.T, pod *corev1.Pod) {
 	if !strings.Contains(string(status), "\nSeccomp:\t2\n") {
 		t.Errorf("the agent runs without a seccomp filter (want RuntimeDefault):\n%s", status)
 	}
+	// Its own user, not root, with what it keeps alone, effective and permitted.
+	if !strings.Contains(string(status), "\nUid:\t65532\t65532\t65532\t65532\n") {
+		t.Errorf("the agent does not run as uid 65532:\n%s", status)
+	}
+	caps := 0
 	for _, l := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
-			eff, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if eff != want {
-				t.Errorf("the agent's effective capabilities %#x, want %#x (%v)", eff, want, added)
-			}
-			return
+		field, v, _ := strings.Cut(l, ":")
+		if field != "CapEff" && field != "CapPrm" {
+			continue
+		}
+		caps++
+		got, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("the agent's %s %#x, want %#x (%v)", field, got, want, agentKeeps)
 		}
 	}
-	t.Error("no CapEff in the agent's status")
+	if caps != 2 {
+		t.Error("no CapEff and CapPrm in the agent's status")
+	}
 }
 
 // agentPID finds the agent's process on the host: nodectl with the DaemonSet's health flag.
