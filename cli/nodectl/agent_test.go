@@ -282,27 +282,7 @@ func TestStressRunBesideTheAgent(t *testing.T) {
 			t.Errorf("beside the agent, cpu-contention culprits %v do not name %s", rep.Findings[i].Culprits, hog)
 		}
 	}
-	out, err := nodectl(t, "agent", "status", "--socket", sock, "-o", "json")
-	if err != nil {
-		t.Fatalf("the agent stopped answering during the run: %v", err)
-	}
-	var st struct {
-		Tracer map[string]string `json:"tracer"`
-		Store  struct {
-			Writable bool `json:"writable"`
-		} `json:"store"`
-	}
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatal(err)
-	}
-	for prog, s := range st.Tracer {
-		if s != "attached" {
-			t.Errorf("agent's %s: %s after the run", prog, s)
-		}
-	}
-	if !st.Store.Writable {
-		t.Errorf("agent's store not writable after the run: %s", out)
-	}
+	checkRecording(t, sock, "after the run")
 	ag.stop(t)
 }
 
@@ -501,4 +481,34 @@ func TestAgentOOMKillIncident(t *testing.T) {
 		t.Errorf("the OOM kill incident's analysis has no %s finding:\n%s", analyzer.IDOOMKill, b)
 	}
 	ag.stop(t)
+}
+
+// checkRecording wants the agent on sock answering, every program attached and its store
+// writable.
+func checkRecording(t *testing.T, sock, when string) {
+	t.Helper()
+	out, err := nodectl(t, "agent", "status", "--socket", sock, "-o", "json")
+	if err != nil {
+		t.Fatalf("the agent does not answer %s: %v", when, err)
+	}
+	var st struct {
+		Tracer map[string]string `json:"tracer"`
+		Store  struct {
+			Writable bool `json:"writable"`
+		} `json:"store"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Tracer) == 0 {
+		t.Errorf("agent's status names no program %s: %s", when, out)
+	}
+	for prog, s := range st.Tracer {
+		if s != "attached" {
+			t.Errorf("agent's %s: %s %s", prog, s, when)
+		}
+	}
+	if !st.Store.Writable {
+		t.Errorf("agent's store not writable %s: %s", when, out)
+	}
 }

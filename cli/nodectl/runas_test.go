@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -51,27 +50,7 @@ func TestAgentRunsAsAnotherUser(t *testing.T) {
 	}
 
 	time.Sleep(time.Second)
-	out, err := nodectl(t, "agent", "status", "--socket", a.sock, "-o", "json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st struct {
-		Tracer map[string]string `json:"tracer"`
-		Store  struct {
-			Writable bool `json:"writable"`
-		} `json:"store"`
-	}
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatal(err)
-	}
-	if !st.Store.Writable || len(st.Tracer) == 0 {
-		t.Errorf("store writable %v, tracer %v: want it recording", st.Store.Writable, st.Tracer)
-	}
-	for prog, s := range st.Tracer {
-		if s != "attached" {
-			t.Errorf("%s: %s", prog, s)
-		}
-	}
+	checkRecording(t, a.sock, "as uid 65532")
 	files := 0
 	filepath.WalkDir(data, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -18,6 +18,9 @@ const (
 	// rewalkFollowed is rewalkEvery when a feed tells every cgroup made since the last walk
 	// and lost none: a miss then is an id of no cgroup, which a walk would not find either.
 	rewalkFollowed = time.Minute
+	// drainEvery bounds how often Live drains the feed: an rmdir older than this is known,
+	// a newer one is found by the stat Live makes anyway.
+	drainEvery = 100 * time.Millisecond
 	// keepGone is how long a resolved path is trusted without asking the kernel again, so
 	// samples read just after a workload's cgroup went away are still attributed.
 	keepGone = 10 * time.Minute
@@ -44,6 +47,7 @@ type Resolver struct {
 	trees   map[string]*tree // by hierarchy mount dir
 	feed    Feed
 	byHier  map[int]string // hierarchy id -> mount dir, for the feed's changes
+	drained time.Time      // the feed's last drain
 }
 
 // Change is a cgroup the kernel made or removed: its kernfs id, its path from its hierarchy's
@@ -167,6 +171,7 @@ func (r *Resolver) followed(t *tree) bool {
 // follow applies what the feed holds to the trees it has walked (a tree not walked yet learns
 // it all from its first walk). Called with r.mu held.
 func (r *Resolver) follow(now time.Time) {
+	r.drained = now
 	lost, err := r.feed(func(c Change) {
 		root, ok := r.byHier[c.Hierarchy]
 		t := r.trees[root]
@@ -249,7 +254,10 @@ func (r *Resolver) removed(root string, id uint64) bool {
 	if r.feed == nil || t == nil || t.walked.IsZero() {
 		return false
 	}
-	r.follow(time.Now())
+	// A forget sweep asks of every id its maps hold: one drain serves them all.
+	if now := time.Now(); now.Sub(r.drained) >= drainEvery {
+		r.follow(now)
+	}
 	e, ok := t.byID[id]
 	return ok && e.gone
 }
