@@ -275,7 +275,7 @@ func TestStressRunBesideTheAgent(t *testing.T) {
 	rep, _ := noisyRun(t, "--hog", "cpu,count=2")
 	i, ok := finding(rep, "cpu-contention")
 	if !ok {
-		t.Fatalf("beside the agent, no cpu-contention finding; got %v", rep.ids())
+		t.Fatalf("beside the agent, no cpu-contention finding; %s", rep.said())
 	}
 	for _, hog := range []string{"cpu-hog-0", "cpu-hog-1"} {
 		if !slices.Contains(rep.Findings[i].Culprits, hog) {

