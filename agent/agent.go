@@ -426,7 +426,7 @@ func (a *Agent) analyzeWindow(w recorded.Window) (*analyzer.Report, error) {
 	if w.Stop == nil {
 		w.Stop = a.stop
 	}
-	w, err := w.Incident(a.store, a.Meta(), a.store.Status().Series)
+	w, err := w.Bounded(a.store, a.Meta(), a.store.Status().Series)
 	if err != nil {
 		return nil, err
 	}

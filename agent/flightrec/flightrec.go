@@ -111,6 +111,7 @@ type Span struct {
 	Bytes          int64
 	TornBytes      int64    // the journal's unreadable tail (a crash, or a tick being written)
 	Corrupt        []string // damaged segments, skipped
+	Series         int      // the most series one segment (or the journal) holds: what a tick can read
 }
 
 // ErrClosed is returned by a closed Store.

@@ -38,7 +38,7 @@ func seedStore(f *testing.F) (journal, seg, tick, cols []byte) {
 		f.Fatal(err)
 	}
 	h := segs[0].h
-	if cols, err = segs[0].frame(headerSize, h.colsLen, h.colsRaw, h.colsCRC, nil); err != nil {
+	if cols, err = segs[0].frame(headerSize, h.colsLen, h.colsRaw, h.colsCRC, nil, new([]byte)); err != nil {
 		f.Fatal(err)
 	}
 	return journal, seg, tick, cols

@@ -92,6 +92,7 @@ func (r *Reader) scan() (*view, Span, error) {
 		}
 		v.segs = append(v.segs, f)
 		sp.Bytes += f.size
+		sp.Series = max(sp.Series, int(f.h.series))
 	}
 	r.mu.Unlock()
 	sp.Segments = len(v.segs)
@@ -100,6 +101,7 @@ func (r *Reader) scan() (*view, Span, error) {
 		sp.TornBytes = int64(len(b) - good)
 		if len(g.ticks) > 0 {
 			v.open = g
+			sp.Series = max(sp.Series, len(g.cols))
 		}
 	}
 	if len(v.segs) > 0 {
@@ -179,12 +181,14 @@ func (v *view) read(from, to time.Time, step time.Duration, keep Keep, fn func(r
 	r := &reading{from: clampNanos(from), to: clampNanos(to), step: int64(step), keep: keep, fn: fn, known: map[string]*rseries{}, intern: newInterner()}
 	// Events first: they are few, and their times need not fall in their tick's segment.
 	skip := map[string]bool{}
+	var buf, zbuf []byte // reused from segment to segment
 	for _, f := range v.segs {
 		if f.h.events == 0 || f.h.maxT < r.from || f.h.minT > r.to {
 			continue
 		}
-		b, err := f.loadEvents()
+		b, err := f.loadEvents(buf, &zbuf)
 		if err == nil {
+			buf = b
 			err = r.addEvents(b, int(f.h.events), from, to)
 		}
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -199,7 +203,6 @@ func (v *view) read(from, to time.Time, step time.Duration, keep Keep, fn func(r
 	}
 	slices.SortStableFunc(r.events, func(a, b rundir.Record) int { return a.Time.Compare(b.Time) })
 
-	var buf []byte
 	for _, f := range v.segs {
 		if f.h.last < r.from {
 			continue
@@ -211,7 +214,7 @@ func (v *view) read(from, to time.Time, step time.Duration, keep Keep, fn func(r
 			r.forget()
 			continue
 		}
-		g, err := f.load(buf, r.keep)
+		g, err := f.load(buf, &zbuf, r.keep)
 		if err == nil {
 			buf = g.raw
 			err = r.segment(g)

@@ -284,8 +284,9 @@ func openSegFile(path string) (segFile, error) {
 	return segFile{path: path, size: fi.Size(), h: h}, nil
 }
 
-// frame reads and checks one of the file's frames and decompresses it into buf.
-func (f *segFile) frame(off, n, raw uint64, sum uint32, buf []byte) ([]byte, error) {
+// frame reads and checks one of the file's frames, into *zbuf (grown when short, for the next
+// frame), and decompresses it into buf.
+func (f *segFile) frame(off, n, raw uint64, sum uint32, buf []byte, zbuf *[]byte) ([]byte, error) {
 	if n == 0 {
 		if raw != 0 {
 			return nil, fmt.Errorf("%w: empty frame", errCorrupt)
@@ -297,7 +298,10 @@ func (f *segFile) frame(off, n, raw uint64, sum uint32, buf []byte) ([]byte, err
 		return nil, err
 	}
 	defer file.Close()
-	src := make([]byte, n)
+	if uint64(cap(*zbuf)) < n {
+		*zbuf = make([]byte, n, grown(n))
+	}
+	src := (*zbuf)[:n]
 	if _, err := file.ReadAt(src, int64(off)); err != nil {
 		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
 	}
@@ -307,9 +311,11 @@ func (f *segFile) frame(off, n, raw uint64, sum uint32, buf []byte) ([]byte, err
 	return decompress(src, raw, buf)
 }
 
-// load decodes the whole segment; buf is reused for its bytes, which the segment then holds.
-func (f *segFile) load(buf []byte, keep Keep) (*segment, error) {
-	raw, err := f.frame(headerSize, f.h.colsLen, f.h.colsRaw, f.h.colsCRC, buf)
+// load decodes the whole segment; buf is reused for its bytes, which the segment then holds,
+// and *zbuf for the compressed ones (a read reuses both from segment to segment: fresh ones had
+// the garbage collector run hundreds of times an analysis under the agent's memory limit).
+func (f *segFile) load(buf []byte, zbuf *[]byte, keep Keep) (*segment, error) {
+	raw, err := f.frame(headerSize, f.h.colsLen, f.h.colsRaw, f.h.colsCRC, buf, zbuf)
 	if err != nil {
 		return nil, err
 	}
@@ -324,15 +330,19 @@ func (f *segFile) load(buf []byte, keep Keep) (*segment, error) {
 	return g, nil
 }
 
-// loadEvents returns the segment's encoded events without decoding its columns.
-func (f *segFile) loadEvents() ([]byte, error) {
-	return f.frame(headerSize+f.h.colsLen, f.h.evLen, f.h.evRaw, f.h.evCRC, nil)
+// loadEvents returns the segment's encoded events without decoding its columns, decompressed
+// into buf; *zbuf as for load.
+func (f *segFile) loadEvents(buf []byte, zbuf *[]byte) ([]byte, error) {
+	return f.frame(headerSize+f.h.colsLen, f.h.evLen, f.h.evRaw, f.h.evCRC, buf, zbuf)
 }
 
 var decoder = sync.OnceValues(func() (*zstd.Decoder, error) {
 	return zstd.NewReader(nil, zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxWindow(64<<20),
 		zstd.WithDecodeAllCapLimit(true), zstd.WithDecoderMaxMemory(maxRaw))
 })
+
+// grown is a buffer's capacity for n bytes: a little more, for the next frame.
+func grown(n uint64) uint64 { return (n + 64<<10 - 1) &^ (64<<10 - 1) }
 
 // decompress decodes one zstd frame of raw bytes, no more, into buf when it has room.
 func decompress(src []byte, raw uint64, buf []byte) ([]byte, error) {
@@ -344,7 +354,7 @@ func decompress(src []byte, raw uint64, buf []byte) ([]byte, error) {
 		return nil, err
 	}
 	if uint64(cap(buf)) < raw {
-		buf = make([]byte, 0, (raw+64<<10-1)&^(64<<10-1)) // a little more, for the next frame
+		buf = make([]byte, 0, grown(raw))
 	}
 	out, err := d.DecodeAll(src, buf[:0:raw])
 	if err != nil || uint64(len(out)) != raw {

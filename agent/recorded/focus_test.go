@@ -1,10 +1,16 @@
 package recorded
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
+	"github.com/nodectl/nodectl/agent/flightrec"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -76,7 +82,7 @@ func TestIncidentFocus(t *testing.T) {
 		Workloads: []rundir.Workload{{Name: "kubelet", Kind: rundir.KindDaemon, Cgroup: "/kubelet"}}}
 	w := Window{BaselineFrom: tick(0), From: tick(120), To: tick(240), Cgroup: "/victim"}
 	src := newNode(100)
-	w, err := w.Incident(src, meta, 0)
+	w, err := w.Bounded(src, meta, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +116,7 @@ func TestIncidentFocus(t *testing.T) {
 	}
 
 	small := Window{BaselineFrom: tick(0), From: tick(120), To: tick(240), Cgroup: "/victim"}
-	if small, err = small.Incident(newNode(10), meta, 0); err != nil || small.Cgroups != nil {
+	if small, err = small.Bounded(newNode(10), meta, 0); err != nil || small.Cgroups != nil {
 		t.Errorf("a node of 33 cgroups: focus %v, %v; want every cgroup (nil)", small.Cgroups, err)
 	}
 }
@@ -127,3 +133,73 @@ func sampleOf(metric, cg string, v float64, kv ...string) rundir.Record {
 var t0 = time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 
 func tick(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
+
+// `analyze --data-dir` reads a window as the agent does (Bounded): on a node of many cgroups
+// the same focus, so the same report, and the directory's series count from its segments.
+func TestDataDirReadsAsTheAgent(t *testing.T) {
+	dir := t.TempDir()
+	meta := rundir.Meta{Interval: rundir.Duration(time.Second),
+		Workloads: []rundir.Workload{{Name: "kubelet", Kind: rundir.KindDaemon, Cgroup: "/kubelet"}}}
+	w := Window{BaselineFrom: tick(0), From: tick(120), To: tick(240)}
+	store, err := flightrec.Open(flightrec.Options{Dir: dir, SegmentSpan: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var batch []rundir.Record
+	var at time.Time
+	err = newNode(100).Read(w.BaselineFrom, w.To, 0, func(r rundir.Record) error {
+		if !r.Time.Equal(at) && len(batch) > 0 {
+			if err := store.Append(at, batch); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+		at = r.Time
+		batch = append(batch, r)
+		return nil
+	})
+	if err == nil {
+		err = store.Append(at, batch)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, MetaFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	inAgent, err := w.Bounded(store, meta, store.Status().Series)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inAgent.Cgroups == nil || inAgent.Ticks <= 0 {
+		t.Fatalf("the agent's read of a node of 122 cgroups has ticks %d and focus %v", inAgent.Ticks, inAgent.Cgroups)
+	}
+	want, err := AnalyzeWindow(store, meta, inAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := flightrec.OpenReader(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp, err := rd.Span(); err != nil || sp.Series != store.Status().Series {
+		t.Errorf("the directory's span says %d series (%v), the store follows %d", sp.Series, err, store.Status().Series)
+	}
+	rec, err := OpenDataDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := rec.Analyze(context.Background(), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("analyze --data-dir:\n%+v\nthe agent:\n%+v", got, want)
+	}
+}

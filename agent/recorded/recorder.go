@@ -63,7 +63,16 @@ func (d *dataDir) Meta(context.Context) (rundir.Meta, error) { return d.meta, ni
 
 func (d *dataDir) Source(context.Context) Source { return d.rd }
 
+// Analyze reads the window as the agent would (Bounded), so that the same window gets the same
+// analysis offline as from the running agent, in as little memory.
 func (d *dataDir) Analyze(_ context.Context, w Window) (*analyzer.Report, error) {
+	sp, err := d.rd.Span()
+	if err != nil {
+		return nil, err
+	}
+	if w, err = w.Bounded(d.rd, d.meta, sp.Series); err != nil {
+		return nil, err
+	}
 	return AnalyzeWindow(d.rd, d.meta, w)
 }
 

@@ -32,15 +32,51 @@ func BenchmarkIncidentAnalysis(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rd, err := flightrec.OpenReader(dir)
+	c := analyzeInAgent(b, dir, w)
+
+	const mib = 1 << 20
+	fmt.Printf("\n== an incident's analysis in the agent: %s baseline, %s window, %d cgroups at 1 s (%d series), read at %d ticks a phase, %d cgroups in focus\n",
+		d.Baseline, d.Before+d.After, liveCgroups, st.Series, c.ticks, c.focus)
+	c.print()
+	b.ReportMetric(c.cpu.Seconds(), "cpu-s")
+	b.ReportMetric(c.rssMiB(), "rss-MiB")
+	b.ReportMetric(c.allocMiB(), "alloc-MiB")
+	b.ReportMetric(0, "ns/op")
+}
+
+// agentCost is what an analysis cost the agent's process.
+type agentCost struct {
+	cpu, wall    time.Duration
+	rss, alloc   uint64 // VmHWM above the process's RSS before it; bytes allocated
+	gcs          uint32
+	findings     int
+	ticks, focus int // each phase's ticks read, the cgroups in focus (0: all)
+}
+
+func (c agentCost) rssMiB() float64   { return float64(c.rss) / (1 << 20) }
+func (c agentCost) allocMiB() float64 { return float64(c.alloc) / (1 << 20) }
+
+func (c agentCost) print() {
+	row := "%-52s %s\n"
+	fmt.Printf(row, "CPU time (user+sys), wall", fmt.Sprintf("%.2f s, %.2f s", c.cpu.Seconds(), c.wall.Seconds()))
+	fmt.Printf(row, "RSS above the process's before it (VmHWM)", fmt.Sprintf("%.1f MiB", c.rssMiB()))
+	fmt.Printf(row, "allocated, GC cycles", fmt.Sprintf("%.1f MiB, %d", c.allocMiB(), c.gcs))
+	fmt.Printf(row, "findings", fmt.Sprint(c.findings))
+}
+
+// analyzeInAgent analyzes w of the flight recorder in dir as the agent does, in this process
+// under the agent's memory limit: through the store opened on dir (its journal in memory, as
+// the agent holds it, before the measure starts), read as Bounded says, then analyzed.
+func analyzeInAgent(b *testing.B, dir string, w recorded.Window) agentCost {
+	store, err := flightrec.Open(flightrec.Options{Dir: dir})
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer store.Close()
 	meta, err := recorded.ReadMeta(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
-
 	runtime.GC()
 	debug.FreeOSMemory()
 	// As in the agent: its default --memory-limit.
@@ -56,13 +92,12 @@ func BenchmarkIncidentAnalysis(b *testing.B) {
 	runtime.ReadMemStats(&ms0)
 	cpu0 := cpuTime(b)
 	start := time.Now()
-	w, err = w.Incident(rd, meta, st.Series)
+	w, err = w.Bounded(store, meta, store.Status().Series)
 	if err != nil {
 		b.Fatal(err)
 	}
-	rep, err := recorded.AnalyzeWindow(rd, meta, w)
-	elapsed := time.Since(start)
-	cpu := cpuTime(b) - cpu0
+	rep, err := recorded.AnalyzeWindow(store, meta, w)
+	c := agentCost{wall: time.Since(start), cpu: cpuTime(b) - cpu0, ticks: w.Ticks, focus: len(w.Cgroups)}
 	runtime.ReadMemStats(&ms1)
 	if err != nil {
 		b.Fatal(err)
@@ -71,20 +106,8 @@ func BenchmarkIncidentAnalysis(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	n := len(rep.Findings)
-
-	const mib = 1 << 20
-	fmt.Printf("\n== an incident's analysis in the agent: %s baseline, %s window, %d cgroups at 1 s (%d series), read at %d ticks a phase, %d cgroups in focus\n",
-		d.Baseline, d.Before+d.After, liveCgroups, st.Series, w.Ticks, len(w.Cgroups))
-	row := "%-52s %s\n"
-	fmt.Printf(row, "CPU time (user+sys), wall", fmt.Sprintf("%.2f s, %.2f s", cpu.Seconds(), elapsed.Seconds()))
-	fmt.Printf(row, "RSS above the process's before it (VmHWM)", fmt.Sprintf("%.1f MiB", float64(peak-rss0)/mib))
-	fmt.Printf(row, "allocated, GC cycles", fmt.Sprintf("%.1f MiB, %d", float64(ms1.TotalAlloc-ms0.TotalAlloc)/mib, ms1.NumGC-ms0.NumGC))
-	fmt.Printf(row, "findings", fmt.Sprint(n))
-	b.ReportMetric(cpu.Seconds(), "cpu-s")
-	b.ReportMetric(float64(peak-rss0)/mib, "rss-MiB")
-	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/mib, "alloc-MiB")
-	b.ReportMetric(0, "ns/op")
+	c.rss, c.alloc, c.gcs, c.findings = peak-rss0, ms1.TotalAlloc-ms0.TotalAlloc, ms1.NumGC-ms0.NumGC, len(rep.Findings)
+	return c
 }
 
 // agentMemoryLimit is the agent's default --memory-limit.
