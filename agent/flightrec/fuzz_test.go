@@ -1,6 +1,7 @@
 package flightrec
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"os"
@@ -101,17 +102,17 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		discard := func(rundir.Record) error { return nil }
 		g := &segment{}
-		if g.apply(b, true) == nil && len(g.ticks) > 0 {
+		if g.apply(b, true, nil) == nil && len(g.ticks) > 0 {
 			(&view{open: g}).read(fuzzFrom, fuzzTo, 0, nil, discard, nil)
 		}
-		if g := (&segment{}); g.apply(b, false) == nil { // a tick's entry but its last
+		if g := (&segment{}); g.apply(b, false, nil) == nil { // a tick's entry but its last
 			g.dropPart()
 		}
-		if g, err := decodeCols(b, nil); err == nil {
+		if g, err := decodeCols(bufio.NewReader(bytes.NewReader(b)), uint64(len(b)), nil, &colScratch{}); err == nil {
 			(&view{open: g}).read(fuzzFrom, fuzzTo, 0, nil, discard, nil)
 			(&view{open: g}).read(fuzzFrom, fuzzTo, 2*time.Second, func(_, metric string) bool { return len(metric)%2 == 0 }, discard, nil)
 		}
-		replay(b, &segment{})
+		replay(b, &segment{}, nil)
 		d := dec{b: b}
 		for d.err == nil && len(d.b) > 0 {
 			d.record()

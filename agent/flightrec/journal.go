@@ -151,7 +151,7 @@ func (j *journalReader) head(h []byte) (uint32, error) {
 
 // replay applies the journal's ticks to g and returns the length of its valid prefix, which
 // ends with a whole tick; cut says why the rest, if any, was not read.
-func replay(b []byte, g *segment) (good int, cut error) {
+func replay(b []byte, g *segment, keep Keep) (good int, cut error) {
 	if len(b) < journalHeader || [journalHeader]byte(b[:journalHeader]) != journalMagic {
 		if len(b) == 0 {
 			return 0, nil
@@ -167,7 +167,7 @@ func replay(b []byte, g *segment) (good int, cut error) {
 			err = fmt.Errorf("%w: tick cut short", errCorrupt)
 		}
 		if err == nil {
-			err = g.apply(payload, !more)
+			err = g.apply(payload, !more, keep)
 		}
 		if err == io.EOF {
 			return good, nil

@@ -48,7 +48,7 @@ func (r *Reader) Read(from, to time.Time, step time.Duration, fn func(rundir.Rec
 
 // ReadSeries is Read of the series keep admits (see Store.ReadSeries).
 func (r *Reader) ReadSeries(from, to time.Time, step time.Duration, keep Keep, fn func(rundir.Record) error) error {
-	v, _, err := r.scan()
+	v, _, err := r.scan(keep)
 	if err != nil {
 		return err
 	}
@@ -61,11 +61,12 @@ func (r *Reader) ReadSeries(from, to time.Time, step time.Duration, keep Keep, f
 
 // Span says what the directory holds.
 func (r *Reader) Span() (Span, error) {
-	_, sp, err := r.scan()
+	_, sp, err := r.scan(nil)
 	return sp, err
 }
 
-func (r *Reader) scan() (*view, Span, error) {
+// scan lists the directory and replays its journal, keeping the series keep admits (nil: all).
+func (r *Reader) scan(keep Keep) (*view, Span, error) {
 	var sp Span
 	// The journal before the listing: should the writer seal it in between, the listing shows
 	// the new segment and the journal read is recognised as stale below.
@@ -74,7 +75,7 @@ func (r *Reader) scan() (*view, Span, error) {
 		return nil, sp, fmt.Errorf("flightrec: %w", err)
 	}
 	g := &segment{}
-	good, _ := replay(b, g)
+	good, _ := replay(b, g, keep)
 	l, err := listDir(r.dir)
 	if err != nil {
 		return nil, sp, fmt.Errorf("flightrec: %w", err)
@@ -182,6 +183,7 @@ func (v *view) read(from, to time.Time, step time.Duration, keep Keep, fn func(r
 	// Events first: they are few, and their times need not fall in their tick's segment.
 	skip := map[string]bool{}
 	var buf, zbuf []byte // reused from segment to segment
+	var cols colScratch
 	for _, f := range v.segs {
 		if f.h.events == 0 || f.h.maxT < r.from || f.h.minT > r.to {
 			continue
@@ -214,9 +216,8 @@ func (v *view) read(from, to time.Time, step time.Duration, keep Keep, fn func(r
 			r.forget()
 			continue
 		}
-		g, err := f.load(buf, &zbuf, r.keep)
+		g, err := f.load(&cols, r.keep)
 		if err == nil {
-			buf = g.raw
 			err = r.segment(g)
 		}
 		if r.fnErr != nil {
@@ -386,6 +387,10 @@ func (r *reading) segment(g *segment) error {
 	r.cols = slices.Grow(r.cols[:0], len(g.cols))[:len(g.cols)]
 	for i := range g.cols {
 		c := &g.cols[i]
+		if c.data == nil { // left out by the journal's replay
+			r.cols[i] = rcol{pending: -1}
+			continue
+		}
 		rs, err := r.lookup(c.key)
 		if err != nil {
 			return err

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -24,10 +23,9 @@ type segment struct {
 	cols       []column
 	events     []byte // encoded records, back to back
 	nEvents    int
-	minT, maxT int64  // over ticks and event times
-	samples    int64  // logical samples: each series at each tick from its first
-	raw        []byte // a sealed segment's decompressed bytes, which cols point into
-	series     int    // a sealed segment's series, cols holding those a read keeps
+	minT, maxT int64 // over ticks and event times
+	samples    int64 // logical samples: each series at each tick from its first
+	series     int   // a sealed segment's series, cols holding those a read keeps
 
 	// A journal tick whose first entries were applied and its last not yet.
 	inPart   bool
@@ -39,9 +37,10 @@ type segment struct {
 // data: that value in full, then (tick gap, change) for each later tick it changed.
 type column struct {
 	key   string
+	kind  byte // the entry's first byte: kindFloat or kindHist
 	first int32
-	last  int32 // tick of the last change (open segments only)
-	data  []byte
+	last  int32  // tick of the last change (open segments only)
+	data  []byte // nil: a series a journal's replay left out (replay's keep)
 }
 
 // tickHead is what a journal entry says of its tick besides the columns.
@@ -113,8 +112,11 @@ func walkTick(p []byte, ncols int, kind func(col int) byte, def func(tick int32,
 
 // apply adds one journal entry to g; last says it ends its tick. It checks the entry before
 // changing anything, so that an entry that does not decode leaves g as it was.
-func (g *segment) apply(p []byte, last bool) error {
-	kind := func(col int) byte { return g.cols[col].key[0] }
+//
+// The series keep leaves out (nil: none) keep their place, their kind and nothing else: a read
+// of a few cgroups' series then copies what it keeps of the journal, not all of it.
+func (g *segment) apply(p []byte, last bool, keep Keep) error {
+	kind := func(col int) byte { return g.cols[col].kind }
 	h, err := walkTick(p, len(g.cols), kind, nil, nil)
 	switch {
 	case err != nil:
@@ -132,9 +134,16 @@ func (g *segment) apply(p []byte, last bool) error {
 		g.partCols = len(g.cols)
 	}
 	walkTick(p, len(g.cols), kind, func(tick int32, _ int, key, v []byte) {
-		g.cols = append(g.cols, column{key: string(key), first: tick, last: tick, data: append([]byte(nil), v...)})
+		c := column{kind: key[0], first: tick, last: tick}
+		if keeps(keep, key) {
+			c.key, c.data = string(key), append([]byte(nil), v...)
+		}
+		g.cols = append(g.cols, c)
 	}, func(tick int32, col int, ch []byte) bool {
 		c := &g.cols[col]
+		if c.data == nil {
+			return true
+		}
 		c.data = binary.AppendUvarint(c.data, uint64(tick-c.last))
 		c.data = append(c.data, ch...)
 		c.last = tick
@@ -311,27 +320,8 @@ func (f *segFile) frame(off, n, raw uint64, sum uint32, buf []byte, zbuf *[]byte
 	return decompress(src, raw, buf)
 }
 
-// load decodes the whole segment; buf is reused for its bytes, which the segment then holds,
-// and *zbuf for the compressed ones (a read reuses both from segment to segment: fresh ones had
-// the garbage collector run hundreds of times an analysis under the agent's memory limit).
-func (f *segFile) load(buf []byte, zbuf *[]byte, keep Keep) (*segment, error) {
-	raw, err := f.frame(headerSize, f.h.colsLen, f.h.colsRaw, f.h.colsCRC, buf, zbuf)
-	if err != nil {
-		return nil, err
-	}
-	g, err := decodeCols(raw, keep)
-	if err != nil {
-		return nil, err
-	}
-	g.raw = raw
-	if len(g.ticks) != int(f.h.ticks) || g.series != int(f.h.series) || g.ticks[0] != f.h.first || g.ticks[len(g.ticks)-1] != f.h.last {
-		return nil, fmt.Errorf("%w: body does not match the header", errCorrupt)
-	}
-	return g, nil
-}
-
 // loadEvents returns the segment's encoded events without decoding its columns, decompressed
-// into buf; *zbuf as for load.
+// into buf, the compressed bytes read into *zbuf (a read reuses both from segment to segment).
 func (f *segFile) loadEvents(buf []byte, zbuf *[]byte) ([]byte, error) {
 	return f.frame(headerSize+f.h.colsLen, f.h.evLen, f.h.evRaw, f.h.evCRC, buf, zbuf)
 }
@@ -361,75 +351,4 @@ func decompress(src []byte, raw uint64, buf []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: frame does not decompress", errCorrupt)
 	}
 	return buf[:raw], nil
-}
-
-// The columns frame: the tick count, the first tick and the later ones as varint
-// delta-of-deltas; the series count, then each series' catalogue entry, first tick and data
-// length; then the data of every series, back to back.
-func decodeCols(raw []byte, keep Keep) (*segment, error) {
-	d := dec{b: raw}
-	g := &segment{}
-	n := d.count(1)
-	if n == 0 {
-		d.fail("no ticks")
-	}
-	g.ticks = make([]int64, 0, n)
-	var t, delta int64
-	for i := range n {
-		if i == 0 {
-			t = d.varint()
-		} else {
-			delta += d.varint()
-			if delta <= 0 || t+delta < t {
-				d.fail("ticks not increasing")
-				break
-			}
-			t += delta
-		}
-		g.ticks = append(g.ticks, t)
-	}
-	ns := d.count(6)
-	g.series = ns
-	lens := make([]uint64, 0, ns)
-	kept := make([]bool, 0, ns)
-	for range ns {
-		key := d.entry()
-		first := d.uvarint()
-		l := d.uvarint()
-		if d.err != nil {
-			break
-		}
-		if first >= uint64(len(g.ticks)) {
-			d.fail("first tick beyond the segment")
-			break
-		}
-		lens = append(lens, l)
-		g.samples += int64(len(g.ticks)) - int64(first)
-		kept = append(kept, keeps(keep, key))
-		if !kept[len(kept)-1] {
-			continue
-		}
-		// In place: a read copies the keys it keeps, and a churned window's segments hold
-		// hundreds of thousands of series a read may leave out.
-		g.cols = append(g.cols, column{key: unsafe.String(unsafe.SliceData(key), len(key)), first: int32(first)})
-	}
-	j := 0
-	for i, l := range lens {
-		data := d.bytes(l)
-		if d.err == nil && l == 0 {
-			d.fail("empty column")
-		}
-		if kept[i] {
-			g.cols[j].data = data
-			j++
-		}
-	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("trailing bytes")
-	}
-	if d.err != nil {
-		return nil, d.err
-	}
-	g.minT, g.maxT = g.ticks[0], g.ticks[len(g.ticks)-1]
-	return g, nil
 }

@@ -158,7 +158,7 @@ func (s *Store) recover() error {
 		return err
 	}
 	g := &segment{}
-	good, cut := replay(b, g)
+	good, cut := replay(b, g, nil)
 	if n := len(s.segs); len(g.ticks) > 0 && n > 0 && g.ticks[0] <= s.segs[n-1].h.last {
 		// A crash came between sealing the journal and emptying it.
 		g, good, cut = &segment{}, 0, nil
@@ -832,7 +832,7 @@ type Keep func(cgroup, metric string) bool
 // others are skipped undecoded, so a read of a few cgroups' series costs what they hold,
 // whatever the node's churn left in the window.
 func (s *Store) ReadSeries(from, to time.Time, step time.Duration, keep Keep, fn func(rundir.Record) error) error {
-	v, err := s.view(from, to)
+	v, err := s.view(from, to, keep)
 	if err != nil {
 		return err
 	}
@@ -840,11 +840,11 @@ func (s *Store) ReadSeries(from, to time.Time, step time.Duration, keep Keep, fn
 }
 
 // view is what a read of [from, to] needs: the sealed segments and, when it holds ticks of
-// the window, the open segment decoded from the journal. The journal is copied outside the
+// the window, the open segment decoded from the journal (its series keep admits). The journal is copied outside the
 // store's lock, so a long copy does not hold up Append: only a seal rewrites the bytes below
 // the journal's length, and a copy a seal overlapped is taken again (the segments then hold
 // what the journal did).
-func (s *Store) view(from, to time.Time) (*view, error) {
+func (s *Store) view(from, to time.Time, keep Keep) (*view, error) {
 	for {
 		s.mu.Lock()
 		if s.closed {
@@ -875,7 +875,7 @@ func (s *Store) view(from, to time.Time) (*view, error) {
 			return nil, fmt.Errorf("flightrec: read journal: %w", err)
 		}
 		g := &segment{}
-		if good, cut := replay(journal, g); cut != nil || good != len(journal) {
+		if good, cut := replay(journal, g, keep); cut != nil || good != len(journal) {
 			return nil, fmt.Errorf("flightrec: journal does not decode: %v", cut)
 		}
 		v.open = g

@@ -85,6 +85,10 @@ func BenchmarkPostmortem1h(b *testing.B) {
 	fmt.Printf(row, "  goals (issue 33)", fmt.Sprintf("CPU <= %.0f s: %s; RSS <= %d MiB above: %s",
 		postmortemCPUGoal.Seconds(), met(in.cpu <= postmortemCPUGoal), postmortemRSSGoal/mib, met(in.rss <= postmortemRSSGoal)))
 
+	if in.rss > postmortemRSSGuard {
+		b.Errorf("the agent's analysis of the hour took %.1f MiB above its RSS; the guard is %d MiB (goal %d)", in.rssMiB(), postmortemRSSGuard/mib, postmortemRSSGoal/mib)
+	}
+
 	b.ReportMetric(median(wall), "analyze-s")
 	b.ReportMetric(median(cpu), "analyze-cpu-s")
 	b.ReportMetric(float64(rss)/mib, "analyze-rss-MiB")
@@ -93,10 +97,13 @@ func BenchmarkPostmortem1h(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// A post-mortem of an hour of 1,000 cgroups in the agent, at most (issue 33).
+// A post-mortem of an hour of 1,000 cgroups in the agent, at most (issue 33), and the memory
+// this benchmark fails above: room over the goal (27.9-31.1 MiB measured), below the 55 MiB of a
+// read that decompressed each segment whole.
 const (
-	postmortemCPUGoal = 3 * time.Second
-	postmortemRSSGoal = 32 << 20
+	postmortemCPUGoal  = 3 * time.Second
+	postmortemRSSGoal  = 32 << 20
+	postmortemRSSGuard = 44 << 20
 )
 
 func met(ok bool) string {
