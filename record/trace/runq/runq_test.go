@@ -651,7 +651,7 @@ func timesRun(t *testing.T, pid int) uint64 {
 
 // runDelay is the kernel's own total run-queue wait (/proc/<tid>/schedstat, its second
 // field) of every thread in the group's tasks file.
-func runDelay(t *testing.T, g *cgtest.Group) uint64 {
+func runDelay(t *testing.T, g *cgtest.Group) map[string]uint64 {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(g.Dir, "tasks"))
 	if os.IsNotExist(err) {
@@ -660,18 +660,18 @@ func runDelay(t *testing.T, g *cgtest.Group) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sum uint64
+	delays := map[string]uint64{}
 	for _, tid := range strings.Fields(string(b)) {
 		st, err := os.ReadFile("/proc/" + tid + "/schedstat")
 		if err != nil {
 			continue // exited
 		}
-		var run, delay uint64
-		if _, err := fmt.Sscan(string(st), &run, &delay); err == nil {
-			sum += delay
+		var run, d uint64
+		if _, err := fmt.Sscan(string(st), &run, &d); err == nil {
+			delays[tid] = d
 		}
 	}
-	return sum
+	return delays
 }
 
 // The waits recorded for a cgroup add up to what the kernel itself counts for its tasks
@@ -946,11 +946,21 @@ func matchRunDelay(t *testing.T, tr *Tracer, g *cgtest.Group) {
 	before, kernel0 := read(t, tr).Latency[g.ID].SumNs, runDelay(t, g)
 	time.Sleep(3 * time.Second)
 	after, kernel1 := read(t, tr).Latency[g.ID].SumNs, runDelay(t, g)
-	got, want := float64(after-before), float64(kernel1-kernel0)
-	t.Logf("%s waited %.3f s by the tracer, %.3f s by the kernel (x%.3f)", g.Path, got/1e9, want/1e9, got/want)
+	var delay uint64
+	tasks := 0 // those that waited in between
+	for tid, d := range kernel1 {
+		if d > kernel0[tid] {
+			delay += d - kernel0[tid]
+			tasks++
+		}
+	}
+	got, want := float64(after-before), float64(delay)
+	t.Logf("%s waited %.3f s by the tracer, %.3f s by the kernel in %d tasks (x%.3f)", g.Path, got/1e9, want/1e9, tasks, got/want)
 	// The two reads of each are not at the same instant, and a wait in progress at either
-	// edge counts on one side only: a period (100 ms) per task at most.
-	if want == 0 || math.Abs(got-want) > 0.05*want+2*100e6 {
+	// edge counts on one side only: a period (100 ms) per waiting task at each of the two
+	// edges at most. (A period per task in all failed once on 6.1 under emulation, by 16 ms:
+	// a capped busy loop and its sleeper, 0.565 s apart on 7 s.)
+	if want == 0 || math.Abs(got-want) > 0.05*want+2*float64(tasks)*100e6 {
 		t.Errorf("the tracer recorded %.3f s of waits, the kernel %.3f s", got/1e9, want/1e9)
 	}
 }
