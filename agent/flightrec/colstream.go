@@ -65,7 +65,7 @@ type span struct{ off, len uint64 }
 // load decodes the segment's columns that keep admits (nil: all), into s.
 func (f *segFile) load(s *colScratch, keep Keep) (*segment, error) {
 	n, raw := f.h.colsLen, f.h.colsRaw
-	if n == 0 || raw > maxRaw || raw > n*maxRatio+64<<10 {
+	if n == 0 || implausible(n, raw) {
 		return nil, fmt.Errorf("%w: %d bytes would decompress to %d", errCorrupt, n, raw)
 	}
 	file, err := os.Open(f.path)

@@ -334,9 +334,12 @@ var decoder = sync.OnceValues(func() (*zstd.Decoder, error) {
 // grown is a buffer's capacity for n bytes: a little more, for the next frame.
 func grown(n uint64) uint64 { return (n + 64<<10 - 1) &^ (64<<10 - 1) }
 
+// implausible: a frame of n bytes cannot decompress to raw, or raw is more than a read holds.
+func implausible(n, raw uint64) bool { return raw > maxRaw || raw > n*maxRatio+64<<10 }
+
 // decompress decodes one zstd frame of raw bytes, no more, into buf when it has room.
 func decompress(src []byte, raw uint64, buf []byte) ([]byte, error) {
-	if raw > maxRaw || raw > uint64(len(src))*maxRatio+64<<10 {
+	if implausible(uint64(len(src)), raw) {
 		return nil, fmt.Errorf("%w: %d bytes would decompress to %d", errCorrupt, len(src), raw)
 	}
 	d, err := decoder()
