@@ -22,6 +22,8 @@ type ServeConfig struct {
 	API rpc.Config
 	// MetricsListen is the host:port of the Prometheus metrics; "" serves none.
 	MetricsListen string
+	// MetricsSeriesBudget bounds the series of a scrape (exporter.Config.SeriesBudget).
+	MetricsSeriesBudget int
 	// Ready, if set, is called once the agent records and listens.
 	Ready func(a *Agent, api *rpc.Server, metrics *metricserver.Server)
 }
@@ -46,7 +48,7 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 
 	var metrics *metricserver.Server
 	if cfg.MetricsListen != "" {
-		ecfg := exporter.Config{MaxSeries: cfg.MaxCgroups, Self: func() exporter.Self { return a.selfMetrics(api.Dropped()) }}
+		ecfg := exporter.Config{MaxSeries: cfg.MaxCgroups, SeriesBudget: cfg.MetricsSeriesBudget, Self: func() exporter.Self { return a.selfMetrics(api.Dropped()) }}
 		if a.kube != nil {
 			ecfg.Classify = a.kube.classify
 		}

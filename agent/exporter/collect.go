@@ -66,6 +66,8 @@ const (
 	stateOverflow = "overflow"
 	stateNamed    = "named"
 	stateUnknown  = "unknown"
+	stateExported = "exported"
+	stateRolled   = "rolled"
 	labelMap      = "map"
 	labelTrigger  = "trigger"
 
@@ -110,6 +112,8 @@ var (
 
 	exporterCgroups = newDesc("nodectl_exporter_cgroups",
 		"Cgroups the exporter holds: with series of their workload's (tracked) or in the _overflow workload's (overflow).", labelState)
+	exporterWorkloads = newDesc("nodectl_exporter_workloads",
+		"Workloads in this scrape: with series of their own (exported, _overflow included) or whose increases went to _overflow's series within the series budget (rolled).", labelState)
 	exporterSeries = newDesc("nodectl_exporter_series",
 		"Series in this scrape of the exporter's metrics, each histogram bucket, sum and count one, these included.")
 	exporterDuration = newDesc("nodectl_exporter_scrape_duration_seconds",
@@ -132,37 +136,87 @@ type row struct {
 	hist  int     // histograms: the index of its copy
 }
 
-// snapshot copies every series' value under the lock, so that building and sending the
-// metrics, and the registry's wait for them, never holds up Observe.
-func (e *Exporter) snapshot() (rows []row, hists []histo, tracked, overflow int) {
+// snapshot copies, under the lock, the series this scrape exports within the series budget
+// (plan), so that building and sending the metrics, and the registry's wait for them, never
+// holds up Observe. fixed is the lines of the agent's own series, info the workloads with an
+// info series. The overflow's rows merge the overflow workload's series, the rollup's and
+// the rolled workloads' gauges.
+func (e *Exporter) snapshot(fixed int, info map[workloadKey]bool) (sn scrapeState) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	b := e.plan(fixed, info)
+	sn.exported = make(map[workloadKey]bool, len(b.exported))
+	sn.rolled = b.rolled
 	n := len(e.node.w.series)
-	for _, w := range e.workloads {
+	for w := range b.exported {
 		n += len(w.series)
 	}
-	rows = make([]row, 0, n)
-	add := func(w *workload) {
+	sn.rows = make([]row, 0, n+len(e.rolled.series))
+	add := func(w *workload, s *series) {
+		r := row{w: w, s: s, value: s.value}
+		if s.hist != nil {
+			r.hist = len(sn.hists)
+			sn.hists = append(sn.hists, *s.hist)
+		}
+		sn.rows = append(sn.rows, r)
+	}
+	for _, s := range e.node.w.series {
+		add(e.node.w, s)
+	}
+	for w := range b.exported {
+		sn.exported[w.key] = true
+		if w.key == rolledKey {
+			continue
+		}
 		for _, s := range w.series {
-			r := row{w: w, s: s, value: s.value}
-			if s.hist != nil {
-				r.hist = len(hists)
-				hists = append(hists, *s.hist)
-			}
-			rows = append(rows, r)
+			add(w, s)
 		}
 	}
-	add(e.node.w)
-	for _, w := range e.workloads {
-		add(w)
+	overflow := map[seriesKey]*series{}
+	merge := func(k seriesKey, hist bool) *series {
+		m := overflow[k]
+		if m == nil {
+			m = &series{key: k}
+			if hist {
+				m.hist = &histo{}
+			}
+			overflow[k] = m
+		}
+		return m
 	}
-	return rows, hists, len(e.cgroups) - e.overflow, e.overflow
+	if w := e.workloads[rolledKey]; w != nil {
+		for k, s := range w.series {
+			merge(k, s.hist != nil).add(s)
+		}
+	}
+	for k, s := range e.rolled.series {
+		merge(k, s.hist != nil).add(s)
+	}
+	for k, v := range b.gauges {
+		merge(k, false).value += v
+	}
+	for _, s := range overflow {
+		add(e.rolled, s)
+	}
+	if len(overflow) > 0 {
+		sn.exported[rolledKey] = true
+	}
+	sn.tracked, sn.overflow = len(e.cgroups)-e.overflow, e.overflow
+	return sn
 }
 
-// Collect sends the latest value of every series, then the agent's and the exporter's own.
+// scrapeState is what a scrape copied of the exporter's state.
+type scrapeState struct {
+	rows              []row
+	hists             []histo
+	tracked, overflow int                  // cgroups
+	exported          map[workloadKey]bool // workloads exported whole (and the overflow)
+	rolled            int                  // workloads rolled into _overflow
+}
+
+// Collect sends the series the budget keeps (snapshot), then the agent's and the exporter's own.
 func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	start := time.Now()
-	rows, hists, tracked, overflow := e.snapshot()
 	series := 0
 	// emit sends m, or, when a label value was refused (a cgroup name that is not UTF-8), the
 	// error, which the server reports while serving the rest.
@@ -177,7 +231,20 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 		m, err := prometheus.NewConstMetric(d, vt, v, labels...)
 		emit(d, m, err, 1)
 	}
-	for _, r := range rows {
+	// The agent's own series are made first, to know the lines they take; sent after the rest.
+	var own []func()
+	info := map[workloadKey]bool{}
+	var pods []PodInfo
+	if e.cfg.Self != nil {
+		own, pods = e.self(e.cfg.Self(), value)
+		for _, p := range pods {
+			info[workloadKey{p.Workload, p.Kind}] = true
+		}
+	}
+	// The exporter's own: cgroups and workloads by state, series, duration.
+	const exporterLines = 6
+	sn := e.snapshot(len(own)+exporterLines, info)
+	for _, r := range sn.rows {
 		sp := r.s.key.spec
 		labels := []string{r.w.key.name, r.w.key.kind, r.s.key.a, r.s.key.b}[:2+sp.labels]
 		if sp.node {
@@ -185,7 +252,7 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 		}
 		switch sp.typ {
 		case histogram:
-			h := &hists[r.hist]
+			h := &sn.hists[r.hist]
 			m, err := prometheus.NewConstHistogram(sp.desc, h.count, float64(h.sumNs)/1e9, h.cumulative(), labels...)
 			emit(sp.desc, m, err, nBuckets+2)
 		case counter:
@@ -194,57 +261,68 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 			value(sp.desc, prometheus.GaugeValue, r.value, labels...)
 		}
 	}
-	if e.cfg.Self != nil {
-		self := e.cfg.Self()
-		value(agentCgroups, prometheus.GaugeValue, float64(self.TrackedCgroups), stateTracked)
-		value(agentCgroups, prometheus.GaugeValue, float64(self.OverflowCgroups), stateOverflow)
-		for name, fill := range self.BPFMaps {
-			value(agentMapFill, prometheus.GaugeValue, fill, name)
-		}
-		for _, l := range []struct {
-			stage string
-			n     uint64
-		}{
-			{stageKernelMapFull, self.Lost.KernelMapFull}, {stageRingBuffer, self.Lost.RingBuffer},
-			{stageUserQueue, self.Lost.UserQueue}, {stageStore, self.Lost.Store}, {stageWatch, self.Lost.Watch},
-		} {
-			value(agentLost, prometheus.CounterValue, float64(l.n), l.stage)
-		}
-		value(agentStoreBytes, prometheus.GaugeValue, float64(self.StoreBytes))
-		if !self.StoreOldest.IsZero() {
-			value(agentStoreAge, prometheus.GaugeValue, time.Since(self.StoreOldest).Seconds())
-		}
-		writable := 0.0
-		if self.StoreWritable {
-			writable = 1
-		}
-		value(agentStoreWritable, prometheus.GaugeValue, writable)
-		value(agentWriteFailures, prometheus.CounterValue, float64(self.WriteFailures))
-		for trigger, n := range self.Incidents {
-			value(agentIncidents, prometheus.CounterValue, float64(n.Total), trigger)
-			value(agentOpenIncidents, prometheus.GaugeValue, float64(n.Open), trigger)
-		}
-		if self.Lease != nil {
-			value(agentPodCgroups, prometheus.GaugeValue, float64(len(self.Pods)), stateNamed)
-			value(agentPodCgroups, prometheus.GaugeValue, float64(self.UnknownPods), stateUnknown)
-			for i, p := range self.Pods {
-				if i == e.cfg.MaxSeries {
-					break
-				}
-				value(podInfo, prometheus.GaugeValue, 1, p.Workload, p.Kind, p.Namespace, p.Pod, p.Container, p.QoS, p.RuntimeClass, strconv.FormatBool(p.Sandbox))
-			}
-			value(leaseRenewals, prometheus.CounterValue, float64(self.Lease.Renewals))
-			if !self.Lease.LastSeen.IsZero() {
-				value(leaseGap, prometheus.GaugeValue, self.Lease.LastGap.Seconds())
-				value(leaseAge, prometheus.GaugeValue, time.Since(self.Lease.LastSeen).Seconds())
-			}
+	for _, f := range own {
+		f()
+	}
+	for _, p := range pods {
+		if sn.exported[workloadKey{p.Workload, p.Kind}] {
+			value(podInfo, prometheus.GaugeValue, 1, p.Workload, p.Kind, p.Namespace, p.Pod, p.Container, p.QoS, p.RuntimeClass, strconv.FormatBool(p.Sandbox))
 		}
 	}
-	value(exporterCgroups, prometheus.GaugeValue, float64(tracked), stateTracked)
-	value(exporterCgroups, prometheus.GaugeValue, float64(overflow), stateOverflow)
+	value(exporterCgroups, prometheus.GaugeValue, float64(sn.tracked), stateTracked)
+	value(exporterCgroups, prometheus.GaugeValue, float64(sn.overflow), stateOverflow)
+	value(exporterWorkloads, prometheus.GaugeValue, float64(len(sn.exported)), stateExported)
+	value(exporterWorkloads, prometheus.GaugeValue, float64(sn.rolled), stateRolled)
 	// This one and the duration after it count too.
 	value(exporterSeries, prometheus.GaugeValue, float64(series+2))
 	value(exporterDuration, prometheus.GaugeValue, time.Since(start).Seconds())
+}
+
+// self returns the agent's own series as calls that send them, and the pods whose info
+// series go with their workload's (at most MaxSeries).
+func (e *Exporter) self(self Self, value func(*prometheus.Desc, prometheus.ValueType, float64, ...string)) (own []func(), pods []PodInfo) {
+	v := func(d *prometheus.Desc, vt prometheus.ValueType, x float64, labels ...string) {
+		own = append(own, func() { value(d, vt, x, labels...) })
+	}
+	v(agentCgroups, prometheus.GaugeValue, float64(self.TrackedCgroups), stateTracked)
+	v(agentCgroups, prometheus.GaugeValue, float64(self.OverflowCgroups), stateOverflow)
+	for name, fill := range self.BPFMaps {
+		v(agentMapFill, prometheus.GaugeValue, fill, name)
+	}
+	for _, l := range []struct {
+		stage string
+		n     uint64
+	}{
+		{stageKernelMapFull, self.Lost.KernelMapFull}, {stageRingBuffer, self.Lost.RingBuffer},
+		{stageUserQueue, self.Lost.UserQueue}, {stageStore, self.Lost.Store}, {stageWatch, self.Lost.Watch},
+	} {
+		v(agentLost, prometheus.CounterValue, float64(l.n), l.stage)
+	}
+	v(agentStoreBytes, prometheus.GaugeValue, float64(self.StoreBytes))
+	if !self.StoreOldest.IsZero() {
+		v(agentStoreAge, prometheus.GaugeValue, time.Since(self.StoreOldest).Seconds())
+	}
+	writable := 0.0
+	if self.StoreWritable {
+		writable = 1
+	}
+	v(agentStoreWritable, prometheus.GaugeValue, writable)
+	v(agentWriteFailures, prometheus.CounterValue, float64(self.WriteFailures))
+	for trigger, n := range self.Incidents {
+		v(agentIncidents, prometheus.CounterValue, float64(n.Total), trigger)
+		v(agentOpenIncidents, prometheus.GaugeValue, float64(n.Open), trigger)
+	}
+	if self.Lease != nil {
+		v(agentPodCgroups, prometheus.GaugeValue, float64(len(self.Pods)), stateNamed)
+		v(agentPodCgroups, prometheus.GaugeValue, float64(self.UnknownPods), stateUnknown)
+		pods = self.Pods[:min(len(self.Pods), e.cfg.MaxSeries)]
+		v(leaseRenewals, prometheus.CounterValue, float64(self.Lease.Renewals))
+		if !self.Lease.LastSeen.IsZero() {
+			v(leaseGap, prometheus.GaugeValue, self.Lease.LastGap.Seconds())
+			v(leaseAge, prometheus.GaugeValue, time.Since(self.Lease.LastSeen).Seconds())
+		}
+	}
+	return own, pods
 }
 
 // cumulative is h's finite buckets as Prometheus counts them: at or below each bound. A count

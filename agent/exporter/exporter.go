@@ -43,6 +43,10 @@ type Config struct {
 	// Self, if set, returns the agent's own figures at each scrape. It is called without the
 	// exporter's lock held and must not call the exporter.
 	Self func() Self
+	// SeriesBudget bounds the series of a scrape (the agent's own and the node's are always
+	// exported): past it the workloads whose tasks waited and ran least add their increases
+	// to _overflow's series instead of their own. 0 = DefaultSeriesBudget.
+	SeriesBudget int
 }
 
 // Exporter keeps the latest state of every exported series; it is a prometheus.Collector.
@@ -65,6 +69,9 @@ type Exporter struct {
 	gone      map[string]uint64
 	goneOrder []tombstone
 	batch     uint64 // Observe calls so far
+	// rolled is what the workloads the series budget left out counted while left out: the
+	// overflow's, never forgotten (its counters would go back).
+	rolled *workload
 	// The rooms of cgroups, workloads, preempted and gone: a churn's maps are made again.
 	cgRoom, wlRoom, preRoom, goneRoom maproom.Room
 }
@@ -82,6 +89,10 @@ type workload struct {
 	key     workloadKey
 	cgroups int // the cgroups feeding it; it goes with the last
 	series  map[seriesKey]*series
+	// The series budget's: the seconds its tasks waited and ran, decayed at each scrape, and
+	// whether the last scrape exported it.
+	score    float64
+	exported bool
 }
 
 type seriesKey struct {
@@ -94,6 +105,10 @@ type series struct {
 	sources int     // sources feeding it; a gauge goes with the last
 	value   float64 // counters and gauges
 	hist    *histo  // histograms
+	// What the last scrape saw of it: the series budget rolls what it counted since into
+	// _overflow when its workload is left out.
+	seen     float64
+	seenHist *histo
 }
 
 // histo is an exported histogram: counts per merged bucket (not cumulative), the last +Inf.
@@ -129,6 +144,9 @@ func New(cfg Config) *Exporter {
 	if cfg.ForgetGrace <= 0 {
 		cfg.ForgetGrace = DefaultForgetGrace
 	}
+	if cfg.SeriesBudget <= 0 {
+		cfg.SeriesBudget = DefaultSeriesBudget
+	}
 	return &Exporter{
 		cfg:       cfg,
 		cgroups:   map[string]*cgroupState{},
@@ -136,6 +154,7 @@ func New(cfg Config) *Exporter {
 		node:      &cgroupState{w: &workload{series: map[seriesKey]*series{}}, sources: map[sourceKey]*source{}},
 		preempted: map[string]map[*cgroupState]int{},
 		gone:      map[string]uint64{},
+		rolled:    &workload{key: rolledKey, series: map[seriesKey]*series{}},
 	}
 }
 
@@ -349,6 +368,9 @@ func (e *Exporter) Forget(cgroup string) {
 			e.overflow--
 		}
 		if w.cgroups--; w.cgroups == 0 {
+			if w.key == rolledKey && len(e.rolled.series) > 0 {
+				e.absorb(w)
+			}
 			delete(e.workloads, w.key)
 			if w.key.name != Overflow {
 				e.tracked--
@@ -389,4 +411,35 @@ func (e *Exporter) dropSource(st *cgroupState, key sourceKey, src *source) {
 		}
 	}
 	delete(st.sources, key)
+}
+
+// absorb keeps the counters of the overflow workload, which goes with its last cgroup, in the
+// rollup its rows were merged with, so that _overflow's counters never go back.
+func (e *Exporter) absorb(w *workload) {
+	for k, s := range w.series {
+		if k.spec.typ == gauge {
+			continue
+		}
+		d := e.rolled.series[k]
+		if d == nil {
+			d = &series{key: k}
+			if s.hist != nil {
+				d.hist = &histo{}
+			}
+			e.rolled.series[k] = d
+		}
+		d.add(s)
+	}
+}
+
+// add adds s's value, or its histogram, to d.
+func (d *series) add(s *series) {
+	d.value += s.value
+	if s.hist != nil {
+		for i, c := range s.hist.buckets {
+			d.hist.buckets[i] += c
+		}
+		d.hist.count += s.hist.count
+		d.hist.sumNs += s.hist.sumNs
+	}
 }

@@ -70,12 +70,13 @@ const (
 
 // spec is one exported metric and how records feed it.
 type spec struct {
-	desc   *prometheus.Desc
-	typ    valueType
-	scale  float64   // the record's value in the exported unit
-	node   bool      // no workload labels: the node's
-	src    [2]string // the record's label keys that tell one cgroup's sources apart
-	labels int       // how many of the src values are exported (in order), after workload and kind
+	desc    *prometheus.Desc
+	typ     valueType
+	scale   float64   // the record's value in the exported unit
+	node    bool      // no workload labels: the node's
+	src     [2]string // the record's label keys that tell one cgroup's sources apart
+	labels  int       // how many of the src values are exported (in order), after workload and kind
+	seconds bool      // a counter of seconds, which ranks its workload for the series budget
 	// preemptor: src[0] is the preemptor cgroup, exported as its class.
 	preemptor bool
 }
@@ -97,7 +98,7 @@ func newDesc(name, help string, ls ...string) *prometheus.Desc {
 
 func newSpec(name, help string, typ valueType, labels ...string) *spec {
 	return &spec{desc: newDesc(name, help, append([]string{LabelWorkload, LabelKind}, labels...)...),
-		typ: typ, scale: 1, labels: len(labels)}
+		typ: typ, scale: 1, labels: len(labels), seconds: typ == counter && seconds(name)}
 }
 
 func newNodeSpec(name, help string, typ valueType, labels ...string) *spec {

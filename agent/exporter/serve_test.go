@@ -193,7 +193,14 @@ func TestBadLabelValue(t *testing.T) {
 }
 
 func TestLint(t *testing.T) {
-	e := New(Config{Self: self})
+	// A pod's info series goes with its workload's series: cgPod is self's sandbox pod.
+	e := New(Config{Self: self, Classify: func(cg string) (string, string, bool) {
+		if cg == cgPod {
+			return "sbx/agent-7", kubeid.KindPod, true
+		}
+		w, k := kubeid.Classify(cg)
+		return w, k, true
+	}})
 	var nd node
 	e.Observe(nd.batch(1))
 	reg := prometheus.NewPedanticRegistry()

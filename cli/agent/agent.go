@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nodectl/nodectl/agent"
+	"github.com/nodectl/nodectl/agent/exporter"
 	"github.com/nodectl/nodectl/agent/flightrec"
 	"github.com/nodectl/nodectl/agent/recorded"
 	"github.com/nodectl/nodectl/agent/rpc"
@@ -75,6 +76,9 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 			}
 			if cfg.MaxCgroups < 1 {
 				return fmt.Errorf("--max-cgroups %d: must be at least 1", cfg.MaxCgroups)
+			}
+			if cfg.MetricsSeriesBudget < minSeriesBudget {
+				return fmt.Errorf("--metrics-series-budget %d: must be at least %d (the node's and the agent's own series)", cfg.MetricsSeriesBudget, minSeriesBudget)
 			}
 			if err := checkFlags(cfg); err != nil {
 				return err
@@ -157,6 +161,7 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 	f.StringVar(&cfg.API.Loopback, "api-listen", "", "also serve the API in plaintext on this loopback host:port (127.0.0.1:9562), for `nodectl --node NODE` through the API server's port-forward; empty: none")
 	f.StringVar(&cfg.API.Health, "health-listen", "", "also serve the gRPC health service alone, in plaintext, on this host:port (for the kubelet's grpc probe, which cannot dial the socket or do TLS); empty: none")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. :9560); empty: none")
+	f.IntVar(&cfg.MetricsSeriesBudget, "metrics-series-budget", exporter.DefaultSeriesBudget, "most series in a scrape of the metrics: past it, the workloads whose tasks waited and ran least count in _overflow's series instead of their own (docs/metrics.md)")
 	f.StringVar(&memLimit, "memory-limit", "40Mi", "the Go runtime's soft memory limit (GOMEMLIMIT, which overrides it): the garbage collector works harder near it; the agent's RSS is about this plus its binary's pages (12 MiB), within its 64 MiB budget; 0 for none")
 	f.StringVar(&pprofListen, "pprof-listen", "", "serve Go's profiles (net/http/pprof) at http://HOST:PORT/debug/pprof/, for finding where the agent's CPU and memory go; a loopback address only (127.0.0.1:6060)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
@@ -179,6 +184,10 @@ var settingFlags = map[string]string{
 
 // minRecorderSpan is the shortest segment span and series idle time the agent takes.
 const minRecorderSpan = 10 * time.Second
+
+// minSeriesBudget leaves room for the node's and the agent's own series (about 150 on a node
+// of a few disks), which are always exported, and _overflow's.
+const minSeriesBudget = 500
 
 // checkFlags names the flag of a bad trigger, window or retention.
 // becomeUser makes the agent the user spec names (UID:GID), keeping the two capabilities it

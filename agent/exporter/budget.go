@@ -1,0 +1,180 @@
+package exporter
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/nodectl/nodectl/host/kubeid"
+)
+
+// DefaultSeriesBudget bounds the series of a scrape: the node's and the agent's own, then the
+// workloads whose tasks waited and ran most, each whole, then _overflow with the others'
+// increases (docs/metrics.md, "Series budget"). 500 pods are about 1,500 workloads (the pod's
+// cgroup, its pause container and its own) and, whole, 50,000 series.
+const DefaultSeriesBudget = 3000
+
+// scoreDecay is how much of a workload's score a scrape keeps: its rank follows the last few
+// scrapes, not the agent's whole life.
+const scoreDecay = 0.5
+
+// stickiness favours the workloads exported at the last scrape, so that two of about the same
+// score do not swap places at every scrape (each swap ends a series and starts another).
+const stickiness = 1.5
+
+// rolledKey is the label set of the rolled-up series: the overflow's.
+var rolledKey = workloadKey{Overflow, kubeid.KindOther}
+
+// seconds reports whether a counter's unit is seconds (of waiting or running): such counters,
+// and every histogram's sum, rank their workload.
+func seconds(name string) bool { return strings.HasSuffix(name, "_seconds_total") }
+
+// lines is how many series s makes in a scrape.
+func (s *series) lines() int {
+	if s.hist != nil {
+		return nBuckets + 2
+	}
+	return 1
+}
+
+// pending is the seconds s counted since the last scrape saw it.
+func (s *series) pending() float64 {
+	switch {
+	case s.hist != nil:
+		seen := uint64(0)
+		if s.seenHist != nil {
+			seen = s.seenHist.sumNs
+		}
+		return float64(s.hist.sumNs-seen) / 1e9
+	case s.key.spec.typ == counter && s.key.spec.seconds:
+		return s.value - s.seen
+	}
+	return 0
+}
+
+// settle marks s seen as it is now, first adding what it counted since the last scrape to
+// into, when there is one. A gauge counts nothing: it is summed as it is.
+func (s *series) settle(into *series) {
+	switch {
+	case s.hist != nil:
+		if s.seenHist == nil {
+			s.seenHist = &histo{}
+		}
+		if into != nil {
+			for i := range s.hist.buckets {
+				into.hist.buckets[i] += s.hist.buckets[i] - s.seenHist.buckets[i]
+			}
+			into.hist.count += s.hist.count - s.seenHist.count
+			into.hist.sumNs += s.hist.sumNs - s.seenHist.sumNs
+		}
+		*s.seenHist = *s.hist
+	case s.key.spec.typ == counter:
+		if into != nil {
+			into.value += s.value - s.seen
+		}
+		s.seen = s.value
+	}
+}
+
+// rollInto settles s into the series of its key in rolled.
+func (s *series) rollInto(rolled *workload) {
+	d := rolled.series[s.key]
+	if d == nil {
+		d = &series{key: s.key}
+		if s.hist != nil {
+			d.hist = &histo{}
+		}
+		rolled.series[s.key] = d
+	}
+	s.settle(d)
+}
+
+// budget is a scrape's plan: the workloads it exports whole, how many it rolled into
+// _overflow, and the sum of the rolled workloads' gauges by series.
+type budget struct {
+	exported map[*workload]bool
+	rolled   int
+	gauges   map[seriesKey]float64
+}
+
+// plan decides, under the lock, which workloads this scrape exports whole within
+// Config.SeriesBudget, given the lines the agent's own series take (fixed) and the workloads
+// with an info series (info). The others' increases since the last scrape are added to
+// e.rolled, whose rows, merged with the overflow workload's, stand for them.
+func (e *Exporter) plan(fixed int, info map[workloadKey]bool) budget {
+	avail := e.cfg.SeriesBudget - fixed
+	for _, s := range e.node.w.series {
+		avail -= s.lines()
+	}
+	// The overflow's rows, were every workload rolled into it: every key of every series, once.
+	union := map[seriesKey]int{}
+	for k, s := range e.rolled.series {
+		union[k] = s.lines()
+	}
+	cost := make(map[*workload]int, len(e.workloads))
+	ws := make([]*workload, 0, len(e.workloads))
+	total := 0
+	for _, w := range e.workloads {
+		c := 0
+		for k, s := range w.series {
+			c += s.lines()
+			union[k] = s.lines()
+			w.score += s.pending()
+		}
+		if info[w.key] {
+			c++
+		}
+		cost[w], total = c, total+c
+		ws = append(ws, w)
+	}
+	b := budget{exported: make(map[*workload]bool, len(ws))}
+	if total <= avail && len(e.rolled.series) == 0 {
+		for _, w := range ws {
+			w.exported, b.exported[w] = true, true
+			w.settle()
+		}
+		return b
+	}
+	for _, l := range union {
+		avail -= l
+	}
+	rank := func(w *workload) float64 {
+		if w.exported {
+			return w.score * stickiness
+		}
+		return w.score
+	}
+	slices.SortFunc(ws, func(a, c *workload) int {
+		return cmp.Or(cmp.Compare(rank(c), rank(a)), cmp.Compare(a.key.name, c.key.name), cmp.Compare(a.key.kind, c.key.kind))
+	})
+	b.gauges = map[seriesKey]float64{}
+	for _, w := range ws {
+		// The overflow workload's series are merged with the rollup's, always exported.
+		if w.key != rolledKey && cost[w] > avail {
+			w.exported, w.score = false, w.score*scoreDecay
+			b.rolled++
+			for k, s := range w.series {
+				if k.spec.typ == gauge {
+					b.gauges[k] += s.value
+				} else {
+					s.rollInto(e.rolled)
+				}
+			}
+			continue
+		}
+		if w.key != rolledKey {
+			avail -= cost[w]
+		}
+		w.exported, b.exported[w] = true, true
+		w.settle()
+	}
+	return b
+}
+
+// settle marks w's series seen and decays its score for the next scrape.
+func (w *workload) settle() {
+	for _, s := range w.series {
+		s.settle(nil)
+	}
+	w.score *= scoreDecay
+}
