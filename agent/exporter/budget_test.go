@@ -26,6 +26,7 @@ func densePod(i int) (pod string, containers [2]string) {
 // and waiting to run, the others idle but for a trickle, and keeps what it fed each workload.
 type denseNode struct {
 	n, busy, shift int
+	gone           map[int]bool // pods removed
 	usage          map[string]float64 // by workload label value: CPU seconds fed so far
 	busyTicks      map[string]uint64  // ticks a container was busy, and idle
 	idleTicks      map[string]uint64
@@ -43,6 +44,9 @@ func (d *denseNode) tick() []rundir.Record {
 	}
 	var batch []rundir.Record
 	for i := range d.n {
+		if d.gone[i] {
+			continue
+		}
 		pod, cs := densePod(i)
 		rate := 0.001
 		if d.isBusy(i) {
@@ -112,12 +116,22 @@ func TestSeriesBudget(t *testing.T) {
 			// At the fifth tick other pods turn busy and the busy ones idle: the new busy
 			// pods' workloads are exported from the scrape after (their score passes the
 			// old ones', decayed, at the second scrape of their load).
-			const shiftAt = 5
+			const shiftAt, removeAt = 5, 7
+			rolledPod := -1
 			for k := 1; k <= 8; k++ {
 				if k == shiftAt {
 					d.shift = 1
 				}
 				e.Observe(d.tick())
+				// At the seventh, a pod rolled up at the sixth scrape is removed: what it
+				// counted since goes to _overflow all the same.
+				if k == removeAt && rolledPod >= 0 {
+					d.gone = map[int]bool{rolledPod: true}
+					pod, cs := densePod(rolledPod)
+					for _, cg := range append([]string{pod}, cs[:]...) {
+						e.Forget(cg)
+					}
+				}
 				got := scrape(t, e)
 				lines := got[key("nodectl_exporter_series")]
 				if lines > float64(budget) {
@@ -141,7 +155,11 @@ func TestSeriesBudget(t *testing.T) {
 				// Every busy workload is exported, with all it counted.
 				exported := map[string]bool{}
 				for i := 0; i < c.pods; i++ {
+					if d.gone[i] {
+						continue
+					}
 					pod, cs := densePod(i)
+					rolledCgroups := 0
 					for _, cg := range append([]string{pod}, cs[:]...) {
 						w, kind := kubeid.Classify(cg)
 						v, ok := usageOf(got, w, kind)
@@ -152,11 +170,19 @@ func TestSeriesBudget(t *testing.T) {
 							}
 						} else if d.isBusy(i) && k > 1 && k != shiftAt {
 							t.Errorf("scrape %d: busy %s (%s) not exported", k, w, kind)
+						} else {
+							rolledCgroups++
 						}
 						if info, named := got[key("nodectl_pod_info", LabelWorkload, w)]; named && !ok {
 							t.Errorf("scrape %d: %s's info (%v) without its series", k, w, info)
 						}
 					}
+					if k == removeAt-1 && rolledPod < 0 && rolledCgroups == 1+len(cs) {
+						rolledPod = i
+					}
+				}
+				if k == removeAt-1 && rolledPod < 0 && c.pods >= 500 {
+					t.Fatalf("scrape %d: no pod rolled up whole", k)
 				}
 				// What the node counted since the last scrape is in the exported workloads'
 				// and the overflow's increases; the overflow's counters never go back.

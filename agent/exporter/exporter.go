@@ -368,8 +368,17 @@ func (e *Exporter) Forget(cgroup string) {
 			e.overflow--
 		}
 		if w.cgroups--; w.cgroups == 0 {
-			if w.key == rolledKey && len(e.rolled.series) > 0 {
+			switch {
+			case len(e.rolled.series) == 0: // the budget never rolled anything up
+			case w.key == rolledKey:
 				e.absorb(w)
+			case !w.exported:
+				// Rolled up at the last scrape: what it counted since goes to _overflow too.
+				for k, s := range w.series {
+					if k.spec.typ != gauge {
+						s.rollInto(e.rolled)
+					}
+				}
 			}
 			delete(e.workloads, w.key)
 			if w.key.name != Overflow {
