@@ -26,7 +26,7 @@ func densePod(i int) (pod string, containers [2]string) {
 // and waiting to run, the others idle but for a trickle, and keeps what it fed each workload.
 type denseNode struct {
 	n, busy, shift int
-	gone           map[int]bool // pods removed
+	gone           map[int]bool       // pods removed
 	usage          map[string]float64 // by workload label value: CPU seconds fed so far
 	busyTicks      map[string]uint64  // ticks a container was busy, and idle
 	idleTicks      map[string]uint64
