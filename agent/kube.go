@@ -27,14 +27,6 @@ type Kube struct {
 	CRISocket string
 }
 
-// nodePollEvery is how often the Node is read for its Ready condition and allocatable (the
-// agent's RBAC allows nodes get, not watch).
-const nodePollEvery = 10 * time.Second
-
-// bookingGetTimeout bounds the read of the Node a window's booking makes; the last one polled
-// stands in when it fails.
-const bookingGetTimeout = 2 * time.Second
-
 // maxPendingEvents bounds the Kubernetes events waiting for the next interval's batch (a Lease
 // renews every 10 s, the Node changes rarely): a stalled collector drops, and counts, the rest.
 const maxPendingEvents = 256
@@ -97,7 +89,7 @@ func startKube(cfg Kube, log *slog.Logger, kubelet func() string, refresh time.D
 	}()
 	go func() {
 		defer k.wg.Done()
-		kube.PollReady(ctx, cfg.Client, cfg.Node, nodePollEvery, k.nodeChanged, log.With("component", "node")) //rundir:other: a log component
+		kube.WatchNode(ctx, cfg.Client, cfg.Node, k.nodeChanged, log)
 	}()
 	return k
 }
@@ -160,11 +152,16 @@ func (k *kubeSide) classify(cg string) (workload, kind string, ok bool) {
 	return workload, kind, true
 }
 
-func (k *kubeSide) nodeChanged(_, n kube.Node) {
+func (k *kubeSide) nodeChanged(old, n kube.Node) {
 	k.mu.Lock()
+	first := !k.nodeOK
 	k.node, k.nodeOK = n, true
 	k.mu.Unlock()
-	k.push(rundir.NodeReady{Status: n.Ready, Reason: n.ReadyReason, Since: n.ReadySince}.Record(time.Now()))
+	// A Ready transition is a new status or a new lastTransitionTime (a flap between two
+	// versions seen still shows as a new transition time).
+	if first || n.Ready != old.Ready || !n.ReadySince.Equal(old.ReadySince) {
+		k.push(rundir.NodeReady{Status: n.Ready, Reason: n.ReadyReason, Since: n.ReadySince}.Record(time.Now()))
+	}
 }
 
 // Sample hands the queued events to the interval's batch (a session source), with a pod_info
@@ -264,12 +261,6 @@ func (k *kubeSide) booking() *rundir.Booking {
 	if !ok || !k.pods.Synced() {
 		return nil
 	}
-	// The poll reports Ready transitions only: the attached volumes are read now.
-	ctx, cancel := context.WithTimeout(context.Background(), bookingGetTimeout)
-	if fresh, err := kube.GetNode(ctx, k.cfg.Client, k.cfg.Node); err == nil {
-		n = fresh
-	}
-	cancel()
 	b := &rundir.Booking{At: time.Now(), AllocatableCPUMilli: n.AllocatableCPUMilli, AllocatableMemory: n.AllocatableMemory,
 		MaxPods: n.MaxPods, AttachableVolumes: n.AttachableVolumes, AttachedVolumes: n.AttachedVolumes}
 	for _, p := range k.pods.List() {

@@ -247,7 +247,7 @@ func checkRBAC(t *testing.T, m resmap.ResMap) {
 				slices.Equal(a.ResourceNames, b.ResourceNames) && len(a.NonResourceURLs) == 0
 		})
 	}
-	if cr, ok := crs["/"+agentName]; !ok || !equal(cr.Rules, []rbacv1.PolicyRule{rule("", "pods", "list", "watch"), rule("", "nodes", "get")}) {
+	if cr, ok := crs["/"+agentName]; !ok || !equal(cr.Rules, []rbacv1.PolicyRule{rule("", "pods", "list", "watch"), rule("", "nodes", "get", "watch")}) {
 		t.Errorf("cluster role %s: %+v", agentName, cr.Rules)
 	}
 	if r, ok := roles["kube-node-lease/"+agentName]; !ok || !equal(r.Rules, []rbacv1.PolicyRule{rule("coordination.k8s.io", "leases", "get", "watch")}) {

@@ -20,13 +20,14 @@ import (
 )
 
 // API is what the agent asks the API server: the pods (of every namespace: the callers bound
-// them with a field selector), the Node, and a Lease. Its production implementation (Client)
+// them with a field selector), the Node, and a Lease (the watches too, by field selector). Its production implementation (Client)
 // links two API groups' types only: client-go's clientset registers every group's at init,
 // tens of MB of binary and ~9 MB of the agent's resident memory.
 type API interface {
 	ListPods(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error)
 	WatchPods(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	GetNode(ctx context.Context, name string) (*corev1.Node, error)
+	WatchNodes(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	GetLease(ctx context.Context, namespace, name string) (*coordinationv1.Lease, error)
 	WatchLeases(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error)
 }
@@ -123,6 +124,12 @@ func (a *restAPI) GetNode(ctx context.Context, name string) (*corev1.Node, error
 	err := a.core.Get().UseProtobufAsDefault().Resource("nodes").Name(name).
 		VersionedParams(&metav1.GetOptions{}, ParameterCodec).Do(ctx).Into(n)
 	return n, err
+}
+
+func (a *restAPI) WatchNodes(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return a.core.Get().UseProtobufAsDefault().Resource("nodes").
+		VersionedParams(&opts, ParameterCodec).Timeout(timeout(opts)).Watch(ctx)
 }
 
 func (a *restAPI) GetLease(ctx context.Context, namespace, name string) (*coordinationv1.Lease, error) {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -22,7 +23,7 @@ import (
 )
 
 // TestAgainstARealAPIServer runs the readers against etcd and kube-apiserver, as the agent's
-// least-privileged ServiceAccount (pods list/watch, nodes get, leases get/watch): a Lease
+// least-privileged ServiceAccount (pods list/watch, nodes get/watch, leases get/watch): a Lease
 // created and renewed by hand, pods bound to the node and to another, the Node's Ready
 // condition changed.
 func TestAgainstARealAPIServer(t *testing.T) {
@@ -59,7 +60,7 @@ func TestAgainstARealAPIServer(t *testing.T) {
 	setReady(corev1.ConditionTrue, "KubeletReady")
 	type change struct{ old, new Node }
 	ready := make(chan change, 8)
-	go PollReady(ctx, agent, node, 100*time.Millisecond, func(o, n Node) { ready <- change{o, n} }, log)
+	go WatchNode(ctx, agent, node, func(o, n Node) { ready <- change{o, n} }, log)
 	nextReady := func(want string) Node {
 		t.Helper()
 		select {
@@ -179,10 +180,30 @@ func itPod(name, node string, r corev1.ResourceRequirements) *corev1.Pod {
 // with the agent's RBAC and nothing else, authenticated by a token of its own.
 func agentClient(ctx context.Context, t *testing.T, cp *testcluster.ControlPlane, admin kubernetes.Interface) API {
 	t.Helper()
+	cfg := agentConfig(ctx, t, cp, admin)
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["it"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts["it"] = &clientcmdapi.Context{Cluster: "it", AuthInfo: "agent"}
+	kc.CurrentContext = "it"
+	path := filepath.Join(t.TempDir(), "agent.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	api, err := Client(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api
+}
+
+// agentConfig is the REST config of a ServiceAccount with the agent's RBAC and nothing else.
+func agentConfig(ctx context.Context, t *testing.T, cp *testcluster.ControlPlane, admin kubernetes.Interface) *rest.Config {
+	t.Helper()
 	const ns, sa = "default", "nodectl-it"
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "watch"}},
 	}
 	leaseRules := []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "watch"}}}
 	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}}
@@ -212,20 +233,7 @@ func agentClient(ctx context.Context, t *testing.T, cp *testcluster.ControlPlane
 	if _, err := cs.CoordinationV1().Leases(NodeLeaseNamespace).List(ctx, metav1.ListOptions{}); err == nil {
 		t.Fatal("the agent's ServiceAccount may list leases: the test's RBAC is wrong")
 	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["it"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
-	kc.Contexts["it"] = &clientcmdapi.Context{Cluster: "it", AuthInfo: sa}
-	kc.CurrentContext = "it"
-	path := filepath.Join(t.TempDir(), "agent.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
-	api, err := Client(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return api
+	return cfg
 }
 
 func ignore[T any](_ T, err error) error { return err }

@@ -1,8 +1,8 @@
 // Package kube reads what the API server says about this node: its pods (an informer restricted
 // to the node), its Lease in kube-node-lease (the kubelet's heartbeats) and its Node object
 // (allocatable, the Ready condition). Every reader is bounded to the node and never trusts that
-// it saw every event: informers relist, a lease watch that ends is rebuilt from a Get, the Node
-// is polled.
+// it saw every event: informers relist, and the Lease's and the Node's watches (follower) get
+// them afresh after a failure.
 package kube
 
 import (

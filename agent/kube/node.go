@@ -10,10 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// defaultPoll is PollReady's interval when given none: the node controller's own monitor
-// period is 5 s, and a Ready flap shows anyway as a new transition time.
-const defaultPoll = 10 * time.Second
-
 // Node is what the API server says bounds scheduling on the node, and whether it is Ready.
 type Node struct {
 	Name                                            string
@@ -28,7 +24,7 @@ type Node struct {
 	ReadyReason     string
 }
 
-// GetNode gets the Node named name (RBAC allows get on nodes, not list or watch).
+// GetNode gets the Node named name.
 func GetNode(ctx context.Context, api API, name string) (Node, error) {
 	ctx, cancel := context.WithTimeout(ctx, getTimeout)
 	defer cancel()
@@ -63,46 +59,43 @@ func FromNode(n *corev1.Node) Node {
 	return v
 }
 
-// PollReady gets the Node every interval until ctx is done and calls out with the first Node
-// got (old is the zero Node) and then on each transition of its Ready condition. A transition
-// is a new status or a new lastTransitionTime: a flap between two polls (True, False, True)
-// still shows as a new transition time. Failed gets are logged and retried at the next tick.
-// out is called from PollReady's goroutine.
-func PollReady(ctx context.Context, api API, name string, every time.Duration, out func(old, new Node), log *slog.Logger) {
+// WatchNode calls out with the first version of the Node named name it gets (old is the zero
+// Node) and then with each version that changes what the agent keeps of it, until ctx is
+// done: a Get, then a watch by name (follower). RBAC allows get and watch on nodes. out is
+// called from WatchNode's goroutine.
+func WatchNode(ctx context.Context, api API, name string, out func(old, new Node), log *slog.Logger) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	bridgeKlog(log)
-	log = log.With("component", "node", "node", name)
-	var (
-		last   Node
-		have   bool
-		failed int
-	)
-	if every <= 0 {
-		every = defaultPoll
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		n, err := GetNode(ctx, api, name)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			failed++
-			if failed == 1 || failed%10 == 0 { // a long outage logs now and then, not each tick
-				log.Warn("polling the node's Ready condition", "err", err, "failures", failed)
+	var last Node
+	have := false
+	f := &follower[*corev1.Node]{
+		what: "node " + name, name: name, log: log.With("component", "node", "node", name),
+		get: func(ctx context.Context) (*corev1.Node, error) {
+			n, err := api.GetNode(ctx, name)
+			if err != nil {
+				return nil, fmt.Errorf("getting node %s: %w", name, err)
 			}
-		case err == nil:
-			failed = 0
-			if !have || n.Ready != last.Ready || !n.ReadySince.Equal(last.ReadySince) {
-				out(last, n) // last is still the zero Node the first time
+			return n, nil
+		},
+		watch: api.WatchNodes,
+		seen: func(n *corev1.Node, _ bool) {
+			v := FromNode(n)
+			if have && same(v, last) {
+				return
 			}
-			last, have = n, true
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+			out(last, v) // last is still the zero Node the first time
+			last, have = v, true
+		},
 	}
+	f.run(ctx)
+}
+
+// same reports whether a and b are the same Node (their times by Equal: the same instant
+// decoded twice may differ in location).
+func same(a, b Node) bool {
+	as, bs := a.ReadySince, b.ReadySince
+	a.ReadySince, b.ReadySince = time.Time{}, time.Time{}
+	return a == b && as.Equal(bs)
 }

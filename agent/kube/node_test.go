@@ -49,7 +49,8 @@ func TestGetNode(t *testing.T) {
 	}
 }
 
-func TestPollReadyReportsTransitions(t *testing.T) {
+// The Node as the agent keeps it, at start and at each change, from one Get and a watch.
+func TestWatchNodeReportsChanges(t *testing.T) {
 	cs := newFake(testNode(corev1.ConditionTrue, t0, "KubeletReady"))
 	type change struct{ old, new Node }
 	got := make(chan change, 16)
@@ -57,19 +58,21 @@ func TestPollReadyReportsTransitions(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		PollReady(ctx, cs, "node1", 5*time.Millisecond, func(o, n Node) { got <- change{o, n} }, nil)
+		WatchNode(ctx, cs, "node1", func(o, n Node) { got <- change{o, n} }, nil)
 	}()
 	defer func() { cancel(); <-done }()
-	next := func(oldReady, newReady string, since time.Time) {
+	next := func(oldReady, newReady string, since time.Time) Node {
 		t.Helper()
 		select {
 		case c := <-got:
 			if c.old.Ready != oldReady || c.new.Ready != newReady || !c.new.ReadySince.Equal(since) {
 				t.Fatalf("transition %q -> %q since %v, want %q -> %q since %v", c.old.Ready, c.new.Ready, c.new.ReadySince, oldReady, newReady, since)
 			}
+			return c.new
 		case <-time.After(10 * time.Second):
 			t.Fatalf("no transition to %s reported", newReady)
 		}
+		return Node{}
 	}
 	set := func(n *corev1.Node) {
 		t.Helper()
@@ -83,12 +86,18 @@ func TestPollReadyReportsTransitions(t *testing.T) {
 	next("True", "Unknown", t1)
 	set(testNode(corev1.ConditionTrue, t2, "KubeletReady"))
 	next("Unknown", "True", t2)
-	// Allocatable changed, Ready did not: nothing.
+	// Allocatable changed, Ready did not: reported, with Ready as it was.
 	n := testNode(corev1.ConditionTrue, t2, "KubeletReady")
 	n.Status.Allocatable[corev1.ResourcePods] = resource.MustParse("110")
 	set(n)
+	if got := next("True", "True", t2); got.MaxPods != 110 {
+		t.Errorf("max pods %d after the change, want 110", got.MaxPods)
+	}
+	// The same Node written again (a heartbeat that changed nothing the agent keeps): nothing.
+	n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(t3)
+	set(n)
 	time.Sleep(50 * time.Millisecond)
-	// Ready again but since later: it flapped between two polls.
+	// Ready again but since later: it flapped between two versions.
 	set(testNode(corev1.ConditionTrue, t3, "KubeletReady"))
 	next("True", "True", t3)
 	select {

@@ -623,6 +623,7 @@ func checkRBAC(ctx context.Context, t *testing.T, c *testcluster.Cluster) {
 		{"list", "pods", "", "", "", true},
 		{"watch", "pods", "", "", "", true},
 		{"get", "nodes", "", "", testcluster.NodeName, true},
+		{"watch", "nodes", "", "", testcluster.NodeName, true},
 		{"get", "leases", "coordination.k8s.io", corev1.NamespaceNodeLease, testcluster.NodeName, true},
 		{"watch", "leases", "coordination.k8s.io", corev1.NamespaceNodeLease, "", true},
 		{"list", "leases", "coordination.k8s.io", corev1.NamespaceNodeLease, "", false},

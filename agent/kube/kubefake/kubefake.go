@@ -33,6 +33,10 @@ func (c Clientset) GetNode(ctx context.Context, name string) (*corev1.Node, erro
 	return c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 }
 
+func (c Clientset) WatchNodes(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	return c.CoreV1().Nodes().Watch(ctx, o)
+}
+
 func (c Clientset) GetLease(ctx context.Context, ns, name string) (*coordinationv1.Lease, error) {
 	return c.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
 }
