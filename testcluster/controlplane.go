@@ -69,6 +69,8 @@ type ControlPlane struct {
 	log      *slog.Logger
 	etcd     *proc
 	api      *proc
+	apiBin   string
+	apiArgs  []string
 	stopCtl  context.CancelFunc
 	ctlDone  chan struct{}
 	stopOnce sync.Once
@@ -132,7 +134,7 @@ func StartControlPlane(ctx context.Context, dir string, log *slog.Logger) (_ *Co
 	}
 	cp.Server = "https://127.0.0.1:" + strconv.Itoa(port)
 	start := time.Now()
-	if cp.api, err = startProc("kube-apiserver", dir, apiserver, []string{
+	cp.apiBin, cp.apiArgs = apiserver, []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
 		"--cert-dir=" + dir,
@@ -152,7 +154,8 @@ func StartControlPlane(ctx context.Context, dir string, log *slog.Logger) (_ *Co
 		"--kubelet-certificate-authority=" + cp.pki.caFile,
 		// v1.37 refuses a loopback advertise address to the default reconciler.
 		"--endpoint-reconciler-type=none",
-	}, cp.log); err != nil {
+	}
+	if cp.api, err = startProc("kube-apiserver", dir, cp.apiBin, cp.apiArgs, cp.log); err != nil {
 		return nil, err
 	}
 
@@ -174,6 +177,24 @@ func StartControlPlane(ctx context.Context, dir string, log *slog.Logger) (_ *Co
 	}
 	cp.startServiceAccounts()
 	return cp, nil
+}
+
+// RestartAPIServer stops kube-apiserver, waits down, and starts it again on the same address
+// and etcd, as an upgrade of the control plane does to every client at once; it returns once
+// the server is ready.
+func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration) error {
+	cp.api.stop(2 * time.Second)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	p, err := startProc("kube-apiserver", cp.dir, cp.apiBin, cp.apiArgs, cp.log)
+	if err != nil {
+		return err
+	}
+	cp.api = p
+	return cp.waitReady(ctx)
 }
 
 // waitReady polls /readyz (verbose, so a failure names the check).

@@ -118,8 +118,8 @@ func TestFleetCost(t *testing.T) {
 		t.Skipf("starts etcd and kube-apiserver: set %s=1 (make test-cluster)", testcluster.EnvVar)
 	}
 	const agents, podsPerNode, steady = 20, 5, 90 * time.Second
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cp, err := testcluster.StartControlPlane(ctx, t.TempDir(), log)
 	if err != nil {
@@ -147,7 +147,9 @@ func TestFleetCost(t *testing.T) {
 			}
 		}
 	}
-	// The kubelets: every node's Lease renewed every 10 s.
+	// The kubelets: every node's Lease renewed every 10 s (but while the test restarts the
+	// API server).
+	var restarting atomic.Bool
 	run, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
@@ -167,7 +169,7 @@ func TestFleetCost(t *testing.T) {
 					l.Spec.RenewTime = ptrMicro(time.Now())
 					_, err = leases.Update(run, l, metav1.UpdateOptions{})
 				}
-				if err != nil && run.Err() == nil {
+				if err != nil && run.Err() == nil && !restarting.Load() {
 					t.Errorf("renewing %s: %v", n, err)
 				}
 			}
@@ -177,6 +179,7 @@ func TestFleetCost(t *testing.T) {
 	// The agents: each its own client, its Lease, Node and pods followed as the agent does.
 	counters := make([]*apiCounter, agents)
 	var renewed, named atomic.Int64
+	lastRenewal := make([]atomic.Int64, agents) // unix ns of each agent's last renewal seen
 	pods := make([]*Pods, agents)
 	for i, n := range nodes {
 		c := &apiCounter{}
@@ -195,6 +198,7 @@ func TestFleetCost(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			WatchLease(run, api, n, func(Renewal) {
+				lastRenewal[i].Store(time.Now().UnixNano())
 				if first.CompareAndSwap(false, true) {
 					renewed.Add(1)
 				}
@@ -256,6 +260,41 @@ func TestFleetCost(t *testing.T) {
 	slices.Sort(bytesPerMin)
 	t.Logf("%d agents, steady %s: requests an hour per agent %.0f-%.0f (a kubelet's Lease renewals: %d); bytes read a minute per agent %.0f-%.0f",
 		agents, steady, perHour[0], perHour[len(perHour)-1], kubeletRenewals, bytesPerMin[0], bytesPerMin[len(bytesPerMin)-1])
+
+	// The API server restarts, as in an upgrade: every agent loses it at once. Each comes
+	// back, and not in step: their first requests to the server once it is up again (the
+	// Lease's and the Node's) spread over the waits drawn at random, where waits doubled in
+	// step would bring them all within a few milliseconds, in one or two 100 ms slots.
+	restarting.Store(true)
+	down := time.Now()
+	if err := cp.RestartAPIServer(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	up := time.Now()
+	restarting.Store(false)
+	time.Sleep(40 * time.Second)
+	slots := map[int64]bool{}
+	var back []time.Duration
+	for i, c := range counters {
+		for _, r := range c.since(up) {
+			if r.resource == "leases" || r.resource == "nodes" {
+				back = append(back, r.at.Sub(up))
+				slots[r.at.Sub(up).Milliseconds()/100] = true
+				break
+			}
+		}
+		if time.Unix(0, lastRenewal[i].Load()).Before(up) {
+			t.Errorf("agent %d saw no renewal in the 40 s after the API server came back", i)
+		}
+	}
+	slices.Sort(back)
+	t.Logf("API server down %s; the agents' first requests after it was up: %v, in %d slots of 100 ms", up.Sub(down).Round(time.Millisecond), back, len(slots))
+	if len(back) != agents {
+		t.Errorf("%d agents came back, want %d", len(back), agents)
+	}
+	if len(slots) < agents/4 {
+		t.Errorf("the agents came back in step: in %d slots of 100 ms, want %d at least", len(slots), agents/4)
+	}
 }
 
 func allSynced(ps []*Pods) bool {
