@@ -31,8 +31,8 @@ type Kube struct {
 // renews every 10 s, the Node changes rarely): a stalled collector drops, and counts, the rest.
 const maxPendingEvents = 256
 
-// kubeSide is the agent's Kubernetes side: the pod informer, the CRI, the Lease watch and the
-// Node poll, and the events they make for the next batch.
+// kubeSide is the agent's Kubernetes side: the pod informer, the CRI, the Lease's and the
+// Node's watches, and the events they make for the next batch.
 type kubeSide struct {
 	cfg    Kube
 	log    *slog.Logger

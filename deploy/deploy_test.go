@@ -228,7 +228,7 @@ func checkPod(t *testing.T, ds appsv1.DaemonSet, wantAdd map[string][]corev1.Cap
 	}
 }
 
-// The RBAC is exactly: pods list/watch and nodes get cluster-wide, leases get/watch in
+// The RBAC is exactly: pods list/watch and nodes get/watch cluster-wide, leases get/watch in
 // kube-node-lease, bound to the agent's ServiceAccount; and, bound to no one, the users' role
 // for --node in the agent's namespace (pods list, pods/portforward get and create) and their
 // cluster role for runs of pods (namespaces, pods, nodes get); no other role.

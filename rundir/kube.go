@@ -17,7 +17,7 @@ const (
 	labelLag           = "lag_seconds"            // from renewTime to the agent seeing it
 	labelLeaseDuration = "lease_duration_seconds" // spec.leaseDurationSeconds
 	labelHolder        = "holder"
-	labelResync        = "resync" // "true": seen by the Get after a watch ended; renewals before it may be unseen
+	labelResync        = "resync" // "true": seen by the read that rebuilt the watch after it failed; renewals before it may be unseen
 	labelStatus        = "status" // node_ready: True, False, Unknown
 	labelReason        = "reason"
 )
@@ -29,8 +29,8 @@ type LeaseRenewal struct {
 	Lag           time.Duration // from RenewTime (the kubelet's clock) to the agent seeing it
 	LeaseDuration time.Duration
 	Holder        string
-	// Resync: seen by the Get that rebuilt the watch, not by the watch: renewals between the
-	// two may have gone unseen, so Gap may span more than one interval.
+	// Resync: seen by the read that rebuilt the watch after it failed, not by the watch:
+	// renewals between the two may have gone unseen, so Gap may span more than one interval.
 	Resync bool
 }
 

@@ -2,8 +2,10 @@ package exporter
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nodectl/nodectl/host/kubeid"
 )
@@ -14,9 +16,9 @@ import (
 // cgroup, its pause container and its own) and, whole, 50,000 series.
 const DefaultSeriesBudget = 3000
 
-// scoreDecay is how much of a workload's score a scrape keeps: its rank follows the last few
-// scrapes, not the agent's whole life.
-const scoreDecay = 0.5
+// scoreHalfLife is how long a workload's score takes to halve: its rank follows the last
+// minute or so, whatever the scrapes' pace and however many scrapers there are.
+const scoreHalfLife = 15 * time.Second
 
 // stickiness favours the workloads exported at the last scrape, so that two of about the same
 // score do not swap places at every scrape (each swap ends a series and starts another).
@@ -37,9 +39,12 @@ func (s *series) lines() int {
 	return 1
 }
 
-// pending is the seconds s counted since the last scrape saw it.
+// pending is the seconds s counted since the last scrape saw it; none before that scrape
+// (a first reading holds the cgroup's whole life, not what it did lately).
 func (s *series) pending() float64 {
 	switch {
+	case !s.marked:
+		return 0
 	case s.hist != nil:
 		seen := uint64(0)
 		if s.seenHist != nil {
@@ -52,28 +57,61 @@ func (s *series) pending() float64 {
 	return 0
 }
 
-// settle marks s seen as it is now, first adding what it counted since the last scrape to
-// into, when there is one. A gauge counts nothing: it is summed as it is.
+// settle marks s seen as it is now. With into, what s counted since the last scrape goes to
+// into instead of s's own exported series: into gains it, and s's offset too, so that s, when
+// exported again, goes on from the value it was last exported at. A gauge counts nothing: it
+// is summed as it is.
 func (s *series) settle(into *series) {
+	s.marked = true
 	switch {
 	case s.hist != nil:
 		if s.seenHist == nil {
 			s.seenHist = &histo{}
 		}
 		if into != nil {
+			var d histo
 			for i := range s.hist.buckets {
-				into.hist.buckets[i] += s.hist.buckets[i] - s.seenHist.buckets[i]
+				d.buckets[i] = s.hist.buckets[i] - s.seenHist.buckets[i]
 			}
-			into.hist.count += s.hist.count - s.seenHist.count
-			into.hist.sumNs += s.hist.sumNs - s.seenHist.sumNs
+			d.count, d.sumNs = s.hist.count-s.seenHist.count, s.hist.sumNs-s.seenHist.sumNs
+			into.hist.add(&d)
+			if s.offHist == nil {
+				s.offHist = &histo{}
+			}
+			s.offHist.add(&d)
 		}
 		*s.seenHist = *s.hist
 	case s.key.spec.typ == counter:
 		if into != nil {
 			into.value += s.value - s.seen
+			s.off += s.value - s.seen
 		}
 		s.seen = s.value
 	}
+}
+
+// add adds d's counts to h.
+func (h *histo) add(d *histo) {
+	for i, c := range d.buckets {
+		h.buckets[i] += c
+	}
+	h.count += d.count
+	h.sumNs += d.sumNs
+}
+
+// exported is what s's own series shows: its counts less what went to _overflow.
+func (s *series) exported() (float64, histo) {
+	var h histo
+	if s.hist != nil {
+		h = *s.hist
+		if o := s.offHist; o != nil {
+			for i := range h.buckets {
+				h.buckets[i] -= o.buckets[i]
+			}
+			h.count, h.sumNs = h.count-o.count, h.sumNs-o.sumNs
+		}
+	}
+	return s.value - s.off, h
 }
 
 // rollInto settles s into the series of its key in rolled.
@@ -102,6 +140,12 @@ type budget struct {
 // with an info series (info). The others' increases since the last scrape are added to
 // e.rolled, whose rows, merged with the overflow workload's, stand for them.
 func (e *Exporter) plan(fixed int, info map[workloadKey]bool) budget {
+	now := e.now()
+	decay := 1.0
+	if !e.planned.IsZero() {
+		decay = math.Exp2(-now.Sub(e.planned).Seconds() / scoreHalfLife.Seconds())
+	}
+	e.planned = now
 	avail := e.cfg.SeriesBudget - fixed
 	for _, s := range e.node.w.series {
 		avail -= s.lines()
@@ -116,6 +160,7 @@ func (e *Exporter) plan(fixed int, info map[workloadKey]bool) budget {
 	total := 0
 	for _, w := range e.workloads {
 		c := 0
+		w.score *= decay
 		for k, s := range w.series {
 			c += s.lines()
 			union[k] = s.lines()
@@ -151,7 +196,7 @@ func (e *Exporter) plan(fixed int, info map[workloadKey]bool) budget {
 	for _, w := range ws {
 		// The overflow workload's series are merged with the rollup's, always exported.
 		if w.key != rolledKey && cost[w] > avail {
-			w.exported, w.score = false, w.score*scoreDecay
+			w.exported = false
 			b.rolled++
 			for k, s := range w.series {
 				if k.spec.typ == gauge {
@@ -171,10 +216,9 @@ func (e *Exporter) plan(fixed int, info map[workloadKey]bool) budget {
 	return b
 }
 
-// settle marks w's series seen and decays its score for the next scrape.
+// settle marks w's series seen.
 func (w *workload) settle() {
 	for _, s := range w.series {
 		s.settle(nil)
 	}
-	w.score *= scoreDecay
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodectl/nodectl/host/kubeid"
 	"github.com/nodectl/nodectl/rundir"
@@ -105,13 +106,16 @@ func TestSeriesBudget(t *testing.T) {
 			budget := cmp.Or(c.budget, DefaultSeriesBudget)
 			// An agent for 500 pods follows their 1,500 cgroups (--max-cgroups).
 			e := New(Config{SeriesBudget: c.budget, MaxSeries: 4 * c.pods, Self: self})
+			// Scraped every 15 s: a workload's score halves from one scrape to the next.
+			clock := t0
+			e.now = func() time.Time { return clock }
 			d := &denseNode{n: c.pods, busy: c.busy}
 			overflow := []string{LabelWorkload, Overflow, LabelKind, kubeid.KindOther}
 			usageOf := func(got map[string]float64, w, kind string) (float64, bool) {
 				v, ok := got[key("nodectl_cpu_usage_seconds_total", LabelWorkload, w, LabelKind, kind)]
 				return v, ok
 			}
-			var prevFed map[string]float64
+			prevFed, lastOwn, rolledOnce := map[string]float64{}, map[string]float64{}, map[string]bool{}
 			var prevOverflow, prevOverflowWait float64
 			// At the fifth tick other pods turn busy and the busy ones idle: the new busy
 			// pods' workloads are exported from the scrape after (their score passes the
@@ -123,6 +127,7 @@ func TestSeriesBudget(t *testing.T) {
 					d.shift = 1
 				}
 				e.Observe(d.tick())
+				clock = clock.Add(15 * time.Second)
 				// At the seventh, a pod rolled up at the sixth scrape is removed: what it
 				// counted since goes to _overflow all the same.
 				if k == removeAt && rolledPod >= 0 {
@@ -152,8 +157,8 @@ func TestSeriesBudget(t *testing.T) {
 				if rolled == 0 {
 					t.Fatalf("scrape %d: no workload rolled up, %v series", k, lines)
 				}
-				// Every busy workload is exported, with all it counted.
-				exported := map[string]bool{}
+				// Every busy workload is exported; one never rolled up, with all it counted.
+				var seen float64 // the exported workloads' increases since they were last seen
 				for i := 0; i < c.pods; i++ {
 					if d.gone[i] {
 						continue
@@ -164,13 +169,21 @@ func TestSeriesBudget(t *testing.T) {
 						w, kind := kubeid.Classify(cg)
 						v, ok := usageOf(got, w, kind)
 						if ok {
-							exported[w] = true
-							if v != d.usage[w] {
+							if !rolledOnce[w] && v != d.usage[w] {
 								t.Errorf("scrape %d: %s used %v, fed %v", k, w, v, d.usage[w])
 							}
-						} else if d.isBusy(i) && k > 1 && k != shiftAt {
-							t.Errorf("scrape %d: busy %s (%s) not exported", k, w, kind)
+							// A series that comes back goes on from where it was.
+							if v < lastOwn[w] {
+								t.Errorf("scrape %d: %s's usage went back from %v to %v", k, w, lastOwn[w], v)
+							}
+							seen += v - lastOwn[w]
+							lastOwn[w] = v
 						} else {
+							rolledOnce[w] = true
+						}
+						if !ok && d.isBusy(i) && k > 1 && k != shiftAt {
+							t.Errorf("scrape %d: busy %s (%s) not exported", k, w, kind)
+						} else if !ok {
 							rolledCgroups++
 						}
 						if info, named := got[key("nodectl_pod_info", LabelWorkload, w)]; named && !ok {
@@ -185,24 +198,20 @@ func TestSeriesBudget(t *testing.T) {
 					t.Fatalf("scrape %d: no pod rolled up whole", k)
 				}
 				// What the node counted since the last scrape is in the exported workloads'
-				// and the overflow's increases; the overflow's counters never go back.
+				// increases since they were last seen and in the overflow's; the overflow's
+				// counters never go back.
 				ov, _ := got[key("nodectl_cpu_usage_seconds_total", overflow...)]
 				ovWait := got[key("nodectl_runq_latency_seconds_sum", overflow...)]
 				if ov < prevOverflow || ovWait < prevOverflowWait {
 					t.Errorf("scrape %d: _overflow's counters went back: usage %v after %v, wait %v after %v", k, ov, prevOverflow, ovWait, prevOverflowWait)
 				}
-				if prevFed != nil {
-					var fed, seen float64
-					for w, u := range d.usage {
-						fed += u - prevFed[w]
-						if exported[w] {
-							seen += u - prevFed[w]
-						}
-					}
-					seen += ov - prevOverflow
-					if math.Abs(seen-fed) > 1e-6*fed {
-						t.Errorf("scrape %d: exported and overflow usage rose %v, the node's %v", k, seen, fed)
-					}
+				var fed float64
+				for w, u := range d.usage {
+					fed += u - prevFed[w]
+				}
+				seen += ov - prevOverflow
+				if math.Abs(seen-fed) > 1e-6*fed {
+					t.Errorf("scrape %d: exported and overflow usage rose %v, the node's %v", k, seen, fed)
 				}
 				prevFed = map[string]float64{}
 				for w, u := range d.usage {

@@ -152,11 +152,13 @@ func (e *Exporter) snapshot(fixed int, info map[workloadKey]bool) (sn scrapeStat
 		n += len(w.series)
 	}
 	sn.rows = make([]row, 0, n+len(e.rolled.series))
+	// What a series shows: its counts less what it handed to _overflow while rolled up.
 	add := func(w *workload, s *series) {
-		r := row{w: w, s: s, value: s.value}
+		v, h := s.exported()
+		r := row{w: w, s: s, value: v}
 		if s.hist != nil {
 			r.hist = len(sn.hists)
-			sn.hists = append(sn.hists, *s.hist)
+			sn.hists = append(sn.hists, h)
 		}
 		sn.rows = append(sn.rows, r)
 	}
@@ -173,27 +175,35 @@ func (e *Exporter) snapshot(fixed int, info map[workloadKey]bool) (sn scrapeStat
 		}
 	}
 	overflow := map[seriesKey]*series{}
-	merge := func(k seriesKey, hist bool) *series {
+	merge := func(k seriesKey, v float64, h *histo) {
 		m := overflow[k]
 		if m == nil {
 			m = &series{key: k}
-			if hist {
+			if h != nil {
 				m.hist = &histo{}
 			}
 			overflow[k] = m
 		}
-		return m
-	}
-	if w := e.workloads[rolledKey]; w != nil {
-		for k, s := range w.series {
-			merge(k, s.hist != nil).add(s)
+		m.value += v
+		if h != nil {
+			m.hist.add(h)
 		}
 	}
-	for k, s := range e.rolled.series {
-		merge(k, s.hist != nil).add(s)
+	for _, w := range []*workload{e.workloads[rolledKey], e.rolled} {
+		if w == nil {
+			continue
+		}
+		for k, s := range w.series {
+			v, h := s.exported()
+			if s.hist != nil {
+				merge(k, v, &h)
+			} else {
+				merge(k, v, nil)
+			}
+		}
 	}
 	for k, v := range b.gauges {
-		merge(k, false).value += v
+		merge(k, v, nil)
 	}
 	for _, s := range overflow {
 		add(e.rolled, s)
@@ -264,8 +274,10 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	for _, f := range own {
 		f()
 	}
+	named := 0
 	for _, p := range pods {
-		if sn.exported[workloadKey{p.Workload, p.Kind}] {
+		if sn.exported[workloadKey{p.Workload, p.Kind}] && named < e.cfg.MaxSeries {
+			named++
 			value(podInfo, prometheus.GaugeValue, 1, p.Workload, p.Kind, p.Namespace, p.Pod, p.Container, p.QoS, p.RuntimeClass, strconv.FormatBool(p.Sandbox))
 		}
 	}
@@ -278,8 +290,8 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	value(exporterDuration, prometheus.GaugeValue, time.Since(start).Seconds())
 }
 
-// self returns the agent's own series as calls that send them, and the pods whose info
-// series go with their workload's (at most MaxSeries).
+// self returns the agent's own series as calls that send them, and the pods, whose info
+// series go with their workload's (at most MaxSeries of them).
 func (e *Exporter) self(self Self, value func(*prometheus.Desc, prometheus.ValueType, float64, ...string)) (own []func(), pods []PodInfo) {
 	v := func(d *prometheus.Desc, vt prometheus.ValueType, x float64, labels ...string) {
 		own = append(own, func() { value(d, vt, x, labels...) })
@@ -315,7 +327,7 @@ func (e *Exporter) self(self Self, value func(*prometheus.Desc, prometheus.Value
 	if self.Lease != nil {
 		v(agentPodCgroups, prometheus.GaugeValue, float64(len(self.Pods)), stateNamed)
 		v(agentPodCgroups, prometheus.GaugeValue, float64(self.UnknownPods), stateUnknown)
-		pods = self.Pods[:min(len(self.Pods), e.cfg.MaxSeries)]
+		pods = self.Pods
 		v(leaseRenewals, prometheus.CounterValue, float64(self.Lease.Renewals))
 		if !self.Lease.LastSeen.IsZero() {
 			v(leaseGap, prometheus.GaugeValue, self.Lease.LastGap.Seconds())

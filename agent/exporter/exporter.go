@@ -8,6 +8,7 @@ package exporter
 
 import (
 	"sync"
+	"time"
 
 	"github.com/nodectl/nodectl/host/kubeid"
 	"github.com/nodectl/nodectl/internal/maproom"
@@ -72,6 +73,9 @@ type Exporter struct {
 	// rolled is what the workloads the series budget left out counted while left out: the
 	// overflow's, never forgotten (its counters would go back).
 	rolled *workload
+	// planned is when the last scrape ranked the workloads; now tells the time (a test's clock).
+	planned time.Time
+	now     func() time.Time
 	// The rooms of cgroups, workloads, preempted and gone: a churn's maps are made again.
 	cgRoom, wlRoom, preRoom, goneRoom maproom.Room
 }
@@ -105,10 +109,14 @@ type series struct {
 	sources int     // sources feeding it; a gauge goes with the last
 	value   float64 // counters and gauges
 	hist    *histo  // histograms
-	// What the last scrape saw of it: the series budget rolls what it counted since into
-	// _overflow when its workload is left out.
+	// What the last scrape saw of it (marked: there was one): the series budget rolls what it
+	// counted since into _overflow when its workload is left out, and adds it to the offset
+	// (off, offHist) its own series leaves out.
+	marked   bool
 	seen     float64
 	seenHist *histo
+	off      float64
+	offHist  *histo
 }
 
 // histo is an exported histogram: counts per merged bucket (not cumulative), the last +Inf.
@@ -155,6 +163,7 @@ func New(cfg Config) *Exporter {
 		preempted: map[string]map[*cgroupState]int{},
 		gone:      map[string]uint64{},
 		rolled:    &workload{key: rolledKey, series: map[seriesKey]*series{}},
+		now:       time.Now,
 	}
 }
 
@@ -369,11 +378,12 @@ func (e *Exporter) Forget(cgroup string) {
 		}
 		if w.cgroups--; w.cgroups == 0 {
 			switch {
-			case len(e.rolled.series) == 0: // the budget never rolled anything up
 			case w.key == rolledKey:
+				// _overflow's counters never go back, whatever rolls up into it later.
 				e.absorb(w)
-			case !w.exported:
-				// Rolled up at the last scrape: what it counted since goes to _overflow too.
+			case len(e.rolled.series) > 0:
+				// Once the budget rolls up, what a workload counted since the last scrape
+				// is not lost with it: it goes to _overflow.
 				for k, s := range w.series {
 					if k.spec.typ != gauge {
 						s.rollInto(e.rolled)
@@ -437,18 +447,10 @@ func (e *Exporter) absorb(w *workload) {
 			}
 			e.rolled.series[k] = d
 		}
-		d.add(s)
-	}
-}
-
-// add adds s's value, or its histogram, to d.
-func (d *series) add(s *series) {
-	d.value += s.value
-	if s.hist != nil {
-		for i, c := range s.hist.buckets {
-			d.hist.buckets[i] += c
+		v, h := s.exported()
+		d.value += v
+		if d.hist != nil {
+			d.hist.add(&h)
 		}
-		d.hist.count += s.hist.count
-		d.hist.sumNs += s.hist.sumNs
 	}
 }

@@ -45,9 +45,9 @@ func (s *scriptedLeases) counts() (int, []string) {
 	return s.gets, append([]string(nil), s.from...)
 }
 
-// A watch the server ends is opened again from the last version it delivered (a bookmark's
-// too), with no Get; a watch that fails (410 Gone: the version is too old) is followed by a
-// Get, whose renewal is a resync.
+// The first watch starts from the Get's version; a watch the server ends is opened again from
+// the last version it delivered (a bookmark's too), with no Get; a watch whose version is gone
+// (410) is opened again from now, and its first renewal is a resync.
 func TestFollowerWatchesOnFromTheLastVersion(t *testing.T) {
 	lease := func(rv string, renew time.Time) *coordinationv1.Lease {
 		l := nodeLease("n1", renew)
@@ -91,14 +91,16 @@ func TestFollowerWatchesOnFromTheLastVersion(t *testing.T) {
 
 	w = next()
 	if gets, from := api.counts(); gets != 1 || len(from) != 2 || from[0] != "10" || from[1] != "15" {
-		t.Fatalf("after a watch ended: %d gets, watches from %v; want 1 get, watches from 10 then 15", gets, from)
+		t.Fatalf("after a watch ended: %d gets, watches from %q; want 1 get, watches from its version 10 then from 15", gets, from)
 	}
+	// The version is gone (an API server restarted, say), and the Lease's own version, which a
+	// Get would give, may be as old: watched from now at once, no Get.
 	gone := apierrors.NewResourceExpired("too old resource version: 15 (20)")
-	api.getLease = func() *coordinationv1.Lease { return lease("21", t0.Add(20*time.Second)) }
 	w.Error(&gone.ErrStatus)
-	next()
+	w = next()
+	w.Add(lease("21", t0.Add(20*time.Second)))
 	renewal(t0.Add(20*time.Second), true)
-	if gets, from := api.counts(); gets != 2 || from[len(from)-1] != "21" {
-		t.Fatalf("after a watch failed: %d gets, watches from %v; want a second get, and a watch from its version 21", gets, from)
+	if gets, from := api.counts(); gets != 1 || from[len(from)-1] != fromNow {
+		t.Fatalf("after a 410: %d gets, watches from %q; want no second get, and a watch from now", gets, from)
 	}
 }

@@ -29,7 +29,8 @@ type Renewal struct {
 	Lag           time.Duration
 	LeaseDuration time.Duration // spec.leaseDurationSeconds
 	Holder        string        // spec.holderIdentity: the node's name under a real kubelet
-	// Resync: seen by the Get that rebuilt the state after a watch ended, not by the watch;
+	// Resync: seen by the Get, or the watch from now, that rebuilt the state after a watch
+	// failed, not by a watch that went on;
 	// renewals between the two may have gone unseen.
 	Resync bool
 }

@@ -91,27 +91,39 @@ func TestWatchLeaseReportsEachRenewalOnce(t *testing.T) {
 	w1.Modify(nodeLease("node1", at(20)))
 	next(at(20), 10*time.Second, false)
 
-	// The server ends the watch; the Get that rebuilds sees the renewal already reported.
-	setLease(at(20))
+	// The server ends the watch: watched on from the last version seen, with no Get.
 	w1.Stop()
 	w2 := nextWatch()
-	// Ended again, with a renewal the watch never delivered: the Get reports it, marked.
-	setLease(at(40))
-	w2.Stop()
+	w2.Modify(nodeLease("node1", at(30)))
+	next(at(30), 10*time.Second, false)
+	w2.Modify(nodeLease("node1", at(25))) // older: replayed, not a renewal
+
+	// 410 Gone: watched from now at once, whose first event (the Lease as it is, with a
+	// renewal the watches never delivered) is a resync.
+	w2.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old resource version"})
 	w3 := nextWatch()
-	next(at(40), 20*time.Second, true)
-	w3.Modify(nodeLease("node1", at(50)))
-	next(at(50), 10*time.Second, false)
-
-	w3.Modify(nodeLease("node1", at(30))) // older: replayed, not a renewal
-
-	// 410 Gone: rebuilt from a Get too.
-	setLease(at(50))
-	w3.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old resource version"})
-	w4 := nextWatch()
-	w4.Modify(nodeLease("node1", at(60)))
+	w3.Add(nodeLease("node1", at(50)))
+	next(at(50), 20*time.Second, true)
+	w3.Modify(nodeLease("node1", at(60)))
 	next(at(60), 10*time.Second, false)
 
+	// Any other failure: a wait, then a Get, whose renewal is a resync.
+	setLease(at(70))
+	w3.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError, Message: "etcd unavailable"})
+	next(at(70), 10*time.Second, true)
+	w4 := nextWatch()
+	w4.Modify(nodeLease("node1", at(80)))
+	next(at(80), 10*time.Second, false)
+
+	gets := 0
+	for _, a := range cs.Actions() {
+		if a.GetResource().Resource == "leases" && a.GetVerb() == "get" {
+			gets++
+		}
+	}
+	if gets != 2 {
+		t.Errorf("%d gets of the Lease, want 2: at the start and after the failure other than 410", gets)
+	}
 	select {
 	case r := <-got:
 		t.Errorf("unexpected renewal %+v", r)
