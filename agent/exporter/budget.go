@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"cmp"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -45,12 +46,8 @@ func (s *series) pending() float64 {
 	switch {
 	case !s.marked:
 		return 0
-	case s.hist != nil:
-		seen := uint64(0)
-		if s.seenHist != nil {
-			seen = s.seenHist.sumNs
-		}
-		return float64(s.hist.sumNs-seen) / 1e9
+	case s.hist != nil: // marked: seenHist is set
+		return float64(s.hist.sumNs-s.seenHist.sumNs) / 1e9
 	case s.key.spec.typ == counter && s.key.spec.seconds:
 		return s.value - s.seen
 	}
@@ -69,11 +66,7 @@ func (s *series) settle(into *series) {
 			s.seenHist = &histo{}
 		}
 		if into != nil {
-			var d histo
-			for i := range s.hist.buckets {
-				d.buckets[i] = s.hist.buckets[i] - s.seenHist.buckets[i]
-			}
-			d.count, d.sumNs = s.hist.count-s.seenHist.count, s.hist.sumNs-s.seenHist.sumNs
+			d := s.hist.minus(s.seenHist)
 			into.hist.add(&d)
 			if s.offHist == nil {
 				s.offHist = &histo{}
@@ -99,33 +92,38 @@ func (h *histo) add(d *histo) {
 	h.sumNs += d.sumNs
 }
 
+// minus is h less o's counts (nil: none).
+func (h *histo) minus(o *histo) histo {
+	d := *h
+	if o != nil {
+		for i := range d.buckets {
+			d.buckets[i] -= o.buckets[i]
+		}
+		d.count, d.sumNs = d.count-o.count, d.sumNs-o.sumNs
+	}
+	return d
+}
+
 // exported is what s's own series shows: its counts less what went to _overflow.
 func (s *series) exported() (float64, histo) {
 	var h histo
 	if s.hist != nil {
-		h = *s.hist
-		if o := s.offHist; o != nil {
-			for i := range h.buckets {
-				h.buckets[i] -= o.buckets[i]
-			}
-			h.count, h.sumNs = h.count-o.count, h.sumNs-o.sumNs
-		}
+		h = s.hist.minus(s.offHist)
 	}
 	return s.value - s.off, h
 }
 
-// rollInto settles s into the series of its key in rolled.
-func (s *series) rollInto(rolled *workload) {
-	d := rolled.series[s.key]
-	if d == nil {
-		d = &series{key: s.key}
-		if s.hist != nil {
-			d.hist = &histo{}
-		}
-		rolled.series[s.key] = d
+// addExported adds what s's own series shows to d.
+func (d *series) addExported(s *series) {
+	v, h := s.exported()
+	d.value += v
+	if d.hist != nil {
+		d.hist.add(&h)
 	}
-	s.settle(d)
 }
+
+// rollInto settles s into the series of its key in rolled.
+func (s *series) rollInto(rolled *workload) { s.settle(rolled.seriesOf(s.key)) }
 
 // budget is a scrape's plan: the workloads it exports whole, how many it rolled into
 // _overflow, and the sum of the rolled workloads' gauges by series.
@@ -150,20 +148,14 @@ func (e *Exporter) plan(fixed int, info map[workloadKey]bool) budget {
 	for _, s := range e.node.w.series {
 		avail -= s.lines()
 	}
-	// The overflow's rows, were every workload rolled into it: every key of every series, once.
-	union := map[seriesKey]int{}
-	for k, s := range e.rolled.series {
-		union[k] = s.lines()
-	}
 	cost := make(map[*workload]int, len(e.workloads))
 	ws := make([]*workload, 0, len(e.workloads))
 	total := 0
 	for _, w := range e.workloads {
 		c := 0
 		w.score *= decay
-		for k, s := range w.series {
+		for _, s := range w.series {
 			c += s.lines()
-			union[k] = s.lines()
 			w.score += s.pending()
 		}
 		if info[w.key] {
@@ -180,8 +172,14 @@ func (e *Exporter) plan(fixed int, info map[workloadKey]bool) budget {
 		}
 		return b
 	}
-	for _, l := range union {
-		avail -= l
+	// Set aside the overflow's rows, were every workload rolled into it: every key of every
+	// series, once.
+	union := maps.Clone(e.rolled.series)
+	for _, w := range ws {
+		maps.Copy(union, w.series)
+	}
+	for _, s := range union {
+		avail -= s.lines()
 	}
 	rank := func(w *workload) float64 {
 		if w.exported {

@@ -174,41 +174,22 @@ func (e *Exporter) snapshot(fixed int, info map[workloadKey]bool) (sn scrapeStat
 			add(w, s)
 		}
 	}
-	overflow := map[seriesKey]*series{}
-	merge := func(k seriesKey, v float64, h *histo) {
-		m := overflow[k]
-		if m == nil {
-			m = &series{key: k}
-			if h != nil {
-				m.hist = &histo{}
-			}
-			overflow[k] = m
-		}
-		m.value += v
-		if h != nil {
-			m.hist.add(h)
-		}
-	}
+	overflow := &workload{series: map[seriesKey]*series{}}
 	for _, w := range []*workload{e.workloads[rolledKey], e.rolled} {
 		if w == nil {
 			continue
 		}
 		for k, s := range w.series {
-			v, h := s.exported()
-			if s.hist != nil {
-				merge(k, v, &h)
-			} else {
-				merge(k, v, nil)
-			}
+			overflow.seriesOf(k).addExported(s)
 		}
 	}
 	for k, v := range b.gauges {
-		merge(k, v, nil)
+		overflow.seriesOf(k).value += v
 	}
-	for _, s := range overflow {
+	for _, s := range overflow.series {
 		add(e.rolled, s)
 	}
-	if len(overflow) > 0 {
+	if len(overflow.series) > 0 {
 		sn.exported[rolledKey] = true
 	}
 	sn.tracked, sn.overflow = len(e.cgroups)-e.overflow, e.overflow

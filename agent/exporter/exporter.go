@@ -93,8 +93,8 @@ type workload struct {
 	key     workloadKey
 	cgroups int // the cgroups feeding it; it goes with the last
 	series  map[seriesKey]*series
-	// The series budget's: the seconds its tasks waited and ran, decayed at each scrape, and
-	// whether the last scrape exported it.
+	// The series budget's: the seconds its tasks waited and ran, decayed by the clock
+	// (scoreHalfLife), and whether the last scrape exported it.
 	score    float64
 	exported bool
 }
@@ -265,15 +265,7 @@ func (e *Exporter) newSource(st *cgroupState, s *spec, key sourceKey, out [2]str
 			e.preempted[by][st]++
 		}
 	}
-	sk := seriesKey{s, out[0], out[1]}
-	ser := st.w.series[sk]
-	if ser == nil {
-		ser = &series{key: sk}
-		if s.typ == histogram {
-			ser.hist = &histo{}
-		}
-		st.w.series[sk] = ser
-	}
+	ser := st.w.seriesOf(seriesKey{s, out[0], out[1]})
 	ser.sources++
 	src := &source{out: ser}
 	if s.typ == histogram {
@@ -439,18 +431,19 @@ func (e *Exporter) absorb(w *workload) {
 		if k.spec.typ == gauge {
 			continue
 		}
-		d := e.rolled.series[k]
-		if d == nil {
-			d = &series{key: k}
-			if s.hist != nil {
-				d.hist = &histo{}
-			}
-			e.rolled.series[k] = d
-		}
-		v, h := s.exported()
-		d.value += v
-		if d.hist != nil {
-			d.hist.add(&h)
-		}
+		e.rolled.seriesOf(k).addExported(s)
 	}
+}
+
+// seriesOf is w's series of key k, new if need be.
+func (w *workload) seriesOf(k seriesKey) *series {
+	s := w.series[k]
+	if s == nil {
+		s = &series{key: k}
+		if k.spec.typ == histogram {
+			s.hist = &histo{}
+		}
+		w.series[k] = s
+	}
+	return s
 }

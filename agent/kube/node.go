@@ -24,17 +24,6 @@ type Node struct {
 	ReadyReason     string
 }
 
-// GetNode gets the Node named name.
-func GetNode(ctx context.Context, api API, name string) (Node, error) {
-	ctx, cancel := context.WithTimeout(ctx, getTimeout)
-	defer cancel()
-	n, err := api.GetNode(ctx, name)
-	if err != nil {
-		return Node{}, fmt.Errorf("getting node %s: %w", name, err)
-	}
-	return FromNode(n), nil
-}
-
 // FromNode is what the agent keeps of n.
 func FromNode(n *corev1.Node) Node {
 	a := n.Status.Allocatable

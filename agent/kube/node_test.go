@@ -29,19 +29,12 @@ func testNode(ready corev1.ConditionStatus, since time.Time, reason string) *cor
 	}
 }
 
-func TestGetNode(t *testing.T) {
-	cs := newFake(testNode(corev1.ConditionTrue, t0, "KubeletReady"))
-	n, err := GetNode(context.Background(), cs, "node1")
-	if err != nil {
-		t.Fatal(err)
-	}
+func TestFromNode(t *testing.T) {
+	n := FromNode(testNode(corev1.ConditionTrue, t0, "KubeletReady"))
 	want := Node{Name: "node1", AllocatableCPUMilli: 3920, AllocatableMemory: 14 << 30, MaxPods: 58, AttachableVolumes: 31,
 		AttachedVolumes: 2, Ready: "True", ReadySince: t0, ReadyReason: "KubeletReady"}
 	if n != want {
-		t.Errorf("GetNode = %+v, want %+v", n, want)
-	}
-	if _, err := GetNode(context.Background(), cs, "node2"); err == nil {
-		t.Error("a missing node was found")
+		t.Errorf("FromNode = %+v, want %+v", n, want)
 	}
 	bare := FromNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "new"}})
 	if bare.Ready != "Unknown" || bare.AttachableVolumes != 0 {
