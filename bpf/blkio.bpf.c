@@ -104,15 +104,6 @@ struct request___refcount {
 	refcount_t ref;
 };
 
-/* The sweep runs in the reader's task, where a completion's interrupt can come in: counters it
- * shares with the other programs are added to atomically. */
-static __always_inline void drop(__u32 reason)
-{
-	__u64 *v = bpf_map_lookup_elem(&drops, &reason);
-	if (v)
-		__sync_fetch_and_add(v, 1);
-}
-
 static __always_inline __u32 rq_dev(struct request *rq)
 {
 	struct gendisk *disk;
@@ -244,7 +235,7 @@ static __always_inline void follow(struct request *rq, const struct rq_key *k, _
 	};
 	v.cgroup = rq_cgroup(rq, &v.weak);
 	if (bpf_map_update_elem(&inflight, k, &v, BPF_NOEXIST))
-		drop(DROP_INFLIGHT_FULL);
+		count_drop(DROP_INFLIGHT_FULL);
 }
 
 SEC("tp_btf/block_rq_insert")
@@ -317,7 +308,7 @@ static __always_inline void charge(const struct inflight *v, __u64 bytes, bool d
 	struct blk_key key = { .cgroup = v->cgroup, .dev = v->dev, .op = v->op };
 	struct blk_stats *s = stats_get(&key);
 	if (!s) {
-		drop(DROP_STATS_FULL);
+		count_drop(DROP_STATS_FULL);
 		return;
 	}
 	__sync_fetch_and_add(&s->bytes, bytes);
@@ -357,7 +348,7 @@ int BPF_PROG(rq_complete, struct request *rq, blk_status_t error, unsigned int n
 	if (!issued)
 		return 0; /* ended without being issued */
 	if (!c.issue_ts)
-		drop(DROP_ISSUE_UNSEEN);
+		count_drop(DROP_ISSUE_UNSEEN);
 	charge(&c, nr_bytes, true, c.issue_ts != 0, bpf_ktime_get_ns());
 	return 0;
 }
@@ -379,7 +370,7 @@ static long sweep_one(struct bpf_map *map, const struct rq_key *kp, const struct
 	 * struct was freed: then the delete fails, and the completion charged the request. */
 	if (bpf_map_delete_elem(&inflight, &k))
 		return 0;
-	drop(DROP_COMPLETION_UNSEEN);
+	count_drop(DROP_COMPLETION_UNSEEN);
 	if (v.issue_ts)
 		charge(&v, v.bytes, true, false, 0);
 	return 0;

@@ -20,6 +20,7 @@ enum drop_reason {
 	DROP_HIST_FULL = 0,    /* latency map full: a new cgroup's wait was not recorded */
 	DROP_PAIR_FULL = 1,    /* pairs map full (or out of memory): a wait was not counted */
 	DROP_STORAGE_FAIL = 2, /* task storage could not be created or taken (recursion) */
+	DROP_DIRTY_FULL = 3,   /* a change could not be marked (dirty maps full): read later */
 };
 
 /* How the victim came to wait. */
@@ -39,6 +40,13 @@ struct pair_val {
 	__u64 count;   /* waits: preempted, involuntary switches of victim in favour of
 			* preemptor; woken, waits after a wakeup behind preemptor */
 	__u64 wait_ns; /* their time */
+	__u64 epoch;   /* of this CPU's last change, to mark it once an epoch (see mark) */
+};
+
+/* A victim's histogram on one CPU, and the epoch of its last change there (see mark). */
+struct cell {
+	struct hist h;
+	__u64 epoch;
 };
 
 /* Per-task: when it became runnable and, if it was preempted, who switched it out; if it
@@ -63,7 +71,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u64);
-	__type(value, struct hist);
+	__type(value, struct cell);
 } latency SEC(".maps");
 
 struct {
@@ -81,7 +89,7 @@ struct {
  * User space adds each cgroup's slots, on every CPU, to its latency entry. */
 struct slot {
 	__u64 cgroup; /* 0 when free */
-	struct hist h;
+	struct cell c;
 };
 
 /* max_entries, a power of two, is set by the loader, and slot_mask to one less. */
@@ -141,6 +149,75 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } oncpu SEC(".maps");
+
+/* Reading per-CPU maps whole costs their size times the CPUs at every interval, to find the
+ * few cgroups that changed (a 96-vCPU node copies 48 times what a 2-vCPU one does). So each
+ * change is marked, once an epoch per CPU and key, in a hash all CPUs share (dirty,
+ * dirty_pairs: key to the epoch of the mark), and the reader runs runq_aggregate, which sums the
+ * marked keys' values over the CPUs in the kernel and hands over only those sums: the bytes read
+ * follow the cgroups and pairs that changed, not the CPUs.
+ *
+ * A mark is written after the change it announces (an update, under its bucket's lock) and the
+ * aggregator deletes a mark before it sums: a mark written after the delete stays for the next
+ * read, one written before it comes from a change the sum sees. A program that read the epoch
+ * before the aggregator closed it may change a value after the sum without marking it (its CPU
+ * marked it in that epoch already): keys marked in the epoch just closed go to again (again_pairs)
+ * with the count handed over, and are summed once more at the next read, handed over only if
+ * their count grew. The epoch starts at 1, as cleared values are 0. */
+volatile __u64 epoch = 1;
+
+/* max_entries of the four is set by the loader, as latency's and pairs'. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u64);
+} dirty SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct pair_key);
+	__type(value, __u64);
+} dirty_pairs SEC(".maps");
+
+/* A key to sum again at the next read: the count handed over, and the epoch closed then. */
+struct again {
+	__u64 count;
+	__u64 closed;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct again);
+} again SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct pair_key);
+	__type(value, struct again);
+} again_pairs SEC(".maps");
+
+/* Entries the programs added to latency and pairs: the reader subtracts what it deleted, for
+ * the maps' fill without walking them. */
+__u64 latency_added, pairs_added;
+
+/* Marks key changed in this epoch unless this CPU's value of it (whose epoch is *seen) was
+ * marked in it already. A full map is counted and tried again at the next change. */
+static __always_inline void mark(void *map, const void *key, __u64 *seen)
+{
+	__u64 e = epoch;
+	if (*seen == e)
+		return;
+	if (bpf_map_update_elem(map, key, &e, BPF_ANY)) {
+		count_drop(DROP_DIRTY_FULL);
+		return;
+	}
+	*seen = e;
+}
 
 /* Set by the loader from its probes of the same fields (features.HaveKernelStamps and
  * HaveSchedInfo; see kernel_stamps and queued_wait). A test clears them to trace the way a
@@ -211,23 +288,30 @@ static __always_inline __u64 preemptor_of(struct task_struct *t)
 
 /* The histogram of cg's waits on this CPU: its slot when it holds it or takes it now, else
  * its entry in the latency map (also for id 0, an unreadable cgroup, which marks a free slot). */
-static __always_inline struct hist *victim_hist(__u64 cg)
+static __always_inline struct cell *victim_cell(__u64 cg)
 {
 	__u32 idx = slot_of(cg);
 	struct slot *sl = use_slots ? bpf_map_lookup_elem(&slots, &idx) : NULL;
 	if (sl && cg) {
 		if (sl->cgroup == cg)
-			return &sl->h;
+			return &sl->c;
 		if (!sl->cgroup) {
 			/* Cleared before it is owned, so that a reader never sees the counts of
 			 * the removed cgroup that held it under the new one's id. */
-			__builtin_memset(&sl->h, 0, sizeof(sl->h));
+			__builtin_memset(&sl->c, 0, sizeof(sl->c));
 			barrier();
 			sl->cgroup = cg;
-			return &sl->h;
+			return &sl->c;
 		}
 	}
-	return hist_get(&latency, &cg);
+	struct cell *c = bpf_map_lookup_elem(&latency, &cg);
+	if (c)
+		return c;
+	static const struct cell zero;
+	/* EEXIST: another CPU raced us in, and the lookup below finds its entry. */
+	if (!bpf_map_update_elem(&latency, &cg, &zero, BPF_NOEXIST))
+		__sync_fetch_and_add(&latency_added, 1);
+	return bpf_map_lookup_elem(&latency, &cg);
 }
 
 /* bpf_loop's step i over the pair slots of every CPU: frees the one at i if the removed
@@ -246,7 +330,7 @@ static long free_pair_slot(__u64 i, void *ctx)
 /* A removed cgroup of the hierarchy the ids are from gives up its slot, and the pair slots
  * it is in, on every CPU. It has no task left to wait, so no CPU writes its slot meanwhile
  * (a pair of it may still be charged, to a task that waited behind it since before: counted
- * anew, of a cgroup that is gone); the CPU that takes a slot next clears it (victim_hist,
+ * anew, of a cgroup that is gone); the CPU that takes a slot next clears it (victim_cell,
  * pair_get). The other hierarchies' ids are numbered apart and may be equal. */
 SEC("tp_btf/cgroup_rmdir")
 int BPF_PROG(runq_rmdir, struct cgroup *cgrp, const char *path)
@@ -284,6 +368,7 @@ static __always_inline struct pair_val *pair_get(struct pair_key *k)
 			/* Cleared, then owned: the victim, which marks it taken, last. */
 			sl->val.count = 0;
 			sl->val.wait_ns = 0;
+			sl->val.epoch = 0;
 			sl->key.preemptor = k->preemptor;
 			sl->key.kind = k->kind;
 			barrier();
@@ -295,7 +380,8 @@ static __always_inline struct pair_val *pair_get(struct pair_key *k)
 	if (v)
 		return v;
 	static const struct pair_val zero;
-	bpf_map_update_elem(&pairs, k, &zero, BPF_NOEXIST);
+	if (!bpf_map_update_elem(&pairs, k, &zero, BPF_NOEXIST))
+		__sync_fetch_and_add(&pairs_added, 1);
 	return bpf_map_lookup_elem(&pairs, k);
 }
 
@@ -447,11 +533,13 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 			return 0;
 	}
 
-	struct hist *h = victim_hist(cg);
-	if (h)
-		hist_add(h, delta);
-	else
+	struct cell *c = victim_cell(cg);
+	if (c) {
+		hist_add(&c->h, delta);
+		mark(&dirty, &cg, &c->epoch);
+	} else {
 		count_drop(DROP_HIST_FULL);
+	}
 
 	struct pair_key k = { .victim = cg, .preemptor = preemptor };
 	if (!preempted) {
@@ -476,5 +564,242 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	}
 	v->count += 1;
 	v->wait_ns += delta;
+	mark(&dirty_pairs, &k, &v->epoch);
+	return 0;
+}
+
+/* What runq_aggregate hands over: each changed cgroup's histogram and pair summed over the CPUs
+ * (slots included), and the cgroups on a CPU, out_cgroups, out_pairs and out_oncpu of each.
+ * Sized by the loader: as dirty, dirty_pairs and the possible CPUs. */
+struct cgroup_sum {
+	__u64 cgroup;
+	struct hist h;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct cgroup_sum);
+} cgroups_out SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct pair_slot);
+} pairs_out SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} oncpu_out SEC(".maps");
+
+__u32 out_cgroups, out_pairs, out_oncpu;
+
+/* One key being summed: which, where its sum goes, and its slot. */
+struct agg {
+	__u64 cgroup;
+	struct pair_key pair;
+	__u32 out;
+	__u32 slot;
+	__u64 closed; /* the epoch the aggregator closed */
+};
+
+/* Whether output array out has an entry i. */
+static __always_inline bool room(void *out, __u32 i)
+{
+	return bpf_map_lookup_elem(out, &i) != NULL;
+}
+
+static __always_inline void hist_sum(struct hist *to, const struct hist *from)
+{
+	for (int i = 0; i < HIST_SLOTS; i++)
+		to->slots[i] += from->slots[i];
+	to->count += from->count;
+	to->sum_ns += from->sum_ns;
+}
+
+/* bpf_loop's step over CPUs: adds CPU cpu's histogram of a->cgroup, map and slot. */
+static long sum_cgroup_on(__u64 cpu, void *ctx)
+{
+	struct agg *a = ctx;
+	struct cgroup_sum *o = bpf_map_lookup_elem(&cgroups_out, &a->out);
+	if (!o)
+		return 1;
+	struct cell *c = bpf_map_lookup_percpu_elem(&latency, &a->cgroup, cpu);
+	if (c)
+		hist_sum(&o->h, &c->h);
+	struct slot *sl = use_slots ? bpf_map_lookup_percpu_elem(&slots, &a->slot, cpu) : NULL;
+	if (sl && sl->cgroup == a->cgroup)
+		hist_sum(&o->h, &sl->c.h);
+	return 0;
+}
+
+static long sum_pair_on(__u64 cpu, void *ctx)
+{
+	struct agg *a = ctx;
+	struct pair_slot *o = bpf_map_lookup_elem(&pairs_out, &a->out);
+	if (!o)
+		return 1;
+	struct pair_val *v = bpf_map_lookup_percpu_elem(&pairs, &a->pair, cpu);
+	if (v) {
+		o->val.count += v->count;
+		o->val.wait_ns += v->wait_ns;
+	}
+	struct pair_slot *sl = use_slots ? bpf_map_lookup_percpu_elem(&pair_slots, &a->slot, cpu) : NULL;
+	if (sl && sl->key.victim == a->pair.victim && sl->key.preemptor == a->pair.preemptor &&
+	    sl->key.kind == a->pair.kind) {
+		o->val.count += sl->val.count;
+		o->val.wait_ns += sl->val.wait_ns;
+	}
+	return 0;
+}
+
+/* The walks below delete the element they are at and insert into no map they walk: an element
+ * freed and taken again at once would lead the walk into another chain. */
+
+/* Sums cgroup cg into the next output and hands it over if its count is above base. False
+ * when the output is full. */
+static __always_inline bool hand_cgroup(__u64 cg, __u64 base, struct agg *a, __u64 *count)
+{
+	__u32 i = out_cgroups;
+	struct cgroup_sum *o = bpf_map_lookup_elem(&cgroups_out, &i);
+	if (!o)
+		return false;
+	__builtin_memset(o, 0, sizeof(*o));
+	o->cgroup = cg;
+	a->cgroup = cg;
+	a->out = i;
+	a->slot = slot_of(cg);
+	bpf_loop(nr_cpus, sum_cgroup_on, a, 0);
+	*count = o->h.count;
+	if (o->h.count > base)
+		out_cgroups = i + 1;
+	return true;
+}
+
+/* A marked cgroup: deleted, summed, handed over unless its count is the one handed over at the
+ * last read, and kept in again if it was marked in the epoch just closed (or since). */
+static long aggregate_cgroup(struct bpf_map *map, __u64 *key, __u64 *marked, struct agg *a)
+{
+	__u64 cg = *key, was = *marked, count;
+	struct again *last = bpf_map_lookup_elem(&again, &cg);
+	__u64 base = last ? last->count : 0;
+	if (!room(&cgroups_out, out_cgroups))
+		return 1; /* the rest stay marked for the next read */
+	bpf_map_delete_elem(&dirty, &cg);
+	if (!hand_cgroup(cg, base, a, &count))
+		return 1;
+	if (was >= a->closed) {
+		struct again next = { .count = count, .closed = a->closed };
+		bpf_map_update_elem(&again, &cg, &next, BPF_ANY);
+	} else if (last) {
+		bpf_map_delete_elem(&again, &cg);
+	}
+	return 0;
+}
+
+/* A cgroup marked in the epoch closed at an earlier read: summed once more. */
+static long aggregate_cgroup_again(struct bpf_map *map, __u64 *key, struct again *last, struct agg *a)
+{
+	__u64 cg = *key, count;
+	if (last->closed >= a->closed)
+		return 0; /* this read's */
+	if (!room(&cgroups_out, out_cgroups))
+		return 1;
+	__u64 base = last->count;
+	bpf_map_delete_elem(&again, &cg);
+	hand_cgroup(cg, base, a, &count);
+	return 0;
+}
+
+static __always_inline bool hand_pair(struct pair_key *k, __u64 base, struct agg *a, __u64 *count)
+{
+	__u32 i = out_pairs;
+	struct pair_slot *o = bpf_map_lookup_elem(&pairs_out, &i);
+	if (!o)
+		return false;
+	__builtin_memset(o, 0, sizeof(*o));
+	o->key = *k;
+	a->pair = *k;
+	a->out = i;
+	a->slot = pair_slot_of(k);
+	bpf_loop(nr_cpus, sum_pair_on, a, 0);
+	*count = o->val.count;
+	if (o->val.count > base)
+		out_pairs = i + 1;
+	return true;
+}
+
+static long aggregate_pair(struct bpf_map *map, struct pair_key *key, __u64 *marked, struct agg *a)
+{
+	struct pair_key k = *key;
+	__u64 was = *marked, count;
+	struct again *last = bpf_map_lookup_elem(&again_pairs, &k);
+	__u64 base = last ? last->count : 0;
+	if (!room(&pairs_out, out_pairs))
+		return 1;
+	bpf_map_delete_elem(&dirty_pairs, &k);
+	if (!hand_pair(&k, base, a, &count))
+		return 1;
+	if (was >= a->closed) {
+		struct again next = { .count = count, .closed = a->closed };
+		bpf_map_update_elem(&again_pairs, &k, &next, BPF_ANY);
+	} else if (last) {
+		bpf_map_delete_elem(&again_pairs, &k);
+	}
+	return 0;
+}
+
+static long aggregate_pair_again(struct bpf_map *map, struct pair_key *key, struct again *last, struct agg *a)
+{
+	struct pair_key k = *key;
+	__u64 count;
+	if (last->closed >= a->closed)
+		return 0;
+	if (!room(&pairs_out, out_pairs))
+		return 1;
+	__u64 base = last->count;
+	bpf_map_delete_elem(&again_pairs, &k);
+	hand_pair(&k, base, a, &count);
+	return 0;
+}
+
+static long collect_oncpu(__u64 cpu, void *ctx)
+{
+	__u32 zero = 0;
+	__u64 *cg = bpf_map_lookup_percpu_elem(&oncpu, &zero, cpu);
+	if (!cg || !*cg)
+		return 0;
+	__u32 i = out_oncpu;
+	__u64 *o = bpf_map_lookup_elem(&oncpu_out, &i);
+	if (!o)
+		return 1;
+	*o = *cg;
+	out_oncpu = i + 1;
+	return 0;
+}
+
+/* Attached to nothing: the reader runs it (BPF_PROG_TEST_RUN) at each read, with ctx[0] 1 to
+ * hand over the pairs too (else they stay marked for a later read), and reads the outputs. A
+ * key past an output's size waits, still marked, for the next read. */
+SEC("raw_tp")
+int runq_aggregate(__u64 *ctx)
+{
+	struct agg a = { .closed = __sync_fetch_and_add(&epoch, 1) };
+	bool with_pairs = ctx[0];
+	out_cgroups = 0;
+	out_pairs = 0;
+	out_oncpu = 0;
+	bpf_for_each_map_elem(&dirty, aggregate_cgroup, &a, 0);
+	bpf_for_each_map_elem(&again, aggregate_cgroup_again, &a, 0);
+	if (with_pairs) {
+		bpf_for_each_map_elem(&dirty_pairs, aggregate_pair, &a, 0);
+		bpf_for_each_map_elem(&again_pairs, aggregate_pair_again, &a, 0);
+	}
+	bpf_loop(nr_cpus, collect_oncpu, NULL, 0);
 	return 0;
 }

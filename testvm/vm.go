@@ -153,12 +153,7 @@ func Build(ctx context.Context, repo, dir string, tests []GuestTest, busybox str
 		"etc/group":    "root:x:0:\nnogroup:x:65534:\n",
 		"etc/hostname": "nodectl-vm\n",
 	}
-	var list strings.Builder
-	for _, g := range tests {
-		// Fields apart by the unit separator: patterns hold "|".
-		fmt.Fprintf(&list, "%s\x1f%s\x1f%s\x1f%s\x1f%s\n", g.Name(), strings.TrimPrefix(g.Pkg, "./"), g.Timeout, g.Run, g.Skip)
-	}
-	files["guest/tests"] = list.String()
+	files["guest/tests"] = testList(tests)
 	run, err := guestFiles.ReadFile("guest/run")
 	if err != nil {
 		return err
@@ -268,6 +263,22 @@ func installWithLibraries(ctx context.Context, path, root string) error {
 	return nil
 }
 
+// testList is the guest's list of the tests to run, a line each.
+func testList(tests []GuestTest) string {
+	var list strings.Builder
+	for _, g := range tests {
+		// Fields apart by the unit separator: patterns hold "|".
+		fmt.Fprintf(&list, "%s\x1f%s\x1f%s\x1f%s\x1f%s\n", g.Name(), strings.TrimPrefix(g.Pkg, "./"), g.Timeout, g.Run, g.Skip)
+	}
+	return list.String()
+}
+
+// SetTests makes the guest tree under root, which Build laid out, run tests: a boot runs a
+// subset of the binaries built (their test list only is written).
+func SetTests(root string, tests []GuestTest) error {
+	return os.WriteFile(filepath.Join(root, "guest", "tests"), []byte(testList(tests)), 0o644)
+}
+
 // AddKernel copies the kernel's late modules into the root tree and names them in
 // guest/modules.late.
 func AddKernel(root string, k Kernel) error {
@@ -345,9 +356,12 @@ func Disk(ctx context.Context, root, out string, spare int64) error {
 	return nil
 }
 
-// Machine is the emulated machine's size.
+// Machine is the emulated machine's size. MaxCPUs, when above CPUs, are possible CPUs that are
+// not online (hot-pluggable): the kernel sizes per-CPU maps by the possible CPUs, so a machine
+// of 2 online and 96 possible copies a per-CPU map as a 96-vCPU node does, at the cost of 2.
 type Machine struct {
 	CPUs      int
+	MaxCPUs   int
 	MemoryMiB int
 }
 
@@ -382,7 +396,7 @@ var (
 func Run(ctx context.Context, k Kernel, m Machine, initramfs, disk string, console io.Writer, progress func(string)) (*Boot, error) {
 	args := []string{
 		"-machine", "q35", "-accel", accel(), "-cpu", "max",
-		"-smp", strconv.Itoa(m.CPUs), "-m", strconv.Itoa(m.MemoryMiB),
+		"-smp", fmt.Sprintf("%d,maxcpus=%d", m.CPUs, max(m.CPUs, m.MaxCPUs)), "-m", strconv.Itoa(m.MemoryMiB),
 		"-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio",
 		"-kernel", k.Image, "-initrd", initramfs,
 		"-drive", "file=" + disk + ",format=raw,if=virtio",

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,14 @@ var guestTests = []GuestTest{
 
 // The machine every kernel boots on: 2 vCPUs as this host has, memory for the tests' hogs.
 var machine = Machine{CPUs: 2, MemoryMiB: 3072}
+
+// Then each kernel boots wide, with 96 possible CPUs (2 online; the largest c4 node's vCPUs),
+// for the tests whose counts must not grow with the CPUs: the run-queue tracer's bytes read an
+// interval, compared with the first boot's (readCost).
+var (
+	wide      = Machine{CPUs: 2, MaxCPUs: 96, MemoryMiB: 3072}
+	wideTests = []GuestTest{{Pkg: "./record/trace/runq", Run: "^TestReadCostFollowsChanges$", Timeout: 5 * time.Minute}}
+)
 
 func TestKernels(t *testing.T) {
 	if os.Getenv("NODECTL_TEST_VM") != "1" {
@@ -106,12 +115,56 @@ func TestKernels(t *testing.T) {
 
 	for _, k := range kernels {
 		t.Run(k.Release, func(t *testing.T) {
-			bootKernel(ctx, t, k, tests, root, work)
+			narrow := bootKernel(ctx, t, k, machine, tests, root, work)
+			if !slices.ContainsFunc(tests, func(g GuestTest) bool { return g.Pkg == wideTests[0].Pkg }) {
+				return
+			}
+			t.Run("wide", func(t *testing.T) {
+				compareReadCost(t, narrow, bootKernel(ctx, t, k, wide, wideTests, root, work))
+			})
 		})
 	}
 }
 
-func bootKernel(ctx context.Context, t *testing.T, k Kernel, tests []GuestTest, root, work string) {
+// compareReadCost holds the run-queue tracer's bytes read an interval, summed in the kernel,
+// on the wide machine to 2x the first boot's (issue 33), and logs the whole reads' growth.
+func compareReadCost(t *testing.T, narrow, wide map[string]*Result) {
+	name := wideTests[0].Name()
+	if narrow[name] == nil || wide[name] == nil {
+		t.Fatalf("%s did not run on both machines", name)
+	}
+	costs := [2]map[string]int{}
+	for i, r := range []*Result{narrow[name], wide[name]} {
+		lines := r.Lines("runq read cost:")
+		if len(lines) == 0 {
+			t.Fatalf("%s logged no read cost (skipped?)", name)
+		}
+		costs[i] = map[string]int{}
+		for _, f := range strings.Fields(lines[len(lines)-1]) {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				if n, err := strconv.Atoi(v); err == nil {
+					costs[i][k] = n
+				}
+			}
+		}
+	}
+	n, w := costs[0], costs[1]
+	t.Logf("run-queue read an interval, %d vs %d possible CPUs: summed %d vs %d bytes (x%.2f), whole %d vs %d bytes (x%.1f)",
+		n["cpus"], w["cpus"], n["summed_bytes"], w["summed_bytes"], float64(w["summed_bytes"])/float64(n["summed_bytes"]),
+		n["whole_bytes"], w["whole_bytes"], float64(w["whole_bytes"])/float64(n["whole_bytes"]))
+	if w["cpus"] < 4*n["cpus"] {
+		t.Errorf("the wide machine has %d possible CPUs, the first %d", w["cpus"], n["cpus"])
+	}
+	if w["summed_bytes"] > 2*n["summed_bytes"] {
+		t.Errorf("summed reads copy %d bytes an interval on %d CPUs, more than 2x the %d on %d", w["summed_bytes"], w["cpus"], n["summed_bytes"], n["cpus"])
+	}
+}
+
+// bootKernel boots k on m to run tests and returns their results by name.
+func bootKernel(ctx context.Context, t *testing.T, k Kernel, m Machine, tests []GuestTest, root, work string) map[string]*Result {
+	if err := SetTests(root, tests); err != nil {
+		t.Fatal(err)
+	}
 	if err := AddKernel(root, k); err != nil {
 		t.Fatal(err)
 	}
@@ -125,14 +178,14 @@ func bootKernel(ctx context.Context, t *testing.T, k Kernel, tests []GuestTest, 
 	}
 	defer os.Remove(disk)
 
-	logPath := filepath.Join(artifacts(t), "vm-"+k.Release+".log")
+	logPath := filepath.Join(artifacts(t), fmt.Sprintf("vm-%s-%dcpus.log", k.Release, max(m.CPUs, m.MaxCPUs)))
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logFile.Close()
 	start := time.Now()
-	boot, err := Run(ctx, k, machine, initramfs, disk, logFile, func(s string) {
+	boot, err := Run(ctx, k, m, initramfs, disk, logFile, func(s string) {
 		t.Logf("%s (%v)", s, time.Since(start).Round(time.Second))
 	})
 	t.Logf("kernel %s: %v from boot to power-off; console in %s", k.Release, time.Since(start).Round(time.Second), logPath)
@@ -140,7 +193,7 @@ func bootKernel(ctx context.Context, t *testing.T, k Kernel, tests []GuestTest, 
 		t.Errorf("%v; the console's last lines:\n%s", err, strings.Join(boot.Tail, "\n"))
 	}
 	if boot == nil {
-		return
+		return nil
 	}
 	if !strings.Contains(boot.Header, "cgroup2 1 v1 0 ") {
 		t.Errorf("the guest has no cgroup2 at /sys/fs/cgroup: %q", boot.Header)
@@ -188,6 +241,7 @@ func bootKernel(ctx context.Context, t *testing.T, k Kernel, tests []GuestTest, 
 	if len(failed) > 0 {
 		t.Logf("failed in the guest:\n  %s", strings.Join(failed, "\n  "))
 	}
+	return ran
 }
 
 // requireStatic fails for a binary that needs a dynamic loader: the guest has no libraries.

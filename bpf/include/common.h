@@ -69,10 +69,11 @@ static __always_inline struct hist *hist_get(void *map, const void *key)
 	return bpf_map_lookup_elem(map, key);
 }
 
-/* Drop counters, one per reason, per CPU. */
+/* Drop counters, one per reason, shared by the CPUs: drops are rare, and one copy reads the
+ * same on any number of CPUs where a per-CPU array was read once per CPU at every interval. */
 #define DROP_REASONS 4
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, DROP_REASONS);
 	__type(key, __u32);
 	__type(value, __u64);
@@ -82,7 +83,7 @@ static __always_inline void count_drop(__u32 reason)
 {
 	__u64 *v = bpf_map_lookup_elem(&drops, &reason);
 	if (v)
-		*v += 1;
+		__sync_fetch_and_add(v, 1);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -43,6 +43,9 @@ type Config struct {
 	// noSlots leaves the slots unused, as on a kernel without the helpers that free them:
 	// for the tests of the maps.
 	noSlots bool
+	// noSums reads the per-CPU maps whole, as on a kernel without the helpers that sum them
+	// (bpf/runq.bpf.c, runq_aggregate): for the tests of that way.
+	noSums bool
 	// slots per CPU (bpf/runq.bpf.c, slots), a power of two; 0 means defaultSlots. A test
 	// takes one to send most cgroups to the latency map. pairSlots is the same for the pairs;
 	// 0 means pairSlotsPerSlot times slots.
@@ -80,4 +83,12 @@ type Stats struct {
 	// OnCPU are the cgroups of the tasks on a CPU at the read (idle CPUs left out), each
 	// once: they may run on without a switch, which Latency would not show.
 	OnCPU []uint64
+	// Cost is what this read copied from the kernel.
+	Cost Cost
+}
+
+// Cost is what a read copied from the kernel's maps: bytes (keys and values, one value per
+// possible CPU of a per-CPU map read whole) and the syscalls that copied them.
+type Cost struct {
+	Bytes, Calls uint64
 }

@@ -13,12 +13,31 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type runqAgain struct {
+	_      structs.HostLayout
+	Count  uint64
+	Closed uint64
+}
+
+type runqCell struct {
+	_     structs.HostLayout
+	H     runqHist
+	Epoch uint64
+}
+
+type runqCgroupSum struct {
+	_      structs.HostLayout
+	Cgroup uint64
+	H      runqHist
+}
+
 type runqDropReason uint32
 
 const (
 	runqDropReasonDROP_HIST_FULL    runqDropReason = 0
 	runqDropReasonDROP_PAIR_FULL    runqDropReason = 1
 	runqDropReasonDROP_STORAGE_FAIL runqDropReason = 2
+	runqDropReasonDROP_DIRTY_FULL   runqDropReason = 3
 )
 
 type runqHist struct {
@@ -46,12 +65,13 @@ type runqPairVal struct {
 	_      structs.HostLayout
 	Count  uint64
 	WaitNs uint64
+	Epoch  uint64
 }
 
 type runqSlot struct {
 	_      structs.HostLayout
 	Cgroup uint64
-	H      runqHist
+	C      runqCell
 }
 
 type runqStamp struct {
@@ -73,20 +93,34 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	runqMapAgain            = "again"
+	runqMapAgainPairs       = "again_pairs"
+	runqMapCgroupsOut       = "cgroups_out"
+	runqMapDirty            = "dirty"
+	runqMapDirtyPairs       = "dirty_pairs"
 	runqMapDrops            = "drops"
 	runqMapLatency          = "latency"
 	runqMapOncpu            = "oncpu"
+	runqMapOncpuOut         = "oncpu_out"
 	runqMapPairSlots        = "pair_slots"
 	runqMapPairs            = "pairs"
+	runqMapPairsOut         = "pairs_out"
 	runqMapSlots            = "slots"
 	runqMapStamps           = "stamps"
+	runqProgRunqAggregate   = "runq_aggregate"
 	runqProgRunqRmdir       = "runq_rmdir"
 	runqProgRunqSwitch      = "runq_switch"
 	runqProgRunqWakeup      = "runq_wakeup"
 	runqProgRunqWakeupNew   = "runq_wakeup_new"
 	runqVarCgroupV1         = "cgroup_v1"
+	runqVarEpoch            = "epoch"
+	runqVarLatencyAdded     = "latency_added"
 	runqVarNrCpus           = "nr_cpus"
+	runqVarOutCgroups       = "out_cgroups"
+	runqVarOutOncpu         = "out_oncpu"
+	runqVarOutPairs         = "out_pairs"
 	runqVarPairSlotMask     = "pair_slot_mask"
+	runqVarPairsAdded       = "pairs_added"
 	runqVarSlotMask         = "slot_mask"
 	runqVarUnusedDropReason = "unused_drop_reason"
 	runqVarUnusedWaitKind   = "unused_wait_kind"
@@ -137,6 +171,7 @@ type runqSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type runqProgramSpecs struct {
+	RunqAggregate *ebpf.ProgramSpec `ebpf:"runq_aggregate"`
 	RunqRmdir     *ebpf.ProgramSpec `ebpf:"runq_rmdir"`
 	RunqSwitch    *ebpf.ProgramSpec `ebpf:"runq_switch"`
 	RunqWakeup    *ebpf.ProgramSpec `ebpf:"runq_wakeup"`
@@ -147,13 +182,20 @@ type runqProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type runqMapSpecs struct {
-	Drops     *ebpf.MapSpec `ebpf:"drops"`
-	Latency   *ebpf.MapSpec `ebpf:"latency"`
-	Oncpu     *ebpf.MapSpec `ebpf:"oncpu"`
-	PairSlots *ebpf.MapSpec `ebpf:"pair_slots"`
-	Pairs     *ebpf.MapSpec `ebpf:"pairs"`
-	Slots     *ebpf.MapSpec `ebpf:"slots"`
-	Stamps    *ebpf.MapSpec `ebpf:"stamps"`
+	Again      *ebpf.MapSpec `ebpf:"again"`
+	AgainPairs *ebpf.MapSpec `ebpf:"again_pairs"`
+	CgroupsOut *ebpf.MapSpec `ebpf:"cgroups_out"`
+	Dirty      *ebpf.MapSpec `ebpf:"dirty"`
+	DirtyPairs *ebpf.MapSpec `ebpf:"dirty_pairs"`
+	Drops      *ebpf.MapSpec `ebpf:"drops"`
+	Latency    *ebpf.MapSpec `ebpf:"latency"`
+	Oncpu      *ebpf.MapSpec `ebpf:"oncpu"`
+	OncpuOut   *ebpf.MapSpec `ebpf:"oncpu_out"`
+	PairSlots  *ebpf.MapSpec `ebpf:"pair_slots"`
+	Pairs      *ebpf.MapSpec `ebpf:"pairs"`
+	PairsOut   *ebpf.MapSpec `ebpf:"pairs_out"`
+	Slots      *ebpf.MapSpec `ebpf:"slots"`
+	Stamps     *ebpf.MapSpec `ebpf:"stamps"`
 }
 
 // runqVariableSpecs contains global variables before they are loaded into the kernel.
@@ -161,8 +203,14 @@ type runqMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type runqVariableSpecs struct {
 	CgroupV1         *ebpf.VariableSpec `ebpf:"cgroup_v1"`
+	Epoch            *ebpf.VariableSpec `ebpf:"epoch"`
+	LatencyAdded     *ebpf.VariableSpec `ebpf:"latency_added"`
 	NrCpus           *ebpf.VariableSpec `ebpf:"nr_cpus"`
+	OutCgroups       *ebpf.VariableSpec `ebpf:"out_cgroups"`
+	OutOncpu         *ebpf.VariableSpec `ebpf:"out_oncpu"`
+	OutPairs         *ebpf.VariableSpec `ebpf:"out_pairs"`
 	PairSlotMask     *ebpf.VariableSpec `ebpf:"pair_slot_mask"`
+	PairsAdded       *ebpf.VariableSpec `ebpf:"pairs_added"`
 	SlotMask         *ebpf.VariableSpec `ebpf:"slot_mask"`
 	UnusedDropReason *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
 	UnusedWaitKind   *ebpf.VariableSpec `ebpf:"unused_wait_kind"`
@@ -191,22 +239,36 @@ func (o *runqObjects) Close() error {
 //
 // It can be passed to loadRunqObjects or ebpf.CollectionSpec.LoadAndAssign.
 type runqMaps struct {
-	Drops     *ebpf.Map `ebpf:"drops"`
-	Latency   *ebpf.Map `ebpf:"latency"`
-	Oncpu     *ebpf.Map `ebpf:"oncpu"`
-	PairSlots *ebpf.Map `ebpf:"pair_slots"`
-	Pairs     *ebpf.Map `ebpf:"pairs"`
-	Slots     *ebpf.Map `ebpf:"slots"`
-	Stamps    *ebpf.Map `ebpf:"stamps"`
+	Again      *ebpf.Map `ebpf:"again"`
+	AgainPairs *ebpf.Map `ebpf:"again_pairs"`
+	CgroupsOut *ebpf.Map `ebpf:"cgroups_out"`
+	Dirty      *ebpf.Map `ebpf:"dirty"`
+	DirtyPairs *ebpf.Map `ebpf:"dirty_pairs"`
+	Drops      *ebpf.Map `ebpf:"drops"`
+	Latency    *ebpf.Map `ebpf:"latency"`
+	Oncpu      *ebpf.Map `ebpf:"oncpu"`
+	OncpuOut   *ebpf.Map `ebpf:"oncpu_out"`
+	PairSlots  *ebpf.Map `ebpf:"pair_slots"`
+	Pairs      *ebpf.Map `ebpf:"pairs"`
+	PairsOut   *ebpf.Map `ebpf:"pairs_out"`
+	Slots      *ebpf.Map `ebpf:"slots"`
+	Stamps     *ebpf.Map `ebpf:"stamps"`
 }
 
 func (m *runqMaps) Close() error {
 	return _RunqClose(
+		m.Again,
+		m.AgainPairs,
+		m.CgroupsOut,
+		m.Dirty,
+		m.DirtyPairs,
 		m.Drops,
 		m.Latency,
 		m.Oncpu,
+		m.OncpuOut,
 		m.PairSlots,
 		m.Pairs,
+		m.PairsOut,
 		m.Slots,
 		m.Stamps,
 	)
@@ -217,8 +279,14 @@ func (m *runqMaps) Close() error {
 // It can be passed to loadRunqObjects or ebpf.CollectionSpec.LoadAndAssign.
 type runqVariables struct {
 	CgroupV1         *ebpf.Variable `ebpf:"cgroup_v1"`
+	Epoch            *ebpf.Variable `ebpf:"epoch"`
+	LatencyAdded     *ebpf.Variable `ebpf:"latency_added"`
 	NrCpus           *ebpf.Variable `ebpf:"nr_cpus"`
+	OutCgroups       *ebpf.Variable `ebpf:"out_cgroups"`
+	OutOncpu         *ebpf.Variable `ebpf:"out_oncpu"`
+	OutPairs         *ebpf.Variable `ebpf:"out_pairs"`
 	PairSlotMask     *ebpf.Variable `ebpf:"pair_slot_mask"`
+	PairsAdded       *ebpf.Variable `ebpf:"pairs_added"`
 	SlotMask         *ebpf.Variable `ebpf:"slot_mask"`
 	UnusedDropReason *ebpf.Variable `ebpf:"unused_drop_reason"`
 	UnusedWaitKind   *ebpf.Variable `ebpf:"unused_wait_kind"`
@@ -231,6 +299,7 @@ type runqVariables struct {
 //
 // It can be passed to loadRunqObjects or ebpf.CollectionSpec.LoadAndAssign.
 type runqPrograms struct {
+	RunqAggregate *ebpf.Program `ebpf:"runq_aggregate"`
 	RunqRmdir     *ebpf.Program `ebpf:"runq_rmdir"`
 	RunqSwitch    *ebpf.Program `ebpf:"runq_switch"`
 	RunqWakeup    *ebpf.Program `ebpf:"runq_wakeup"`
@@ -239,6 +308,7 @@ type runqPrograms struct {
 
 func (p *runqPrograms) Close() error {
 	return _RunqClose(
+		p.RunqAggregate,
 		p.RunqRmdir,
 		p.RunqSwitch,
 		p.RunqWakeup,

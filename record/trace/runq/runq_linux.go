@@ -3,9 +3,11 @@
 package runq
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 
 	"github.com/nodectl/nodectl/rundir"
@@ -24,15 +26,25 @@ var dropReasons = map[runqDropReason]string{
 	runqDropReasonDROP_HIST_FULL:    "latency_map_full",
 	runqDropReasonDROP_PAIR_FULL:    "pairs_map_full",
 	runqDropReasonDROP_STORAGE_FAIL: "task_storage",
+	runqDropReasonDROP_DIRTY_FULL:   "marks_full",
 }
 
 // Tracer owns the loaded programs, their maps and links. It is not safe for concurrent use.
 type Tracer struct {
-	objs    runqObjects
-	links   []link.Link
-	latency loader.Batch[uint64, runqHist]
-	slots   loader.Batch[uint32, runqSlot]
-	pairs   loader.Batch[runqPairKey, runqPairVal]
+	objs  runqObjects
+	links []link.Link
+	// summed: the kernel sums the changed keys over the CPUs (bpf/runq.bpf.c, runq_aggregate)
+	// and the reader reads those sums (readSums). Else, where the kernel lacks its helpers, the
+	// reader reads the per-CPU maps whole (readWhole), with what follows up to pairSeen.
+	summed bool
+	sums   summedRead
+	// Read's totals of every cgroup and pair without ChangedOnly, where the kernel hands over
+	// only what changed.
+	totals     map[uint64]hist.Log2
+	totalPairs map[runqPairKey]Pair
+	latency    loader.Batch[uint64, runqCell]
+	slots      loader.Batch[uint32, runqSlot]
+	pairs      loader.Batch[runqPairKey, runqPairVal]
 	// slotSeen is each slot owner's count, on all CPUs, at the last read: with ChangedOnly a
 	// cgroup whose slots moved is read whole even when its latency entry did not.
 	slotSeen map[uint64]uint64
@@ -48,6 +60,16 @@ type Tracer struct {
 	budget    int  // Config.PairsBudget
 	parts     int  // ReadPart calls since the pairs were last read
 	held      int  // pairs the map held at the last read of them
+	// Entries Forget deleted, which the programs' counts of those they added are less.
+	deletedLatency, deletedPairs uint64
+}
+
+// summedRead are the buffers readSums reads the sums into, kept between reads.
+type summedRead struct {
+	keys   []uint32
+	cgroup []runqCgroupSum
+	pairs  []runqPairSlot
+	oncpu  []uint64
 }
 
 // New loads the programs and attaches them to sched_switch, to sched_wakeup on a kernel
@@ -78,9 +100,16 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	}
 	t := &Tracer{changed: cfg.ChangedOnly, budget: cfg.PairsBudget, slotSeen: map[uint64]uint64{}, gone: map[uint64]bool{},
 		pairSeen: map[runqPairKey]uint64{}, pairGone: map[runqPairKey]bool{}}
+	if !cfg.ChangedOnly {
+		t.totals, t.totalPairs = map[uint64]hist.Log2{}, map[runqPairKey]Pair{}
+	}
 	opts := loader.Options{CgroupV1: cfg.CgroupV1, PerCgroup: map[string]uint32{
-		runqMapLatency: cfg.MaxCgroups,
-		runqMapPairs:   cfg.MaxPairs,
+		runqMapLatency:    cfg.MaxCgroups,
+		runqMapPairs:      cfg.MaxPairs,
+		runqMapDirty:      cfg.MaxCgroups,
+		runqMapDirtyPairs: cfg.MaxPairs,
+		runqMapAgain:      cfg.MaxCgroups,
+		runqMapAgainPairs: cfg.MaxPairs,
 	}}
 	// Where the kernel stamps what the waits need itself, wakeups run no program, and where
 	// it stamps a task's enqueue, forks run none: sched_switch reads the stamps
@@ -98,18 +127,34 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("counting CPUs: %w", err)
 	}
-	// Slots need a program at cgroup removal to free them, whose helpers older kernels lack:
-	// there it does nothing and stays unattached, and the maps take every cgroup.
-	slots := errors.New("not asked for")
-	if !cfg.noSlots {
-		slots = features.HaveSlotHelpers()
+	// Slots need a program at cgroup removal to free them, and the sums one that walks the
+	// marked keys, whose helpers older kernels lack: there those do nothing and stay
+	// unattached, the maps take every cgroup and the reader reads them whole.
+	helpers := errors.New("not asked for")
+	if !cfg.noSlots || !cfg.noSums {
+		helpers = features.HaveSlotHelpers()
 	}
-	if err := spec.Variables["use_slots"].Set(slots == nil); err != nil {
+	useSlots := helpers == nil && !cfg.noSlots
+	t.summed = helpers == nil && !cfg.noSums
+	if err := spec.Variables["use_slots"].Set(useSlots); err != nil {
 		return nil, fmt.Errorf("setting use_slots of runq: %w", err)
 	}
-	if slots != nil {
-		log.Debug("no per-CPU slots", "reason", slots)
-		spec.Programs[runqProgRunqRmdir].Instructions = asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}
+	stub := asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}
+	if !useSlots {
+		log.Debug("no per-CPU slots", "reason", cmp.Or(helpers, errors.New("not asked for")))
+		spec.Programs[runqProgRunqRmdir].Instructions = stub
+	}
+	outputs := map[string]uint32{runqMapCgroupsOut: cfg.MaxCgroups, runqMapPairsOut: cfg.MaxPairs, runqMapOncpuOut: uint32(cpus)}
+	if !t.summed {
+		log.Debug("reading the per-CPU maps whole", "reason", cmp.Or(helpers, errors.New("not asked for")))
+		spec.Programs[runqProgRunqAggregate].Instructions = stub
+		outputs = map[string]uint32{runqMapCgroupsOut: 1, runqMapPairsOut: 1, runqMapOncpuOut: 1}
+	}
+	for name, n := range outputs {
+		spec.Maps[name].MaxEntries = n
+	}
+	if !t.summed {
+		t.totals, t.totalPairs = nil, nil
 	}
 	spec.Maps[runqMapSlots].MaxEntries = cfg.slots
 	spec.Maps[runqMapPairSlots].MaxEntries = cfg.pairSlots
@@ -122,7 +167,7 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 		return nil, err
 	}
 	hooks := []loader.Attachment{loader.TpBTF("sched_switch", t.objs.RunqSwitch)}
-	if slots == nil {
+	if useSlots {
 		hooks = append(hooks, loader.TpBTF("cgroup_rmdir", t.objs.RunqRmdir))
 	}
 	if stamps != nil {
@@ -158,14 +203,134 @@ func (t *Tracer) read(pairs bool) (Stats, error) {
 	if t.objs.Latency == nil {
 		return Stats{}, errors.New("reading runq maps: tracer closed")
 	}
+	var st Stats
+	var err error
+	if t.summed {
+		st, err = t.readSums(pairs)
+	} else {
+		st, err = t.readWhole(pairs)
+	}
+	if err != nil {
+		return Stats{}, err
+	}
+	if st.Drops, err = loader.Drops(t.objs.Drops, dropReasons); err != nil {
+		return Stats{}, fmt.Errorf("reading runq maps: %w", err)
+	}
+	st.Cost.Calls += uint64(len(dropReasons))
+	st.Cost.Bytes += uint64(len(dropReasons)) * 8
+	return st, nil
+}
+
+// readSums runs runq_aggregate and reads what it handed over: the sums, over the CPUs, of the
+// cgroups (and, with pairs, of the pairs) that changed since the last read, and the cgroups
+// on a CPU.
+func (t *Tracer) readSums(pairs bool) (Stats, error) {
+	var flag uint64
+	if pairs {
+		flag = 1
+	}
+	if _, err := t.objs.RunqAggregate.Run(&ebpf.RunOptions{Context: []uint64{flag}}); err != nil {
+		return Stats{}, fmt.Errorf("summing runq maps: %w", err)
+	}
+	var cgroups, pairSums, oncpu uint32
+	var latencies, held uint64
+	for _, v := range []struct {
+		v   *ebpf.Variable
+		out any
+	}{{t.objs.OutCgroups, &cgroups}, {t.objs.OutPairs, &pairSums}, {t.objs.OutOncpu, &oncpu},
+		{t.objs.LatencyAdded, &latencies}, {t.objs.PairsAdded, &held}} {
+		if err := v.v.Get(v.out); err != nil {
+			return Stats{}, fmt.Errorf("reading runq sums: %w", err)
+		}
+	}
+	st := Stats{Latency: make(map[uint64]hist.Log2, cgroups), Cost: Cost{Calls: 1, Bytes: 3*4 + 2*8}}
+	sums, err := readOut(t.objs.CgroupsOut, cgroups, &t.sums.cgroup, &t.sums.keys, &st.Cost)
+	if err != nil {
+		return Stats{}, fmt.Errorf("reading runq sums of cgroups: %w", err)
+	}
+	for _, s := range sums {
+		st.Latency[s.Cgroup] = hist.FromSlots(s.H.Slots[:], s.H.Count, s.H.SumNs)
+	}
+	if pairs {
+		ps, err := readOut(t.objs.PairsOut, pairSums, &t.sums.pairs, &t.sums.keys, &st.Cost)
+		if err != nil {
+			return Stats{}, fmt.Errorf("reading runq sums of pairs: %w", err)
+		}
+		// A walk of a hash whose element is freed and taken again meanwhile may see a key
+		// twice: once in the read.
+		at := make(map[runqPairKey]int, len(ps))
+		for _, p := range ps {
+			if i, ok := at[p.Key]; ok {
+				st.Pairs[i] = pairOf(p.Key, p.Val.Count, p.Val.WaitNs)
+				continue
+			}
+			at[p.Key] = len(st.Pairs)
+			st.Pairs = append(st.Pairs, pairOf(p.Key, p.Val.Count, p.Val.WaitNs))
+		}
+		t.parts = 0
+	}
+	ids, err := readOut(t.objs.OncpuOut, oncpu, &t.sums.oncpu, &t.sums.keys, &st.Cost)
+	if err != nil {
+		return Stats{}, fmt.Errorf("reading runq cgroups on CPU: %w", err)
+	}
+	for _, id := range ids {
+		if !slices.Contains(st.OnCPU, id) {
+			st.OnCPU = append(st.OnCPU, id)
+		}
+	}
+	t.held = int(held - t.deletedPairs)
+	st.Fill = max(loader.Fill(int(latencies-t.deletedLatency), t.objs.Latency), loader.Fill(t.held, t.objs.Pairs))
+	if t.totals != nil {
+		t.addTotals(&st)
+	}
+	return st, nil
+}
+
+// addTotals keeps st's changes in the totals and makes st them all: Read without ChangedOnly.
+func (t *Tracer) addTotals(st *Stats) {
+	for id, h := range st.Latency {
+		t.totals[id] = h
+	}
+	for _, p := range st.Pairs {
+		t.totalPairs[pairKeyOf(p)] = p
+	}
+	st.Latency = maps.Clone(t.totals)
+	st.Pairs = slices.Collect(maps.Values(t.totalPairs))
+}
+
+// readOut reads the first n entries of the array m, one of runq_aggregate's outputs, into buf
+// (keys its indexes), adding what it copied to c.
+func readOut[V any](m *ebpf.Map, n uint32, buf *[]V, keys *[]uint32, c *Cost) ([]V, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	if len(*buf) < int(n) {
+		*buf = make([]V, n)
+	}
+	if len(*keys) < int(n) {
+		*keys = make([]uint32, n)
+	}
+	var cursor ebpf.MapBatchCursor
+	got, err := m.BatchLookup(&cursor, (*keys)[:n], (*buf)[:n], nil)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil, err
+	}
+	c.Calls++
+	c.Bytes += uint64(got) * uint64(m.KeySize()+m.ValueSize())
+	return (*buf)[:got], nil
+}
+
+// readWhole reads the per-CPU maps whole, passing on with ChangedOnly what changed.
+func (t *Tracer) readWhole(pairs bool) (Stats, error) {
 	st := Stats{Latency: map[uint64]hist.Log2{}}
+	before := t.latency.Cost.Add(t.slots.Cost).Add(t.pairs.Cost).Add(t.pairSlots.Cost)
 
 	slots, err := t.readSlots()
 	if err != nil {
 		return Stats{}, err
 	}
-	latencies, err := each(t.changed, &t.latency, t.objs.Latency, func(h runqHist) uint64 { return h.Count }, func(id uint64, hs []runqHist) {
-		st.Latency[id] = merged(hs, slots[id])
+	latencies, err := each(t.changed, &t.latency, t.objs.Latency, func(c runqCell) uint64 { return c.H.Count }, func(id uint64, cs []runqCell) {
+		st.Latency[id] = merged(cs, slots[id])
 	})
 	if err != nil {
 		return Stats{}, fmt.Errorf("reading runq latency map: %w", err)
@@ -178,14 +343,16 @@ func (t *Tracer) read(pairs bool) (Stats, error) {
 		if _, done := st.Latency[id]; done || t.changed && t.slotSeen[id] == n {
 			continue
 		}
-		var hs []runqHist
-		switch err := t.objs.Latency.Lookup(id, &hs); {
+		var cs []runqCell
+		switch err := t.objs.Latency.Lookup(id, &cs); {
 		case errors.Is(err, ebpf.ErrKeyNotExist):
-			hs = nil
+			cs = nil
 		case err != nil:
 			return Stats{}, fmt.Errorf("reading runq latency of cgroup %d: %w", id, err)
 		}
-		st.Latency[id] = merged(hs, sum)
+		st.Cost.Calls++
+		st.Cost.Bytes += uint64(len(cs)) * uint64(t.objs.Latency.ValueSize())
+		st.Latency[id] = merged(cs, sum)
 	}
 	t.slotSeen = seen
 
@@ -206,10 +373,9 @@ func (t *Tracer) read(pairs bool) (Stats, error) {
 			st.OnCPU = append(st.OnCPU, id)
 		}
 	}
-
-	if st.Drops, err = loader.Drops(t.objs.Drops, dropReasons); err != nil {
-		return Stats{}, fmt.Errorf("reading runq maps: %w", err)
-	}
+	after := t.latency.Cost.Add(t.slots.Cost).Add(t.pairs.Cost).Add(t.pairSlots.Cost)
+	st.Cost.Calls += after.Calls - before.Calls + 1
+	st.Cost.Bytes += after.Bytes - before.Bytes + uint64(len(cur))*8
 	return st, nil
 }
 
@@ -225,7 +391,7 @@ func (t *Tracer) readPairs(st *Stats) error {
 		seen[k] = v.Count
 	}
 	add := func(k runqPairKey, vs []runqPairVal) {
-		p := Pair{Victim: k.Victim, Preemptor: k.Preemptor, Woken: runqWaitKind(k.Kind) == runqWaitKindWAIT_WOKEN}
+		p := pairOf(k, 0, 0)
 		if v, ok := slots[k]; ok {
 			p.Count, p.WaitNs = v.Count, v.WaitNs
 			delete(slots, k)
@@ -300,7 +466,7 @@ func (t *Tracer) readSlots() (map[uint64]*loader.HistSum, error) {
 				sum = &loader.HistSum{}
 				sums[s.Cgroup] = sum
 			}
-			sum.Add(s.H.Slots[:], s.H.Count, s.H.SumNs)
+			sum.Add(s.C.H.Slots[:], s.C.H.Count, s.C.H.SumNs)
 		}
 	})
 	if err != nil {
@@ -311,15 +477,29 @@ func (t *Tracer) readSlots() (map[uint64]*loader.HistSum, error) {
 }
 
 // merged is a cgroup's histogram: its latency entry's per-CPU values and its slots' sum.
-func merged(hs []runqHist, slots *loader.HistSum) hist.Log2 {
+func merged(cs []runqCell, slots *loader.HistSum) hist.Log2 {
 	var sum loader.HistSum
 	if slots != nil {
 		sum = *slots
 	}
-	for _, h := range hs {
-		sum.Add(h.Slots[:], h.Count, h.SumNs)
+	for _, c := range cs {
+		sum.Add(c.H.Slots[:], c.H.Count, c.H.SumNs)
 	}
 	return sum.Log2()
+}
+
+// pairOf is the Pair of key k.
+func pairOf(k runqPairKey, count, waitNs uint64) Pair {
+	return Pair{Victim: k.Victim, Preemptor: k.Preemptor, Woken: runqWaitKind(k.Kind) == runqWaitKindWAIT_WOKEN, Count: count, WaitNs: waitNs}
+}
+
+// pairKeyOf is p's key.
+func pairKeyOf(p Pair) runqPairKey {
+	k := runqPairKey{Victim: p.Victim, Preemptor: p.Preemptor, Kind: uint32(runqWaitKindWAIT_PREEMPTED)}
+	if p.Woken {
+		k.Kind = uint32(runqWaitKindWAIT_WOKEN)
+	}
+	return k
 }
 
 // Forget deletes the entries of cgroups that live reports gone: latency entries by id, pairs
@@ -327,6 +507,31 @@ func merged(hs []runqHist, slots *loader.HistSum) hist.Log2 {
 func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
 	if t.objs.Latency == nil {
 		return 0, errors.New("forgetting runq entries: tracer closed")
+	}
+	gone := func(k runqPairKey) bool { return !live(k.Victim) || !special(k.Preemptor) && !live(k.Preemptor) }
+	if t.summed {
+		// By their keys alone: the values, per CPU, are what the sums spare the reader.
+		n, err := loader.DeleteKeysIf(t.objs.Latency, func(id uint64) bool { return !live(id) })
+		t.deletedLatency += uint64(n)
+		if err != nil {
+			return n, fmt.Errorf("forgetting runq latency entries: %w", err)
+		}
+		m, err := loader.DeleteKeysIf(t.objs.Pairs, gone)
+		t.deletedPairs += uint64(m)
+		if err != nil {
+			return n + m, fmt.Errorf("forgetting runq pairs: %w", err)
+		}
+		for id := range t.totals {
+			if !live(id) {
+				delete(t.totals, id)
+			}
+		}
+		for k := range t.totalPairs {
+			if gone(k) {
+				delete(t.totalPairs, k)
+			}
+		}
+		return n + m, nil
 	}
 	n, err := t.latency.DeleteIf(t.objs.Latency, func(id uint64) bool { return !live(id) })
 	if err != nil {
@@ -337,7 +542,6 @@ func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
 			t.gone[id] = true
 		}
 	}
-	gone := func(k runqPairKey) bool { return !live(k.Victim) || !special(k.Preemptor) && !live(k.Preemptor) }
 	for k := range t.pairSeen {
 		if gone(k) {
 			t.pairGone[k] = true

@@ -427,7 +427,13 @@ func TestThrottledAttribution(t *testing.T) {
 // Entries of a removed cgroup go at the next Forget; a live one's stay, those with a special
 // preemptor too.
 func TestForget(t *testing.T) {
-	tr := newTracer(t, Config{noSlots: true})
+	for _, whole := range []bool{false, true} {
+		t.Run(fmt.Sprintf("whole_%v", whole), func(t *testing.T) { testForget(t, whole) })
+	}
+}
+
+func testForget(t *testing.T, whole bool) {
+	tr := newTracer(t, Config{noSlots: true, noSums: whole})
 	g := cgtest.Make(t, "cpu", "gone", "kept")
 	cpu := cgtest.LastCPU(t)
 	g["gone"].Busy(t, cpu)
@@ -572,7 +578,13 @@ func TestOnCPU(t *testing.T) {
 // With ChangedOnly a read returns the entries that changed since the previous one, with their
 // totals: a cgroup gone quiet's are in no read, and come back, counting on, when it runs again.
 func TestChangedOnly(t *testing.T) {
-	tr := newTracer(t, Config{ChangedOnly: true, noSlots: true})
+	for _, whole := range []bool{false, true} {
+		t.Run(fmt.Sprintf("whole_%v", whole), func(t *testing.T) { testChangedOnly(t, whole) })
+	}
+}
+
+func testChangedOnly(t *testing.T, whole bool) {
+	tr := newTracer(t, Config{ChangedOnly: true, noSlots: true, noSums: whole})
 	g, cpu, la := busyPair(t)
 	a, b := g["a"].ID, g["b"].ID
 	if st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return pair(st, a, b).Count > 0 }); pair(st, a, b).Count == 0 {
@@ -782,9 +794,9 @@ func pairSlotKeys(t *testing.T, tr *Tracer) []runqPairKey {
 // map or both (one slot and one pair slot a CPU, busy loops on every CPU), read whole or by
 // change.
 func TestPairsAddUpToLatency(t *testing.T) {
-	for _, changed := range []bool{false, true} {
-		t.Run(fmt.Sprintf("changed_only_%v", changed), func(t *testing.T) {
-			tr := newTracer(t, Config{slots: 1, pairSlots: 16, ChangedOnly: changed})
+	for _, c := range []struct{ changed, whole bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		t.Run(fmt.Sprintf("changed_only_%v/whole_%v", c.changed, c.whole), func(t *testing.T) {
+			tr := newTracer(t, Config{slots: 1, pairSlots: 16, ChangedOnly: c.changed, noSums: c.whole})
 			g := cgtest.Make(t, "cpu", "a", "b")
 			var loops []*exec.Cmd
 			for range runtime.NumCPU() {
@@ -906,7 +918,7 @@ func TestSlotsFreedAtRmdir(t *testing.T) {
 	// Enough pair slots that one of a's pairs finds its own free; a's slot on its CPU is
 	// checked free before it runs there.
 	const slots = 4096
-	tr := newTracer(t, Config{slots: slots, pairSlots: slots})
+	tr := newTracer(t, Config{slots: slots, pairSlots: slots, ChangedOnly: true})
 	cpu := cgtest.LastCPU(t)
 	gb := cgtest.Make(t, "cpu", "b")["b"]
 	gb.Busy(t, cpu)
@@ -966,10 +978,11 @@ func matchRunDelay(t *testing.T, tr *Tracer, g *cgtest.Group) {
 	}
 }
 
-// A slot owner Forget is told is gone is not read again, for the case of an rmdir the program
-// missed (here a cgroup is said to be gone while it still holds its slot).
+// Read whole, a slot owner Forget is told is gone is not read again, for the case of an rmdir
+// the program missed (here a cgroup is said to be gone while it still holds its slot). Summed,
+// a cgroup is read only when it is marked, which a removed one is not.
 func TestForgottenSlotOwnerNotRead(t *testing.T) {
-	tr := newTracer(t, Config{})
+	tr := newTracer(t, Config{noSums: true})
 	cpu := cgtest.LastCPU(t)
 	gb := cgtest.Make(t, "cpu", "b")["b"]
 	gb.Busy(t, cpu)

@@ -74,11 +74,12 @@ func haveMembers(want ...[2]string) error {
 }
 
 // HaveSlotHelpers probes for the helpers that free a removed cgroup's per-CPU slots in the
-// run-queue tracer (bpf/runq.bpf.c, runq_rmdir): bpf_loop (Linux 5.17) and
-// bpf_map_lookup_percpu_elem (5.19). Both are base helpers, offered to every program type a
+// run-queue tracer (bpf/runq.bpf.c, runq_rmdir) and sum its per-CPU maps in the kernel
+// (runq_aggregate): bpf_for_each_map_elem (Linux 5.13), bpf_loop (5.17) and
+// bpf_map_lookup_percpu_elem (5.19). All are base helpers, offered to every program type a
 // privileged loader may load: the probe loads socket filters.
 var HaveSlotHelpers = sync.OnceValue(func() error {
-	for _, fn := range []asm.BuiltinFunc{asm.FnLoop, asm.FnMapLookupPercpuElem} {
+	for _, fn := range []asm.BuiltinFunc{asm.FnForEachMapElem, asm.FnLoop, asm.FnMapLookupPercpuElem} {
 		if err := features.HaveProgramHelper(ebpf.SocketFilter, fn); err != nil {
 			return fmt.Errorf("helper %s: %w", fn, err)
 		}

@@ -142,18 +142,14 @@ func (s *HistSum) Count() uint64 { return s.count }
 
 func (s *HistSum) Log2() hist.Log2 { return hist.FromSlots(s.slots[:], s.count, s.sumNs) }
 
-// Drops reads the per-CPU drop counters of bpf/include/common.h, by reason name; every reason
-// is present.
+// Drops reads the drop counters of bpf/include/common.h, by reason name; every reason is
+// present.
 func Drops[R ~uint32](m *ebpf.Map, reasons map[R]string) (map[string]uint64, error) {
 	out := make(map[string]uint64, len(reasons))
 	for r, name := range reasons {
-		var per []uint64
-		if err := m.Lookup(uint32(r), &per); err != nil {
-			return nil, fmt.Errorf("reading drops %s: %w", name, err)
-		}
 		var n uint64
-		for _, v := range per {
-			n += v
+		if err := m.Lookup(uint32(r), &n); err != nil {
+			return nil, fmt.Errorf("reading drops %s: %w", name, err)
 		}
 		out[name] = n
 	}
@@ -183,7 +179,18 @@ type Batch[K, V comparable] struct {
 	last, next map[K]uint64
 	room       maproom.Room
 	seed       maphash.Seed
+	// Cost is what the reads copied from the kernel, all told.
+	Cost Cost
 }
+
+// Cost is what reading maps copied from the kernel: bytes (keys and values, one value per
+// possible CPU of a per-CPU map) and the syscalls that copied them.
+type Cost struct {
+	Bytes, Calls uint64
+}
+
+// Add is c and d together.
+func (c Cost) Add(d Cost) Cost { return Cost{Bytes: c.Bytes + d.Bytes, Calls: c.Calls + d.Calls} }
 
 // Each calls fn with every key of m and its values (one per possible CPU for a per-CPU map,
 // else one), which fn must not keep. Entries added or deleted meanwhile may be missed; none
@@ -210,6 +217,8 @@ func (b *Batch[K, V]) Each(m *ebpf.Map, fn func(K, []V)) error {
 			b.vals = make([]V, len(b.keys)*cpus)
 		}
 		n, err := m.BatchLookup(&cursor, b.keys, b.vals, nil)
+		b.Cost.Calls++
+		b.Cost.Bytes += uint64(n) * uint64(m.KeySize()+m.ValueSize()*uint32(cpus))
 		switch {
 		case errors.Is(err, unix.ENOSPC):
 			// A hash bucket holds more entries than the batch: ask for more at once.
@@ -296,6 +305,39 @@ func perCPU(t ebpf.MapType) bool {
 		return true
 	}
 	return false
+}
+
+// DeleteKeysIf deletes the keys of hash map m for which gone holds, walking its keys alone
+// (a syscall a key, no values: a per-CPU map's are its size times the CPUs), and returns how
+// many it deleted. Keys added meanwhile may be missed; m must not lose keys to others meanwhile
+// (a walk from a deleted key starts again from the first).
+func DeleteKeysIf[K comparable](m *ebpf.Map, gone func(K) bool) (int, error) {
+	var doomed []K
+	var prev any
+	var k K
+	for range 2 * m.MaxEntries() {
+		err := m.NextKey(prev, &k)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("listing keys: %w", err)
+		}
+		if gone(k) {
+			doomed = append(doomed, k)
+		}
+		prev = k
+	}
+	n := 0
+	for _, k := range doomed {
+		switch err := m.Delete(k); {
+		case err == nil:
+			n++
+		case !errors.Is(err, ebpf.ErrKeyNotExist):
+			return n, fmt.Errorf("deleting %+v: %w", k, err)
+		}
+	}
+	return n, nil
 }
 
 // DeleteIf deletes the keys of hash map m for which gone holds and returns how many it

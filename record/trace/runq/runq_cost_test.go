@@ -1,0 +1,127 @@
+package runq
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/nodectl/nodectl/record/trace/internal/cgtest"
+	"github.com/nodectl/nodectl/record/trace/internal/features"
+)
+
+// What an interval's read copies from the kernel follows the cgroups and pairs that changed,
+// not the CPUs: 1,000 cgroups with an entry each (NODECTL_RUNQ_COST_CGROUPS to change), 10 of
+// them waking each interval, read by the kernel's sums and, in the same run, whole. The line
+// "runq read cost" is what make test-vm compares between a boot of 2 possible CPUs and one of
+// many (testvm: the summed bytes must stay within 2x, where the whole read grows with them).
+func TestReadCostFollowsChanges(t *testing.T) {
+	if err := features.HaveSlotHelpers(); err != nil {
+		t.Skipf("the kernel cannot sum the maps: %v", err)
+	}
+	n := 1000
+	if s := os.Getenv("NODECTL_RUNQ_COST_CGROUPS"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n < 20 {
+			t.Fatalf("NODECTL_RUNQ_COST_CGROUPS=%q: want a number of cgroups, at least 20", s)
+		}
+	}
+	const active, intervals = 10, 5
+	cfg := Config{ChangedOnly: true, MaxCgroups: uint32(2 * n), MaxPairs: uint32(8 * n)}
+	summed := newTracer(t, cfg)
+	cfg.noSums = true
+	whole := newTracer(t, cfg)
+
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("c%04d", i)
+	}
+	groups := cgtest.Make(t, "cpu", names...)
+	// A shell that answers each line with one: moved into a cgroup and poked, it wakes there.
+	sh := exec.Command("sh", "-c", `while read x; do echo "$x"; done`)
+	in, err := sh.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outPipe, err := sh.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(); _ = sh.Wait() })
+	out := bufio.NewScanner(outPipe)
+	stat := fmt.Sprintf("/proc/%d/stat", sh.Process.Pid)
+	visit := func(g *cgtest.Group) {
+		// Asleep in its read before it moves: poked, it wakes in g.
+		for {
+			b, err := os.ReadFile(stat)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) > 0 && f[0] == "S" {
+				break
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		g.Write(t, "cgroup.procs", strconv.Itoa(sh.Process.Pid))
+		if _, err := fmt.Fprintln(in, g.ID); err != nil || !out.Scan() {
+			t.Fatalf("poking the shell in %s: %v %v", g.Path, err, out.Err())
+		}
+	}
+	for _, name := range names {
+		visit(groups[name])
+	}
+	// Every cgroup has its entry: the first reads hand over everything, and the next ones
+	// settle the marks of the epochs just closed.
+	seen := read(t, whole).Latency
+	for _, name := range names {
+		if seen[groups[name].ID].Count == 0 {
+			t.Fatalf("%s: no wait recorded after it was woken", name)
+		}
+	}
+	for range 3 {
+		for _, tr := range []*Tracer{summed, whole} {
+			read(t, tr)
+		}
+	}
+
+	var sum, all Cost
+	for range intervals {
+		for _, name := range names[:active] {
+			visit(groups[name])
+		}
+		a, b := read(t, summed), read(t, whole)
+		for id, h := range a.Latency {
+			if _, ok := b.Latency[id]; !ok {
+				t.Errorf("cgroup %d: summed %d waits, not in the whole read", id, h.Count)
+			}
+		}
+		for _, name := range names[:active] {
+			id := groups[name].ID
+			if a.Latency[id].Count != b.Latency[id].Count || a.Latency[id].Count == 0 {
+				t.Errorf("%s woken: %d waits summed, %d read whole", name, a.Latency[id].Count, b.Latency[id].Count)
+			}
+		}
+		sum.Bytes += a.Cost.Bytes
+		sum.Calls += a.Cost.Calls
+		all.Bytes += b.Cost.Bytes
+		all.Calls += b.Cost.Calls
+	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("runq read cost: cpus=%d cgroups=%d active=%d summed_bytes=%d summed_calls=%d whole_bytes=%d whole_calls=%d",
+		cpus, n, active, sum.Bytes/intervals, sum.Calls/intervals, all.Bytes/intervals, all.Calls/intervals)
+	if sum.Bytes*10 > all.Bytes {
+		t.Errorf("summed reads copied %d bytes an interval, more than a tenth of the whole reads' %d", sum.Bytes/intervals, all.Bytes/intervals)
+	}
+}
