@@ -88,7 +88,7 @@ struct {
 
 /* max_entries is set by the loader. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, struct blk_key);
 	__type(value, struct blk_stats);
@@ -319,8 +319,8 @@ static __always_inline void charge(const struct inflight *v, __u64 bytes, bool d
 		__sync_fetch_and_add(&s->untimed, 1);
 		return;
 	}
-	hist_add(&s->queue, v->issue_ts - v->queue_ts);
-	hist_add(&s->service, now - v->issue_ts);
+	hist_add_shared(&s->queue, v->issue_ts - v->queue_ts);
+	hist_add_shared(&s->service, now - v->issue_ts);
 }
 
 SEC("tp_btf/block_rq_complete")

@@ -49,7 +49,7 @@ struct {
 
 /* max_entries is set by the loader. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, struct fsync_key);
 	__type(value, struct hist);
@@ -111,7 +111,7 @@ static __always_inline int leave(void)
 		count_drop(DROP_LATENCY_FULL);
 		return 0;
 	}
-	hist_add(h, delta);
+	hist_add_shared(h, delta);
 	return 0;
 }
 

@@ -79,7 +79,7 @@ struct {
 
 /* max_entries of stalls and kills is set by the loader. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 8192);
 	__type(key, struct stall_key);
 	__type(value, struct stall_val);
@@ -93,7 +93,7 @@ struct {
 } kills SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, COUNTERS);
 	__type(key, __u32);
 	__type(value, __u64);
@@ -144,7 +144,7 @@ static __always_inline void count(__u32 c)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &c);
 	if (v)
-		*v += 1;
+		__sync_fetch_and_add(v, 1);
 }
 
 static __always_inline void stall_begin(__u32 kind)
@@ -179,8 +179,8 @@ static __always_inline void stall_end(__u32 kind, __u64 pages)
 		count_drop(DROP_STALL_FULL);
 		return;
 	}
-	hist_add(&v->stall, delta);
-	v->pages += pages;
+	hist_add_shared(&v->stall, delta);
+	__sync_fetch_and_add(&v->pages, pages);
 }
 
 SEC("tp_btf/mm_vmscan_direct_reclaim_begin")

@@ -149,9 +149,10 @@ func compareReadCost(t *testing.T, narrow, wide map[string]*Result) {
 		}
 	}
 	n, w := costs[0], costs[1]
-	t.Logf("run-queue read an interval, %d vs %d possible CPUs: summed %d vs %d bytes (x%.2f), whole %d vs %d bytes (x%.1f)",
+	t.Logf("run-queue read an interval, %d vs %d possible CPUs: summed %d vs %d bytes (x%.2f), whole %d vs %d bytes (x%.1f); the kernel's per-CPU memory of a tracer at %d cgroups %d vs %d KB",
 		n["cpus"], w["cpus"], n["summed_bytes"], w["summed_bytes"], float64(w["summed_bytes"])/float64(n["summed_bytes"]),
-		n["whole_bytes"], w["whole_bytes"], float64(w["whole_bytes"])/float64(n["whole_bytes"]))
+		n["whole_bytes"], w["whole_bytes"], float64(w["whole_bytes"])/float64(n["whole_bytes"]),
+		n["cgroups"], n["percpu_kb_per_tracer"], w["percpu_kb_per_tracer"])
 	if w["cpus"] < 4*n["cpus"] {
 		t.Errorf("the wide machine has %d possible CPUs, the first %d", w["cpus"], n["cpus"])
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -73,6 +74,12 @@ const quietEvery = 4
 // throttling moves only while it runs, and its memory usage, which reclaim from outside may
 // lower, is read on its turn. An idle cgroup then costs one read a Sample instead of three. With Active, a light cgroup (lightCPU) is read every
 // lightEvery samples at most.
+//
+// Without Active, off its turn, a cgroup whose parent's CPU usage did not move since the
+// previous Sample is not read at all: the usage counts the descendants', so none of them ran.
+// The parent's usage is read before its children's (a parent not sampled itself is read for
+// them first), so that a child's run after its own read shows in its parent's next one. A
+// node of mostly idle sandboxes then costs a read per parent that moved and its children.
 type Cgroups struct {
 	l          *cgroup.Layout
 	paths      func() []string
@@ -86,6 +93,9 @@ type Cgroups struct {
 	buf   []byte
 	round uint64 // samples taken
 	last  int    // records of the previous sample, to size the next
+	// listed and scratch are readParents' and readUsage's, kept between samples.
+	listed  map[string]bool
+	scratch []rundir.Record
 }
 
 // openFiles are the descriptors held, apart from Cgroups so that a cleanup can close them.
@@ -107,6 +117,11 @@ type cgOpen struct {
 	readTime time.Time
 	cpu      float64
 	light    bool
+	// usageRound is the last sample the CPU usage (cpu) was known at, read or inferred from
+	// the parent's (0: never); moved that it differed from the sample's before, or was not
+	// known then.
+	usageRound uint64
+	moved      bool
 	// The CPU usage (s) and memory usage (bytes) at the last read of the slow tier, and when;
 	// deferred counts the turns passed over since (quietEvery).
 	slowCPU, slowMem float64
@@ -211,9 +226,16 @@ func (s *Cgroups) sample(now time.Time, full bool) ([]rundir.Record, error) {
 	// Cgroup i reads its slow tier when (round+i) % every is 0: once in every samples, and
 	// about len(paths)/every of them at each.
 	every := uint64(max(1, (len(paths)+s.slowBudget-1)/s.slowBudget))
+	prune := !full && every > 1 && s.active == nil && s.usageFirst()
+	if prune {
+		s.readParents(paths, now)
+	}
 	for i, p := range paths {
 		slow := full || (s.round+uint64(i))%every == 0 || s.priority != nil && s.priority(p)
 		if !slow && s.active != nil && every > 1 && (!s.active(p) || s.open.light(p, s.round)) && s.open.keep(p, s.round) {
+			continue
+		}
+		if prune && !slow && (s.priority == nil || !s.priority(p)) && s.open.still(parentOf(p), s.round) && s.open.unmoved(p, s.round) {
 			continue
 		}
 		// A quiet cgroup's turn may be passed over, once its fast tier shows it quiet.
@@ -335,6 +357,91 @@ func (s *Cgroups) read(out []rundir.Record, now time.Time, path string, slow, ma
 	return out, false, nil
 }
 
+// usageFirst says whether the first file sampled is the CPU usage, which counts the
+// descendants' (cpuacct.usage on v1, cpu.stat on v2): the parents' usage tells which ran.
+func (s *Cgroups) usageFirst() bool {
+	return len(s.files) > 0 && (s.files[0].name == "cpuacct.usage" || s.files[0].name == "cpu.stat" && !s.l.V1)
+}
+
+// parentOf is the path of path's parent, "" for a top-level cgroup or the root.
+func parentOf(path string) string {
+	if i := strings.LastIndexByte(path, '/'); i > 0 {
+		return path[:i]
+	}
+	return ""
+}
+
+// readParents reads, before the cgroups, the CPU usage of their parents that are not sampled
+// themselves (once a round), for the cgroups whose parent's usage did not move.
+func (s *Cgroups) readParents(paths []string, now time.Time) {
+	if s.listed == nil {
+		s.listed = map[string]bool{}
+	}
+	clear(s.listed)
+	for _, p := range paths {
+		s.listed[p] = true
+	}
+	for _, p := range paths {
+		q := parentOf(p)
+		if q == "" || s.listed[q] {
+			continue
+		}
+		if c := s.open.by[q]; c != nil && c.round == s.round {
+			continue
+		}
+		// A parent that cannot be read leaves its usage unknown: its children are read.
+		if gone := s.readUsage(q, now); gone {
+			s.open.forget(q)
+		}
+	}
+}
+
+// readUsage reads the CPU usage of path alone (the first file), for its children. gone says
+// the cgroup vanished.
+func (s *Cgroups) readUsage(path string, now time.Time) (gone bool) {
+	o := s.open.by[path]
+	if o == nil {
+		o = &cgOpen{fd: make([]int, len(s.files)), absent: make([]uint64, len(s.files)), quiet: make([]bool, len(s.files))}
+		for i := range o.fd {
+			o.fd[i] = -1
+		}
+		s.open.by[path] = o
+	}
+	o.round = s.round
+	f := s.files[0]
+	fd, transient := o.fd[0], false
+	if fd < 0 {
+		var err error
+		fd, err = unix.Open(s.l.Dir(f.controller, path)+"/"+f.name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return vanished(err)
+		}
+		if s.open.held < s.open.budget {
+			o.fd[0] = fd
+			s.open.held++
+		} else {
+			transient = true
+		}
+	}
+	b, err := s.pread(fd)
+	if transient {
+		unix.Close(fd)
+	}
+	if err != nil {
+		return vanished(err)
+	}
+	recs, err := f.read(s.scratch[:0], now, path, b)
+	s.scratch = recs[:0]
+	if err != nil {
+		return false
+	}
+	if cpu, _ := usages(recs); !math.IsNaN(cpu) {
+		o.noteUsage(cpu, s.round)
+		o.cpu = cpu
+	}
+	return false
+}
+
 // pread reads the whole file at fd from its start into s.buf, growing it if needed.
 func (s *Cgroups) pread(fd int) ([]byte, error) {
 	for {
@@ -367,10 +474,17 @@ func (c *cgOpen) noteCPU(recs []rundir.Record, round uint64, now time.Time, slow
 	if math.IsNaN(cpu) {
 		return
 	}
+	c.noteUsage(cpu, round)
 	if c.readAt > 0 {
 		c.light = cpu-c.cpu < lightCPU*now.Sub(c.readTime).Seconds()
 	}
 	c.readAt, c.readTime, c.cpu = round, now, cpu
+}
+
+// noteUsage notes the CPU usage cpu, read at round.
+func (c *cgOpen) noteUsage(cpu float64, round uint64) {
+	c.moved = c.usageRound == 0 || c.usageRound != round-1 || cpu != c.cpu
+	c.usageRound = round
 }
 
 // quietTurn says whether the cgroup whose fast tier recs are was quiet since its last read of
@@ -401,6 +515,25 @@ func usages(recs []rundir.Record) (cpu, mem float64) {
 		}
 	}
 	return cpu, mem
+}
+
+// still says whether the CPU usage of path is known at round and did not move since the round
+// before.
+func (o *openFiles) still(path string, round uint64) bool {
+	c := o.by[path]
+	return c != nil && c.usageRound == round && !c.moved
+}
+
+// unmoved marks path as listed and its usage known at round, though not read, if it was known
+// at the round before (its parent's did not move since: see Cgroups); it reports false for a
+// cgroup that is to be read now.
+func (o *openFiles) unmoved(path string, round uint64) bool {
+	c := o.by[path]
+	if c == nil || c.usageRound == 0 || c.usageRound != round-1 {
+		return false
+	}
+	c.round, c.usageRound, c.moved = round, round, false
+	return true
 }
 
 // keep marks path as listed at round, though not read, so that its descriptors stay open; it

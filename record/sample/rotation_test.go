@@ -104,10 +104,14 @@ func TestCgroupRotation(t *testing.T) {
 		var rotated int
 		for i, p := range paths {
 			// Idle, off its turn, a cgroup's CPU usage is read and the rest of its fast tier
-			// left: it did not move.
+			// left, it did not move; once its parent's usage is known not to move (from the
+			// second Sample on), nothing of it is read (TestCgroupIdleSubtreeNotRead).
 			want := wantFast[p]
 			if i > 0 && len(slow[p]) == 0 {
 				want = cpuUsageOnly(l, want)
+				if tick > 1 {
+					want = nil
+				}
 			}
 			if !slices.Equal(fast[p], want) {
 				t.Fatalf("tick %d, cgroup %d: fast tier %v, want %v", tick, i, fast[p], want)
@@ -391,5 +395,67 @@ func TestZeros(t *testing.T) {
 		if got := zeros([]byte(in)); got != want {
 			t.Errorf("zeros(%q) = %v, want %v", in, got, want)
 		}
+	}
+}
+
+// Past the budget, off their turn, the cgroups under a parent whose CPU usage did not move are
+// not read at all (the usage counts the descendants'); one that runs moves its parent and is
+// read at the next Sample, its usage up to date.
+func TestCgroupIdleSubtreeNotRead(t *testing.T) {
+	l, paths := makeCgroups(t, 6)
+	_, other := testParent(t, "test")
+	busy := spinIn(t, l, other+"/busy")
+	idle := slices.Clone(paths)
+	paths = append(paths, busy)
+	s := NewCgroups(l, func() []string { return paths })
+	s.slowBudget = 2
+	first, err := s.Sample(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tick := 1; tick <= 6; tick++ {
+		time.Sleep(50 * time.Millisecond)
+		recs, err := s.Sample(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, slow := tiers(recs)
+		if len(fast[busy]) == 0 {
+			t.Errorf("tick %d: the busy cgroup was not read", tick)
+		}
+		for i, p := range idle {
+			switch {
+			case len(slow[p]) == 0 && len(fast[p]) > 0:
+				t.Errorf("tick %d, idle cgroup %d: read off its turn (%v), its parent still", tick, i, fast[p])
+			case len(slow[p]) > 0 && len(fast[p]) == 0:
+				t.Errorf("tick %d, idle cgroup %d: its turn without its fast tier", tick, i)
+			}
+		}
+	}
+	// c2 runs for a moment: its parent moves, and the next Sample reads it.
+	run := exec.Command("sh", "-c", "read x; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
+	gate, err := run.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AddProc(idle[2], run.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gate.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.Sample(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, after := value(t, first, idle[2], rundir.MetricCPUUsage), value(t, recs, idle[2], rundir.MetricCPUUsage)
+	if after <= before {
+		t.Errorf("c2 ran: its usage read %v, %v before", after, before)
 	}
 }

@@ -108,8 +108,8 @@ func loadSweep(spec *ebpf.CollectionSpec, objs *objects) (*ebpf.Program, error) 
 	return o.Sweep, nil
 }
 
-// Read first sweeps the in-flight table, charging the requests that ended unseen, then sums
-// the per-CPU values of the maps. Keys that differ only in the partition of a disk are added
+// Read first sweeps the in-flight table, charging the requests that ended unseen, then reads
+// the maps (shared by the CPUs). Keys that differ only in the partition of a disk are added
 // together.
 func (t *Tracer) Read() (Stats, error) {
 	if t.objs.Io == nil {

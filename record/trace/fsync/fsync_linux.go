@@ -124,8 +124,8 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 // Hooks tells which hooks the tracer took.
 func (t *Tracer) Hooks() Hooks { return t.hooks }
 
-// Read sums the per-CPU values of the maps. Keys that differ only in the partition of a disk
-// are added together.
+// Read reads the maps (shared by the CPUs: bpf/include/common.h, hist_add_shared). Keys that
+// differ only in the partition of a disk are added together.
 func (t *Tracer) Read() (Stats, error) {
 	if t.maps == nil {
 		return Stats{}, errors.New("reading fsync maps: tracer closed")

@@ -89,7 +89,7 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	return t, nil
 }
 
-// Read sums the per-CPU values of every map and drains the kill ring.
+// Read reads every map (shared by the CPUs) and drains the kill ring.
 func (t *Tracer) Read() (Stats, error) {
 	if t.objs.Stalls == nil {
 		return Stats{}, errors.New("reading reclaim maps: tracer closed")
@@ -121,12 +121,8 @@ func (t *Tracer) Read() (Stats, error) {
 		reclaimCounterCOUNTER_KSWAPD_WAKE:  &st.KswapdWakes,
 		reclaimCounterCOUNTER_KSWAPD_SLEEP: &st.KswapdSleeps,
 	} {
-		var per []uint64
-		if err := t.objs.Counters.Lookup(uint32(c), &per); err != nil {
+		if err := t.objs.Counters.Lookup(uint32(c), dst); err != nil {
 			return Stats{}, fmt.Errorf("reading reclaim counters: %w", err)
-		}
-		for _, v := range per {
-			*dst += v
 		}
 	}
 

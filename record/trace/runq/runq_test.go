@@ -33,7 +33,7 @@ import (
 // (TestWithoutKernelStamps).
 var withoutKernelStamps bool
 
-func newTracer(t *testing.T, cfg Config) *Tracer {
+func newTracer(t testing.TB, cfg Config) *Tracer {
 	t.Helper()
 	cgtest.RequireRoot(t)
 	cfg.CgroupV1 = cgtest.V1()
@@ -49,7 +49,7 @@ func newTracer(t *testing.T, cfg Config) *Tracer {
 	return tr
 }
 
-func read(t *testing.T, tr *Tracer) Stats {
+func read(t testing.TB, tr *Tracer) Stats {
 	t.Helper()
 	st, err := tr.Read()
 	if err != nil {
