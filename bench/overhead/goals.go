@@ -34,7 +34,9 @@ var (
 	goalWakeupNew = goal{"sched_wakeup_new ns/event, nodectl/bpftrace", true, 0.5, 0.5}
 	goalPipe      = goal{"perf bench sched pipe, attached/detached", false, 0.99, 0.80}
 	goalPingPong  = goal{"Go ping-pong, attached/detached", false, 0.92, 0.75}
-	goalSampling  = goal{"cgroup sampling, rotating/full", true, 0.15, 0.5}
+	// Met since the sampler skips the children of a parent whose CPU usage did not move
+	// (0.034 on 2026-12-06, 0.16% of a core rotating): the guard is the goal.
+	goalSampling = goal{"cgroup sampling, rotating/full", true, 0.15, 0.15}
 	// Not in the table: what every syscall of every task pays while the tracer is
 	// loaded, which syscall tracepoints raise for all of them (fsync.HooksSyscalls).
 	goalSyscall = goal{"getppid syscalls, attached/detached", false, 0.97, 0.85}

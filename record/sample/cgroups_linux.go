@@ -272,14 +272,7 @@ func (s *Cgroups) sample(now time.Time, full bool) ([]rundir.Record, error) {
 // the previous read ends the read there. gone says the cgroup vanished while it was read, and
 // then nothing of it is appended.
 func (s *Cgroups) read(out []rundir.Record, now time.Time, path string, slow, mayDefer, stillSkips bool) (_ []rundir.Record, gone bool, err error) {
-	o := s.open.by[path]
-	if o == nil {
-		o = &cgOpen{fd: make([]int, len(s.files)), absent: make([]uint64, len(s.files)), quiet: make([]bool, len(s.files))}
-		for i := range o.fd {
-			o.fd[i] = -1
-		}
-		s.open.by[path] = o
-	}
+	o := s.open.entry(path, len(s.files))
 	o.round = s.round
 	n := len(out)
 	slowRead := false
@@ -399,14 +392,7 @@ func (s *Cgroups) readParents(paths []string, now time.Time) {
 // readUsage reads the CPU usage of path alone (the first file), for its children. gone says
 // the cgroup vanished.
 func (s *Cgroups) readUsage(path string, now time.Time) (gone bool) {
-	o := s.open.by[path]
-	if o == nil {
-		o = &cgOpen{fd: make([]int, len(s.files)), absent: make([]uint64, len(s.files)), quiet: make([]bool, len(s.files))}
-		for i := range o.fd {
-			o.fd[i] = -1
-		}
-		s.open.by[path] = o
-	}
+	o := s.open.entry(path, len(s.files))
 	o.round = s.round
 	f := s.files[0]
 	fd, transient := o.fd[0], false
@@ -515,6 +501,19 @@ func usages(recs []rundir.Record) (cpu, mem float64) {
 		}
 	}
 	return cpu, mem
+}
+
+// entry is path's descriptors of files files, none open for a path new to o.
+func (o *openFiles) entry(path string, files int) *cgOpen {
+	c := o.by[path]
+	if c == nil {
+		c = &cgOpen{fd: make([]int, files), absent: make([]uint64, files), quiet: make([]bool, files)}
+		for i := range c.fd {
+			c.fd[i] = -1
+		}
+		o.by[path] = c
+	}
+	return c
 }
 
 // still says whether the CPU usage of path is known at round and did not move since the round
