@@ -309,12 +309,7 @@ func (s *Cgroups) read(out []rundir.Record, now time.Time, path string, slow, ma
 				return out[:n], false, fmt.Errorf("opening %s: %w", f.name, err)
 			}
 			o.absent[i] = 0
-			if s.open.held < s.open.budget {
-				o.fd[i] = fd
-				s.open.held++
-			} else {
-				transient = true
-			}
+			transient = !s.open.hold(o, i, fd)
 		}
 		b, err := s.pread(fd)
 		if transient {
@@ -402,12 +397,7 @@ func (s *Cgroups) readUsage(path string, now time.Time) (gone bool) {
 		if err != nil {
 			return vanished(err)
 		}
-		if s.open.held < s.open.budget {
-			o.fd[0] = fd
-			s.open.held++
-		} else {
-			transient = true
-		}
+		transient = !s.open.hold(o, 0, fd)
 	}
 	b, err := s.pread(fd)
 	if transient {
@@ -553,6 +543,17 @@ func (o *openFiles) forget(path string) {
 		}
 		delete(o.by, path)
 	}
+}
+
+// hold keeps fd as c's i-th file while the budget allows; false: the caller closes it after
+// its read.
+func (o *openFiles) hold(c *cgOpen, i, fd int) bool {
+	if o.held >= o.budget {
+		return false
+	}
+	c.fd[i] = fd
+	o.held++
+	return true
 }
 
 // close closes c's i-th file if it is held.
