@@ -2,6 +2,12 @@
 // or preemption to running) and, for each (victim, preemptor) pair, the number of involuntary
 // switches and the time the victim then waited, and the waits after a wakeup charged to what
 // ran on the CPU just before the victim got it.
+//
+// It sees what sched_switch shows. On the Firecracker kernel of the development machines
+// (6.18) no sched_switch fires when some system threads leave a CPU (process_api's tokio
+// workers, DAMON's damon-regions; ftrace's own event misses them too), so the wait of the
+// task that runs next is not recorded; with the kernel's stamps it is added to that task's
+// next recorded wait (run_delay's growth), once the task has been preempted under the tracer.
 package runq
 
 import "github.com/nodectl/nodectl/rundir/hist"

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/nodectl/nodectl/record/trace/internal/cgtest"
 	"github.com/nodectl/nodectl/record/trace/internal/features"
@@ -90,23 +91,31 @@ func readCost(t testing.TB) (sum, all Cost, cpus, n int) {
 	}
 	t.Cleanup(func() { in.Close(); _ = sh.Wait() })
 	out := bufio.NewScanner(outPipe)
-	stat := fmt.Sprintf("/proc/%d/stat", sh.Process.Pid)
-	visit := func(g *cgtest.Group) {
-		// Asleep in its read before it moves: poked, it wakes in g.
+	// asleep waits until the shell is blocked in its read, off the CPU and off the run queue:
+	// /proc/PID/syscall names the call then, and says "running" before. Its state reads S
+	// earlier, before schedule(): a poke then finds it still queued and no wait is recorded.
+	// And a shell preempted after it answered records a wait when it runs again, maybe
+	// between the two tracers' reads.
+	syscall := fmt.Sprintf("/proc/%d/syscall", sh.Process.Pid)
+	asleep := func() {
 		for {
-			b, err := os.ReadFile(stat)
+			b, err := os.ReadFile(syscall)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) > 0 && f[0] == "S" {
-				break
+			if f := strings.Fields(string(b)); len(f) > 0 && f[0] == strconv.Itoa(unix.SYS_READ) {
+				return
 			}
 			time.Sleep(50 * time.Microsecond)
 		}
+	}
+	asleep()
+	visit := func(g *cgtest.Group) {
 		g.Write(t, "cgroup.procs", strconv.Itoa(sh.Process.Pid))
 		if _, err := fmt.Fprintln(in, g.ID); err != nil || !out.Scan() {
 			t.Fatalf("poking the shell in %s: %v %v", g.Path, err, out.Err())
 		}
+		asleep()
 	}
 	for _, name := range names {
 		visit(groups[name])
@@ -127,16 +136,37 @@ func readCost(t testing.TB) (sum, all Cost, cpus, n int) {
 		return a, b
 	}
 	// Every cgroup has its entry: the first reads hand over everything, and the next ones
-	// settle the marks of the epochs just closed.
+	// settle the marks of the epochs just closed. A cgroup without a wait is woken again, up
+	// to twice: on this machine kind the kernel fires no sched_switch at all when some system
+	// threads leave a CPU (process_api's tokio workers, DAMON's damon-regions: ftrace's own
+	// sched_switch event misses the same switches), so the shell's run after one of them is
+	// seen by no tracer. A cgroup the tracers miss three times running is the tracers' fault.
 	readBoth()
-	missing := 0
-	for _, name := range names {
-		if counts[1][groups[name].ID] == 0 {
-			missing++
+	missing := func() (ids []string) {
+		for _, name := range names {
+			if counts[1][groups[name].ID] == 0 {
+				ids = append(ids, name)
+			}
 		}
+		return ids
 	}
-	if missing > int(lost[1]) {
-		t.Fatalf("%d of %d cgroups have no wait recorded after they were woken, %d waits lost to task storage", missing, n, lost[1])
+	woken := 0
+	for range 2 {
+		again := missing()
+		if len(again) <= int(lost[1]) {
+			break
+		}
+		for _, name := range again {
+			visit(groups[name])
+		}
+		woken += len(again)
+		readBoth()
+	}
+	if m := missing(); len(m) > int(lost[1]) {
+		t.Fatalf("%d of %d cgroups have no wait recorded after they were woken three times (%v), %d waits lost to task storage", len(m), n, m, lost[1])
+	}
+	if woken > 0 {
+		t.Logf("%d cgroups were woken again: no tracer saw their first wait", woken)
 	}
 	for range 3 {
 		readBoth()
