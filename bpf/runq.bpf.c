@@ -40,10 +40,11 @@ struct pair_val {
 	__u64 count;   /* waits: preempted, involuntary switches of victim in favour of
 			* preemptor; woken, waits after a wakeup behind preemptor */
 	__u64 wait_ns; /* their time */
-	__u64 epoch;   /* of this CPU's last change, to mark it once an epoch (see mark) */
+	__u64 epoch;   /* of its last marked change, to mark it once an epoch (see mark) */
 };
 
-/* A victim's histogram on one CPU, and the epoch of its last change there (see mark). */
+/* A victim's histogram (on one CPU in a slot, of all in the latency map) and the epoch of its
+ * last marked change (see mark). */
 struct cell {
 	struct hist h;
 	__u64 epoch;
@@ -66,25 +67,30 @@ struct {
 	__type(value, struct stamp);
 } stamps SEC(".maps");
 
-/* max_entries of both maps is set by the loader. */
+/* The histograms of victims without a slot (see slots) and the pairs without a pair slot, one
+ * value for all CPUs, added to atomically. Per-CPU maps took their size once per possible CPU
+ * in the kernel's memory, allocated at load and charged to the agent's memory cgroup: at 4,096
+ * cgroups and 16,384 pairs, about 1.8 MB a CPU, 170 MB on a 96-vCPU node (make test-vm's wide
+ * boot measured 52 MB at a test's smaller sizes). Only the slots stay per-CPU, a few KB a CPU.
+ * max_entries of both maps is set by the loader. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u64);
 	__type(value, struct cell);
 } latency SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct pair_key);
 	__type(value, struct pair_val);
 } pairs SEC(".maps");
 
 /* Each CPU's own histograms of the victims it sees most, ahead of the latency hash: a slot is
- * an array index, found without hashing the key (a per-CPU hash lookup was about 30 ns of a
- * switch, make bench), picked from the cgroup id and taken by the first victim that lands on
- * it while free. Victims whose slot another holds go to the latency map. Slots are freed when
+ * an array index, found without hashing the key (a hash lookup was about 30 ns of a switch,
+ * make bench), written without atomics, picked from the cgroup id and taken by the first victim
+ * that lands on it while free. Victims whose slot another holds go to the latency map. Slots are freed when
  * their cgroup is removed (runq_rmdir), so that a churn of cgroups leaves them to the living.
  * User space adds each cgroup's slots, on every CPU, to its latency entry. */
 struct slot {
@@ -150,11 +156,11 @@ struct {
 	__type(value, __u64);
 } oncpu SEC(".maps");
 
-/* Reading per-CPU maps whole costs their size times the CPUs at every interval, to find the
- * few cgroups that changed (a 96-vCPU node copies 48 times what a 2-vCPU one does). So each
- * change is marked, once an epoch per CPU and key, in a hash all CPUs share (dirty,
- * dirty_pairs: key to the epoch of the mark), and the reader runs runq_aggregate, which sums the
- * marked keys' values over the CPUs in the kernel and hands over only those sums: the bytes read
+/* Reading the maps whole costs their size (the slots' times the CPUs) at every interval, to
+ * find the few cgroups that changed. So each change is marked, once an epoch per value (a
+ * slot's or a shared entry's) and key, in a hash all CPUs share (dirty, dirty_pairs: key to the
+ * epoch of the mark), and the reader runs runq_aggregate, which adds up the marked keys' shared
+ * entries and slots on every CPU in the kernel and hands over only those sums: the bytes read
  * follow the cgroups and pairs that changed, not the CPUs.
  *
  * A mark is written after the change it announces (an update, under its bucket's lock) and the
@@ -205,8 +211,10 @@ struct {
  * the maps' fill without walking them. */
 __u64 latency_added, pairs_added;
 
-/* Marks key changed in this epoch unless this CPU's value of it (whose epoch is *seen) was
- * marked in it already. A full map is counted and tried again at the next change. */
+/* Marks key changed in this epoch unless its value (whose epoch is *seen: a slot's, or the
+ * shared entry's) was marked in it already. A full map is counted and tried again at the next
+ * change. Two CPUs may both mark a shared entry; one that finds it marked by another CPU whose
+ * mark a read has just taken is in the epoch just closed, which the reader sums again. */
 static __always_inline void mark(void *map, const void *key, __u64 *seen)
 {
 	__u64 e = epoch;
@@ -287,9 +295,11 @@ static __always_inline __u64 preemptor_of(struct task_struct *t)
 }
 
 /* The histogram of cg's waits on this CPU: its slot when it holds it or takes it now, else
- * its entry in the latency map (also for id 0, an unreadable cgroup, which marks a free slot). */
-static __always_inline struct cell *victim_cell(__u64 cg)
+ * its entry in the latency map (also for id 0, an unreadable cgroup, which marks a free slot),
+ * which all CPUs share: *shared says so. */
+static __always_inline struct cell *victim_cell(__u64 cg, bool *shared)
 {
+	*shared = false;
 	__u32 idx = slot_of(cg);
 	struct slot *sl = use_slots ? bpf_map_lookup_elem(&slots, &idx) : NULL;
 	if (sl && cg) {
@@ -304,6 +314,7 @@ static __always_inline struct cell *victim_cell(__u64 cg)
 			return &sl->c;
 		}
 	}
+	*shared = true;
 	struct cell *c = bpf_map_lookup_elem(&latency, &cg);
 	if (c)
 		return c;
@@ -355,9 +366,10 @@ int BPF_PROG(runq_rmdir, struct cgroup *cgrp, const char *path)
 }
 
 /* The counters of pair k on this CPU: its slot when it holds it or takes it now, else its
- * entry in the pairs map. */
-static __always_inline struct pair_val *pair_get(struct pair_key *k)
+ * entry in the pairs map, which all CPUs share: *shared says so. */
+static __always_inline struct pair_val *pair_get(struct pair_key *k, bool *shared)
 {
+	*shared = false;
 	__u32 idx = pair_slot_of(k);
 	struct pair_slot *sl = use_slots ? bpf_map_lookup_elem(&pair_slots, &idx) : NULL;
 	if (sl && k->victim) {
@@ -376,6 +388,7 @@ static __always_inline struct pair_val *pair_get(struct pair_key *k)
 			return &sl->val;
 		}
 	}
+	*shared = true;
 	struct pair_val *v = bpf_map_lookup_elem(&pairs, k);
 	if (v)
 		return v;
@@ -533,9 +546,13 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 			return 0;
 	}
 
-	struct cell *c = victim_cell(cg);
+	bool shared;
+	struct cell *c = victim_cell(cg, &shared);
 	if (c) {
-		hist_add(&c->h, delta);
+		if (shared)
+			hist_add_shared(&c->h, delta);
+		else
+			hist_add(&c->h, delta);
 		mark(&dirty, &cg, &c->epoch);
 	} else {
 		count_drop(DROP_HIST_FULL);
@@ -555,15 +572,20 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 			return 0;
 	}
 	/* The preemption is counted here too, not when it happened: one switch then adds at
-	 * most one pair, and the allocator of a per-CPU map, which keeps about one free value
-	 * per CPU, fails a second in the same switch. */
-	struct pair_val *v = pair_get(&k);
+	 * most one pair (with per-CPU maps a second insert in the same switch failed: their
+	 * allocator keeps about one free value per CPU at hand). */
+	struct pair_val *v = pair_get(&k, &shared);
 	if (!v) {
 		count_drop(DROP_PAIR_FULL);
 		return 0;
 	}
-	v->count += 1;
-	v->wait_ns += delta;
+	if (shared) {
+		__sync_fetch_and_add(&v->count, 1);
+		__sync_fetch_and_add(&v->wait_ns, delta);
+	} else {
+		v->count += 1;
+		v->wait_ns += delta;
+	}
 	mark(&dirty_pairs, &k, &v->epoch);
 	return 0;
 }
@@ -622,17 +644,14 @@ static __always_inline void hist_sum(struct hist *to, const struct hist *from)
 	to->sum_ns += from->sum_ns;
 }
 
-/* bpf_loop's step over CPUs: adds CPU cpu's histogram of a->cgroup, map and slot. */
+/* bpf_loop's step over CPUs: adds CPU cpu's slot of a->cgroup. */
 static long sum_cgroup_on(__u64 cpu, void *ctx)
 {
 	struct agg *a = ctx;
 	struct cgroup_sum *o = bpf_map_lookup_elem(&cgroups_out, &a->out);
 	if (!o)
 		return 1;
-	struct cell *c = bpf_map_lookup_percpu_elem(&latency, &a->cgroup, cpu);
-	if (c)
-		hist_sum(&o->h, &c->h);
-	struct slot *sl = use_slots ? bpf_map_lookup_percpu_elem(&slots, &a->slot, cpu) : NULL;
+	struct slot *sl = bpf_map_lookup_percpu_elem(&slots, &a->slot, cpu);
 	if (sl && sl->cgroup == a->cgroup)
 		hist_sum(&o->h, &sl->c.h);
 	return 0;
@@ -644,12 +663,7 @@ static long sum_pair_on(__u64 cpu, void *ctx)
 	struct pair_slot *o = bpf_map_lookup_elem(&pairs_out, &a->out);
 	if (!o)
 		return 1;
-	struct pair_val *v = bpf_map_lookup_percpu_elem(&pairs, &a->pair, cpu);
-	if (v) {
-		o->val.count += v->count;
-		o->val.wait_ns += v->wait_ns;
-	}
-	struct pair_slot *sl = use_slots ? bpf_map_lookup_percpu_elem(&pair_slots, &a->slot, cpu) : NULL;
+	struct pair_slot *sl = bpf_map_lookup_percpu_elem(&pair_slots, &a->slot, cpu);
 	if (sl && sl->key.victim == a->pair.victim && sl->key.preemptor == a->pair.preemptor &&
 	    sl->key.kind == a->pair.kind) {
 		o->val.count += sl->val.count;
@@ -674,7 +688,11 @@ static __always_inline bool hand_cgroup(__u64 cg, __u64 base, struct agg *a, __u
 	a->cgroup = cg;
 	a->out = i;
 	a->slot = slot_of(cg);
-	bpf_loop(nr_cpus, sum_cgroup_on, a, 0);
+	struct cell *c = bpf_map_lookup_elem(&latency, &cg);
+	if (c)
+		hist_sum(&o->h, &c->h);
+	if (use_slots)
+		bpf_loop(nr_cpus, sum_cgroup_on, a, 0);
 	*count = o->h.count;
 	if (o->h.count > base)
 		out_cgroups = i + 1;
@@ -727,7 +745,13 @@ static __always_inline bool hand_pair(struct pair_key *k, __u64 base, struct agg
 	a->pair = *k;
 	a->out = i;
 	a->slot = pair_slot_of(k);
-	bpf_loop(nr_cpus, sum_pair_on, a, 0);
+	struct pair_val *v = bpf_map_lookup_elem(&pairs, k);
+	if (v) {
+		o->val.count += v->count;
+		o->val.wait_ns += v->wait_ns;
+	}
+	if (use_slots)
+		bpf_loop(nr_cpus, sum_pair_on, a, 0);
 	*count = o->val.count;
 	if (o->val.count > base)
 		out_pairs = i + 1;

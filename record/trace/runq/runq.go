@@ -49,7 +49,7 @@ type Config struct {
 	// noSlots leaves the slots unused, as on a kernel without the helpers that free them:
 	// for the tests of the maps.
 	noSlots bool
-	// noSums reads the per-CPU maps whole, as on a kernel without the helpers that sum them
+	// noSums reads the maps whole, as on a kernel without the helpers that sum them
 	// (bpf/runq.bpf.c, runq_aggregate): for the tests of that way.
 	noSums bool
 	// slots per CPU (bpf/runq.bpf.c, slots), a power of two; 0 means defaultSlots. A test

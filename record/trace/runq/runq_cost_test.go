@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/nodectl/nodectl/record/trace/internal/cgtest"
 	"github.com/nodectl/nodectl/record/trace/internal/features"
@@ -23,12 +22,9 @@ import (
 // "runq read cost" is what make test-vm compares between a boot of 2 possible CPUs and one of
 // many (testvm: the summed bytes must stay within 2x, where the whole read grows with them).
 func TestReadCostFollowsChanges(t *testing.T) {
-	percpu := percpuKB(t)
-	sum, all, cpus, n := readCost(t)
-	// Both tracers' maps hold every cgroup: half the growth of the kernel's per-CPU memory
-	// is one tracer's (other allocations move it too).
+	sum, all, cpus, n, percpu := readCost(t)
 	t.Logf("runq read cost: cpus=%d cgroups=%d active=%d summed_bytes=%d summed_calls=%d whole_bytes=%d whole_calls=%d percpu_kb_per_tracer=%d",
-		cpus, n, costActive, sum.Bytes, sum.Calls, all.Bytes, all.Calls, (percpuKB(t)-percpu)/2)
+		cpus, n, costActive, sum.Bytes, sum.Calls, all.Bytes, all.Calls, percpu)
 	if sum.Bytes*10 > all.Bytes {
 		t.Errorf("summed reads copied %d bytes an interval, more than a tenth of the whole reads' %d", sum.Bytes, all.Bytes)
 	}
@@ -38,7 +34,7 @@ func TestReadCostFollowsChanges(t *testing.T) {
 // interval, summed and whole, and their ratio; it fails where the sums copy more than a tenth.
 func BenchmarkRunqRead(b *testing.B) {
 	for range b.N {
-		sum, all, _, _ := readCost(b)
+		sum, all, _, _, _ := readCost(b)
 		b.ReportMetric(float64(sum.Bytes), "summed-B/interval")
 		b.ReportMetric(float64(all.Bytes), "whole-B/interval")
 		b.ReportMetric(float64(sum.Calls), "summed-calls/interval")
@@ -53,8 +49,10 @@ func BenchmarkRunqRead(b *testing.B) {
 const costActive = 10
 
 // readCost makes the cgroups, reads them both ways and returns what an interval's read copied
-// summed and whole, the possible CPUs and the cgroups.
-func readCost(t testing.TB) (sum, all Cost, cpus, n int) {
+// summed and whole, the possible CPUs, the cgroups, and the kernel's per-CPU memory (KB) a
+// tracer took at load, where the maps are allocated: half the growth over loading both (other
+// allocations move it too, and a machine that freed some may lend it again: about 0 then).
+func readCost(t testing.TB) (sum, all Cost, cpus, n, percpu int) {
 	if err := features.HaveSlotHelpers(); err != nil {
 		t.Skipf("the kernel cannot sum the maps: %v", err)
 	}
@@ -67,9 +65,11 @@ func readCost(t testing.TB) (sum, all Cost, cpus, n int) {
 	}
 	const active, intervals = costActive, 5
 	cfg := Config{ChangedOnly: true, MaxCgroups: uint32(2 * n), MaxPairs: uint32(8 * n)}
+	before := percpuKB(t)
 	summed := newTracer(t, cfg)
 	cfg.noSums = true
 	whole := newTracer(t, cfg)
+	percpu = (percpuKB(t) - before) / 2
 
 	names := make([]string, n)
 	for i := range names {
@@ -91,20 +91,23 @@ func readCost(t testing.TB) (sum, all Cost, cpus, n int) {
 	}
 	t.Cleanup(func() { in.Close(); _ = sh.Wait() })
 	out := bufio.NewScanner(outPipe)
-	// asleep waits until the shell is blocked in its read, off the CPU and off the run queue:
-	// /proc/PID/syscall names the call then, and says "running" before. Its state reads S
-	// earlier, before schedule(): a poke then finds it still queued and no wait is recorded.
-	// And a shell preempted after it answered records a wait when it runs again, maybe
-	// between the two tracers' reads.
+	// asleep waits until the shell is blocked in a system call (its read: busybox's waits in
+	// poll), off the CPU and off the run queue: /proc/PID/syscall names the call then, and
+	// says "running" before. Its state reads S earlier, before schedule(): a poke then finds it
+	// still queued and no wait is recorded. And a shell preempted after it answered records a
+	// wait when it runs again, maybe between the two tracers' reads.
 	syscall := fmt.Sprintf("/proc/%d/syscall", sh.Process.Pid)
 	asleep := func() {
-		for {
+		for start := time.Now(); ; {
 			b, err := os.ReadFile(syscall)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if f := strings.Fields(string(b)); len(f) > 0 && f[0] == strconv.Itoa(unix.SYS_READ) {
+			if f := strings.Fields(string(b)); len(f) > 0 && f[0] != "running" && f[0] != "-1" {
 				return
+			}
+			if time.Since(start) > time.Minute {
+				t.Fatalf("the shell is not asleep in a system call after a minute: %s says %q", syscall, b)
 			}
 			time.Sleep(50 * time.Microsecond)
 		}
@@ -203,7 +206,7 @@ func readCost(t testing.TB) (sum, all Cost, cpus, n int) {
 		t.Fatal(err)
 	}
 	per := func(c Cost) Cost { return Cost{Bytes: c.Bytes / intervals, Calls: c.Calls / intervals} }
-	return per(sum), per(all), cpus, n
+	return per(sum), per(all), cpus, n, percpu
 }
 
 // percpuKB is the kernel's per-CPU memory (/proc/meminfo Percpu), where per-CPU maps' values

@@ -35,7 +35,7 @@ type Tracer struct {
 	links []link.Link
 	// summed: the kernel sums the changed keys over the CPUs (bpf/runq.bpf.c, runq_aggregate)
 	// and the reader reads those sums (readSums). Else, where the kernel lacks its helpers, the
-	// reader reads the per-CPU maps whole (readWhole), with what follows up to pairSeen.
+	// reader reads the maps whole (readWhole), with what follows up to pairSeen.
 	summed bool
 	sums   summedRead
 	// Read's totals of every cgroup and pair without ChangedOnly, where the kernel hands over
@@ -186,8 +186,8 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	return t, nil
 }
 
-// Read sums the per-CPU values of every map (with Config.ChangedOnly, of the entries that
-// changed since the previous Read).
+// Read sums each cgroup's and pair's entry and slots on every CPU (with Config.ChangedOnly,
+// of the entries that changed since the previous Read).
 func (t *Tracer) Read() (Stats, error) { return t.read(true) }
 
 // ReadPart is Read for every interval: while the pairs map holds more than Config.PairsBudget
@@ -320,7 +320,8 @@ func readOut[V any](m *ebpf.Map, n uint32, buf *[]V, keys *[]uint32, c *Cost) ([
 	return (*buf)[:got], nil
 }
 
-// readWhole reads the per-CPU maps whole, passing on with ChangedOnly what changed.
+// readWhole reads the maps whole (the slots of every CPU), passing on with ChangedOnly what
+// changed.
 func (t *Tracer) readWhole(pairs bool) (Stats, error) {
 	st := Stats{Latency: map[uint64]hist.Log2{}}
 	before := t.latency.Cost.Add(t.slots.Cost).Add(t.pairs.Cost).Add(t.pairSlots.Cost)
@@ -330,7 +331,7 @@ func (t *Tracer) readWhole(pairs bool) (Stats, error) {
 		return Stats{}, err
 	}
 	latencies, err := each(t.changed, &t.latency, t.objs.Latency, func(c runqCell) uint64 { return c.H.Count }, func(id uint64, cs []runqCell) {
-		st.Latency[id] = merged(cs, slots[id])
+		st.Latency[id] = merged(cs[0], slots[id])
 	})
 	if err != nil {
 		return Stats{}, fmt.Errorf("reading runq latency map: %w", err)
@@ -343,16 +344,15 @@ func (t *Tracer) readWhole(pairs bool) (Stats, error) {
 		if _, done := st.Latency[id]; done || t.changed && t.slotSeen[id] == n {
 			continue
 		}
-		var cs []runqCell
-		switch err := t.objs.Latency.Lookup(id, &cs); {
+		var c runqCell
+		switch err := t.objs.Latency.Lookup(id, &c); {
 		case errors.Is(err, ebpf.ErrKeyNotExist):
-			cs = nil
 		case err != nil:
 			return Stats{}, fmt.Errorf("reading runq latency of cgroup %d: %w", id, err)
 		}
 		st.Cost.Calls++
-		st.Cost.Bytes += uint64(len(cs)) * uint64(t.objs.Latency.ValueSize())
-		st.Latency[id] = merged(cs, sum)
+		st.Cost.Bytes += uint64(t.objs.Latency.ValueSize())
+		st.Latency[id] = merged(c, sum)
 	}
 	t.slotSeen = seen
 
@@ -390,19 +390,16 @@ func (t *Tracer) readPairs(st *Stats) error {
 	for k, v := range slots {
 		seen[k] = v.Count
 	}
-	add := func(k runqPairKey, vs []runqPairVal) {
-		p := pairOf(k, 0, 0)
-		if v, ok := slots[k]; ok {
-			p.Count, p.WaitNs = v.Count, v.WaitNs
+	add := func(k runqPairKey, v runqPairVal) {
+		p := pairOf(k, v.Count, v.WaitNs)
+		if s, ok := slots[k]; ok {
+			p.Count += s.Count
+			p.WaitNs += s.WaitNs
 			delete(slots, k)
-		}
-		for _, v := range vs {
-			p.Count += v.Count
-			p.WaitNs += v.WaitNs
 		}
 		st.Pairs = append(st.Pairs, p)
 	}
-	n, err := each(t.changed, &t.pairs, t.objs.Pairs, func(v runqPairVal) uint64 { return v.Count }, add)
+	n, err := each(t.changed, &t.pairs, t.objs.Pairs, func(v runqPairVal) uint64 { return v.Count }, func(k runqPairKey, vs []runqPairVal) { add(k, vs[0]) })
 	if err != nil {
 		return fmt.Errorf("reading runq pairs map: %w", err)
 	}
@@ -411,11 +408,11 @@ func (t *Tracer) readPairs(st *Stats) error {
 		if t.changed && t.pairSeen[k] == v.Count {
 			continue
 		}
-		var vs []runqPairVal
-		if err := t.objs.Pairs.Lookup(k, &vs); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		var v runqPairVal
+		if err := t.objs.Pairs.Lookup(k, &v); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("reading runq pair %+v: %w", k, err)
 		}
-		add(k, vs)
+		add(k, v)
 	}
 	t.pairSeen = seen
 	t.held, t.parts = n, 0
@@ -476,15 +473,13 @@ func (t *Tracer) readSlots() (map[uint64]*loader.HistSum, error) {
 	return sums, nil
 }
 
-// merged is a cgroup's histogram: its latency entry's per-CPU values and its slots' sum.
-func merged(cs []runqCell, slots *loader.HistSum) hist.Log2 {
+// merged is a cgroup's histogram: its latency entry and its slots' sum.
+func merged(c runqCell, slots *loader.HistSum) hist.Log2 {
 	var sum loader.HistSum
 	if slots != nil {
 		sum = *slots
 	}
-	for _, c := range cs {
-		sum.Add(c.H.Slots[:], c.H.Count, c.H.SumNs)
-	}
+	sum.Add(c.H.Slots[:], c.H.Count, c.H.SumNs)
 	return sum.Log2()
 }
 
@@ -510,7 +505,7 @@ func (t *Tracer) Forget(live func(id uint64) bool) (int, error) {
 	}
 	gone := func(k runqPairKey) bool { return !live(k.Victim) || !special(k.Preemptor) && !live(k.Preemptor) }
 	if t.summed {
-		// By their keys alone: the values, per CPU, are what the sums spare the reader.
+		// By their keys alone: the values are what the sums spare the reader.
 		n, err := loader.DeleteKeysIf(t.objs.Latency, func(id uint64) bool { return !live(id) })
 		t.deletedLatency += uint64(n)
 		if err != nil {
