@@ -85,8 +85,7 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 		cfg.MaxCgroups = DefaultMaxCgroups
 	}
 	s := &Session{status: map[string]string{}}
-	var ran map[string]bool   // cgroups the tracer saw run since the last collection; nil: no tracer
-	var onCPU map[string]bool // cgroups on a CPU at this collection
+	var ran map[string]bool // cgroups the tracer saw run since the last collection; nil: no tracer
 	sources := maps.Clone(cfg.Sources)
 	if sources == nil {
 		sources = map[string]collect.Source{}
@@ -103,7 +102,7 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 		}
 		s.tracer = t
 		s.status = t.Status()
-		ran, onCPU = map[string]bool{}, map[string]bool{}
+		ran = map[string]bool{}
 		if cfg.Programs != nil {
 			// A program left out on purpose is no missing evidence.
 			maps.DeleteFunc(s.status, func(prog, _ string) bool { return !slices.Contains(cfg.Programs, prog) })
@@ -143,10 +142,6 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 				ran[p] = true
 			}
 			running = snap.Running
-			clear(onCPU)
-			for _, cg := range running {
-				onCPU[cg] = true
-			}
 			return append(changed, snap.Events...), err
 		})
 	}
@@ -168,7 +163,7 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 		cs = cs.Priority(cfg.Priority)
 	}
 	if ran != nil && s.status[trace.ProgramRunq] == rundir.TracerAttached {
-		cs = cs.Active(func(path string) bool { return ran[path] }).Busy(func(path string) bool { return onCPU[path] })
+		cs = cs.Active(func(path string) bool { return ran[path] })
 	}
 	sources[sourceCgroups] = cs
 	sources[sourceNode] = sample.NewSystem(cfg.Host.Procfs, cfg.Host.Sysfs, cfg.Devices)
