@@ -345,13 +345,14 @@ func (t *Tracer) readWhole(pairs bool) (Stats, error) {
 			continue
 		}
 		var c runqCell
+		st.Cost.Calls++
 		switch err := t.objs.Latency.Lookup(id, &c); {
 		case errors.Is(err, ebpf.ErrKeyNotExist):
 		case err != nil:
 			return Stats{}, fmt.Errorf("reading runq latency of cgroup %d: %w", id, err)
+		default:
+			st.Cost.Bytes += uint64(t.objs.Latency.ValueSize())
 		}
-		st.Cost.Calls++
-		st.Cost.Bytes += uint64(t.objs.Latency.ValueSize())
 		st.Latency[id] = merged(c, sum)
 	}
 	t.slotSeen = seen

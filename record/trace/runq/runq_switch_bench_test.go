@@ -62,7 +62,8 @@ func switchStats(b *testing.B, tr *Tracer) *ebpf.ProgramStats {
 }
 
 // pingPong bounces a byte n times between two threads pinned to cpu, over pipes read with
-// blocking system calls: each hop is a wakeup and a switch.
+// blocking system calls: each hop is a wakeup and a switch. Both sides run on goroutines that
+// end locked to their threads, so that the pinned threads end with them.
 func pingPong(b *testing.B, cpu, n int) {
 	var there, back [2]int
 	for _, p := range []*[2]int{&there, &back} {
@@ -72,48 +73,42 @@ func pingPong(b *testing.B, cpu, n int) {
 		defer unix.Close(p[0])
 		defer unix.Close(p[1])
 	}
-	pin := func() error {
+	// side reads from in and writes to out n times; the first side writes first.
+	side := func(first bool, in, out int, done chan<- error) {
 		runtime.LockOSThread()
 		var set unix.CPUSet
 		set.Set(cpu)
-		return unix.SchedSetaffinity(0, &set)
-	}
-	done := make(chan error, 1)
-	go func() {
-		defer runtime.UnlockOSThread()
-		if err := pin(); err != nil {
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
 			done <- err
 			return
 		}
-		buf := make([]byte, 1)
+		buf := []byte{1}
 		for range n {
-			if _, err := unix.Read(there[0], buf); err != nil {
+			if first {
+				if _, err := unix.Write(out, buf); err != nil {
+					done <- err
+					return
+				}
+			}
+			if _, err := unix.Read(in, buf); err != nil {
 				done <- err
 				return
 			}
-			if _, err := unix.Write(back[1], buf); err != nil {
-				done <- err
-				return
+			if !first {
+				if _, err := unix.Write(out, buf); err != nil {
+					done <- err
+					return
+				}
 			}
 		}
 		done <- nil
-	}()
-	defer runtime.UnlockOSThread()
-	if err := pin(); err != nil {
-		b.Fatal(err)
 	}
-	buf := []byte{1}
-	b.ResetTimer()
-	for range n {
-		if _, err := unix.Write(there[1], buf); err != nil {
+	done := make(chan error, 2)
+	go side(false, there[0], back[1], done)
+	go side(true, back[0], there[1], done)
+	for range 2 {
+		if err := <-done; err != nil {
 			b.Fatal(err)
 		}
-		if _, err := unix.Read(back[0], buf); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.StopTimer()
-	if err := <-done; err != nil {
-		b.Fatal(err)
 	}
 }
