@@ -33,8 +33,9 @@ const (
 	// measureFor is the stretch the agent's CPU time and memory are read over, once warm.
 	measureFor = 60 * time.Second
 	// settle follows the agent reaching its cgroup bound: a full turn of the sampler's slow
-	// tier (64 cgroups a tick) and a few collections.
-	settle = 20 * time.Second
+	// tier (32 cgroups a tick: 32 s at 1,000), and the sleepers' two light reads in a row after
+	// which the sampler reads them on their turns (record/sample, lightMaxEvery).
+	settle = 40 * time.Second
 	// sleeper wakes every 5 s without forking (bash's read times out on a pipe nobody writes),
 	// so that the tracer sees every cgroup and the agent follows it, at a load of its own that
 	// is read from the cgroups and reported apart; it exits at EOF, when the benchmark closes

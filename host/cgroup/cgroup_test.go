@@ -238,6 +238,11 @@ func TestLifecycle(t *testing.T) {
 		if !r.Live(c, id) {
 			t.Fatalf("Live(%s, %d) = false", c, id)
 		}
+		if live, done := r.Sweep(c); !live(id) || live(1<<62) {
+			t.Fatalf("Sweep(%s): live(%d) = %v, live(1<<62) = %v; want true, false", c, id, live(id), live(1<<62))
+		} else {
+			done()
+		}
 		ids[c] = id
 	}
 	// Each id is checked against its own hierarchy's inode: v1 hierarchies number their cgroups
@@ -264,6 +269,11 @@ func TestLifecycle(t *testing.T) {
 		if r.Live(c, id) {
 			t.Errorf("Live(%s) after Remove", c)
 		}
+		live, done := r.Sweep(c)
+		if live(id) {
+			t.Errorf("Sweep(%s): live after Remove", c)
+		}
+		done()
 		if got, ok := r.Path(c, id); !ok || got != path {
 			t.Errorf("Path(%s) of a just removed cgroup = %q, %v; want it kept", c, got, ok)
 		}

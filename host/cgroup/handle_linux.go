@@ -48,10 +48,29 @@ func byHandleExists(root string, id uint64) error {
 	return openByHandle(root, id, func(int, int) error { return nil })
 }
 
+// rootDir opens the hierarchy mounted at root, for byHandleExistsAt.
+func rootDir(root string) (int, error) {
+	return unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+}
+
+// byHandleExistsAt is byHandleExists below the open root mfd: a sweep opens its root once.
+func byHandleExistsAt(mfd int, id uint64) error {
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], id)
+	fd, err := unix.OpenByHandleAt(mfd, unix.NewFileHandle(fileIDKernfs, b[:]), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if errors.Is(err, unix.ESTALE) || errors.Is(err, unix.ENOENT) {
+		return errGone
+	}
+	if err != nil {
+		return err
+	}
+	return unix.Close(fd)
+}
+
 // openByHandle opens root and, by file handle, the cgroup with id below it, and calls fn with
 // both descriptors, which it closes after.
 func openByHandle(root string, id uint64, fn func(mfd, fd int) error) error {
-	mfd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	mfd, err := rootDir(root)
 	if err != nil {
 		return err
 	}

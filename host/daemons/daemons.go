@@ -74,8 +74,9 @@ func Procs(procfsDir string, names ...string) ([]Proc, error) {
 	hostNS := pidNS(procfsDir, 1)
 	var boot time.Time
 	var out []Proc
+	buf := make([]byte, 64)
 	for _, p := range procs {
-		comm, err := p.Comm()
+		comm, err := readComm(procfsDir, p.PID, buf)
 		if gone(err) {
 			continue
 		}
@@ -109,6 +110,22 @@ func Procs(procfsDir string, names ...string) ([]Proc, error) {
 	}
 	slices.SortFunc(out, func(a, b Proc) int { return a.PID - b.PID })
 	return out, nil
+}
+
+// readComm is the comm of process pid, read into buf. A scan reads every process's (thousands
+// on a node of sandboxes, every minute in the agent): procfs.Proc.Comm, through os.Open, took
+// nine syscalls each (the poller's fcntls and epoll_ctl) where this takes three.
+func readComm(procfsDir string, pid int, buf []byte) (string, error) {
+	fd, err := syscall.Open(filepath.Join(procfsDir, strconv.Itoa(pid), "comm"), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	defer syscall.Close(fd)
+	n, err := syscall.Read(fd, buf)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(string(buf[:max(n, 0)]), "\n"), nil
 }
 
 // program is which of names p's program is called: its executable's base name, or that of the

@@ -32,13 +32,18 @@ const slowBudget = 32
 
 // With Active, an active cgroup that used less than lightCPU of a core since its previous read
 // (a millisecond a second) is light: its fast tier is read again only lightEvery samples later (or on
-// its turn). A thousand sandboxes that wake now and then to do next to nothing were each read
-// at every wake-up (BenchmarkAgent1000Cgroups); their CPU usage stays exact, as counters,
-// over the longer span, and a cgroup whose usage rises above a millisecond a second is read
-// at every sample again from its next read.
+// its turn), and after two light reads in a row lightMaxEvery samples later. A thousand
+// sandboxes that wake now and then to do next to nothing were each read at every wake-up, and
+// still at every one with a single lightEvery, as they woke every 5 s: two thirds of the agent's
+// CPU time (BenchmarkAgent1000Cgroups); now mostly on their turns. Their CPU usage stays exact, as
+// counters, over the longer span; a cgroup whose usage rises above a millisecond a second is read
+// at every sample again from its next read, and one Busy names (on a CPU at the collection, or
+// waiting for one) is read whether light or not: a sandbox that starts to spin shows within a
+// sample or two, and one its neighbours starve at every sample.
 const (
-	lightCPU   = 1e-3 // of a core
-	lightEvery = 4
+	lightCPU      = 1e-3 // of a core
+	lightEvery    = 4
+	lightMaxEvery = 32
 )
 
 // With Active, a cgroup whose turn comes while it stayed quiet since its last slow read (light
@@ -86,6 +91,7 @@ type Cgroups struct {
 	files      []cgFile
 	priority   func(path string) bool
 	active     func(path string) bool
+	busy       func(path string) bool
 	slowBudget int
 
 	mu    sync.Mutex
@@ -113,10 +119,12 @@ type cgOpen struct {
 	quiet  []bool   // a fast file read all zeros at its last read, the cgroup having run
 	// readAt is the sample the fast tier was last read at, and when; cpu the CPU usage (s)
 	// it read then; light that it rose by less than lightCPU of a core since the read before.
+	// lightRun counts the light reads in a row (see lightMaxEvery).
 	readAt   uint64
 	readTime time.Time
 	cpu      float64
 	light    bool
+	lightRun int
 	// usageRound is the last sample the CPU usage (cpu) was known at, read or inferred from
 	// the parent's (0: never); moved that it differed from the sample's before, or was not
 	// known then.
@@ -161,6 +169,14 @@ func NewCgroups(l *cgroup.Layout, paths func() []string) *Cgroups {
 // its slow tier is read (see Cgroups); it returns s.
 func (s *Cgroups) Active(f func(path string) bool) *Cgroups {
 	s.active = f
+	return s
+}
+
+// Busy names the cgroups whose fast tier, with Active, is read even when they were light (see
+// lightMaxEvery): those on a CPU at the collection, or starved (a task that waits for a CPU
+// uses next to none, as an idle one does); it returns s.
+func (s *Cgroups) Busy(f func(path string) bool) *Cgroups {
+	s.busy = f
 	return s
 }
 
@@ -232,7 +248,7 @@ func (s *Cgroups) sample(now time.Time, full bool) ([]rundir.Record, error) {
 	}
 	for i, p := range paths {
 		slow := full || (s.round+uint64(i))%every == 0 || s.priority != nil && s.priority(p)
-		if !slow && s.active != nil && every > 1 && (!s.active(p) || s.open.light(p, s.round)) && s.open.keep(p, s.round) {
+		if !slow && s.active != nil && every > 1 && (!s.active(p) || s.open.light(p, s.round) && (s.busy == nil || !s.busy(p))) && s.open.keep(p, s.round) {
 			continue
 		}
 		if prune && !slow && (s.priority == nil || !s.priority(p)) && s.open.still(parentOf(p), s.round) && s.open.unmoved(p, s.round) {
@@ -432,11 +448,18 @@ func (s *Cgroups) pread(fd int) ([]byte, error) {
 	}
 }
 
-// light says whether path is a light cgroup (see lightCPU) read fewer than lightEvery samples
-// before round.
+// light says whether path is a light cgroup (see lightCPU) read fewer samples before round than
+// its light reads in a row allow: lightEvery after one, lightMaxEvery after two or more.
 func (o *openFiles) light(path string, round uint64) bool {
 	c := o.by[path]
-	return c != nil && c.light && round-c.readAt < lightEvery
+	if c == nil || !c.light {
+		return false
+	}
+	every := uint64(lightEvery)
+	if c.lightRun > 1 {
+		every = lightMaxEvery
+	}
+	return round-c.readAt < every
 }
 
 // noteCPU notes the CPU usage among recs, a fast-tier read at round and now, and whether the
@@ -453,6 +476,11 @@ func (c *cgOpen) noteCPU(recs []rundir.Record, round uint64, now time.Time, slow
 	c.noteUsage(cpu, round)
 	if c.readAt > 0 {
 		c.light = cpu-c.cpu < lightCPU*now.Sub(c.readTime).Seconds()
+		if c.light {
+			c.lightRun++
+		} else {
+			c.lightRun = 0
+		}
 	}
 	c.readAt, c.readTime, c.cpu = round, now, cpu
 }

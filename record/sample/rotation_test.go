@@ -341,6 +341,38 @@ func TestCgroupActiveReadsWhatMayHaveChanged(t *testing.T) {
 	}
 }
 
+// With Active, a cgroup that stays light is read less and less often, down to its turns, however
+// often the tracer names it; named busy (on a CPU at the collection), it is read at every sample.
+func TestCgroupLightBacksOff(t *testing.T) {
+	l, paths := makeCgroups(t, 8)
+	named := paths[3] // no process: light at every read
+	for _, busy := range []bool{false, true} {
+		s := NewCgroups(l, func() []string { return paths }).Active(func(p string) bool { return p == named }).
+			Busy(func(p string) bool { return busy && p == named })
+		s.slowBudget = 1 // a turn every 8 samples
+		const ticks, turns = 4 * lightMaxEvery, 4 * lightMaxEvery / 8
+		start := time.Now()
+		reads := 0
+		for tick := range ticks {
+			recs, err := s.Sample(start.Add(time.Duration(tick) * time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fast, _ := tiers(recs); len(fast[named]) > 0 {
+				reads++
+			}
+		}
+		t.Logf("busy %v: read at %d of %d samples, %d turns", busy, reads, ticks, turns)
+		if busy && reads != ticks {
+			t.Errorf("named busy: read at %d of %d samples, want every one", reads, ticks)
+		}
+		// Read every lightEvery samples, it would be read about twice as often as its turns.
+		if !busy && (reads < turns || reads > turns+ticks/lightEvery/4) {
+			t.Errorf("light: read at %d of %d samples, want its %d turns and at most %d more", reads, ticks, turns, ticks/lightEvery/4)
+		}
+	}
+}
+
 // With Active, a cgroup quiet since its last slow read has its slow tier read on one turn in
 // quietEvery; a busy one at each of its turns, and SampleFull reads everything.
 func TestCgroupQuietTurnsPassedOver(t *testing.T) {

@@ -3,8 +3,10 @@ package session
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // The follower keeps at most max cgroups, counts those that found no room, and forgets the
@@ -32,5 +34,30 @@ func TestFollowerBoundsAndForgets(t *testing.T) {
 	}
 	if _, overflow := f.counts(); overflow != 0 {
 		t.Errorf("overflow %d once there is room", overflow)
+	}
+}
+
+// A cgroup is busy when its tasks waited a millisecond a second for a CPU, or got one ten times
+// a second, since the last collection; a sleeping sandbox's one wake-up and a few microseconds
+// of wait are not.
+func TestBusyWaits(t *testing.T) {
+	was := hist.Log2{Count: 100, SumNs: 5e6}
+	for _, c := range []struct {
+		name         string
+		count, sumNs uint64
+		span         time.Duration
+		want         bool
+	}{
+		{"a sleeper's wake-up", 101, 5e6 + 20e3, time.Second, false},
+		{"starved: 2 waits, 300 ms", 102, 5e6 + 300e6, time.Second, true},
+		{"a millisecond a second, over 2 s", 101, 5e6 + 2e6, 2 * time.Second, true},
+		{"under it, over 2 s", 101, 5e6 + 1.9e6, 2 * time.Second, false},
+		{"ten wake-ups a second", 110, 5e6 + 50e3, time.Second, true},
+		{"nine", 109, 5e6 + 50e3, time.Second, false},
+		{"counts of a cgroup forgotten since", 3, 1e6, time.Second, false},
+	} {
+		if got := busyWaits(was, hist.Log2{Count: c.count, SumNs: c.sumNs}, c.span); got != c.want {
+			t.Errorf("%s: busy %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/nodectl/nodectl/record/sample"
 	"github.com/nodectl/nodectl/record/trace"
 	"github.com/nodectl/nodectl/rundir"
+	"github.com/nodectl/nodectl/rundir/hist"
 )
 
 // DefaultMaxCgroups bounds the cgroups a session follows when it is not told which to sample.
@@ -85,7 +86,8 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 		cfg.MaxCgroups = DefaultMaxCgroups
 	}
 	s := &Session{status: map[string]string{}}
-	var ran map[string]bool // cgroups the tracer saw run since the last collection; nil: no tracer
+	var ran map[string]bool  // cgroups the tracer saw run since the last collection; nil: no tracer
+	var busy map[string]bool // of those, the ones to read however little CPU they used (busyWait)
 	sources := maps.Clone(cfg.Sources)
 	if sources == nil {
 		sources = map[string]collect.Source{}
@@ -102,7 +104,7 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 		}
 		s.tracer = t
 		s.status = t.Status()
-		ran = map[string]bool{}
+		ran, busy = map[string]bool{}, map[string]bool{}
 		if cfg.Programs != nil {
 			// A program left out on purpose is no missing evidence.
 			maps.DeleteFunc(s.status, func(prog, _ string) bool { return !slices.Contains(cfg.Programs, prog) })
@@ -113,6 +115,8 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 		// samples first, and the cgroup sampler reads the CPU and memory counters of those.
 		var changes collect.Changes
 		var running, parents []string
+		waits := map[string]hist.Log2{} // each cgroup's run-queue waits (cumulative) when they last changed
+		var last time.Time
 		sources[sourceTrace] = traceSource(func(now time.Time, full bool) ([]rundir.Record, error) {
 			snapshot := t.Snapshot
 			if full {
@@ -121,9 +125,24 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 			snap, err := snapshot(now)
 			changed := changes.Filter(snap.Samples)
 			clear(ran)
+			clear(busy)
+			if len(waits) > 4*cfg.MaxCgroups {
+				clear(waits) // a churn's: each cgroup's next change starts it again
+			}
+			span := now.Sub(last)
+			last = now
 			for _, r := range changed {
-				if r.Metric == rundir.MetricRunqLatency {
-					ran[r.Cgroup] = true
+				if r.Metric != rundir.MetricRunqLatency {
+					continue
+				}
+				ran[r.Cgroup] = true
+				if r.Hist == nil {
+					continue
+				}
+				prev, ok := waits[r.Cgroup]
+				waits[r.Cgroup] = hist.Log2{Count: r.Hist.Count, SumNs: r.Hist.SumNs}
+				if ok && busyWaits(prev, *r.Hist, span) {
+					busy[r.Cgroup], busy[path.Dir(r.Cgroup)] = true, true
 				}
 			}
 			for _, cg := range running {
@@ -142,6 +161,9 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 				ran[p] = true
 			}
 			running = snap.Running
+			for _, cg := range running {
+				busy[cg] = true
+			}
 			return append(changed, snap.Events...), err
 		})
 	}
@@ -163,12 +185,32 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 		cs = cs.Priority(cfg.Priority)
 	}
 	if ran != nil && s.status[trace.ProgramRunq] == rundir.TracerAttached {
-		cs = cs.Active(func(path string) bool { return ran[path] })
+		cs = cs.Active(func(path string) bool { return ran[path] }).Busy(func(path string) bool { return busy[path] })
 	}
 	sources[sourceCgroups] = cs
 	sources[sourceNode] = sample.NewSystem(cfg.Host.Procfs, cfg.Host.Sysfs, cfg.Devices)
 	s.collector = collect.New(sources, out, cfg.Interval, observe, cfg.Log.With("component", "collect")).First(sourceTrace)
 	return s, nil
+}
+
+// A cgroup whose tasks waited for a CPU busyWait of the span between two collections (a
+// millisecond a second), or got one busyWakes times a second, is read at the next whatever CPU
+// it used, as is one on a CPU at the collection (sample.Cgroups.Busy): a sandbox starved by its
+// neighbours uses next to no CPU, as an idle one does, and is the one an analysis of the
+// contention needs read; one that wakes often is at work, where a sleeping sandbox wakes now
+// and then.
+const (
+	busyWait  = 1e-3
+	busyWakes = 10
+)
+
+// busyWaits says whether a cgroup's run-queue waits went from was to is over span as a busy
+// cgroup's do (busyWait, busyWakes).
+func busyWaits(was, is hist.Log2, span time.Duration) bool {
+	if is.Count < was.Count || is.SumNs < was.SumNs || span <= 0 {
+		return false // another cgroup's counts, since forgotten
+	}
+	return float64(is.SumNs-was.SumNs) >= busyWait*float64(span) || float64(is.Count-was.Count) >= busyWakes*span.Seconds()
 }
 
 // traceSource is the tracer as a collect.FullSampler: an interval reads part of the run-queue

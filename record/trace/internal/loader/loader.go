@@ -307,39 +307,6 @@ func perCPU(t ebpf.MapType) bool {
 	return false
 }
 
-// DeleteKeysIf deletes the keys of hash map m for which gone holds, walking its keys alone
-// (a syscall a key, no values: a per-CPU map's are its size times the CPUs), and returns how
-// many it deleted. Keys added meanwhile may be missed; m must not lose keys to others meanwhile
-// (a walk from a deleted key starts again from the first).
-func DeleteKeysIf[K comparable](m *ebpf.Map, gone func(K) bool) (int, error) {
-	var doomed []K
-	var prev any
-	var k K
-	for range 2 * m.MaxEntries() {
-		err := m.NextKey(prev, &k)
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			break
-		}
-		if err != nil {
-			return 0, fmt.Errorf("listing keys: %w", err)
-		}
-		if gone(k) {
-			doomed = append(doomed, k)
-		}
-		prev = k
-	}
-	n := 0
-	for _, k := range doomed {
-		switch err := m.Delete(k); {
-		case err == nil:
-			n++
-		case !errors.Is(err, ebpf.ErrKeyNotExist):
-			return n, fmt.Errorf("deleting %+v: %w", k, err)
-		}
-	}
-	return n, nil
-}
-
 // DeleteIf deletes the keys of hash map m for which gone holds and returns how many it
 // deleted. Keys added meanwhile may be missed.
 func (b *Batch[K, V]) DeleteIf(m *ebpf.Map, gone func(K) bool) (int, error) {
