@@ -92,7 +92,7 @@ fuzz: ## run each fuzz target for FUZZTIME (the flight recorder's reader, the AP
 		done; \
 	done
 
-bench: build ## tracer and whole-agent overhead (detached vs attached, ns per event); the agent at 1,000 live cgroups (RSS, CPU, flight recorder); an incident's analysis at 1,000 cgroups; a post-mortem over 1 h of 1,000 cgroups; cgroup sampling cost at 100 and 1,000 cgroups; the metrics' series at 500 pods (fails past the series budget); the run-queue maps' bytes read an interval at 1,000 cgroups, summed in the kernel and whole (fails past a tenth); sched_switch's cost for a victim with a per-CPU slot and for one in the shared maps
+bench: build ## tracer and whole-agent overhead (detached vs attached, ns per event); the agent at 1,000 live cgroups (RSS, CPU, syscalls a second under a guard, flight recorder); an incident's analysis at 1,000 cgroups; a post-mortem over 1 h of 1,000 cgroups; cgroup sampling cost at 100 and 1,000 cgroups; the metrics' series at 500 pods (fails past the series budget); the run-queue maps' bytes read an interval at 1,000 cgroups, summed in the kernel and whole (fails past a tenth); sched_switch's cost for a victim with a per-CPU slot and for one in the shared maps
 	NODECTL_BIN=$(abspath $(BIN)) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
 	$(GO) test -run '^$$' -bench BenchmarkCgroupSampling -benchtime 2s -timeout 10m ./record/sample/
 	$(GO) test -run '^$$' -bench BenchmarkScrape500Pods -benchtime 20x ./agent/exporter/

@@ -3,7 +3,8 @@
 // Package agent measures the always-on agent at the scale of issue 12: the agent process's
 // memory and CPU at 1,000 live cgroups, and a post-mortem over an hour of 1,000 cgroups. Both
 // run the real nodectl binary (built from this checkout, or $NODECTL_BIN), so that what they
-// report of the agent is its own. Timings are for people to read: nothing is asserted of them.
+// report of the agent is its own. Timings are for people to read: nothing is asserted of them;
+// the agent's syscalls a second, a count, are held under a guard.
 //
 // Run as root: go test -run '^$' -bench . -benchtime 1x ./bench/agent
 package agent
@@ -36,6 +37,9 @@ const (
 	// tier (32 cgroups a tick: 32 s at 1,000), and the sleepers' two light reads in a row after
 	// which the sampler reads them on their turns (record/sample, lightMaxEvery).
 	settle = 40 * time.Second
+	// maxSyscalls guards the agent's syscalls a second (a count, which this VM's speed does not
+	// move): 565-579 measured at c60cf4b, 1,700 before; past it a change added work a cgroup.
+	maxSyscalls = 900
 	// sleeper wakes every 5 s without forking (bash's read times out on a pipe nobody writes),
 	// so that the tracer sees every cgroup and the agent follows it, at a load of its own that
 	// is read from the cgroups and reported apart; it exits at EOF, when the benchmark closes
@@ -86,6 +90,10 @@ func BenchmarkAgent1000Cgroups(b *testing.B) {
 	sleepers := sample.NewCgroups(layout, func() []string { return []string{parent} })
 	usage0 := cgroupCPU(b, sleepers, parent)
 	cpu0 := must(b, func() (time.Duration, error) { return proc.CPUTime(a.Pid) })
+	stopCount, err := proc.Syscalls(a.Pid)
+	if err != nil {
+		b.Logf("syscalls left out: %v", err)
+	}
 	start := time.Now()
 	var rssPeak uint64
 	for tick := time.NewTicker(time.Second); time.Since(start) < measureFor; {
@@ -102,6 +110,12 @@ func BenchmarkAgent1000Cgroups(b *testing.B) {
 	}
 	cpu1 := must(b, func() (time.Duration, error) { return proc.CPUTime(a.Pid) })
 	elapsed := time.Since(start)
+	var syscalls map[string]uint64
+	if stopCount != nil {
+		if syscalls, err = stopCount(); err != nil {
+			b.Logf("syscalls left out: %v", err)
+		}
+	}
 	usage1 := cgroupCPU(b, sleepers, parent)
 	rss, hwm, err := proc.Memory(a.Pid)
 	if err != nil {
@@ -129,6 +143,15 @@ func BenchmarkAgent1000Cgroups(b *testing.B) {
 	fmt.Printf(row, "agent CPU time (user+system), % of one core", fmt.Sprintf("%.2f%%  (issue 16: <= 1%%; issue 33: <= 0.5%%)", cpuShare))
 	fmt.Printf(row, "agent RSS: end / highest sampled / VmHWM since start", fmt.Sprintf("%.1f / %.1f / %.1f MiB  (issue 16: <= 64 MiB; issue 33: <= 48 MiB)",
 		float64(rss)/mib, float64(rssPeak)/mib, float64(hwm)/mib))
+	if syscalls != nil {
+		per := func(ev string) float64 { return float64(syscalls[ev]) / elapsed.Seconds() }
+		fmt.Printf(row, "agent syscalls a second: all (pread, bpf, open, stat)", fmt.Sprintf("%.0f (%.0f, %.0f, %.0f, %.0f): a count, whatever the VM's speed; 1,700 at 9422073",
+			per(proc.SyscallEvents[0]), per(proc.SyscallEvents[1]), per(proc.SyscallEvents[2]), per(proc.SyscallEvents[3]), per(proc.SyscallEvents[4])))
+		b.ReportMetric(per(proc.SyscallEvents[0]), "agent-syscalls/s")
+		if n := per(proc.SyscallEvents[0]); n > maxSyscalls {
+			b.Errorf("the agent made %.0f syscalls a second, past the guard of %d", n, maxSyscalls)
+		}
+	}
 	fmt.Printf(row, "agent status: RSS, tracked cgroups, beyond the bound", fmt.Sprintf("%.1f MiB, %d, %d", float64(end.RSSBytes)/mib, end.TrackedCgroups, end.OverflowCgroups))
 	fmt.Printf(row, "flight recorder: series, stored samples", fmt.Sprintf("%d, %d (%d segments sealed)", store.Series, store.StoredSamples, store.Segments))
 	fmt.Printf(row, "flight recorder: bytes per sample", fmt.Sprintf("%.2f (the open segment's journal; sealed segments are smaller)", bytesPerSample))

@@ -248,3 +248,43 @@ func (w *LineWatch) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// SyscallEvents are the tracepoints Syscalls counts: every syscall, then the kinds the agent
+// makes most of (the sampler's reads, the tracer's map and program calls, opens and stats).
+var SyscallEvents = []string{"raw_syscalls:sys_enter", "syscalls:sys_enter_pread64", "syscalls:sys_enter_bpf",
+	"syscalls:sys_enter_openat", "syscalls:sys_enter_newfstatat"}
+
+// Syscalls starts counting the syscalls of process pid's threads, by SyscallEvents, with
+// perf stat; stop ends the count and returns each event's. A count, unlike a time, does not
+// move with how fast this VM is today. Threads started after the call are not counted (the
+// agent's are all running once warm).
+func Syscalls(pid int) (stop func() (map[string]uint64, error), err error) {
+	cmd := exec.Command("perf", "stat", "-x", ",", "-e", strings.Join(SyscallEvents, ","), "-p", strconv.Itoa(pid))
+	var out bytes.Buffer
+	cmd.Stderr = &out // perf stat prints its counts on stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("counting syscalls: %w", err)
+	}
+	return func() (map[string]uint64, error) {
+		// perf stat prints its counts when interrupted.
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			return nil, err
+		}
+		cmd.Wait() // exits non-zero on SIGINT
+		counts := map[string]uint64{}
+		for line := range strings.SplitSeq(out.String(), "\n") {
+			f := strings.Split(line, ",")
+			if len(f) < 3 {
+				continue
+			}
+			if n, err := strconv.ParseUint(f[0], 10, 64); err == nil {
+				counts[f[2]] = n
+			}
+		}
+		if _, ok := counts[SyscallEvents[0]]; !ok {
+			return nil, fmt.Errorf("counting syscalls: perf stat printed no count:\n%s", out.String())
+		}
+		return counts, nil
+	}, nil
+}
