@@ -47,11 +47,19 @@ const (
 )
 
 // With Active, a cgroup whose turn comes while it stayed quiet since its last slow read (light
-// over that span, and its memory usage the same) has its slow tier read on one turn in
-// quietEvery only: an idle sandbox's memory.stat and pressure do not move while it neither runs
-// nor its memory changes, and were most of what the sampler read at 1,000 of them
-// (BenchmarkAgent1000Cgroups). Counters stay exact over the longer span.
-const quietEvery = 4
+// over that span, and its memory usage within quietMem of what it was) has its slow tier read
+// on one turn in quietEvery only: an idle sandbox's memory.stat and pressure do not move while
+// it neither runs nor its memory changes, and were most of what the sampler read at 1,000 of
+// them (BenchmarkAgent1000Cgroups). Counters stay exact over the longer span. A memory usage
+// "the same" to the byte was never the same for a sandbox that woke now and then: the kernel
+// charges a cgroup's memory through per-CPU stocks of 64 pages, so the usage read moves by up
+// to 256 KiB a CPU the cgroup ran on without the sandbox using a page more, and the sleepers'
+// turns were all read (by bpftrace on the agent's preads: 28 slow reads a second of each file,
+// not 8).
+const (
+	quietEvery = 4
+	quietMem   = 1 << 20 // bytes
+)
 
 // Cgroups samples per-cgroup counters.
 //
@@ -492,18 +500,26 @@ func (c *cgOpen) noteUsage(cpu float64, round uint64) {
 }
 
 // quietTurn says whether the cgroup whose fast tier recs are was quiet since its last read of
-// the slow tier (light, its memory usage the same), and then counts the turn passed over, at
-// most quietEvery-1 in a row.
+// the slow tier (light, its memory usage within quietMem), and then counts the turn passed
+// over, at most quietEvery-1 in a row.
 func (c *cgOpen) quietTurn(recs []rundir.Record, now time.Time) bool {
 	if c.slowTime.IsZero() || c.deferred >= quietEvery-1 {
 		return false
 	}
 	cpu, mem := usages(recs)
-	if math.IsNaN(cpu) || cpu-c.slowCPU >= lightCPU*now.Sub(c.slowTime).Seconds() || mem != c.slowMem && !(math.IsNaN(mem) && math.IsNaN(c.slowMem)) {
+	if math.IsNaN(cpu) || cpu-c.slowCPU >= lightCPU*now.Sub(c.slowTime).Seconds() || !sameMem(mem, c.slowMem) {
 		return false
 	}
 	c.deferred++
 	return true
+}
+
+// sameMem says whether memory usages a and b (bytes, NaN where not read) are within quietMem.
+func sameMem(a, b float64) bool {
+	if math.IsNaN(a) || math.IsNaN(b) {
+		return math.IsNaN(a) && math.IsNaN(b)
+	}
+	return math.Abs(a-b) < quietMem
 }
 
 // usages returns the CPU usage (s) and memory usage (bytes) among recs, NaN where absent.

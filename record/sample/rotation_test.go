@@ -491,3 +491,28 @@ func TestCgroupIdleSubtreeNotRead(t *testing.T) {
 		t.Errorf("c2 ran: its usage read %v, %v before", after, before)
 	}
 }
+
+// A turn is quiet when the cgroup stayed light and its memory usage moved less than quietMem
+// since its last slow read: the per-CPU charge stocks move an idle sandbox's usage by pages.
+func TestQuietTurnToleratesChargeBatches(t *testing.T) {
+	t0 := time.Now()
+	const mem = 50 << 20
+	for _, c := range []struct {
+		name     string
+		cpu, mem float64 // since the slow read, 10 s before
+		want     bool
+	}{
+		{"still", 0, 0, true},
+		{"a wake-up: 2 ms of CPU and a charge batch", 2e-3, 256 << 10, true},
+		{"a batch returned", 2e-3, -256 << 10, true},
+		{"grew by a MiB", 2e-3, 1 << 20, false},
+		{"ran 10 ms a second", 0.1, 0, false},
+	} {
+		o := &cgOpen{slowCPU: 1, slowMem: mem, slowTime: t0}
+		cpu, m := 1+c.cpu, mem+c.mem
+		recs := []rundir.Record{{Metric: rundir.MetricCPUUsage, Value: &cpu}, {Metric: rundir.MetricMemoryUsage, Value: &m}}
+		if got := o.quietTurn(recs, t0.Add(10*time.Second)); got != c.want {
+			t.Errorf("%s: quiet %v, want %v", c.name, got, c.want)
+		}
+	}
+}
