@@ -55,16 +55,23 @@ func rootDir(root string) (int, error) {
 
 // byHandleExistsAt is byHandleExists below the open root mfd: a sweep opens its root once.
 func byHandleExistsAt(mfd int, id uint64) error {
-	var b [8]byte
-	binary.NativeEndian.PutUint64(b[:], id)
-	fd, err := unix.OpenByHandleAt(mfd, unix.NewFileHandle(fileIDKernfs, b[:]), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
-	if errors.Is(err, unix.ESTALE) || errors.Is(err, unix.ENOENT) {
-		return errGone
-	}
+	fd, err := openAt(mfd, id)
 	if err != nil {
 		return err
 	}
 	return unix.Close(fd)
+}
+
+// openAt opens the cgroup with id below the open root mfd by file handle; errGone means there
+// is no such cgroup.
+func openAt(mfd int, id uint64) (int, error) {
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], id)
+	fd, err := unix.OpenByHandleAt(mfd, unix.NewFileHandle(fileIDKernfs, b[:]), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if errors.Is(err, unix.ESTALE) || errors.Is(err, unix.ENOENT) {
+		return -1, errGone
+	}
+	return fd, err
 }
 
 // openByHandle opens root and, by file handle, the cgroup with id below it, and calls fn with
@@ -75,12 +82,7 @@ func openByHandle(root string, id uint64, fn func(mfd, fd int) error) error {
 		return err
 	}
 	defer unix.Close(mfd)
-	var b [8]byte
-	binary.NativeEndian.PutUint64(b[:], id)
-	fd, err := unix.OpenByHandleAt(mfd, unix.NewFileHandle(fileIDKernfs, b[:]), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
-	if errors.Is(err, unix.ESTALE) || errors.Is(err, unix.ENOENT) {
-		return errGone
-	}
+	fd, err := openAt(mfd, id)
 	if err != nil {
 		return err
 	}
