@@ -41,19 +41,14 @@ func byHandle(root string, id uint64) (string, error) {
 	return out, err
 }
 
-// byHandleExists is byHandle without the path: whether the kernel knows the cgroup, in two
-// opens, where the path takes two readlinks more (a churning node's forget sweep asks it of
-// every id its maps hold).
-func byHandleExists(root string, id uint64) error {
-	return openByHandle(root, id, func(int, int) error { return nil })
-}
-
 // rootDir opens the hierarchy mounted at root, for byHandleExistsAt.
 func rootDir(root string) (int, error) {
 	return unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 }
 
-// byHandleExistsAt is byHandleExists below the open root mfd: a sweep opens its root once.
+// byHandleExistsAt is byHandle without the path, below the open root mfd: whether the kernel
+// knows the cgroup, in one open, where the path takes two readlinks more (a churning node's
+// forget sweep asks it of every id its maps hold, and opens the root once).
 func byHandleExistsAt(mfd int, id uint64) error {
 	fd, err := openAt(mfd, id)
 	if err != nil {

@@ -7,8 +7,6 @@ import "errors"
 // byHandle needs Linux; the resolver walks instead.
 func byHandle(string, uint64) (string, error) { return "", errors.ErrUnsupported }
 
-func byHandleExists(string, uint64) error { return errors.ErrUnsupported }
-
 func rootDir(string) (int, error) { return -1, errors.ErrUnsupported }
 
 func byHandleExistsAt(int, uint64) error { return errors.ErrUnsupported }

@@ -219,11 +219,13 @@ func (r *Resolver) Note(path string) {
 
 // Live says whether the cgroup with id still exists in controller's hierarchy.
 func (r *Resolver) Live(controller string, id uint64) bool {
-	return r.live(controller, id, -1)
+	live, done := r.Sweep(controller)
+	defer done()
+	return live(id)
 }
 
 // Sweep is Live for many ids in a row (a tracer's forget sweep): it holds the hierarchy's
-// root open until done, where Live opens it for each id, which doubled a sweep's syscalls.
+// root open until done, where opening it for each id doubled a sweep's syscalls.
 func (r *Resolver) Sweep(controller string) (live func(id uint64) bool, done func()) {
 	mfd := -1
 	if root := r.l.Dir(controller, "/"); root != "" {
@@ -238,7 +240,8 @@ func (r *Resolver) Sweep(controller string) (live func(id uint64) bool, done fun
 	}
 }
 
-// live is Live with the hierarchy's root open at mfd, or opened for the call when mfd < 0.
+// live is Live with the hierarchy's root open at mfd (-1: it could not be opened, and the
+// kernel is not asked by file handle).
 func (r *Resolver) live(controller string, id uint64, mfd int) bool {
 	root := r.l.Dir(controller, "/")
 	if root == "" {
@@ -247,13 +250,8 @@ func (r *Resolver) live(controller string, id uint64, mfd int) bool {
 	r.mu.Lock()
 	handles := r.handles // Path turns it off, under mu, once refused
 	r.mu.Unlock()
-	if handles {
-		var err error
-		if mfd >= 0 {
-			err = byHandleExistsAt(mfd, id)
-		} else {
-			err = byHandleExists(root, id)
-		}
+	if handles && mfd >= 0 {
+		err := byHandleExistsAt(mfd, id)
 		if errors.Is(err, errGone) {
 			r.confirmGone(root, id)
 		}
