@@ -74,6 +74,7 @@ type Agent struct {
 	forget      []func(cgroups []string)
 	incidentFns []func(recorded.Incident)
 	daemons     map[string]string // cgroup → daemon name
+	walker      *daemons.Walker   // finds them: at start, then on the housekeeping's path only
 	drops       map[dropKey]float64
 	lastTick    time.Time
 
@@ -113,7 +114,8 @@ func Start(cfg Config) (a *Agent, err error) {
 		return nil, err
 	}
 	a = &Agent{cfg: cfg, log: cfg.Log, started: time.Now(), layout: layout, daemons: map[string]string{}, apiAnalyses: newGate(maxAPIAnalyses, maxAPIQueued),
-		drops: map[dropKey]float64{}, stop: make(chan struct{}), known: map[string]struct{}{}, exists: session.CgroupExists(layout)}
+		drops: map[dropKey]float64{}, stop: make(chan struct{}), known: map[string]struct{}{}, exists: session.CgroupExists(layout),
+		walker: daemons.NewWalker(cfg.Host.Procfs, cfg.Daemons)}
 	opts := cfg.Retention
 	opts.Dir, opts.Log = cfg.DataDir, cfg.Log.With("component", "flightrec")
 	if a.store, err = flightrec.Open(opts); err != nil {
@@ -357,7 +359,7 @@ const daemonsEvery = time.Minute
 
 // findDaemons looks for the system daemons and records them in the agent's meta.
 func (a *Agent) findDaemons() {
-	found, _, err := daemons.Find(a.cfg.Host.Procfs, a.layout, a.cfg.Daemons)
+	found, _, err := a.walker.Find(a.layout)
 	if err != nil {
 		a.log.Warn("looking for system daemons", "err", err)
 		return

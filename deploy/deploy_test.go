@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -394,6 +395,21 @@ func TestBase(t *testing.T) {
 	}
 }
 
+// maxCgroups is the --max-cgroups of args, or the agent's default (1,000) without one.
+func maxCgroups(t *testing.T, args []string) int {
+	t.Helper()
+	n := 1000
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--max-cgroups="); ok {
+			var err error
+			if n, err = strconv.Atoi(v); err != nil {
+				t.Fatalf("agent arg %q: %v", a, err)
+			}
+		}
+	}
+	return n
+}
+
 func TestGKEOverlay(t *testing.T) {
 	m := render(t, "gke")
 	ds := agentDaemonSet(t, m)
@@ -405,6 +421,18 @@ func TestGKEOverlay(t *testing.T) {
 	ps := ds.Spec.Template.Spec
 	if ps.NodeSelector["cloud.google.com/gke-nodepool"] != "lssd-swap-pool" || ps.NodeSelector["kubernetes.io/os"] != "linux" {
 		t.Errorf("node selector %v: want the swap pool's, on linux", ps.NodeSelector)
+	}
+	// Its nodes run up to 1,024 pods, about 3 cgroups each: the bound covers them, with the
+	// memory measured at that many beside it.
+	agent := container(t, ps, "agent")
+	if n := maxCgroups(t, agent.Args); n < 3*1024 {
+		t.Errorf("agent args %q: --max-cgroups %d, want at least 3 cgroups a pod for 1,024 pods", agent.Args, n)
+	}
+	if req := agent.Resources.Requests.Memory(); req.Cmp(resource.MustParse("80Mi")) < 0 {
+		t.Errorf("agent memory request %s: want at least the 80Mi measured at 3,000 cgroups", req)
+	}
+	if lim, req := agent.Resources.Limits.Memory(), agent.Resources.Requests.Memory(); lim.Value() < 2*req.Value() {
+		t.Errorf("agent memory limit %s: want room for an incident's analysis above the request %s", lim, req)
 	}
 	tuner := container(t, ps, "tuner")
 	if len(tuner.Args) < 2 || tuner.Args[0] != "tune" || tuner.Args[1] != "watch" || slices.Contains(tuner.Args, "--apply") {

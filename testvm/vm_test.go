@@ -23,10 +23,7 @@ var guestTests = []GuestTest{
 	{Pkg: "./record/trace/internal/features", Timeout: 2 * time.Minute},
 	{Pkg: "./record/trace/internal/loader", Timeout: 5 * time.Minute},
 	{Pkg: "./record/trace/tracefs", Timeout: 2 * time.Minute},
-	// TestReadPartSpreadsPairs failed once in five boots here ("a busy loop's histogram missing
-	// from a ReadPart" after schedstat showed it ran again); its cause under emulation is not
-	// found yet. It runs on the host.
-	{Pkg: "./record/trace/runq", Skip: "^TestReadPartSpreadsPairs$", Timeout: 10 * time.Minute},
+	{Pkg: "./record/trace/runq", Timeout: 10 * time.Minute},
 	{Pkg: "./record/trace/fsync", Timeout: 5 * time.Minute},
 	{Pkg: "./record/trace/blkio", Timeout: 5 * time.Minute},
 	{Pkg: "./record/trace/reclaim", Timeout: 5 * time.Minute},

@@ -55,12 +55,16 @@ type Proc struct {
 //     still finds the host's.
 //
 // Processes that exit while being read are left out.
-func Procs(procfsDir string, names ...string) ([]Proc, error) {
+func Procs(procfsDir string, names ...string) ([]Proc, error) { return scan(procfsDir, names, nil) }
+
+// scan is Procs; with seen, a process whose /proc directory is the one of the last scan keeps
+// the comm it had then (see Walker), and seen is left holding this scan's.
+func scan(procfsDir string, names []string, seen *comms) ([]Proc, error) {
 	pfs, err := procfs.NewFS(procfsDir)
 	if err != nil {
 		return nil, fmt.Errorf("finding daemons: opening procfs %s: %w", procfsDir, err)
 	}
-	procs, err := pfs.AllProcs()
+	entries, err := pidEntries(procfsDir)
 	if err != nil {
 		return nil, fmt.Errorf("finding daemons: listing processes: %w", err)
 	}
@@ -75,16 +79,27 @@ func Procs(procfsDir string, names ...string) ([]Proc, error) {
 	var boot time.Time
 	var out []Proc
 	buf := make([]byte, 64)
-	for _, p := range procs {
-		comm, err := readComm(procfsDir, p.PID, buf)
+	for _, e := range entries {
+		comm, known := seen.lookup(e)
+		if !known {
+			comm, err = readComm(procfsDir, e.pid, buf)
+			if gone(err) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("finding daemons: reading comm of %d: %w", e.pid, err)
+			}
+		}
+		seen.note(e, comm, !known)
+		if len(byComm[comm]) == 0 {
+			continue
+		}
+		p, err := pfs.Proc(e.pid)
 		if gone(err) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("finding daemons: reading comm of %d: %w", p.PID, err)
-		}
-		if len(byComm[comm]) == 0 {
-			continue
+			return nil, fmt.Errorf("finding daemons: %d: %w", e.pid, err)
 		}
 		name, ok := program(p, byComm[comm])
 		if !ok {
@@ -109,7 +124,95 @@ func Procs(procfsDir string, names ...string) ([]Proc, error) {
 		out = append(out, Proc{Proc: p, Name: name, Started: started})
 	}
 	slices.SortFunc(out, func(a, b Proc) int { return a.PID - b.PID })
+	seen.swap()
 	return out, nil
+}
+
+// A Walker finds the daemons again and again, as the agent does every minute, on a node of
+// thousands of processes: reading each one's comm every time is three syscalls a process.
+// Between two walks, a process whose
+// /proc directory has the same inode number is the same process (procfs gives a new process,
+// and a pid reused, a new inode), so its comm is taken from the last walk once two walks in a
+// row read it the same: a process caught between its fork and its exec (systemd's "(kubelet)")
+// is read again at the next. A comm changes in place only at an exec, which a wrapper script
+// may do later: every rereadEvery-th walk reads every comm again.
+type Walker struct {
+	procfs string
+	names  []string
+	seen   comms
+	walks  int
+}
+
+// rereadEvery is how many walks pass between two that read every process's comm.
+const rereadEvery = 10
+
+// NewWalker returns a Walker of the procfs at procfsDir for names (as Procs matches them).
+func NewWalker(procfsDir string, names []string) *Walker {
+	return &Walker{procfs: procfsDir, names: names}
+}
+
+// Find is Find of the Walker's procfs and names, reading the comms of new processes only.
+func (w *Walker) Find(l *cgroup.Layout) (found []Daemon, inRoot []string, err error) {
+	if w.walks%rereadEvery == 0 {
+		w.seen.last = nil
+	}
+	w.walks++
+	procs, err := scan(w.procfs, w.names, &w.seen)
+	if err != nil {
+		w.seen.last, w.seen.next = nil, nil // a walk cut short: the next reads all
+		return nil, nil, err
+	}
+	return group(procs, l, w.names)
+}
+
+// comms are the processes' comms of the last scan, by pid with their /proc inode number, and
+// those of the scan under way: only the processes still there are kept. A nil *comms knows
+// none and keeps none.
+type comms struct {
+	last, next map[int]procEntry
+	reads      int // comms read from procfs since the first scan, for tests
+}
+
+// procEntry is a process's /proc directory: its pid and inode number, and (as a value of
+// comms) the comm found in it and whether two scans in a row found it.
+type procEntry struct {
+	pid       int
+	ino       uint64
+	comm      string
+	confirmed bool
+}
+
+func (c *comms) lookup(e procEntry) (string, bool) {
+	if c == nil || e.ino == 0 {
+		return "", false
+	}
+	if was, ok := c.last[e.pid]; ok && was.ino == e.ino && was.confirmed {
+		return was.comm, true
+	}
+	return "", false
+}
+
+// note keeps comm as e's, read or looked up.
+func (c *comms) note(e procEntry, comm string, read bool) {
+	if c == nil {
+		return
+	}
+	if read {
+		c.reads++
+	}
+	if c.next == nil {
+		c.next = map[int]procEntry{}
+	}
+	was, ok := c.last[e.pid]
+	e.comm, e.confirmed = comm, ok && e.ino != 0 && was.ino == e.ino && was.comm == comm
+	c.next[e.pid] = e
+}
+
+// swap makes the scan just done the last one.
+func (c *comms) swap() {
+	if c != nil {
+		c.last, c.next = c.next, nil
+	}
 }
 
 // readComm is the comm of process pid, read into buf. A scan reads every process's (thousands
@@ -233,6 +336,11 @@ func Find(procfsDir string, l *cgroup.Layout, names []string) (found []Daemon, i
 	if err != nil {
 		return nil, nil, err
 	}
+	return group(procs, l, names)
+}
+
+// group makes Find's Daemons of the processes procs.
+func group(procs []Proc, l *cgroup.Layout, names []string) (found []Daemon, inRoot []string, err error) {
 	type group struct {
 		names []string
 		pids  []int
