@@ -162,7 +162,9 @@ func BenchmarkAgent1000Cgroups(b *testing.B) {
 		per := func(ev string) float64 { return float64(syscalls[ev]) / elapsed.Seconds() }
 		fmt.Printf(row, "agent syscalls a second: all (pread, bpf, open, stat)", fmt.Sprintf("%.0f (%.0f, %.0f, %.0f, %.0f): a count, whatever the VM's speed; 1,700 at 9422073",
 			per(proc.SyscallEvents[0]), per(proc.SyscallEvents[1]), per(proc.SyscallEvents[2]), per(proc.SyscallEvents[3]), per(proc.SyscallEvents[4])))
+		fmt.Printf(row, "agent page faults a second", fmt.Sprintf("%.0f: a count too", per(proc.PageFaults)))
 		b.ReportMetric(per(proc.SyscallEvents[0]), "agent-syscalls/s")
+		b.ReportMetric(per(proc.PageFaults), "agent-page-faults/s")
 		// The guard is for 1,000 cgroups; the work is a cgroup's, so it scales with them.
 		guard := maxSyscalls * float64(max(n, liveCgroups)) / liveCgroups
 		if calls := per(proc.SyscallEvents[0]); calls > guard {

@@ -49,7 +49,7 @@ type Collector struct {
 	mu       sync.Mutex // serialises snapshots: sources are not safe for concurrent use
 	failures map[string]int
 	observe  func([]rundir.Record)
-	last     int // records in the previous batch
+	size     int // records in the largest of the last batches, decaying by a 16th a batch
 }
 
 // New returns a collector; observe, if not nil, sees every batch appended (progress display,
@@ -78,8 +78,9 @@ func (c *Collector) Snapshot(now time.Time) error { return c.collect(now, true) 
 func (c *Collector) collect(now time.Time, full bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// Sized as the previous batch: appending to a growing one copied every record a few times.
-	batch := make([]rundir.Record, 0, c.last)
+	// Sized as the largest of the last batches (their sizes alternate with the samplers'
+	// turns): appending to a growing one copied every record a few times.
+	batch := make([]rundir.Record, 0, c.size)
 	for _, name := range c.order {
 		s := c.sources[name]
 		sample := s.Sample
@@ -95,7 +96,7 @@ func (c *Collector) collect(now time.Time, full bool) error {
 		}
 		batch = append(batch, recs...)
 	}
-	c.last = len(batch)
+	c.size = max(len(batch), c.size-c.size/16)
 	if len(batch) == 0 {
 		return nil
 	}

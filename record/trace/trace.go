@@ -131,6 +131,9 @@ type Tracer struct {
 	names       *cgnames.Tracer // nil unless the resolver follows it
 	fill        map[string]float64
 	closed      bool
+	// samples sizes a snapshot's: the most of the last ones, decaying by a 16th a snapshot
+	// (appending to a growing slice copied every record a few times, in large allocations).
+	samples int
 }
 
 // New loads each requested program on its own, so that one the kernel refuses does not stop
@@ -337,6 +340,8 @@ func (t *Tracer) snapshot(now time.Time, full bool) (Snapshot, error) {
 	if t.closed {
 		return snap, errors.New("reading the tracer: closed")
 	}
+	snap.Samples = make([]rundir.Record, 0, t.samples)
+	defer func() { t.samples = max(len(snap.Samples), t.samples-t.samples/16) }()
 	var errs []error
 	for i := range t.sources {
 		src := &t.sources[i]

@@ -254,12 +254,17 @@ func (w *LineWatch) Write(p []byte) (int, error) {
 var SyscallEvents = []string{"raw_syscalls:sys_enter", "syscalls:sys_enter_pread64", "syscalls:sys_enter_bpf",
 	"syscalls:sys_enter_openat", "syscalls:sys_enter_newfstatat"}
 
+// PageFaults is the software event Syscalls counts besides SyscallEvents: the process's page
+// faults, most of them the Go heap's pages touched again after its scavenger gave them back
+// (a count too; each costs a trap, more so in a VM).
+const PageFaults = "page-faults"
+
 // Syscalls starts counting the syscalls of process pid's threads, by SyscallEvents, with
 // perf stat; stop ends the count and returns each event's. A count, unlike a time, does not
 // move with how fast this VM is today. Threads started after the call are not counted (the
 // agent's are all running once warm).
 func Syscalls(pid int) (stop func() (map[string]uint64, error), err error) {
-	cmd := exec.Command("perf", "stat", "-x", ",", "-e", strings.Join(SyscallEvents, ","), "-p", strconv.Itoa(pid))
+	cmd := exec.Command("perf", "stat", "-x", ",", "-e", strings.Join(SyscallEvents, ",")+","+PageFaults, "-p", strconv.Itoa(pid))
 	var out bytes.Buffer
 	cmd.Stderr = &out // perf stat prints its counts on stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
