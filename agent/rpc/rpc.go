@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -287,9 +288,13 @@ func (s *Server) SetServing(ok bool) {
 }
 
 // PublishSamples hands a collection tick's records to the Watch clients and returns at once.
-// The server keeps batch: the caller must not change it afterwards.
+// The server keeps a copy of batch, made once for all the clients and only when there are
+// any: the caller may reuse batch (the collector does, at its next interval).
 func (s *Server) PublishSamples(t time.Time, batch []rundir.Record) {
-	s.svc.samples.publish(sampleBatch{t: t, records: batch})
+	s.svc.samples.publishCopy(sampleBatch{t: t, records: batch}, func(b sampleBatch) sampleBatch {
+		b.records = slices.Clone(b.records)
+		return b
+	})
 }
 
 // PublishIncident hands an incident's new state to the WatchIncidents clients and returns at

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -26,7 +27,7 @@ type memory struct {
 func (m *memory) Append(recs ...rundir.Record) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.batches = append(m.batches, recs)
+	m.batches = append(m.batches, slices.Clone(recs)) // the collector reuses recs
 	return nil
 }
 
