@@ -23,6 +23,10 @@ var guestTests = []GuestTest{
 	{Pkg: "./record/trace/internal/features", Timeout: 2 * time.Minute},
 	{Pkg: "./record/trace/internal/loader", Timeout: 5 * time.Minute},
 	{Pkg: "./record/trace/tracefs", Timeout: 2 * time.Minute},
+	// TestReadPartSpreadsPairs, skipped here once it failed one boot in five ("a busy loop's
+	// histogram missing from a ReadPart"), runs again since it allows two switches in a row
+	// that the kernel's sched_switch did not report (c60cf4b, for the same failure on the
+	// host): 6 boots of 6 passed it, in both the 2-CPU and the 96-possible-CPU guest.
 	{Pkg: "./record/trace/runq", Timeout: 10 * time.Minute},
 	{Pkg: "./record/trace/fsync", Timeout: 5 * time.Minute},
 	{Pkg: "./record/trace/blkio", Timeout: 5 * time.Minute},

@@ -54,9 +54,10 @@ const (
 )
 
 // BenchmarkAgent1000Cgroups runs `nodectl agent --interval 1s` as its own process beside
-// 1,000 cgroups (NODECTL_BENCH_CGROUPS), each with a process that wakes every 5 s, and reports the agent's CPU time
-// and memory over a minute once warm, the cgroups it tracks, and its flight recorder's bytes
-// per sample and write rate. It runs once whatever b.N (use -benchtime 1x). Everything it
+// 1,000 cgroups (or NODECTL_BENCH_CGROUPS: the name is the `make bench` row's), each with a
+// process that wakes every 5 s, and reports the agent's CPU time and memory over a minute once
+// warm, its syscalls and page faults, the cgroups it tracks, and its flight recorder's bytes per
+// sample and write rate. It runs once whatever b.N (use -benchtime 1x). Everything it
 // makes (processes, cgroups, the data directory) is removed on every way out.
 func BenchmarkAgent1000Cgroups(b *testing.B) {
 	if os.Geteuid() != 0 {

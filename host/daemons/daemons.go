@@ -58,7 +58,7 @@ type Proc struct {
 func Procs(procfsDir string, names ...string) ([]Proc, error) { return scan(procfsDir, names, nil) }
 
 // scan is Procs; with seen, a process whose /proc directory is the one of the last scan keeps
-// the comm it had then (see Walker), and seen is left holding this scan's.
+// the comm two scans in a row read in it (see Walker), and seen is left holding this scan's.
 func scan(procfsDir string, names []string, seen *comms) ([]Proc, error) {
 	pfs, err := procfs.NewFS(procfsDir)
 	if err != nil {
@@ -130,12 +130,14 @@ func scan(procfsDir string, names []string, seen *comms) ([]Proc, error) {
 
 // A Walker finds the daemons again and again, as the agent does every minute, on a node of
 // thousands of processes: reading each one's comm every time is three syscalls a process.
-// Between two walks, a process whose
-// /proc directory has the same inode number is the same process (procfs gives a new process,
-// and a pid reused, a new inode), so its comm is taken from the last walk once two walks in a
-// row read it the same: a process caught between its fork and its exec (systemd's "(kubelet)")
-// is read again at the next. A comm changes in place only at an exec, which a wrapper script
-// may do later: every rereadEvery-th walk reads every comm again.
+// Between two walks, a process whose /proc directory has the same inode number is the same
+// process (procfs gives a new process, and a pid reused, a new inode; it may also give a live
+// process a new one when its dentry was reclaimed, which costs a read), so its comm is taken
+// from the last walk once two walks in a row read it the same: a process caught between its
+// fork and its exec (systemd's "(kubelet)") is read again at the next. A comm also changes in
+// place at a later exec (a wrapper script's) or by prctl(PR_SET_NAME): every rereadEvery-th
+// walk reads every comm again, and confirms those unchanged for the walks after it. A Walker
+// is not safe for concurrent use.
 type Walker struct {
 	procfs string
 	names  []string
@@ -153,9 +155,7 @@ func NewWalker(procfsDir string, names []string) *Walker {
 
 // Find is Find of the Walker's procfs and names, reading the comms of new processes only.
 func (w *Walker) Find(l *cgroup.Layout) (found []Daemon, inRoot []string, err error) {
-	if w.walks%rereadEvery == 0 {
-		w.seen.last = nil
-	}
+	w.seen.force = w.walks%rereadEvery == 0
 	w.walks++
 	procs, err := scan(w.procfs, w.names, &w.seen)
 	if err != nil {
@@ -170,7 +170,8 @@ func (w *Walker) Find(l *cgroup.Layout) (found []Daemon, inRoot []string, err er
 // none and keeps none.
 type comms struct {
 	last, next map[int]procEntry
-	reads      int // comms read from procfs since the first scan, for tests
+	force      bool // read every comm this scan, still confirming those the last one read
+	reads      int  // comms read from procfs since the first scan, for tests
 }
 
 // procEntry is a process's /proc directory: its pid and inode number, and (as a value of
@@ -183,7 +184,7 @@ type procEntry struct {
 }
 
 func (c *comms) lookup(e procEntry) (string, bool) {
-	if c == nil || e.ino == 0 {
+	if c == nil || c.force || e.ino == 0 {
 		return "", false
 	}
 	if was, ok := c.last[e.pid]; ok && was.ino == e.ino && was.confirmed {
@@ -208,16 +209,18 @@ func (c *comms) note(e procEntry, comm string, read bool) {
 	c.next[e.pid] = e
 }
 
-// swap makes the scan just done the last one.
+// swap makes the scan just done the last one; the map of the one before is cleared for the
+// next.
 func (c *comms) swap() {
 	if c != nil {
-		c.last, c.next = c.next, nil
+		c.last, c.next = c.next, c.last
+		clear(c.next)
 	}
 }
 
-// readComm is the comm of process pid, read into buf. A scan reads every process's (thousands
-// on a node of sandboxes, every minute in the agent): procfs.Proc.Comm, through os.Open, took
-// nine syscalls each (the poller's fcntls and epoll_ctl) where this takes three.
+// readComm is the comm of process pid, read into buf. Procs reads every process's (thousands
+// on a node of sandboxes), a Walker those of new processes: procfs.Proc.Comm, through os.Open,
+// took nine syscalls each (the poller's fcntls and epoll_ctl) where this takes three.
 func readComm(procfsDir string, pid int, buf []byte) (string, error) {
 	fd, err := syscall.Open(filepath.Join(procfsDir, strconv.Itoa(pid), "comm"), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {

@@ -32,7 +32,7 @@ func (c *Changes) Filter(snapshot []rundir.Record) []rundir.Record {
 	if c.next == nil {
 		c.next = make(map[seriesID]value, len(snapshot))
 	}
-	clear(c.out) // no pointer of the last batch kept alive
+	clear(c.out[:cap(c.out)]) // the last records (and what a caller appended) let go
 	out := c.out[:0]
 	for i := range snapshot {
 		r := &snapshot[i]
