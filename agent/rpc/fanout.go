@@ -81,16 +81,9 @@ func (h *hub[T]) unsubscribe(s *subscriber[T]) uint64 {
 }
 
 // publish offers v to every subscriber and returns at once.
-func (h *hub[T]) publish(v T) { h.publishCopy(v, nil) }
-
-// publishCopy is publish of keep(v), which it calls only when there is a subscriber to keep v
-// for: the publisher's v is not the subscribers' to hold (a batch the collector reuses).
-func (h *hub[T]) publishCopy(v T, keep func(T) T) {
+func (h *hub[T]) publish(v T) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if keep != nil && len(h.subs) > 0 {
-		v = keep(v)
-	}
 	var now time.Time
 	for s := range h.subs {
 		select {

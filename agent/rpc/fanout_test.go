@@ -103,24 +103,3 @@ func TestHubGivesASlowSubscribersSlotAway(t *testing.T) {
 		t.Errorf("a subscriber beside three keeping up: %v, want refused", err)
 	}
 }
-
-// A value published with a copy is copied only for subscribers, once for all: the publisher
-// reuses its own.
-func TestHubCopiesOnlyForSubscribers(t *testing.T) {
-	h := newHub[[]int]("batch", 2, 4, time.Hour)
-	copies := 0
-	keep := func(v []int) []int { copies++; return append([]int(nil), v...) }
-	batch := []int{1, 2}
-	h.publishCopy(batch, keep)
-	if copies != 0 {
-		t.Errorf("%d copies with no subscriber", copies)
-	}
-	a, _ := h.subscribe()
-	b, _ := h.subscribe()
-	h.publishCopy(batch, keep)
-	batch[0] = 9 // the collector's next interval
-	da, db := <-a.c, <-b.c
-	if copies != 1 || da.v[0] != 1 || db.v[0] != 1 {
-		t.Errorf("%d copies, subscribers got %v and %v: want one copy, unchanged", copies, da.v, db.v)
-	}
-}

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"time"
 
@@ -288,13 +287,9 @@ func (s *Server) SetServing(ok bool) {
 }
 
 // PublishSamples hands a collection tick's records to the Watch clients and returns at once.
-// The server keeps a copy of batch, made once for all the clients and only when there are
-// any: the caller may reuse batch (the collector does, at its next interval).
+// The server keeps batch: the caller must not change it afterwards.
 func (s *Server) PublishSamples(t time.Time, batch []rundir.Record) {
-	s.svc.samples.publishCopy(sampleBatch{t: t, records: batch}, func(b sampleBatch) sampleBatch {
-		b.records = slices.Clone(b.records)
-		return b
-	})
+	s.svc.samples.publish(sampleBatch{t: t, records: batch})
 }
 
 // PublishIncident hands an incident's new state to the WatchIncidents clients and returns at

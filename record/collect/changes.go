@@ -2,7 +2,6 @@ package collect
 
 import (
 	"math"
-	"slices"
 
 	"github.com/nodectl/nodectl/internal/maproom"
 	"github.com/nodectl/nodectl/rundir"
@@ -18,22 +17,18 @@ import (
 // hold and keeps its two maps from one batch to the next: a batch allocates nothing once warm.
 type Changes struct {
 	last, next map[seriesID]value
-	// out is what Filter returns, kept for the next: a fresh slice each interval was a large
-	// allocation the Go heap gave back to the kernel and faulted in again.
-	out  []rundir.Record
-	room maproom.Room
+	passed     int // records the previous Filter passed on, to size the next
+	room       maproom.Room
 }
 
-// Filter returns the samples of snapshot that changed, in a slice that the next Filter reuses
-// (a caller keeps copies of the records, not the slice). A series absent from snapshot is
+// Filter returns the samples of snapshot that changed. A series absent from snapshot is
 // forgotten (its cgroup was removed, or its producer failed this time): should it come back,
 // it is passed on again, which costs a line and loses nothing.
 func (c *Changes) Filter(snapshot []rundir.Record) []rundir.Record {
 	if c.next == nil {
 		c.next = make(map[seriesID]value, len(snapshot))
 	}
-	clear(c.out[:cap(c.out)]) // the last records (and what a caller appended) let go
-	out := c.out[:0]
+	out := make([]rundir.Record, 0, c.passed+c.passed/8)
 	for i := range snapshot {
 		r := &snapshot[i]
 		id, v := idOf(r), valueOf(r)
@@ -50,13 +45,7 @@ func (c *Changes) Filter(snapshot []rundir.Record) []rundir.Record {
 	} else {
 		clear(c.next)
 	}
-	// A churn's room is given back once the batches are small again.
-	if cap(out) > 4*max(len(out), 4096) {
-		out = slices.Clip(out)
-		c.out = nil
-	} else {
-		c.out = out
-	}
+	c.passed = len(out)
 	return out
 }
 

@@ -33,8 +33,7 @@ type SourceFunc func(now time.Time) ([]rundir.Record, error)
 // Sample calls f.
 func (f SourceFunc) Sample(now time.Time) ([]rundir.Record, error) { return f(now) }
 
-// Appender is where records go (a rundir.Writer). recs is the collector's batch, which its next
-// collection reuses: an Appender keeps copies of the records, not the slice.
+// Appender is where records go (a rundir.Writer).
 type Appender interface {
 	Append(recs ...rundir.Record) error
 }
@@ -50,14 +49,11 @@ type Collector struct {
 	mu       sync.Mutex // serialises snapshots: sources are not safe for concurrent use
 	failures map[string]int
 	observe  func([]rundir.Record)
-	// batch is reused from one collection to the next: a fresh one each interval was a large
-	// allocation (hundreds of KB at 1,000 cgroups) the Go heap gave back to the kernel and
-	// faulted in again.
-	batch []rundir.Record
+	size     int // records in the largest of the last batches, decaying by a 16th a batch
 }
 
 // New returns a collector; observe, if not nil, sees every batch appended (progress display,
-// discovering cgroups to sample), as out does: the slice is the collector's.
+// discovering cgroups to sample).
 func New(sources map[string]Source, out Appender, interval time.Duration, observe func([]rundir.Record), log *slog.Logger) *Collector {
 	return &Collector{sources: sources, order: slices.Sorted(maps.Keys(sources)), out: out, interval: interval, log: log,
 		failures: map[string]int{}, observe: observe}
@@ -82,15 +78,9 @@ func (c *Collector) Snapshot(now time.Time) error { return c.collect(now, true) 
 func (c *Collector) collect(now time.Time, full bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	batch := c.batch[:0]
-	defer func() {
-		clear(batch) // no record of this interval kept alive by the next
-		// A churn's room is given back once the batches are small again.
-		if cap(batch) > 4*max(len(batch), 4096) {
-			batch = nil
-		}
-		c.batch = batch[:0]
-	}()
+	// Sized as the largest of the last batches (their sizes alternate with the samplers'
+	// turns): appending to a growing one copied every record a few times.
+	batch := make([]rundir.Record, 0, c.size)
 	for _, name := range c.order {
 		s := c.sources[name]
 		sample := s.Sample
@@ -106,6 +96,7 @@ func (c *Collector) collect(now time.Time, full bool) error {
 		}
 		batch = append(batch, recs...)
 	}
+	c.size = max(len(batch), c.size-c.size/16)
 	if len(batch) == 0 {
 		return nil
 	}
