@@ -149,6 +149,7 @@ func Start(cfg Config) (a *Agent, err error) {
 	}
 	a.sess, err = session.New(session.Config{
 		Host: cfg.Host, Layout: layout, Interval: cfg.Interval, Trace: true, MaxCgroups: cfg.MaxCgroups,
+		Exists:   a.exists, // the reaper's: one stat a cgroup serves both looks
 		Priority: func(cg string) bool { _, ok := a.daemon(cg); return ok },
 		Sources:  sources,
 		Log:      cfg.Log.With("component", "session"),

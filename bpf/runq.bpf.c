@@ -167,12 +167,12 @@ struct {
  * aggregator deletes a mark before it sums: a mark written after the delete stays for the next
  * read, one written before it comes from a change the sum sees. A program that read the epoch
  * before the aggregator closed it may change a value after the sum without marking it (its CPU
- * marked it in that epoch already): keys marked in the epoch just closed go to again (again_pairs)
- * with the count handed over, and are summed once more at the next read, handed over only if
- * their count grew. The epoch starts at 1, as cleared values are 0. */
+ * marked it in that epoch already): keys marked in the epoch just closed go to a list (again,
+ * again_pairs) with the count handed over, and are summed once more at the next read, handed
+ * over only if their count grew. The epoch starts at 1, as cleared values are 0. */
 volatile __u64 epoch = 1;
 
-/* max_entries of the four is set by the loader, as latency's and pairs'. */
+/* max_entries of the two is set by the loader, as latency's and pairs'. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
@@ -187,25 +187,40 @@ struct {
 	__type(value, __u64);
 } dirty_pairs SEC(".maps");
 
-/* A key to sum again at the next read: the count handed over, and the epoch closed then. */
-struct again {
+/* The keys to sum again at the next read, with the count handed over: lists that the
+ * aggregator alone writes and reads (one runs at a time), so that the next read walks the keys
+ * themselves, not the buckets of a hash sized for every cgroup (walking those was a twentieth of
+ * the agent's CPU at 1,000 cgroups, make bench). Two halves, flipped at each read of their kind:
+ * the one written at the last read is walked while the other is written. max_entries (twice
+ * cgroups_out's and pairs_out's) is set by the loader, and again_half and again_pairs_half to
+ * half of it. */
+struct again_cgroup {
+	__u64 cgroup;
 	__u64 count;
-	__u64 closed;
+};
+
+struct again_pair {
+	struct pair_key key;
+	__u64 count;
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u64);
-	__type(value, struct again);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct again_cgroup);
 } again SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct pair_key);
-	__type(value, struct again);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 32768);
+	__type(key, __u32);
+	__type(value, struct again_pair);
 } again_pairs SEC(".maps");
+
+volatile const __u32 again_half = 4096, again_pairs_half = 16384;
+/* Entries in each half, and the half the last read wrote. */
+__u32 again_n[2], again_pairs_n[2], again_last, again_pairs_last;
 
 /* Entries the programs added to latency and pairs: the reader subtracts what it deleted, for
  * the maps' fill without walking them. */
@@ -628,6 +643,7 @@ struct agg {
 	__u32 out;
 	__u32 slot;
 	__u64 closed; /* the epoch the aggregator closed */
+	__u32 half;   /* of the again lists, being walked or written */
 };
 
 /* Whether output array out has an entry i. */
@@ -699,38 +715,46 @@ static __always_inline bool hand_cgroup(__u64 cg, __u64 base, struct agg *a, __u
 	return true;
 }
 
-/* A marked cgroup: deleted, summed, handed over unless its count is the one handed over at the
- * last read, and kept in again if it was marked in the epoch just closed (or since). */
+/* A marked cgroup: deleted, summed and handed over; if it was marked in the epoch just closed
+ * (or since), listed to be summed again at the next read. A key listed at the last read and
+ * marked again is summed here, not there (aggregate_cgroup_again), and handed over whatever its
+ * count: a mark comes after a change. */
 static long aggregate_cgroup(struct bpf_map *map, __u64 *key, __u64 *marked, struct agg *a)
 {
 	__u64 cg = *key, was = *marked, count;
-	struct again *last = bpf_map_lookup_elem(&again, &cg);
-	__u64 base = last ? last->count : 0;
 	if (!room(&cgroups_out, out_cgroups))
 		return 1; /* the rest stay marked for the next read */
 	bpf_map_delete_elem(&dirty, &cg);
-	if (!hand_cgroup(cg, base, a, &count))
+	if (!hand_cgroup(cg, 0, a, &count))
 		return 1;
-	if (was >= a->closed) {
-		struct again next = { .count = count, .closed = a->closed };
-		bpf_map_update_elem(&again, &cg, &next, BPF_ANY);
-	} else if (last) {
-		bpf_map_delete_elem(&again, &cg);
+	__u32 n = again_n[a->half & 1];
+	if (was >= a->closed && n < again_half) {
+		__u32 i = (a->half & 1) * again_half + n;
+		struct again_cgroup *l = bpf_map_lookup_elem(&again, &i);
+		if (l) {
+			l->cgroup = cg;
+			l->count = count;
+			again_n[a->half & 1] = n + 1;
+		}
 	}
 	return 0;
 }
 
-/* A cgroup marked in the epoch closed at an earlier read: summed once more. */
-static long aggregate_cgroup_again(struct bpf_map *map, __u64 *key, struct again *last, struct agg *a)
+/* bpf_loop's step i over the cgroups listed at the last read: summed once more, handed over
+ * if their count grew, unless marked since. */
+static long aggregate_cgroup_again(__u64 i, void *ctx)
 {
-	__u64 cg = *key, count;
-	if (last->closed >= a->closed)
-		return 0; /* this read's */
+	struct agg *a = ctx;
+	__u32 at = (a->half & 1) * again_half + (__u32)i;
+	struct again_cgroup *l = bpf_map_lookup_elem(&again, &at);
+	if (!l)
+		return 1;
+	__u64 cg = l->cgroup, count;
+	if (bpf_map_lookup_elem(&dirty, &cg))
+		return 0;
 	if (!room(&cgroups_out, out_cgroups))
 		return 1;
-	__u64 base = last->count;
-	bpf_map_delete_elem(&again, &cg);
-	hand_cgroup(cg, base, a, &count);
+	hand_cgroup(cg, l->count, a, &count);
 	return 0;
 }
 
@@ -762,33 +786,38 @@ static long aggregate_pair(struct bpf_map *map, struct pair_key *key, __u64 *mar
 {
 	struct pair_key k = *key;
 	__u64 was = *marked, count;
-	struct again *last = bpf_map_lookup_elem(&again_pairs, &k);
-	__u64 base = last ? last->count : 0;
 	if (!room(&pairs_out, out_pairs))
 		return 1;
 	bpf_map_delete_elem(&dirty_pairs, &k);
-	if (!hand_pair(&k, base, a, &count))
+	if (!hand_pair(&k, 0, a, &count))
 		return 1;
-	if (was >= a->closed) {
-		struct again next = { .count = count, .closed = a->closed };
-		bpf_map_update_elem(&again_pairs, &k, &next, BPF_ANY);
-	} else if (last) {
-		bpf_map_delete_elem(&again_pairs, &k);
+	__u32 n = again_pairs_n[a->half & 1];
+	if (was >= a->closed && n < again_pairs_half) {
+		__u32 i = (a->half & 1) * again_pairs_half + n;
+		struct again_pair *l = bpf_map_lookup_elem(&again_pairs, &i);
+		if (l) {
+			l->key = k;
+			l->count = count;
+			again_pairs_n[a->half & 1] = n + 1;
+		}
 	}
 	return 0;
 }
 
-static long aggregate_pair_again(struct bpf_map *map, struct pair_key *key, struct again *last, struct agg *a)
+static long aggregate_pair_again(__u64 i, void *ctx)
 {
-	struct pair_key k = *key;
+	struct agg *a = ctx;
+	__u32 at = (a->half & 1) * again_pairs_half + (__u32)i;
+	struct again_pair *l = bpf_map_lookup_elem(&again_pairs, &at);
+	if (!l)
+		return 1;
+	struct pair_key k = l->key;
 	__u64 count;
-	if (last->closed >= a->closed)
+	if (bpf_map_lookup_elem(&dirty_pairs, &k))
 		return 0;
 	if (!room(&pairs_out, out_pairs))
 		return 1;
-	__u64 base = last->count;
-	bpf_map_delete_elem(&again_pairs, &k);
-	hand_pair(&k, base, a, &count);
+	hand_pair(&k, l->count, a, &count);
 	return 0;
 }
 
@@ -818,11 +847,19 @@ int runq_aggregate(__u64 *ctx)
 	out_cgroups = 0;
 	out_pairs = 0;
 	out_oncpu = 0;
+	/* The list of the last read first: what does not fit in the output is not summed again,
+	 * where a marked key left over waits for the next read. Then the other half is written. */
+	a.half = again_last;
+	bpf_loop(again_n[a.half & 1], aggregate_cgroup_again, &a, 0);
+	a.half = again_last = a.half ^ 1;
+	again_n[a.half & 1] = 0;
 	bpf_for_each_map_elem(&dirty, aggregate_cgroup, &a, 0);
-	bpf_for_each_map_elem(&again, aggregate_cgroup_again, &a, 0);
 	if (with_pairs) {
+		a.half = again_pairs_last;
+		bpf_loop(again_pairs_n[a.half & 1], aggregate_pair_again, &a, 0);
+		a.half = again_pairs_last = a.half ^ 1;
+		again_pairs_n[a.half & 1] = 0;
 		bpf_for_each_map_elem(&dirty_pairs, aggregate_pair, &a, 0);
-		bpf_for_each_map_elem(&again_pairs, aggregate_pair_again, &a, 0);
 	}
 	bpf_loop(nr_cpus, collect_oncpu, NULL, 0);
 	return 0;

@@ -2,6 +2,8 @@ package collect
 
 import (
 	"fmt"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -91,9 +93,11 @@ func TestChangesShrinkAfterAChurn(t *testing.T) {
 	c.Filter(churn)
 	c.Filter(churn)
 	left := churn[:10]
-	c.Filter(left)
+	for range 60 { // a minute of batches
+		c.Filter(left)
+	}
 	if c.room.Oversized(len(left)) || len(c.last) != len(left) {
-		t.Fatalf("after the churn: %d series remembered, want %d, and maps made again at that size", len(c.last), len(left))
+		t.Fatalf("a minute after the churn: %d series remembered, want %d, and maps made again at that size", len(c.last), len(left))
 	}
 	if got := c.Filter(left); len(got) != 0 {
 		t.Errorf("an unchanged batch after the shrink passed on %d samples", len(got))
@@ -101,5 +105,41 @@ func TestChangesShrinkAfterAChurn(t *testing.T) {
 	changed := append([]rundir.Record{counter(rundir.MetricBlkBytes, "/c0", 2)}, left[1:]...)
 	if got := c.Filter(changed); len(got) != 1 || got[0].Cgroup != "/c0" {
 		t.Errorf("after the shrink: passed on %+v, want /c0's change", got)
+	}
+}
+
+// Waves of wakeups make batches of thousands between batches of tens: the maps keep their room
+// from one wave to the next instead of being made again, to grow again at the next wave.
+func TestChangesKeepTheirRoomBetweenWaves(t *testing.T) {
+	var c Changes
+	round := 0
+	waves := func() {
+		for i := range 5 { // a wave every fifth batch, as 1,000 sleepers started together wake
+			round++
+			n := 30
+			if i == 0 {
+				n = 3000
+			}
+			batch := make([]rundir.Record, n)
+			for j := range batch {
+				batch[j] = counter(rundir.MetricBlkBytes, fmt.Sprintf("/c%d", j), float64(round))
+			}
+			if got := c.Filter(batch); len(got) != n {
+				t.Fatalf("round %d: passed on %d of %d changed samples", round, len(got), n)
+			}
+		}
+	}
+	maps := func() []uintptr {
+		p := []uintptr{reflect.ValueOf(c.last).Pointer(), reflect.ValueOf(c.next).Pointer()}
+		slices.Sort(p)
+		return p
+	}
+	waves()
+	before := maps()
+	for range 4 {
+		waves()
+	}
+	if after := maps(); !slices.Equal(before, after) {
+		t.Error("the maps were made again between waves")
 	}
 }

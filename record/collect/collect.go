@@ -49,7 +49,7 @@ type Collector struct {
 	mu       sync.Mutex // serialises snapshots: sources are not safe for concurrent use
 	failures map[string]int
 	observe  func([]rundir.Record)
-	size     int // records in the largest of the last batches, decaying by a 16th a batch
+	parts    [][]rundir.Record // each source's records in a collection, kept for the next
 }
 
 // New returns a collector; observe, if not nil, sees every batch appended (progress display,
@@ -78,9 +78,10 @@ func (c *Collector) Snapshot(now time.Time) error { return c.collect(now, true) 
 func (c *Collector) collect(now time.Time, full bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// Sized as the largest of the last batches (their sizes alternate with the samplers'
-	// turns): appending to a growing one copied every record a few times.
-	batch := make([]rundir.Record, 0, c.size)
+	// Sized exactly, once every source has answered: sized by the last batches, one wave of
+	// wakeups (thousands of records between tens) made every batch after it as large.
+	parts := c.parts[:0]
+	n := 0
 	for _, name := range c.order {
 		s := c.sources[name]
 		sample := s.Sample
@@ -94,9 +95,15 @@ func (c *Collector) collect(now time.Time, full bool) error {
 				c.log.Warn("sampling failed", "source", name, "err", err)
 			}
 		}
+		parts = append(parts, recs)
+		n += len(recs)
+	}
+	batch := make([]rundir.Record, 0, n)
+	for _, recs := range parts {
 		batch = append(batch, recs...)
 	}
-	c.size = max(len(batch), c.size-c.size/16)
+	clear(parts) // the sources' records are garbage once copied
+	c.parts = parts[:0]
 	if len(batch) == 0 {
 		return nil
 	}

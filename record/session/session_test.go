@@ -129,3 +129,41 @@ func TestSessionFollowsTracedCgroupsAndRecordsChangesOnly(t *testing.T) {
 		t.Errorf("a quiet cgroup's unchanged run-queue latency was recorded again (%d records)", n)
 	}
 }
+
+// CgroupExists answers the looks of one collection with one stat a cgroup: a cgroup removed
+// right after a look is still there for a look within existsFor, and gone for the next.
+func TestCgroupExistsKeepsAnAnswerForOneCollection(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: makes cgroups")
+	}
+	layout, err := cgroup.Detect(host.Default().Cgroupfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := fmt.Sprintf("%s/exists-test-%d-%08x", cgroup.Parent, os.Getpid(), rand.Uint32())
+	if err := layout.Create(cg, cgroup.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := layout.Remove(cg); err != nil {
+			t.Error(err)
+		}
+		if err := layout.Prune(cgroup.Parent); err != nil {
+			t.Error(err)
+		}
+	})
+	exists := CgroupExists(layout)
+	if !exists(cg) {
+		t.Fatalf("%s: not there after it was made", cg)
+	}
+	if err := layout.Remove(cg); err != nil {
+		t.Fatal(err)
+	}
+	if !exists(cg) {
+		t.Errorf("%s: gone within the look that found it, want the answer kept for %s", cg, existsFor)
+	}
+	time.Sleep(existsFor + 100*time.Millisecond)
+	if exists(cg) {
+		t.Errorf("%s: still there %s after it was removed", cg, existsFor)
+	}
+}

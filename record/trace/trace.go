@@ -131,9 +131,7 @@ type Tracer struct {
 	names       *cgnames.Tracer // nil unless the resolver follows it
 	fill        map[string]float64
 	closed      bool
-	// samples sizes a snapshot's: the most of the last ones, decaying by a 16th a snapshot
-	// (appending to a growing slice copied every record a few times, in large allocations).
-	samples int
+	read        [][]series // each source's series in a snapshot, kept for the next
 }
 
 // New loads each requested program on its own, so that one the kernel refuses does not stop
@@ -340,9 +338,12 @@ func (t *Tracer) snapshot(now time.Time, full bool) (Snapshot, error) {
 	if t.closed {
 		return snap, errors.New("reading the tracer: closed")
 	}
-	snap.Samples = make([]rundir.Record, 0, t.samples)
-	defer func() { t.samples = max(len(snap.Samples), t.samples-t.samples/16) }()
 	var errs []error
+	// The samples are made once every source is read, at their exact number: sized by the last
+	// snapshots, one wave of wakeups made every snapshot after it as large.
+	all := t.read[:0]
+	n := 0
+	defer func() { clear(all); t.read = all[:0] }()
 	for i := range t.sources {
 		src := &t.sources[i]
 		read := src.read
@@ -360,16 +361,16 @@ func (t *Tracer) snapshot(now time.Time, full bool) (Snapshot, error) {
 		}
 		t.fill[src.program] = fill
 		for _, s := range ss {
-			if s.running {
+			switch {
+			case s.running:
 				snap.Running = append(snap.Running, s.cgroup)
-				continue
-			}
-			if s.event != nil {
+			case s.event != nil:
 				snap.Events = append(snap.Events, *s.event)
-				continue
+			default:
+				n++
 			}
-			snap.Samples = append(snap.Samples, s.record(now))
 		}
+		all = append(all, ss)
 
 		// Past ForgetFill, early again only once the map grew: a map full of live cgroups'
 		// entries would otherwise be walked at every read for nothing.
@@ -389,6 +390,14 @@ func (t *Tracer) snapshot(now time.Time, full bool) (Snapshot, error) {
 		}
 		if n > 0 {
 			t.log.Debug("forgot removed cgroups", "program", src.program, "entries", n, "fill", fill)
+		}
+	}
+	snap.Samples = make([]rundir.Record, 0, n)
+	for _, ss := range all {
+		for _, s := range ss {
+			if !s.running && s.event == nil {
+				snap.Samples = append(snap.Samples, s.record(now))
+			}
 		}
 	}
 	return snap, errors.Join(errs...)
@@ -482,7 +491,7 @@ func (t *Tracer) Close() error {
 }
 
 func runqSeries(st runq.Stats, name namer) []series {
-	var out []series
+	out := make([]series, 0, len(st.Latency)+2*len(st.Pairs)+len(st.OnCPU)+len(st.Drops))
 	for id, h := range st.Latency {
 		out = append(out, series{metric: rundir.MetricRunqLatency, cgroup: name(id), hist: &h})
 	}

@@ -295,7 +295,7 @@ func checkDrops(t *testing.T, st Stats) {
 // TestUnseenCompletions hides every completion from the tracer, as the kernel does with some
 // (see struct rq_key in bpf/blkio.bpf.c), by detaching rq_complete. The writer's requests end
 // unseen; Read must still charge each byte and request once, untimed, and count them as
-// unseen completions.
+// unseen completions, and ReadPart the same at its sweep, once in sweepEvery calls.
 func TestUnseenCompletions(t *testing.T) {
 	cgtest.RequireRoot(t)
 	gs := cgtest.Make(t, "blkio", "writer")
@@ -304,12 +304,30 @@ func TestUnseenCompletions(t *testing.T) {
 	file, disk := prepare(t)
 	detach(t, tr, tr.objs.RqComplete)
 	runHelper(t, writer, "direct", file)
+	w := Key{Cgroup: writer.ID, Dev: disk, Op: "write"}
 
-	st, err := tr.Read()
+	// An interval's read sweeps once in sweepEvery: until then the requests stay in flight.
+	for i := 1; i < sweepEvery; i++ {
+		st, err := tr.ReadPart()
+		if err != nil {
+			t.Fatalf("ReadPart: %v", err)
+		}
+		if c := st.IO[w]; c.Bytes != 0 {
+			t.Fatalf("interval %d of %d charged the writer %+v before the sweep", i, sweepEvery, c)
+		}
+	}
+	st, err := tr.ReadPart()
+	if err != nil {
+		t.Fatalf("ReadPart: %v", err)
+	}
+	if part := st.IO[w]; part.Bytes != writeBytes {
+		t.Errorf("the sweep of interval %d charged the writer %+v, want %d bytes", sweepEvery, part, writeBytes)
+	}
+
+	st, err = tr.Read()
 	if err != nil {
 		t.Fatalf("Read: %v", err)
 	}
-	w := Key{Cgroup: writer.ID, Dev: disk, Op: "write"}
 	c := st.IO[w]
 	t.Logf("%+v: %+v; drops %v", w, c, st.Drops)
 	if c.Bytes != writeBytes || c.Requests < writeBytes/chunk || c.Untimed != c.Requests {

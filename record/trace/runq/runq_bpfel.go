@@ -13,10 +13,16 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type runqAgain struct {
+type runqAgainCgroup struct {
 	_      structs.HostLayout
+	Cgroup uint64
 	Count  uint64
-	Closed uint64
+}
+
+type runqAgainPair struct {
+	_     structs.HostLayout
+	Key   runqPairKey
+	Count uint64
 }
 
 type runqCell struct {
@@ -112,6 +118,12 @@ const (
 	runqProgRunqSwitch      = "runq_switch"
 	runqProgRunqWakeup      = "runq_wakeup"
 	runqProgRunqWakeupNew   = "runq_wakeup_new"
+	runqVarAgainHalf        = "again_half"
+	runqVarAgainLast        = "again_last"
+	runqVarAgainN           = "again_n"
+	runqVarAgainPairsHalf   = "again_pairs_half"
+	runqVarAgainPairsLast   = "again_pairs_last"
+	runqVarAgainPairsN      = "again_pairs_n"
 	runqVarCgroupV1         = "cgroup_v1"
 	runqVarEpoch            = "epoch"
 	runqVarLatencyAdded     = "latency_added"
@@ -202,6 +214,12 @@ type runqMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type runqVariableSpecs struct {
+	AgainHalf        *ebpf.VariableSpec `ebpf:"again_half"`
+	AgainLast        *ebpf.VariableSpec `ebpf:"again_last"`
+	AgainN           *ebpf.VariableSpec `ebpf:"again_n"`
+	AgainPairsHalf   *ebpf.VariableSpec `ebpf:"again_pairs_half"`
+	AgainPairsLast   *ebpf.VariableSpec `ebpf:"again_pairs_last"`
+	AgainPairsN      *ebpf.VariableSpec `ebpf:"again_pairs_n"`
 	CgroupV1         *ebpf.VariableSpec `ebpf:"cgroup_v1"`
 	Epoch            *ebpf.VariableSpec `ebpf:"epoch"`
 	LatencyAdded     *ebpf.VariableSpec `ebpf:"latency_added"`
@@ -278,6 +296,12 @@ func (m *runqMaps) Close() error {
 //
 // It can be passed to loadRunqObjects or ebpf.CollectionSpec.LoadAndAssign.
 type runqVariables struct {
+	AgainHalf        *ebpf.Variable `ebpf:"again_half"`
+	AgainLast        *ebpf.Variable `ebpf:"again_last"`
+	AgainN           *ebpf.Variable `ebpf:"again_n"`
+	AgainPairsHalf   *ebpf.Variable `ebpf:"again_pairs_half"`
+	AgainPairsLast   *ebpf.Variable `ebpf:"again_pairs_last"`
+	AgainPairsN      *ebpf.Variable `ebpf:"again_pairs_n"`
 	CgroupV1         *ebpf.Variable `ebpf:"cgroup_v1"`
 	Epoch            *ebpf.Variable `ebpf:"epoch"`
 	LatencyAdded     *ebpf.Variable `ebpf:"latency_added"`

@@ -108,8 +108,6 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 		runqMapPairs:      cfg.MaxPairs,
 		runqMapDirty:      cfg.MaxCgroups,
 		runqMapDirtyPairs: cfg.MaxPairs,
-		runqMapAgain:      cfg.MaxCgroups,
-		runqMapAgainPairs: cfg.MaxPairs,
 	}}
 	// Where the kernel stamps what the waits need itself, wakeups run no program, and where
 	// it stamps a task's enqueue, forks run none: sched_switch reads the stamps
@@ -144,11 +142,14 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 		log.Debug("no per-CPU slots", "reason", cmp.Or(helpers, errors.New("not asked for")))
 		spec.Programs[runqProgRunqRmdir].Instructions = stub
 	}
-	outputs := map[string]uint32{runqMapCgroupsOut: cfg.MaxCgroups, runqMapPairsOut: cfg.MaxPairs, runqMapOncpuOut: uint32(cpus)}
+	// The aggregator's outputs, and its lists of what to sum again (two halves of an output's
+	// size each).
+	outputs := map[string]uint32{runqMapCgroupsOut: cfg.MaxCgroups, runqMapPairsOut: cfg.MaxPairs, runqMapOncpuOut: uint32(cpus),
+		runqMapAgain: 2 * cfg.MaxCgroups, runqMapAgainPairs: 2 * cfg.MaxPairs}
 	if !t.summed {
 		log.Debug("reading the per-CPU maps whole", "reason", cmp.Or(helpers, errors.New("not asked for")))
 		spec.Programs[runqProgRunqAggregate].Instructions = stub
-		outputs = map[string]uint32{runqMapCgroupsOut: 1, runqMapPairsOut: 1, runqMapOncpuOut: 1}
+		outputs = map[string]uint32{runqMapCgroupsOut: 1, runqMapPairsOut: 1, runqMapOncpuOut: 1, runqMapAgain: 2, runqMapAgainPairs: 2}
 	}
 	for name, n := range outputs {
 		spec.Maps[name].MaxEntries = n
@@ -158,7 +159,8 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	}
 	spec.Maps[runqMapSlots].MaxEntries = cfg.slots
 	spec.Maps[runqMapPairSlots].MaxEntries = cfg.pairSlots
-	for name, v := range map[string]uint32{"slot_mask": cfg.slots - 1, "pair_slot_mask": cfg.pairSlots - 1, "nr_cpus": uint32(cpus)} {
+	for name, v := range map[string]uint32{"slot_mask": cfg.slots - 1, "pair_slot_mask": cfg.pairSlots - 1, "nr_cpus": uint32(cpus),
+		"again_half": outputs[runqMapAgain] / 2, "again_pairs_half": outputs[runqMapAgainPairs] / 2} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("setting %s of runq: %w", name, err)
 		}
