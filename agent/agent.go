@@ -113,8 +113,10 @@ func Start(cfg Config) (a *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The tracer's resolver follows the kernel's mkdirs and rmdirs: the reaper's looks ask it first.
+	res := cgroup.NewResolver(layout)
 	a = &Agent{cfg: cfg, log: cfg.Log, started: time.Now(), layout: layout, daemons: map[string]string{}, apiAnalyses: newGate(maxAPIAnalyses, maxAPIQueued),
-		drops: map[dropKey]float64{}, stop: make(chan struct{}), known: map[string]struct{}{}, exists: session.CgroupExists(layout),
+		drops: map[dropKey]float64{}, stop: make(chan struct{}), known: map[string]struct{}{}, exists: session.CgroupExists(layout, res),
 		walker: daemons.NewWalker(cfg.Host.Procfs, cfg.Daemons)}
 	opts := cfg.Retention
 	opts.Dir, opts.Log = cfg.DataDir, cfg.Log.With("component", "flightrec")
@@ -149,7 +151,8 @@ func Start(cfg Config) (a *Agent, err error) {
 	}
 	a.sess, err = session.New(session.Config{
 		Host: cfg.Host, Layout: layout, Interval: cfg.Interval, Trace: true, MaxCgroups: cfg.MaxCgroups,
-		Exists:   a.exists, // the reaper's: one stat a cgroup serves both looks
+		Resolver: res,
+		Exists:   a.exists, // the reaper's: one look a cgroup serves both
 		Priority: func(cg string) bool { _, ok := a.daemon(cg); return ok },
 		Sources:  sources,
 		Log:      cfg.Log.With("component", "session"),

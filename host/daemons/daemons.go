@@ -5,6 +5,7 @@
 package daemons
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -35,6 +36,15 @@ const commLen = 15
 
 // userHZ is the unit of a process's start time in /proc/<pid>/stat; Linux fixes it at 100.
 const userHZ = 100
+
+// ticks is a duration in userHZ ticks.
+func ticks(n uint64) time.Duration { return time.Duration(n) * (time.Second / userHZ) }
+
+// settledAge: a process at least this old when a Walker first reads it is past its fork's
+// exec (systemd's "(kubelet)" lasts milliseconds), and its comm is taken from that one read. A
+// younger one is read again at the next walk. Each process was read at two walks before: at
+// 1,000 sandboxes, the agent's second walk read every comm again (3,000 syscalls).
+const settledAge = 10 * time.Second
 
 // Proc is a running daemon process.
 type Proc struct {
@@ -78,19 +88,30 @@ func scan(procfsDir string, names []string, seen *comms) ([]Proc, error) {
 	hostNS := pidNS(procfsDir, 1)
 	var boot time.Time
 	var out []Proc
-	buf := make([]byte, 64)
+	buf := make([]byte, 512)
 	for _, e := range entries {
 		comm, known := seen.lookup(e)
-		if !known {
+		settled := false
+		switch {
+		case known:
+		case seen.isNew(e):
+			// Its start time says whether it is past its fork's exec: then one read is enough.
+			var start uint64
+			comm, start, err = readStat(procfsDir, e.pid, buf)
+			if err == nil && boot.IsZero() {
+				boot, err = bootTime(procfsDir)
+			}
+			settled = err == nil && time.Since(boot.Add(ticks(start))) >= settledAge
+		default:
 			comm, err = readComm(procfsDir, e.pid, buf)
-			if gone(err) {
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("finding daemons: reading comm of %d: %w", e.pid, err)
-			}
 		}
-		seen.note(e, comm, !known)
+		if gone(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("finding daemons: reading comm of %d: %w", e.pid, err)
+		}
+		seen.note(e, comm, !known, settled)
 		if len(byComm[comm]) == 0 {
 			continue
 		}
@@ -120,7 +141,7 @@ func scan(procfsDir string, names []string, seen *comms) ([]Proc, error) {
 				return nil, fmt.Errorf("finding daemons: %w", err)
 			}
 		}
-		started := boot.Add(time.Duration(st.Starttime) * (time.Second / userHZ))
+		started := boot.Add(ticks(uint64(st.Starttime)))
 		out = append(out, Proc{Proc: p, Name: name, Started: started})
 	}
 	slices.SortFunc(out, func(a, b Proc) int { return a.PID - b.PID })
@@ -133,7 +154,8 @@ func scan(procfsDir string, names []string, seen *comms) ([]Proc, error) {
 // Between two walks, a process whose /proc directory has the same inode number is the same
 // process (procfs gives a new process, and a pid reused, a new inode; it may also give a live
 // process a new one when its dentry was reclaimed, which costs a read), so its comm is taken
-// from the last walk once two walks in a row read it the same: a process caught between its
+// from the last walk once confirmed: read (with its start time, from its stat) when it was
+// settledAge old already, or read the same by two walks in a row: a process caught between its
 // fork and its exec (systemd's "(kubelet)") is read again at the next. A comm also changes in
 // place at a later exec (a wrapper script's) or by prctl(PR_SET_NAME): every rereadEvery-th
 // walk reads every comm again, and confirms those unchanged for the walks after it. A Walker
@@ -183,6 +205,16 @@ type procEntry struct {
 	confirmed bool
 }
 
+// isNew says whether e is a process the last scan did not see (a nil *comms sees none, and
+// confirms nothing: false).
+func (c *comms) isNew(e procEntry) bool {
+	if c == nil || e.ino == 0 {
+		return false
+	}
+	was, ok := c.last[e.pid]
+	return !ok || was.ino != e.ino
+}
+
 func (c *comms) lookup(e procEntry) (string, bool) {
 	if c == nil || c.force || e.ino == 0 {
 		return "", false
@@ -193,8 +225,8 @@ func (c *comms) lookup(e procEntry) (string, bool) {
 	return "", false
 }
 
-// note keeps comm as e's, read or looked up.
-func (c *comms) note(e procEntry, comm string, read bool) {
+// note keeps comm as e's, read or looked up; settled confirms it at once.
+func (c *comms) note(e procEntry, comm string, read, settled bool) {
 	if c == nil {
 		return
 	}
@@ -205,7 +237,7 @@ func (c *comms) note(e procEntry, comm string, read bool) {
 		c.next = map[int]procEntry{}
 	}
 	was, ok := c.last[e.pid]
-	e.comm, e.confirmed = comm, ok && e.ino != 0 && was.ino == e.ino && was.comm == comm
+	e.comm, e.confirmed = comm, settled || ok && e.ino != 0 && was.ino == e.ino && was.comm == comm
 	c.next[e.pid] = e
 }
 
@@ -222,16 +254,44 @@ func (c *comms) swap() {
 // on a node of sandboxes), a Walker those of new processes: procfs.Proc.Comm, through os.Open,
 // took nine syscalls each (the poller's fcntls and epoll_ctl) where this takes three.
 func readComm(procfsDir string, pid int, buf []byte) (string, error) {
-	fd, err := syscall.Open(filepath.Join(procfsDir, strconv.Itoa(pid), "comm"), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	b, err := readProcFile(procfsDir, pid, "comm", buf)
+	return strings.TrimSuffix(string(b), "\n"), err
+}
+
+// readStat is the comm and start time (in ticks since boot) of process pid, from its stat file
+// read into buf: "pid (comm) state ..." with the start time the 22nd field.
+func readStat(procfsDir string, pid int, buf []byte) (comm string, start uint64, err error) {
+	b, err := readProcFile(procfsDir, pid, "stat", buf)
 	if err != nil {
-		return "", err
+		return "", 0, err
+	}
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return "", 0, fmt.Errorf("stat %q: no (comm)", b)
+	}
+	f := strings.Fields(string(b[end+1:]))
+	if len(f) < 20 {
+		return "", 0, fmt.Errorf("stat %q: %d fields after the comm, want the start time's 20th", b, len(f))
+	}
+	start, err = strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return "", 0, fmt.Errorf("stat of %d: start time: %w", pid, err)
+	}
+	return string(b[open+1 : end]), start, nil
+}
+
+// readProcFile reads file of process pid into buf, in three syscalls.
+func readProcFile(procfsDir string, pid int, file string, buf []byte) ([]byte, error) {
+	fd, err := syscall.Open(filepath.Join(procfsDir, strconv.Itoa(pid), file), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
 	}
 	defer syscall.Close(fd)
 	n, err := syscall.Read(fd, buf)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return strings.TrimSuffix(string(buf[:max(n, 0)]), "\n"), nil
+	return buf[:max(n, 0)], nil
 }
 
 // program is which of names p's program is called: its executable's base name, or that of the

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,11 +27,20 @@ func replace(t *testing.T, root string, pid int, p proc) {
 	}
 }
 
-// execIn changes pid's comm and executable in place, as an exec does: same directory.
+// execIn changes pid's comm and executable in place, as an exec does: same directory, same
+// start time.
 func execIn(t *testing.T, root string, pid int, comm, exe string) {
 	t.Helper()
 	dir := filepath.Join(root, strconv.Itoa(pid))
 	if err := os.WriteFile(filepath.Join(dir, "comm"), []byte(comm+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stat, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, end := strings.IndexByte(string(stat), '('), strings.LastIndexByte(string(stat), ')')
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(string(stat[:open+1])+comm+string(stat[end:])), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"exe", "cmdline"} {
@@ -52,15 +62,16 @@ func names(ds []Daemon) []string {
 	return out
 }
 
-// A Walker reads the comms of new processes only, and still finds a daemon that took a pid
-// again, that exec'd between its fork and the walk after, or in place later (at a reread).
+// A Walker reads the comms of new processes only, once for a process settledAge old, and still
+// finds a daemon that took a pid again, that exec'd between its fork and the walk after, or in
+// place later (at a reread).
 func TestWalker(t *testing.T) {
 	root := fakeProcfs(t, map[int]proc{
 		1:   {comm: "systemd", exe: "/usr/lib/systemd/systemd", cpu: "/", unified: "/init.scope"},
 		100: {comm: "kubelet", exe: "/usr/bin/kubelet", cpu: "/system.slice/kubelet.service", unified: "/system.slice/kubelet.service"},
 		200: {comm: "bash", exe: "/usr/bin/bash", cpu: "/user.slice", unified: "/user.slice"},
-		// Forked by systemd, not yet exec'd.
-		300: {comm: "(containerd)", exe: "/usr/lib/systemd/systemd", cpu: "/system.slice/containerd.service", unified: "/system.slice/containerd.service"},
+		// Forked by systemd 50ms before the walk (the fake's uptime is 1000s), not yet exec'd.
+		300: {comm: "(containerd)", exe: "/usr/lib/systemd/systemd", start: 99995, cpu: "/system.slice/containerd.service", unified: "/system.slice/containerd.service"},
 		400: {comm: "sh", exe: "/usr/bin/dash", cpu: "/system.slice/wrapped.service", unified: "/system.slice/wrapped.service"},
 	})
 	w := NewWalker(root, []string{"kubelet", "containerd"})
@@ -81,9 +92,9 @@ func TestWalker(t *testing.T) {
 		t.Errorf("first walk read %d comms, want all 5", n)
 	}
 	execIn(t, root, 300, "containerd", "/usr/bin/containerd")
-	// Read once more, each: 300 exec'd since and is found.
-	if n := walk("kubelet", "containerd"); n != 5 {
-		t.Errorf("second walk read %d comms, want all 5 again (none read the same twice yet)", n)
+	// The young 300 is read again: it exec'd since and is found.
+	if n := walk("kubelet", "containerd"); n != 1 {
+		t.Errorf("second walk read %d comms, want 300's alone (the others were old at their first read)", n)
 	}
 	// 300 read two ways: once more.
 	if n := walk("kubelet", "containerd"); n != 1 {
@@ -126,9 +137,9 @@ func TestWalker(t *testing.T) {
 	}
 }
 
-// On this host's /proc: the directories' inode numbers hold from one walk to the next, so the
-// third walk reads the comms of the processes started since alone; a daemon started between
-// two walks is found at the next.
+// On this host's /proc: the directories' inode numbers hold from one walk to the next, and most
+// processes are older than settledAge, so the second walk reads the comms of the young ones
+// and of those started since alone; a daemon started between two walks is found at the next.
 func TestWalkerOnThisHost(t *testing.T) {
 	const name = "nodectl-test-walkd"
 	w := NewWalker("/proc", []string{name})
@@ -136,10 +147,8 @@ func TestWalkerOnThisHost(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
-	for range 2 {
-		if _, _, err := w.Find(l); err != nil {
-			t.Fatal(err)
-		}
+	if _, _, err := w.Find(l); err != nil {
+		t.Fatal(err)
 	}
 	entries, err := pidEntries("/proc")
 	if err != nil {
@@ -150,9 +159,9 @@ func TestWalkerOnThisHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := w.seen.reads - before
-	t.Logf("the third walk read %d comms of %d processes", n, len(entries))
+	t.Logf("the second walk read %d comms of %d processes", n, len(entries))
 	if n > len(entries)/2 {
-		t.Error("the inode numbers did not hold")
+		t.Error("the inode numbers did not hold, or the start times did not confirm old processes' comms")
 	}
 	d := start(t, name)
 	// The agent's walks are a minute apart: this one comes once the exec is done.

@@ -53,7 +53,7 @@ type Config struct {
 	Cgroups    func() []string
 	MaxCgroups int
 	// Exists tells the follower which of its cgroups are gone; nil: a CgroupExists of its own
-	// (pass one shared with another look at the same cgroups).
+	// (pass one shared with another look at the same cgroups, made with Resolver).
 	Exists func(string) bool
 	// Priority picks, of the sampled cgroups, those whose costlier files are read in full at
 	// every interval, not in the sampler's rotation; nil: none.
@@ -95,8 +95,9 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 	if sources == nil {
 		sources = map[string]collect.Source{}
 	}
+	var res *cgroup.Resolver // the tracer's
 	if cfg.Trace {
-		res := cfg.Resolver
+		res = cfg.Resolver
 		if res == nil {
 			res = cgroup.NewResolver(cfg.Layout)
 		}
@@ -175,7 +176,7 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 	if cgroups == nil {
 		exists := cfg.Exists
 		if exists == nil {
-			exists = CgroupExists(cfg.Layout)
+			exists = CgroupExists(cfg.Layout, res)
 		}
 		f := &follower{max: cfg.MaxCgroups, seen: map[string]bool{}, exists: exists}
 		s.follower = f
@@ -253,27 +254,34 @@ func (s *Session) MapFill() map[string]float64 {
 // come from. An answer is kept for existsFor: the session's follower and the agent's reaper
 // each look at every cgroup every 30 intervals, in the same collection, and with one such
 // function between them a cgroup costs one stat a look, not one each (half of the agent's 68
-// stats a second at 1,000 cgroups).
-func CgroupExists(l *cgroup.Layout) func(string) bool {
+// stats a second at 1,000 cgroups). With res (nil: none) following the kernel's mkdirs and
+// rmdirs, as a tracer's does, a cgroup of its cpu hierarchy (v2: the one) is there without a
+// stat (cgroup.Resolver.LivePaths); others, and the removed, are looked at.
+func CgroupExists(l *cgroup.Layout, res *cgroup.Resolver) func(string) bool {
 	var mu sync.Mutex
 	var since time.Time
 	var known map[string]bool // answers since since
+	var live map[string]bool  // by res at since; nil: it could not tell
 	return func(path string) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		if now := time.Now(); known == nil || now.Sub(since) > existsFor {
-			known, since = map[string]bool{}, now // the last look's answers go
+			known, since, live = map[string]bool{}, now, nil // the last look's answers go
+			if res != nil {
+				live, _ = res.LivePaths(cgroup.CPU)
+			}
 		}
 		if ok, seen := known[path]; seen {
 			return ok
 		}
-		ok := false
+		ok := live[path]
 		for _, c := range []string{cgroup.CPU, cgroup.Memory, cgroup.Blkio} {
+			if ok {
+				break
+			}
 			if d := l.Dir(c, path); d != "" {
-				if _, err := os.Stat(d); err == nil {
-					ok = true
-					break
-				}
+				_, err := os.Stat(d)
+				ok = err == nil
 			}
 		}
 		known[path] = ok

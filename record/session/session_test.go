@@ -2,6 +2,7 @@ package session
 
 import (
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"github.com/nodectl/nodectl/host"
 	"github.com/nodectl/nodectl/host/cgroup"
 	"github.com/nodectl/nodectl/record/trace"
+	"github.com/nodectl/nodectl/record/trace/cgnames"
 	"github.com/nodectl/nodectl/rundir"
 )
 
@@ -130,8 +132,9 @@ func TestSessionFollowsTracedCgroupsAndRecordsChangesOnly(t *testing.T) {
 	}
 }
 
-// CgroupExists answers the looks of one collection with one stat a cgroup: a cgroup removed
-// right after a look is still there for a look within existsFor, and gone for the next.
+// CgroupExists answers the looks of one collection with one stat a cgroup, or none for one a
+// followed resolver knows: a cgroup removed right after a look is still there for a look
+// within existsFor, and gone for the next.
 func TestCgroupExistsKeepsAnAnswerForOneCollection(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: makes cgroups")
@@ -140,30 +143,53 @@ func TestCgroupExistsKeepsAnAnswerForOneCollection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg := fmt.Sprintf("%s/exists-test-%d-%08x", cgroup.Parent, os.Getpid(), rand.Uint32())
-	if err := layout.Create(cg, cgroup.Limits{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := layout.Remove(cg); err != nil {
-			t.Error(err)
-		}
-		if err := layout.Prune(cgroup.Parent); err != nil {
-			t.Error(err)
-		}
-	})
-	exists := CgroupExists(layout)
-	if !exists(cg) {
-		t.Fatalf("%s: not there after it was made", cg)
-	}
-	if err := layout.Remove(cg); err != nil {
-		t.Fatal(err)
-	}
-	if !exists(cg) {
-		t.Errorf("%s: gone within the look that found it, want the answer kept for %s", cg, existsFor)
-	}
-	time.Sleep(existsFor + 100*time.Millisecond)
-	if exists(cg) {
-		t.Errorf("%s: still there %s after it was removed", cg, existsFor)
+	for _, followed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "stat", true: "followed"}[followed], func(t *testing.T) {
+			var res *cgroup.Resolver
+			if followed {
+				names, err := cgnames.New(slog.Default())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { names.Close() })
+				res = cgroup.NewResolver(layout)
+				if err := res.Follow(names.Feed); err != nil {
+					t.Fatal(err)
+				}
+				_, done := res.Sweep(cgroup.CPU) // walks the hierarchy: the feed says the rest
+				done()
+			}
+			cg := fmt.Sprintf("%s/exists-test-%d-%08x", cgroup.Parent, os.Getpid(), rand.Uint32())
+			if err := layout.Create(cg, cgroup.Limits{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := layout.Remove(cg); err != nil {
+					t.Error(err)
+				}
+				if err := layout.Prune(cgroup.Parent); err != nil {
+					t.Error(err)
+				}
+			})
+			if followed {
+				if live, ok := res.LivePaths(cgroup.CPU); !ok || !live[cg] {
+					t.Fatalf("the followed resolver does not know %s (it follows: %v)", cg, ok)
+				}
+			}
+			exists := CgroupExists(layout, res)
+			if !exists(cg) {
+				t.Fatalf("%s: not there after it was made", cg)
+			}
+			if err := layout.Remove(cg); err != nil {
+				t.Fatal(err)
+			}
+			if !exists(cg) {
+				t.Errorf("%s: gone within the look that found it, want the answer kept for %s", cg, existsFor)
+			}
+			time.Sleep(existsFor + 100*time.Millisecond)
+			if exists(cg) {
+				t.Errorf("%s: still there %s after it was removed", cg, existsFor)
+			}
+		})
 	}
 }

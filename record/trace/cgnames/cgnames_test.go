@@ -87,6 +87,54 @@ func TestResolverFollowsWithoutFileHandles(t *testing.T) {
 	}
 }
 
+// With file handles allowed, a resolver following the feed walks a hierarchy at its first
+// sweep, then answers sweeps from the feed without asking the kernel: alive for a cgroup made
+// before or after the walk, removed for one the feed saw removed; LivePaths lists the same.
+// Only an id the feed does not know is asked.
+func TestSweepAnswersFromTheFeed(t *testing.T) {
+	tr, l := load(t)
+	r := cgroup.NewResolver(l)
+	if err := r.Follow(tr.Feed); err != nil {
+		t.Fatal(err)
+	}
+	before := cgtest.Make(t, cgroup.CPU, "a", "b")
+	if _, ok := r.LivePaths(cgroup.CPU); ok {
+		t.Error("LivePaths answered before a walk")
+	}
+	live, done := r.Sweep(cgroup.CPU)
+	for _, g := range before {
+		if !live(g.ID) {
+			t.Errorf("%s is not live", g.Path)
+		}
+	}
+	done()
+	walks := r.Walks()
+	after := cgtest.Make(t, cgroup.CPU, "c")["c"]
+	before["a"].Remove(t)
+	live, done = r.Sweep(cgroup.CPU)
+	defer done()
+	if live(before["a"].ID) || !live(before["b"].ID) || !live(after.ID) {
+		t.Errorf("after %s's rmdir: live %v, %s %v, %s made since %v; want false, true, true", before["a"].Path,
+			live(before["a"].ID), before["b"].Path, live(before["b"].ID), after.Path, live(after.ID))
+	}
+	if got := r.Asked(); got != 0 {
+		t.Errorf("the kernel was asked about %d ids the feed knew", got)
+	}
+	if paths, ok := r.LivePaths(cgroup.CPU); !ok || paths[before["a"].Path] || !paths[before["b"].Path] || !paths[after.Path] {
+		t.Errorf("LivePaths (%v): %s %v, %s %v, %s %v; want false, true, true", ok, before["a"].Path, paths[before["a"].Path],
+			before["b"].Path, paths[before["b"].Path], after.Path, paths[after.Path])
+	}
+	if live(1 << 62) {
+		t.Error("an id of no cgroup is live")
+	}
+	if got := r.Asked(); got != 1 {
+		t.Errorf("the kernel was asked about %d ids after one the feed did not know, want 1", got)
+	}
+	if got := r.Walks(); got != walks || walks != 1 {
+		t.Errorf("%d walks at the first sweep and %d after, want 1 and 1", walks, got)
+	}
+}
+
 // load loads the programs, closed when the test ends, and finds the host's hierarchies.
 func load(t testing.TB) (*Tracer, *cgroup.Layout) {
 	t.Helper()
