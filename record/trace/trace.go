@@ -342,7 +342,7 @@ func (t *Tracer) snapshot(now time.Time, full bool) (Snapshot, error) {
 	// The samples are made once every source is read, at their exact number: sized by the last
 	// snapshots, one wave of wakeups made every snapshot after it as large.
 	all := t.read[:0]
-	n := 0
+	samples := 0
 	defer func() { clear(all); t.read = all[:0] }()
 	for i := range t.sources {
 		src := &t.sources[i]
@@ -367,7 +367,7 @@ func (t *Tracer) snapshot(now time.Time, full bool) (Snapshot, error) {
 			case s.event != nil:
 				snap.Events = append(snap.Events, *s.event)
 			default:
-				n++
+				samples++
 			}
 		}
 		all = append(all, ss)
@@ -392,7 +392,7 @@ func (t *Tracer) snapshot(now time.Time, full bool) (Snapshot, error) {
 			t.log.Debug("forgot removed cgroups", "program", src.program, "entries", n, "fill", fill)
 		}
 	}
-	snap.Samples = make([]rundir.Record, 0, n)
+	snap.Samples = make([]rundir.Record, 0, samples)
 	for _, ss := range all {
 		for _, s := range ss {
 			if !s.running && s.event == nil {
