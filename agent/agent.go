@@ -24,6 +24,7 @@ import (
 	"github.com/nodectl/nodectl/host/cgroup"
 	"github.com/nodectl/nodectl/host/daemons"
 	"github.com/nodectl/nodectl/internal/atomicfile"
+	"github.com/nodectl/nodectl/internal/exepages"
 	"github.com/nodectl/nodectl/internal/maproom"
 	"github.com/nodectl/nodectl/record/collect"
 	"github.com/nodectl/nodectl/record/session"
@@ -380,14 +381,25 @@ func (a *Agent) findDaemons() {
 	a.mu.Unlock()
 }
 
-// housekeeping looks for the daemons again now and then, and keeps meta.json current.
+// startPagesAfter is when the agent gives back the pages of its binary that its start mapped
+// (internal/exepages): its setup (the tracer's loading, the API's clients) is over, and a
+// forget sweep (every 30 intervals of a second) has run. What runs less often maps its pages
+// again when it runs.
+const startPagesAfter = 30 * time.Second
+
+// housekeeping looks for the daemons again now and then, keeps meta.json current, and once
+// gives back the binary's pages the start mapped.
 func (a *Agent) housekeeping() {
 	t := time.NewTicker(daemonsEvery)
 	defer t.Stop()
+	startPages := time.NewTimer(startPagesAfter)
+	defer startPages.Stop()
 	for {
 		select {
 		case <-a.stop:
 			return
+		case <-startPages.C:
+			a.releaseStartPages()
 		case <-t.C:
 			a.findDaemons()
 			if err := a.saveMeta(); err != nil {
@@ -395,6 +407,22 @@ func (a *Agent) housekeeping() {
 			}
 		}
 	}
+}
+
+// releaseStartPages gives back the pages of the agent's binary that only its start touched:
+// every package's init and the setup spread over the whole binary, whose pages the kernel
+// keeps mapped (10-11 of 26 MiB at 1,000 cgroups).
+func (a *Agent) releaseStartPages() {
+	before, err := exepages.Resident()
+	if err == nil {
+		err = exepages.Release()
+	}
+	if err != nil {
+		a.log.Warn("giving back the binary's start-up pages", "err", err)
+		return
+	}
+	after, _ := exepages.Resident()
+	a.log.Debug("gave back the binary's start-up pages", "resident_before_bytes", before, "resident_after_bytes", after)
 }
 
 // Meta is the agent's description of the node, for a window's run directory.

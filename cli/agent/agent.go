@@ -162,7 +162,7 @@ running. The API listens on --socket (mode 0600) and, with mTLS only, on --liste
 	f.StringVar(&cfg.API.Health, "health-listen", "", "also serve the gRPC health service alone, in plaintext, on this host:port (for the kubelet's grpc probe, which cannot dial the socket or do TLS); empty: none")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. :9560); empty: none")
 	f.IntVar(&cfg.MetricsSeriesBudget, "metrics-series-budget", exporter.DefaultSeriesBudget, "most series in a scrape of the metrics: past it, the workloads whose tasks waited and ran least count in _overflow's series instead of their own (docs/metrics.md)")
-	f.StringVar(&memLimit, "memory-limit", "40Mi", "the Go runtime's soft memory limit (GOMEMLIMIT, which overrides it): the garbage collector works harder near it; the agent's RSS is about this plus its binary's pages (12 MiB), within its 64 MiB budget; 0 for none")
+	f.StringVar(&memLimit, "memory-limit", "40Mi", "the Go runtime's soft memory limit (GOMEMLIMIT, which overrides it): the garbage collector works harder near it; the agent's RSS is about this plus the pages of its binary it runs (about 16 MiB once it gave back its start's, 30 s in); 0 for none")
 	f.StringVar(&pprofListen, "pprof-listen", "", "serve Go's profiles (net/http/pprof) at http://HOST:PORT/debug/pprof/, for finding where the agent's CPU and memory go; a loopback address only (127.0.0.1:6060)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log debug detail to stderr")
 	pathflags.HostPathFlags(f, &cfg.Host)

@@ -99,7 +99,10 @@ func scan(procfsDir string, names []string, seen *comms) ([]Proc, error) {
 			var start uint64
 			comm, start, err = readStat(procfsDir, e.pid, buf)
 			if err == nil && boot.IsZero() {
-				boot, err = bootTime(procfsDir)
+				var berr error
+				if boot, berr = bootTime(procfsDir); berr != nil {
+					return nil, fmt.Errorf("finding daemons: %w", berr)
+				}
 			}
 			settled = err == nil && time.Since(boot.Add(ticks(start))) >= settledAge
 		default:

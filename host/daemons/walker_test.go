@@ -227,3 +227,19 @@ func BenchmarkWalk(b *testing.B) {
 	b.ReportMetric(float64(walker.Nanoseconds())/float64(b.N), "walker-ns/walk")
 	b.ReportMetric(float64(walker)/float64(full), "walker/find")
 }
+
+// TestWalkerWithoutUptime: a procfs whose uptime cannot be read says so, not that a comm could
+// not be read.
+func TestWalkerWithoutUptime(t *testing.T) {
+	root := fakeProcfs(t, map[int]proc{
+		1:   {comm: "systemd", exe: "/usr/lib/systemd/systemd", cpu: "/", unified: "/init.scope"},
+		100: {comm: "kubelet", exe: "/usr/bin/kubelet", cpu: "/system.slice/kubelet.service", unified: "/system.slice/kubelet.service"},
+	})
+	if err := os.Remove(filepath.Join(root, "uptime")); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := NewWalker(root, []string{"kubelet"}).Find(&cgroup.Layout{V1: true})
+	if err == nil || !strings.Contains(err.Error(), "uptime") || strings.Contains(err.Error(), "reading comm") {
+		t.Errorf("Find without an uptime: %v; want the uptime named, not a comm", err)
+	}
+}

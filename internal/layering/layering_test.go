@@ -32,6 +32,8 @@ var rules = map[string][]string{
 	"internal/printable": {},
 	// The one /metrics server (the agent, tune watch).
 	"internal/metricserver": {},
+	// The pages of the process's own binary that its start mapped, given back.
+	"internal/exepages": {},
 	// Tests' helper: a page opened in headless Chromium.
 	"internal/browsertest": {},
 
@@ -64,7 +66,7 @@ var rules = map[string][]string{
 	// and the exporter, and analyzes its incidents through agent/recorded (their reports are the
 	// analyzer's); it names pods
 	// through agent/cri and agent/kube. Its parts below stand alone.
-	"agent":           {"host", "record", "analyzer", "internal/metricserver", "rundir", "api/agent/v1"},
+	"agent":           {"host", "record", "analyzer", "internal/metricserver", "internal/exepages", "rundir", "api/agent/v1"},
 	"agent/exporter":  {"host/kubeid", "rundir"},
 	"agent/flightrec": {"rundir"},
 	// The read side of what the agent recorded (windows of its flight recorder, its meta, its
