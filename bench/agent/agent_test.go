@@ -47,8 +47,8 @@ const (
 	// move): 565-579 measured at c60cf4b, 1,700 before; past it a change added work a cgroup.
 	maxSyscalls = 900
 	// maxRSS guards the agent's highest RSS sampled while measured beside the default 1,000
-	// cgroups (issue 33's goal): 37.2-38.4 MiB at the eighteenth session, once the agent gives
-	// back its start's pages of the binary (internal/exepages), 48.7-51.2 MiB before. Memory
+	// cgroups (issue 33's goal): 37.2-40.3 MiB at the eighteenth session, once the agent gives
+	// back its start's pages of the binary (internal/exepages), 48.3-51.2 MiB before. Memory
 	// is a count of pages: this VM's speed moves it little.
 	maxRSS = 48 << 20
 	// sleeper wakes every 5 s without forking (bash's read times out on a pipe nobody writes),
