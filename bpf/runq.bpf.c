@@ -263,6 +263,82 @@ static __always_inline __u64 cgroup_of(struct task_struct *t)
 	return t->cgroups->dfl_cgrp->kn->id;
 }
 
+/* Each CPU's cgroup ids of the tasks it switched to lately, by the pointer their walk starts
+ * from (v1: the task's css of the cpu controller, v2: its cgroup), and the task it switched to
+ * last with its id. The walk to a cgroup's id is four dependent loads on four pages, and where
+ * the kernel flushes the TLB at every entry (PTI without PCID: this repository's test machines)
+ * each page costs a walk of the page tables: about 20 ns of the 200 of a switch (make bench,
+ * BenchmarkSwitch). A css or cgroup freed may have its memory taken by one made later: every
+ * cgroup made bumps cgroups_made (runq_mkdir), and a CPU whose cache is of an older count
+ * empties it first. No task is in a new cgroup before its mkdir has returned. */
+#define IDS_CACHED 8
+
+struct recent_ids {
+	__u64 made;        /* cgroups_made when the entries were filled */
+	__u64 task;        /* the task this CPU switched to last, */
+	__u64 task_cgroup; /* and its cgroup id */
+	__u32 next;        /* the entry to fill next, round robin */
+	__u32 pad;
+	struct {
+		__u64 key; /* the css or cgroup pointer; 0: free */
+		__u64 id;
+	} e[IDS_CACHED];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct recent_ids);
+} recent_ids SEC(".maps");
+
+__u64 cgroups_made;
+
+SEC("tp_btf/cgroup_mkdir")
+int BPF_PROG(runq_mkdir, struct cgroup *cgrp, const char *path)
+{
+	__sync_fetch_and_add(&cgroups_made, 1);
+	return 0;
+}
+
+/* This CPU's cache, emptied if a cgroup was made since it was filled. */
+static __always_inline struct recent_ids *recent_ids_here(void)
+{
+	__u32 zero = 0;
+	struct recent_ids *r = bpf_map_lookup_elem(&recent_ids, &zero);
+	if (!r)
+		return NULL;
+	__u64 made = cgroups_made;
+	if (r->made != made) {
+		__builtin_memset(r, 0, sizeof(*r));
+		r->made = made;
+	}
+	return r;
+}
+
+/* cgroup_of(t), from this CPU's cache when the walk's start is in it. */
+static __always_inline __u64 cgroup_cached(struct recent_ids *r, struct task_struct *t)
+{
+	if (!r)
+		return cgroup_of(t);
+	__u64 key;
+	if (cgroup_v1)
+		key = (__u64)t->cgroups->subsys[bpf_core_enum_value(enum cgroup_subsys_id, cpu_cgrp_id)];
+	else
+		key = (__u64)t->cgroups->dfl_cgrp;
+	if (!key)
+		return 0;
+	for (int i = 0; i < IDS_CACHED; i++)
+		if (r->e[i].key == key)
+			return r->e[i].id;
+	__u64 id = cgroup_of(t);
+	__u32 i = r->next % IDS_CACHED;
+	r->next = i + 1;
+	r->e[i].id = id;
+	r->e[i].key = key;
+	return id;
+}
+
 /* The task's CFS runqueue or one of its ancestors is out of quota. throttle_count is raised on
  * every cfs_rq below a throttled one, both with the old throttling (which dequeues the group)
  * and with 6.18's task-based one, where the task may be switched out before or after its
@@ -299,14 +375,17 @@ static __always_inline bool throttled_since(struct task_struct *t, __u64 since)
 }
 
 /* Whom a wait for t is charged to: the idle task, a kernel thread (kworker, ksoftirqd, jbd2,
- * kswapd: system work, whichever cgroup it sits in), or a user task's cgroup. */
-static __always_inline __u64 preemptor_of(struct task_struct *t)
+ * kswapd: system work, whichever cgroup it sits in), or a user task's cgroup. A task is in
+ * the cgroup its switch-in found it in, last: the task this CPU switched to last, and its
+ * cgroup (one moved while it ran is charged to the one it ran in). */
+static __always_inline __u64 preemptor_of(struct task_struct *t, struct recent_ids *r, __u64 last,
+					  __u64 last_cgroup)
 {
 	if (!t->pid)
 		return PREEMPTOR_IDLE;
 	if (t->flags & PF_KTHREAD)
 		return PREEMPTOR_KERNEL;
-	return cgroup_of(t);
+	return last == (__u64)t ? last_cgroup : cgroup_cached(r, t);
 }
 
 /* The histogram of cg's waits on this CPU: its slot when it holds it or takes it now, else
@@ -492,7 +571,15 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	     unsigned int prev_state)
 {
 	__u64 now = clock_of(next);
-	__u64 cg = next->pid ? cgroup_of(next) : 0;
+	struct recent_ids *r = recent_ids_here();
+	__u64 last = 0, last_cgroup = 0;
+	__u64 cg = next->pid ? cgroup_cached(r, next) : 0;
+	if (r) {
+		last = r->task;
+		last_cgroup = r->task_cgroup;
+		r->task = (__u64)next;
+		r->task_cgroup = cg;
+	}
 	struct stamp *s;
 
 	/* prev stays runnable: preempted, out of its slice, yielding or throttled. Checked by
@@ -582,7 +669,7 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 		k.kind = WAIT_WOKEN;
 		if (k.preemptor != PREEMPTOR_THROTTLED)
 			k.preemptor = woken_at && throttled_since(next, woken_at) ? PREEMPTOR_THROTTLED :
-										    preemptor_of(prev);
+										    preemptor_of(prev, r, last, last_cgroup);
 		if (k.preemptor == PREEMPTOR_IDLE)
 			return 0;
 	}

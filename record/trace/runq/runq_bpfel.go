@@ -74,6 +74,20 @@ type runqPairVal struct {
 	Epoch  uint64
 }
 
+type runqRecentIds struct {
+	_          structs.HostLayout
+	Made       uint64
+	Task       uint64
+	TaskCgroup uint64
+	Next       uint32
+	Pad        uint32
+	E          [8]struct {
+		_   structs.HostLayout
+		Key uint64
+		Id  uint64
+	}
+}
+
 type runqSlot struct {
 	_      structs.HostLayout
 	Cgroup uint64
@@ -111,9 +125,11 @@ const (
 	runqMapPairSlots        = "pair_slots"
 	runqMapPairs            = "pairs"
 	runqMapPairsOut         = "pairs_out"
+	runqMapRecentIds        = "recent_ids"
 	runqMapSlots            = "slots"
 	runqMapStamps           = "stamps"
 	runqProgRunqAggregate   = "runq_aggregate"
+	runqProgRunqMkdir       = "runq_mkdir"
 	runqProgRunqRmdir       = "runq_rmdir"
 	runqProgRunqSwitch      = "runq_switch"
 	runqProgRunqWakeup      = "runq_wakeup"
@@ -125,6 +141,7 @@ const (
 	runqVarAgainPairsLast   = "again_pairs_last"
 	runqVarAgainPairsN      = "again_pairs_n"
 	runqVarCgroupV1         = "cgroup_v1"
+	runqVarCgroupsMade      = "cgroups_made"
 	runqVarEpoch            = "epoch"
 	runqVarLatencyAdded     = "latency_added"
 	runqVarNrCpus           = "nr_cpus"
@@ -184,6 +201,7 @@ type runqSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type runqProgramSpecs struct {
 	RunqAggregate *ebpf.ProgramSpec `ebpf:"runq_aggregate"`
+	RunqMkdir     *ebpf.ProgramSpec `ebpf:"runq_mkdir"`
 	RunqRmdir     *ebpf.ProgramSpec `ebpf:"runq_rmdir"`
 	RunqSwitch    *ebpf.ProgramSpec `ebpf:"runq_switch"`
 	RunqWakeup    *ebpf.ProgramSpec `ebpf:"runq_wakeup"`
@@ -206,6 +224,7 @@ type runqMapSpecs struct {
 	PairSlots  *ebpf.MapSpec `ebpf:"pair_slots"`
 	Pairs      *ebpf.MapSpec `ebpf:"pairs"`
 	PairsOut   *ebpf.MapSpec `ebpf:"pairs_out"`
+	RecentIds  *ebpf.MapSpec `ebpf:"recent_ids"`
 	Slots      *ebpf.MapSpec `ebpf:"slots"`
 	Stamps     *ebpf.MapSpec `ebpf:"stamps"`
 }
@@ -221,6 +240,7 @@ type runqVariableSpecs struct {
 	AgainPairsLast   *ebpf.VariableSpec `ebpf:"again_pairs_last"`
 	AgainPairsN      *ebpf.VariableSpec `ebpf:"again_pairs_n"`
 	CgroupV1         *ebpf.VariableSpec `ebpf:"cgroup_v1"`
+	CgroupsMade      *ebpf.VariableSpec `ebpf:"cgroups_made"`
 	Epoch            *ebpf.VariableSpec `ebpf:"epoch"`
 	LatencyAdded     *ebpf.VariableSpec `ebpf:"latency_added"`
 	NrCpus           *ebpf.VariableSpec `ebpf:"nr_cpus"`
@@ -269,6 +289,7 @@ type runqMaps struct {
 	PairSlots  *ebpf.Map `ebpf:"pair_slots"`
 	Pairs      *ebpf.Map `ebpf:"pairs"`
 	PairsOut   *ebpf.Map `ebpf:"pairs_out"`
+	RecentIds  *ebpf.Map `ebpf:"recent_ids"`
 	Slots      *ebpf.Map `ebpf:"slots"`
 	Stamps     *ebpf.Map `ebpf:"stamps"`
 }
@@ -287,6 +308,7 @@ func (m *runqMaps) Close() error {
 		m.PairSlots,
 		m.Pairs,
 		m.PairsOut,
+		m.RecentIds,
 		m.Slots,
 		m.Stamps,
 	)
@@ -303,6 +325,7 @@ type runqVariables struct {
 	AgainPairsLast   *ebpf.Variable `ebpf:"again_pairs_last"`
 	AgainPairsN      *ebpf.Variable `ebpf:"again_pairs_n"`
 	CgroupV1         *ebpf.Variable `ebpf:"cgroup_v1"`
+	CgroupsMade      *ebpf.Variable `ebpf:"cgroups_made"`
 	Epoch            *ebpf.Variable `ebpf:"epoch"`
 	LatencyAdded     *ebpf.Variable `ebpf:"latency_added"`
 	NrCpus           *ebpf.Variable `ebpf:"nr_cpus"`
@@ -324,6 +347,7 @@ type runqVariables struct {
 // It can be passed to loadRunqObjects or ebpf.CollectionSpec.LoadAndAssign.
 type runqPrograms struct {
 	RunqAggregate *ebpf.Program `ebpf:"runq_aggregate"`
+	RunqMkdir     *ebpf.Program `ebpf:"runq_mkdir"`
 	RunqRmdir     *ebpf.Program `ebpf:"runq_rmdir"`
 	RunqSwitch    *ebpf.Program `ebpf:"runq_switch"`
 	RunqWakeup    *ebpf.Program `ebpf:"runq_wakeup"`
@@ -333,6 +357,7 @@ type runqPrograms struct {
 func (p *runqPrograms) Close() error {
 	return _RunqClose(
 		p.RunqAggregate,
+		p.RunqMkdir,
 		p.RunqRmdir,
 		p.RunqSwitch,
 		p.RunqWakeup,

@@ -168,7 +168,9 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if err := loader.Load(rundir.ProgramRunq, spec, opts, &t.objs, log); err != nil {
 		return nil, err
 	}
-	hooks := []loader.Attachment{loader.TpBTF("sched_switch", t.objs.RunqSwitch)}
+	// runq_mkdir before sched_switch: a cgroup made in between could take the memory of a
+	// freed one whose id a CPU's cache holds (bpf/runq.bpf.c, recent_ids).
+	hooks := []loader.Attachment{loader.TpBTF("cgroup_mkdir", t.objs.RunqMkdir), loader.TpBTF("sched_switch", t.objs.RunqSwitch)}
 	if useSlots {
 		hooks = append(hooks, loader.TpBTF("cgroup_rmdir", t.objs.RunqRmdir))
 	}

@@ -1059,3 +1059,52 @@ func forkedAndExited(t *testing.T, pid int, timeout time.Duration) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// Each CPU caches the cgroup ids of the tasks it switched to lately, by the memory the walk to
+// them starts from (bpf/runq.bpf.c, recent_ids): a cgroup made after another was removed may
+// take that memory. Each round makes a cgroup, has a loop in it wait behind a neighbour's on
+// one CPU and removes it: its waits are under its own id, none under a removed one's.
+func TestCachedIDsFollowChurn(t *testing.T) {
+	const rounds = 10
+	tr := newTracer(t, Config{ChangedOnly: true})
+	made0 := cgroupsMade(t, tr)
+	cpu := cgtest.LastCPU(t)
+	gb := cgtest.Make(t, "cpu", "b")["b"]
+	gb.Busy(t, cpu)
+	var removed []uint64
+	for i := range rounds {
+		// A removed cgroup's memory is freed after an RCU grace period, and a cgroup made
+		// after it takes it often (1 in 3 runs of 6 rounds without runq_mkdir).
+		time.Sleep(50 * time.Millisecond)
+		name := fmt.Sprintf("r%d", i)
+		g := cgtest.Make(t, "cpu", name)[name]
+		l := g.Busy(t, cpu)
+		st := waitFor(t, tr, 15*time.Second, func(st Stats) bool { return st.Latency[g.ID].Count > 0 })
+		if st.Latency[g.ID].Count == 0 {
+			t.Fatalf("round %d: %s waited beside b on CPU %d, but nothing was recorded under its id %d", i, name, cpu, g.ID)
+		}
+		for _, id := range removed {
+			if h, ok := st.Latency[id]; ok {
+				t.Errorf("round %d: %d waits recorded under %d, a cgroup removed before", i, h.Count, id)
+			}
+		}
+		l.Process.Kill()
+		l.Wait()
+		g.Remove(t)
+		removed = append(removed, g.ID)
+		read(t, tr) // what the loop's last switches left
+	}
+	// Two a round (the test's parent and its cgroup), and those b made.
+	if made := cgroupsMade(t, tr) - made0; made < 2*rounds {
+		t.Errorf("runq_mkdir counted %d cgroups made, at least %d were", made, 2*rounds)
+	}
+}
+
+func cgroupsMade(t *testing.T, tr *Tracer) uint64 {
+	t.Helper()
+	var n uint64
+	if err := tr.objs.CgroupsMade.Get(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
