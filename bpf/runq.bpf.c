@@ -267,8 +267,8 @@ static __always_inline __u64 cgroup_of(struct task_struct *t)
  * from (v1: the task's css of the cpu controller, v2: its cgroup), and the task it switched to
  * last with its id. The walk to a cgroup's id is four dependent loads on four pages, and where
  * the kernel flushes the TLB at every entry (PTI without PCID: this repository's test machines)
- * each page costs a walk of the page tables: about 20 ns of the 200 of a switch (make bench,
- * BenchmarkSwitch). A css or cgroup freed may have its memory taken by one made later: every
+ * each page costs a walk of the page tables: the cache took 20-30 ns off a 200 ns switch
+ * (BenchmarkSwitch). A css or cgroup freed may have its memory taken by one made later: every
  * cgroup made bumps cgroups_made (runq_mkdir), and a CPU whose cache is of an older count
  * empties it first. No task is in a new cgroup before its mkdir has returned. */
 #define IDS_CACHED 8
