@@ -80,13 +80,14 @@ const (
 // move, and its memory only by reclaim from outside, which its turn catches.
 //
 // Past slowBudget cgroups, with or without Active, a fast file that read all zeros after the
-// cgroup had used CPU (cpu.stat without a CPU limit) is read on the cgroup's turns only: it
-// moves only once a limit is set. And without Active, off its turn, a cgroup whose CPU usage
-// (the first fast file) is what it was at its previous read has the rest of its fast tier
-// left unread: its
-// throttling moves only while it runs, and its memory usage, which reclaim from outside may
-// lower, is read on its turn. An idle cgroup then costs one read a Sample instead of three. With Active, a light cgroup (lightCPU) is read every
-// lightEvery samples at most.
+// cgroup had used CPU (cpu.stat without a CPU limit) is read on the cgroup's turns only, and
+// not on those passed over (quietEvery): it moves only once a limit is set, and a limit on a
+// cgroup that barely runs throttles next to nothing until it runs, when its turn is read. And
+// without Active, off its turn, a cgroup whose CPU usage (the first fast file) is what it was
+// at its previous read has the rest of its fast tier left unread: its throttling moves only
+// while it runs, and its memory usage, which reclaim from outside may lower, is read on its
+// turn. An idle cgroup then costs one read a Sample instead of three. With Active, a light
+// cgroup (lightCPU) is read every lightEvery samples at most.
 //
 // Without Active, off its turn, a cgroup whose parent's CPU usage did not move since the
 // previous Sample is not read at all: the usage counts the descendants', so none of them ran.
@@ -146,11 +147,11 @@ type cgOpen struct {
 }
 
 // cgFile is one file sampled in every cgroup: in controller's hierarchy, parsed by read; slow
-// is its tier.
+// is its tier; usage that it holds the CPU or the memory usage, which tell a quiet turn.
 type cgFile struct {
 	controller, name string
 	read             func(out []rundir.Record, now time.Time, path string, b []byte) ([]rundir.Record, error)
-	slow             bool
+	slow, usage      bool
 }
 
 // NewCgroups samples CPU usage and throttling, memory usage, swap, faults, refaults, OOM kills
@@ -166,7 +167,7 @@ func NewCgroups(l *cgroup.Layout, paths func() []string) *Cgroups {
 	if l.Unified != "" {
 		// On a hybrid host the v2 cgroup exists only if its creator made one.
 		for _, res := range pressureResources {
-			s.files = append(s.files, cgFile{cgroup.Unified, res + ".pressure", readPressure(res), true})
+			s.files = append(s.files, cgFile{cgroup.Unified, res + ".pressure", readPressure(res), true, false})
 		}
 	}
 	runtime.AddCleanup(s, func(o *openFiles) { o.closeAll() }, s.open)
@@ -199,17 +200,21 @@ func v1Files(l *cgroup.Layout) []cgFile {
 	var out []cgFile
 	mounted := func(c string) bool { _, ok := l.Mounts[c]; return ok }
 	if mounted(cgroup.CPUAcct) {
-		out = append(out, cgFile{cgroup.CPUAcct, "cpuacct.usage", readValue(rundir.MetricCPUUsage, 1e-9, nil), false})
+		out = append(out, cgFile{cgroup.CPUAcct, "cpuacct.usage", readValue(rundir.MetricCPUUsage, 1e-9, nil), false, true})
+	}
+	// The usages come before cpu.stat, which reads all zeros without a CPU limit: a turn
+	// passed over (quietTurn) is told by them, and leaves that file unread too.
+	if mounted(cgroup.Memory) {
+		out = append(out, cgFile{cgroup.Memory, "memory.usage_in_bytes", readValue(rundir.MetricMemoryUsage, 1, nil), false, true})
 	}
 	if mounted(cgroup.CPU) {
-		out = append(out, cgFile{cgroup.CPU, "cpu.stat", readFlat(v1CPUStat), false})
+		out = append(out, cgFile{cgroup.CPU, "cpu.stat", readFlat(v1CPUStat), false, false})
 	}
 	if mounted(cgroup.Memory) {
 		out = append(out,
-			cgFile{cgroup.Memory, "memory.usage_in_bytes", readValue(rundir.MetricMemoryUsage, 1, nil), false},
-			cgFile{cgroup.Memory, "memory.stat", readV1MemoryStat, true},
-			cgFile{cgroup.Memory, "memory.oom_control", readFlat(v1OOMControl), true},
-			cgFile{cgroup.Memory, "memory.failcnt", readValue(rundir.MetricMemoryLimitEvents, 1, labelsMax), true},
+			cgFile{cgroup.Memory, "memory.stat", readV1MemoryStat, true, false},
+			cgFile{cgroup.Memory, "memory.oom_control", readFlat(v1OOMControl), true, false},
+			cgFile{cgroup.Memory, "memory.failcnt", readValue(rundir.MetricMemoryLimitEvents, 1, labelsMax), true, false},
 		)
 	}
 	return out
@@ -222,14 +227,14 @@ func v2Files(l *cgroup.Layout) []cgFile {
 	// Memory files exist only where the memory controller is enabled; swap.current only with
 	// swap accounting. cpu.stat always exists, its throttling keys only with the cpu controller.
 	return []cgFile{
-		{cgroup.Unified, "cpu.stat", readFlat(v2CPUStat), false},
-		{cgroup.Unified, "memory.current", readValue(rundir.MetricMemoryUsage, 1, nil), false},
-		{cgroup.Unified, "memory.swap.current", readValue(rundir.MetricMemorySwap, 1, nil), true},
-		{cgroup.Unified, "memory.swap.max", readLimit(rundir.MetricMemorySwapLimit), true},
-		{cgroup.Unified, "memory.stat", readFlat(v2MemoryStat), true},
-		{cgroup.Unified, "memory.events", readFlat(v2MemoryEvents), true},
-		{cgroup.Unified, "memory.swap.events", readFlat(v2SwapEvents), true},
-		{cgroup.Unified, "io.stat", readIOStat, true},
+		{cgroup.Unified, "cpu.stat", readFlat(v2CPUStat), false, true},
+		{cgroup.Unified, "memory.current", readValue(rundir.MetricMemoryUsage, 1, nil), false, true},
+		{cgroup.Unified, "memory.swap.current", readValue(rundir.MetricMemorySwap, 1, nil), true, false},
+		{cgroup.Unified, "memory.swap.max", readLimit(rundir.MetricMemorySwapLimit), true, false},
+		{cgroup.Unified, "memory.stat", readFlat(v2MemoryStat), true, false},
+		{cgroup.Unified, "memory.events", readFlat(v2MemoryEvents), true, false},
+		{cgroup.Unified, "memory.swap.events", readFlat(v2SwapEvents), true, false},
+		{cgroup.Unified, "io.stat", readIOStat, true, false},
 	}
 }
 
@@ -305,17 +310,19 @@ func (s *Cgroups) read(out []rundir.Record, now time.Time, path string, slow, ma
 			o.noteCPU(out[n:], s.round, now, slowRead)
 		}
 	}()
-	ran := false // the first fast file (CPU usage) is not all zeros
+	ran := false     // the first fast file (CPU usage) is not all zeros
+	decided := false // whether a turn is passed over, known from the usages read first
 	for i, f := range s.files {
-		if f.slow && slow && !slowRead { // the fast files come first
+		if slow && !decided && !f.usage && (f.slow || o.quiet[i]) {
+			decided = true
 			if mayDefer && o.quietTurn(out[n:], now) {
 				slow = false
 			}
-			slowRead = slow
 		}
 		if f.slow && !slow || !slow && o.quiet[i] {
 			continue
 		}
+		slowRead = slowRead || f.slow
 		fd, transient := o.fd[i], false
 		if fd < 0 {
 			// Counted from when it went missing, not as round%retryAbsent: a slow file read in

@@ -373,19 +373,45 @@ func TestCgroupLightBacksOff(t *testing.T) {
 	}
 }
 
+// ranOnceIn makes cgroup cg, with no limit, where a shell counts for a moment and exits: a
+// cgroup that used some CPU, whose cpu.stat (v1) reads all zeros.
+func ranOnceIn(t *testing.T, l *cgroup.Layout, cg string) string {
+	t.Helper()
+	if err := l.Create(cg, cgroup.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	sh := exec.Command("sh", "-c", "read x; i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done")
+	in, err := sh.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Wait()
+	defer in.Close()
+	if err := l.AddProc(cg, sh.Process.Pid); err != nil {
+		sh.Process.Kill()
+		t.Fatal(err)
+	}
+	return cg
+}
+
 // With Active, a cgroup quiet since its last slow read has its slow tier read on one turn in
-// quietEvery; a busy one at each of its turns, and SampleFull reads everything.
+// quietEvery; a busy one at each of its turns, and SampleFull reads everything. A cgroup that
+// ran once without a CPU limit has its cpu.stat (all zeros) read on the turns not passed over.
 func TestCgroupQuietTurnsPassedOver(t *testing.T) {
 	l, paths := makeCgroups(t, 4)
 	spinning := spinIn(t, l, path.Dir(paths[0])+"/spin")
-	paths = append(paths, spinning)
+	ranOnce := ranOnceIn(t, l, path.Dir(paths[0])+"/once")
+	paths = append(paths, spinning, ranOnce)
 	s := NewCgroups(l, func() []string { return paths }).Active(func(p string) bool { return p == spinning })
 	s.slowBudget = 1
-	const every, turns = 5, 2 * quietEvery // ceil(5/1)
+	const every, turns = 6, 2 * quietEvery // ceil(6/1)
 	if _, err := s.Sample(time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	slowReads := map[string]int{}
+	slowReads, statReads := map[string]int{}, 0
 	for range every * turns {
 		time.Sleep(20 * time.Millisecond) // the spinning cgroup's usage moves between samples
 		recs, err := s.Sample(time.Now())
@@ -396,6 +422,11 @@ func TestCgroupQuietTurnsPassedOver(t *testing.T) {
 		for p := range slow {
 			slowReads[p]++
 		}
+		for _, r := range recs {
+			if r.Cgroup == ranOnce && r.Metric == rundir.MetricCPUPeriods {
+				statReads++
+			}
+		}
 	}
 	for _, p := range paths {
 		want := turns / quietEvery // the first turn, then one in quietEvery
@@ -405,6 +436,9 @@ func TestCgroupQuietTurnsPassedOver(t *testing.T) {
 		if slowReads[p] != want {
 			t.Errorf("%s: slow tier read at %d of its %d turns, want %d", p, slowReads[p], turns, want)
 		}
+	}
+	if want := turns / quietEvery; l.V1 && statReads != want {
+		t.Errorf("%s: cpu.stat (all zeros, no limit) read at %d of its %d turns, want %d: those not passed over", ranOnce, statReads, turns, want)
 	}
 	recs, err := s.SampleFull(time.Now())
 	if err != nil {

@@ -61,3 +61,22 @@ func TestBusyWaits(t *testing.T) {
 		}
 	}
 }
+
+// A cgroup's waits are judged over the span since they last changed: a sleeper that waits
+// 2 ms at a wake-up every 5 s is not busy, the same 2 ms a second later is.
+func TestLastWaitsSpan(t *testing.T) {
+	start := time.Now()
+	waits := lastWaits{}
+	at := func(s int, count, sumNs uint64) bool {
+		return waits.busy("/pod/a", hist.Log2{Count: count, SumNs: sumNs}, start.Add(time.Duration(s)*time.Second))
+	}
+	if at(0, 1, 2e6) {
+		t.Error("busy at its first change: nothing to compare with")
+	}
+	if at(5, 2, 4e6) {
+		t.Error("busy after one 2 ms wait in 5 s")
+	}
+	if !at(6, 3, 6e6) {
+		t.Error("not busy after a 2 ms wait in 1 s")
+	}
+}

@@ -119,8 +119,7 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 		// samples first, and the cgroup sampler reads the CPU and memory counters of those.
 		var changes collect.Changes
 		var running, parents []string
-		waits := map[string]hist.Log2{} // each cgroup's run-queue waits (cumulative) when they last changed
-		var last time.Time
+		waits := lastWaits{}
 		sources[sourceTrace] = traceSource(func(now time.Time, full bool) ([]rundir.Record, error) {
 			snapshot := t.Snapshot
 			if full {
@@ -133,8 +132,6 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 			if len(waits) > 4*cfg.MaxCgroups {
 				clear(waits) // a churn's: each cgroup's next change starts it again
 			}
-			span := now.Sub(last)
-			last = now
 			for _, r := range changed {
 				if r.Metric != rundir.MetricRunqLatency {
 					continue
@@ -143,9 +140,7 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 				if r.Hist == nil {
 					continue
 				}
-				prev, ok := waits[r.Cgroup]
-				waits[r.Cgroup] = hist.Log2{Count: r.Hist.Count, SumNs: r.Hist.SumNs}
-				if ok && busyWaits(prev, *r.Hist, span) {
+				if waits.busy(r.Cgroup, *r.Hist, now) {
 					busy[r.Cgroup], busy[path.Dir(r.Cgroup)] = true, true
 				}
 			}
@@ -201,7 +196,7 @@ func New(cfg Config, out collect.Appender) (*Session, error) {
 	return s, nil
 }
 
-// A cgroup whose tasks waited for a CPU busyWait of the span between two collections (a
+// A cgroup whose tasks waited for a CPU busyWait of the span since their waits last changed (a
 // millisecond a second), or got one busyWakes times a second, is read at the next whatever CPU
 // it used, as is one on a CPU at the collection (sample.Cgroups.Busy): a sandbox starved by its
 // neighbours uses next to no CPU, as an idle one does, and is the one an analysis of the
@@ -211,6 +206,24 @@ const (
 	busyWait  = 1e-3
 	busyWakes = 10
 )
+
+// lastWaits are each cgroup's run-queue waits (cumulative) when they last changed, and when.
+type lastWaits map[string]waitsAt
+
+type waitsAt struct {
+	h  hist.Log2
+	at time.Time
+}
+
+// busy notes cg's waits h, changed at now, and says whether they grew as a busy cgroup's do
+// since they last changed: a sandbox that wakes every few seconds is judged over that span,
+// not over the interval it woke in (a wake-up's 2 ms wait on a loaded node made a third of
+// 1,000 sleepers' reads "busy": BenchmarkAgent1000Cgroups).
+func (l lastWaits) busy(cg string, h hist.Log2, now time.Time) bool {
+	prev, ok := l[cg]
+	l[cg] = waitsAt{hist.Log2{Count: h.Count, SumNs: h.SumNs}, now}
+	return ok && busyWaits(prev.h, h, now.Sub(prev.at))
+}
 
 // busyWaits says whether a cgroup's run-queue waits went from was to is over span as a busy
 // cgroup's do (busyWait, busyWakes).
