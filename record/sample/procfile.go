@@ -34,7 +34,7 @@ func (p *procFile) read() ([]byte, error) {
 	for {
 		n, err := unix.Pread(p.fd, p.buf, 0)
 		if err != nil {
-			return nil, &fs.PathError{Op: "read", Path: p.path, Err: err}
+			return nil, &fs.PathError{Op: "read", Path: p.path, Err: err} //rundir:other: the syscall, as os.File names it
 		}
 		if n < len(p.buf) {
 			return p.buf[:n], nil
