@@ -450,18 +450,7 @@ func (s *Cgroups) readUsage(path string, now time.Time) (gone bool) {
 }
 
 // pread reads the whole file at fd from its start into s.buf, growing it if needed.
-func (s *Cgroups) pread(fd int) ([]byte, error) {
-	for {
-		n, err := unix.Pread(fd, s.buf, 0)
-		if err != nil {
-			return nil, err
-		}
-		if n < len(s.buf) {
-			return s.buf[:n], nil
-		}
-		s.buf = make([]byte, 2*len(s.buf))
-	}
-}
+func (s *Cgroups) pread(fd int) ([]byte, error) { return preadWhole(fd, &s.buf) }
 
 // light says whether path is a light cgroup (see lightCPU) read fewer samples before round than
 // its light reads in a row allow: lightEvery after one, lightMaxEvery after two or more.

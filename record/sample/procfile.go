@@ -28,18 +28,28 @@ func (p *procFile) read() ([]byte, error) {
 		}
 		p.fd, p.open = fd, true
 	}
-	if p.buf == nil {
-		p.buf = make([]byte, 8<<10)
+	b, err := preadWhole(p.fd, &p.buf)
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: p.path, Err: err} //rundir:other: the syscall, as os.File names it
+	}
+	return b, nil
+}
+
+// preadWhole reads the whole file at fd from its start into *buf, doubling it until a read
+// comes back short: a file the kernel generates is read in one pread when the buffer holds it.
+func preadWhole(fd int, buf *[]byte) ([]byte, error) {
+	if len(*buf) == 0 {
+		*buf = make([]byte, 8<<10)
 	}
 	for {
-		n, err := unix.Pread(p.fd, p.buf, 0)
+		n, err := unix.Pread(fd, *buf, 0)
 		if err != nil {
-			return nil, &fs.PathError{Op: "read", Path: p.path, Err: err} //rundir:other: the syscall, as os.File names it
+			return nil, err
 		}
-		if n < len(p.buf) {
-			return p.buf[:n], nil
+		if n < len(*buf) {
+			return (*buf)[:n], nil
 		}
-		p.buf = make([]byte, 2*len(p.buf))
+		*buf = make([]byte, 2*len(*buf))
 	}
 }
 

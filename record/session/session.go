@@ -217,8 +217,8 @@ type waitsAt struct {
 
 // busy notes cg's waits h, changed at now, and says whether they grew as a busy cgroup's do
 // since they last changed: a sandbox that wakes every few seconds is judged over that span,
-// not over the interval it woke in (a wake-up's 2 ms wait on a loaded node made a third of
-// 1,000 sleepers' reads "busy": BenchmarkAgent1000Cgroups).
+// not over the interval it woke in (a wake-up's 2 ms wait on a loaded node made about half of
+// the cgroups read a second at 1,000 sleepers ones judged busy: BenchmarkAgent1000Cgroups).
 func (l lastWaits) busy(cg string, h hist.Log2, now time.Time) bool {
 	prev, ok := l[cg]
 	l[cg] = waitsAt{hist.Log2{Count: h.Count, SumNs: h.SumNs}, now}

@@ -562,6 +562,17 @@ func TestDropsWhenFull(t *testing.T) {
 	}
 }
 
+// The marks are inserted and deleted at every read, so they are preallocated: a delete gives
+// the element back to the map's free list, not to the kernel's allocator (New).
+func TestMarksPreallocated(t *testing.T) {
+	tr := newTracer(t, Config{ChangedOnly: true})
+	for name, m := range map[string]*ebpf.Map{"dirty": tr.objs.Dirty, "dirty_pairs": tr.objs.DirtyPairs} {
+		if m.Flags()&unix.BPF_F_NO_PREALLOC != 0 {
+			t.Errorf("%s is allocated as it fills (flags %#x), want preallocated", name, m.Flags())
+		}
+	}
+}
+
 func TestCloseTwice(t *testing.T) {
 	cgtest.CheckClose(t, newTracer(t, Config{}))
 }
