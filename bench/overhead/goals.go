@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -99,8 +100,14 @@ func hookRow(g goal, hook string, perRun map[string]map[string][]float64) row {
 			continue
 		}
 		r.rounds = append(r.rounds, v/b)
-		if g.floorGuard > 0 && i < len(floor) && floor[i] > 0 {
-			r.floor = append(r.floor, v/floor[i])
+		if g.floorGuard > 0 {
+			// One a round, so that regressed reads a round's two together; a round without
+			// an empty program's is judged against bpftrace alone.
+			f := math.Inf(1)
+			if i < len(floor) && floor[i] > 0 {
+				f = v / floor[i]
+			}
+			r.floor = append(r.floor, f)
 		}
 	}
 	switch {
@@ -112,7 +119,7 @@ func hookRow(g goal, hook string, perRun map[string]map[string][]float64) row {
 	if len(floor) > 0 {
 		r.detail += fmt.Sprintf("; an empty program %.0f ns", median(floor))
 	}
-	if len(r.floor) > 0 {
+	if len(floor) > 0 && len(r.floor) > 0 {
 		r.detail += fmt.Sprintf(" (x%.1f; guard x%g)", median(r.floor), g.floorGuard)
 	}
 	return r

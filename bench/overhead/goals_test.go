@@ -30,6 +30,22 @@ func TestRegressedNeedsBothGuards(t *testing.T) {
 			t.Errorf("%s: regressed %v, want %v", c.name, got, c.want)
 		}
 	}
+	// A round without an empty program's is judged against bpftrace alone, and the rounds
+	// after it still against their own empty program's.
+	if !hookRow(goalSwitch, "sched_switch", map[string]map[string][]float64{
+		nodectl:  {"sched_switch": {370, 370}},
+		bpftrace: {"sched_switch": {418, 418}},
+		empty:    {"sched_switch": {0, 52}},
+	}).regressed() {
+		t.Error("past the guard against bpftrace in both rounds, and x7 the empty program in the one that has it: not regressed")
+	}
+	if hookRow(goalSwitch, "sched_switch", map[string]map[string][]float64{
+		nodectl:  {"sched_switch": {370, 185}},
+		bpftrace: {"sched_switch": {418, 418}},
+		empty:    {"sched_switch": {0, 52}},
+	}).regressed() {
+		t.Error("the second round within the floor guard (x3.6): regressed")
+	}
 	// Without a floor guard, the guard against bpftrace alone decides.
 	if !hookRow(goalWakeup, "sched_wakeup", map[string]map[string][]float64{
 		nodectl:  {"sched_wakeup": {200}},
