@@ -56,15 +56,34 @@ type Config struct {
 	// takes one to send most cgroups to the latency map. pairSlots is the same for the pairs;
 	// 0 means pairSlotsPerSlot times slots.
 	slots, pairSlots uint32
+	// taskStamps is how many tasks' stamps the table holds (bpf/runq.bpf.c, task_stamps), a
+	// power of two; 0 sizes it by pid_max (taskStampsFor). A test takes one to send the stamps
+	// of all tasks but one to task storage.
+	taskStamps uint32
 }
 
 // defaultSlots: 22 KiB a CPU (4.3 MiB at 192 CPUs), allocated at load; a CPU rarely sees
 // more busy cgroups at once, and the others are served by the latency map. Pair slots are
-// pairSlotsPerSlot times as many, 40 bytes each (10 KiB a CPU).
+// pairSlotsPerSlot times as many, 48 bytes each (12 KiB a CPU).
 const (
 	defaultSlots     = 64
 	pairSlotsPerSlot = 4
 )
+
+// maxTaskStamps caps the table of tasks' stamps: 40 bytes each, 2.5 MiB at the cap, allocated
+// at load. Where pid_max is higher (4,194,304 where systemd raises it), two live tasks whose
+// pids share an entry have the second's stamp in task storage, as exact and slower.
+const maxTaskStamps = 1 << 16
+
+// taskStampsFor is the table's size for pid_max: a power of two at least as large, so that
+// no two pids share an entry, up to the cap.
+func taskStampsFor(pidMax uint64) uint32 {
+	n := uint32(1)
+	for uint64(n) < pidMax && n < maxTaskStamps {
+		n <<= 1
+	}
+	return n
+}
 
 // Pair is what one cgroup's preemptions of another cost it, cumulative; or, Woken, what
 // Victim's tasks waited after a wakeup while Preemptor held the CPU.

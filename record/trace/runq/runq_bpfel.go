@@ -102,6 +102,14 @@ type runqStamp struct {
 	Pad       uint32
 }
 
+type runqTaskStamp struct {
+	_     structs.HostLayout
+	Start uint64
+	Pid   uint32
+	Pad   uint32
+	S     runqStamp
+}
+
 type runqWaitKind uint32
 
 const (
@@ -128,7 +136,9 @@ const (
 	runqMapRecentIds        = "recent_ids"
 	runqMapSlots            = "slots"
 	runqMapStamps           = "stamps"
+	runqMapTaskStamps       = "task_stamps"
 	runqProgRunqAggregate   = "runq_aggregate"
+	runqProgRunqFree        = "runq_free"
 	runqProgRunqMkdir       = "runq_mkdir"
 	runqProgRunqRmdir       = "runq_rmdir"
 	runqProgRunqSwitch      = "runq_switch"
@@ -151,6 +161,7 @@ const (
 	runqVarPairSlotMask     = "pair_slot_mask"
 	runqVarPairsAdded       = "pairs_added"
 	runqVarSlotMask         = "slot_mask"
+	runqVarTaskStampMask    = "task_stamp_mask"
 	runqVarUnusedDropReason = "unused_drop_reason"
 	runqVarUnusedWaitKind   = "unused_wait_kind"
 	runqVarUseEnqueueStamp  = "use_enqueue_stamp"
@@ -201,6 +212,7 @@ type runqSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type runqProgramSpecs struct {
 	RunqAggregate *ebpf.ProgramSpec `ebpf:"runq_aggregate"`
+	RunqFree      *ebpf.ProgramSpec `ebpf:"runq_free"`
 	RunqMkdir     *ebpf.ProgramSpec `ebpf:"runq_mkdir"`
 	RunqRmdir     *ebpf.ProgramSpec `ebpf:"runq_rmdir"`
 	RunqSwitch    *ebpf.ProgramSpec `ebpf:"runq_switch"`
@@ -227,6 +239,7 @@ type runqMapSpecs struct {
 	RecentIds  *ebpf.MapSpec `ebpf:"recent_ids"`
 	Slots      *ebpf.MapSpec `ebpf:"slots"`
 	Stamps     *ebpf.MapSpec `ebpf:"stamps"`
+	TaskStamps *ebpf.MapSpec `ebpf:"task_stamps"`
 }
 
 // runqVariableSpecs contains global variables before they are loaded into the kernel.
@@ -250,6 +263,7 @@ type runqVariableSpecs struct {
 	PairSlotMask     *ebpf.VariableSpec `ebpf:"pair_slot_mask"`
 	PairsAdded       *ebpf.VariableSpec `ebpf:"pairs_added"`
 	SlotMask         *ebpf.VariableSpec `ebpf:"slot_mask"`
+	TaskStampMask    *ebpf.VariableSpec `ebpf:"task_stamp_mask"`
 	UnusedDropReason *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
 	UnusedWaitKind   *ebpf.VariableSpec `ebpf:"unused_wait_kind"`
 	UseEnqueueStamp  *ebpf.VariableSpec `ebpf:"use_enqueue_stamp"`
@@ -292,6 +306,7 @@ type runqMaps struct {
 	RecentIds  *ebpf.Map `ebpf:"recent_ids"`
 	Slots      *ebpf.Map `ebpf:"slots"`
 	Stamps     *ebpf.Map `ebpf:"stamps"`
+	TaskStamps *ebpf.Map `ebpf:"task_stamps"`
 }
 
 func (m *runqMaps) Close() error {
@@ -311,6 +326,7 @@ func (m *runqMaps) Close() error {
 		m.RecentIds,
 		m.Slots,
 		m.Stamps,
+		m.TaskStamps,
 	)
 }
 
@@ -335,6 +351,7 @@ type runqVariables struct {
 	PairSlotMask     *ebpf.Variable `ebpf:"pair_slot_mask"`
 	PairsAdded       *ebpf.Variable `ebpf:"pairs_added"`
 	SlotMask         *ebpf.Variable `ebpf:"slot_mask"`
+	TaskStampMask    *ebpf.Variable `ebpf:"task_stamp_mask"`
 	UnusedDropReason *ebpf.Variable `ebpf:"unused_drop_reason"`
 	UnusedWaitKind   *ebpf.Variable `ebpf:"unused_wait_kind"`
 	UseEnqueueStamp  *ebpf.Variable `ebpf:"use_enqueue_stamp"`
@@ -347,6 +364,7 @@ type runqVariables struct {
 // It can be passed to loadRunqObjects or ebpf.CollectionSpec.LoadAndAssign.
 type runqPrograms struct {
 	RunqAggregate *ebpf.Program `ebpf:"runq_aggregate"`
+	RunqFree      *ebpf.Program `ebpf:"runq_free"`
 	RunqMkdir     *ebpf.Program `ebpf:"runq_mkdir"`
 	RunqRmdir     *ebpf.Program `ebpf:"runq_rmdir"`
 	RunqSwitch    *ebpf.Program `ebpf:"runq_switch"`
@@ -357,6 +375,7 @@ type runqPrograms struct {
 func (p *runqPrograms) Close() error {
 	return _RunqClose(
 		p.RunqAggregate,
+		p.RunqFree,
 		p.RunqMkdir,
 		p.RunqRmdir,
 		p.RunqSwitch,

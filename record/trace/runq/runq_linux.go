@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/nodectl/nodectl/rundir"
 
@@ -98,6 +101,16 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if cfg.slots&(cfg.slots-1) != 0 || cfg.pairSlots&(cfg.pairSlots-1) != 0 {
 		return nil, fmt.Errorf("runq slots %d and pair slots %d: want powers of two", cfg.slots, cfg.pairSlots)
 	}
+	if cfg.taskStamps == 0 {
+		pidMax, err := readPidMax()
+		if err != nil {
+			return nil, err
+		}
+		cfg.taskStamps = taskStampsFor(pidMax)
+	}
+	if cfg.taskStamps&(cfg.taskStamps-1) != 0 {
+		return nil, fmt.Errorf("runq task stamps %d: want a power of two", cfg.taskStamps)
+	}
 	t := &Tracer{changed: cfg.ChangedOnly, budget: cfg.PairsBudget, slotSeen: map[uint64]uint64{}, gone: map[uint64]bool{},
 		pairSeen: map[runqPairKey]uint64{}, pairGone: map[runqPairKey]bool{}}
 	if !cfg.ChangedOnly {
@@ -163,8 +176,9 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 		t.totals, t.totalPairs = nil, nil
 	}
 	spec.Maps[runqMapSlots].MaxEntries = cfg.slots
+	spec.Maps[runqMapTaskStamps].MaxEntries = cfg.taskStamps
 	spec.Maps[runqMapPairSlots].MaxEntries = cfg.pairSlots
-	for name, v := range map[string]uint32{"slot_mask": cfg.slots - 1, "pair_slot_mask": cfg.pairSlots - 1, "nr_cpus": uint32(cpus),
+	for name, v := range map[string]uint32{"slot_mask": cfg.slots - 1, "pair_slot_mask": cfg.pairSlots - 1, "nr_cpus": uint32(cpus), "task_stamp_mask": cfg.taskStamps - 1,
 		"again_half": outputs[runqMapAgain] / 2, "again_pairs_half": outputs[runqMapAgainPairs] / 2} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("setting %s of runq: %w", name, err)
@@ -175,7 +189,9 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	}
 	// runq_mkdir before sched_switch: a cgroup made in between could take the memory of a
 	// freed one whose id a CPU's cache holds (bpf/runq.bpf.c, recent_ids).
-	hooks := []loader.Attachment{loader.TpBTF("cgroup_mkdir", t.objs.RunqMkdir), loader.TpBTF("sched_switch", t.objs.RunqSwitch)}
+	// runq_free too: a task freed before it is attached would keep its entry of task_stamps.
+	hooks := []loader.Attachment{loader.TpBTF("cgroup_mkdir", t.objs.RunqMkdir), loader.TpBTF("sched_process_free", t.objs.RunqFree),
+		loader.TpBTF("sched_switch", t.objs.RunqSwitch)}
 	if useSlots {
 		hooks = append(hooks, loader.TpBTF("cgroup_rmdir", t.objs.RunqRmdir))
 	}
@@ -583,4 +599,17 @@ func each[K, V comparable](changed bool, b *loader.Batch[K, V], m *ebpf.Map, sig
 	n := 0
 	err := b.Each(m, func(k K, vs []V) { n++; fn(k, vs) })
 	return n, err
+}
+
+// readPidMax reads the highest pid the kernel hands out, plus one (kernel.pid_max).
+func readPidMax() (uint64, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return 0, fmt.Errorf("sizing runq's task stamps: %w", err)
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("sizing runq's task stamps: kernel.pid_max: %w", err)
+	}
+	return n, nil
 }

@@ -139,13 +139,45 @@ func busyPair(t *testing.T) (map[string]*cgtest.Group, int, *exec.Cmd) {
 // Two busy loops sharing one CPU preempt each other: both wait in the run queue, and each
 // pair is charged to the other's cgroup.
 func TestPreemptionPairs(t *testing.T) {
-	tr := newTracer(t, Config{})
-	g, _, _ := busyPair(t)
+	for _, c := range stampWays {
+		t.Run(c.name, func(t *testing.T) { testPreemptionPairs(t, c.cfg) })
+	}
+}
+
+// stampWays are the two places a task's stamp is kept (bpf/runq.bpf.c, stamp_of): its pid's
+// entry of the table, and task storage, where a table of one entry sends all tasks but one.
+var stampWays = []struct {
+	name string
+	cfg  Config
+}{{"table", Config{}}, {"task_storage", Config{taskStamps: 1}}}
+
+func testPreemptionPairs(t *testing.T, cfg Config) {
+	tr := newTracer(t, cfg)
+	g := cgtest.Make(t, "cpu", "a", "b")
+	cpu := cgtest.LastCPU(t)
+	loops := []*exec.Cmd{g["a"].Busy(t, cpu), g["b"].Busy(t, cpu)}
 	a, b := g["a"].ID, g["b"].ID
 	st := waitFor(t, tr, 15*time.Second, func(st Stats) bool {
 		return st.Latency[a].Count > 0 && st.Latency[b].Count > 0 &&
 			pair(st, a, b).WaitNs > 0 && pair(st, b, a).WaitNs > 0
 	})
+	if cfg.taskStamps == 1 {
+		// One entry for every pid: at most one loop holds it, the other's stamp is in its
+		// task storage.
+		stored := 0
+		for _, l := range loops {
+			table, storage := stampPlaces(t, tr, l.Process.Pid)
+			if table == storage {
+				t.Errorf("pid %d: stamp in the table %v, in task storage %v; want it in one", l.Process.Pid, table, storage)
+			}
+			if storage {
+				stored++
+			}
+		}
+		if stored == 0 {
+			t.Error("neither loop's stamp is in task storage, with a table of one entry")
+		}
+	}
 	for name, id := range map[string]uint64{"a": a, "b": b} {
 		if h := st.Latency[id]; h.Count == 0 || h.SumNs == 0 {
 			t.Errorf("cgroup %s (id %d): run-queue histogram %+v, want waits", name, id, h)
@@ -546,6 +578,77 @@ func entries(t *testing.T, m *ebpf.Map) int {
 
 // Full maps count drops instead of failing silently. With one slot a CPU, the cgroups that
 // do not get it go to the latency map, of one entry.
+// A task's entry of the table of stamps is its own while it lives, and free once it is freed:
+// a busy loop preempted by another takes its pid's entry, and gives it back when killed and
+// reaped (an RCU grace period later).
+func TestTaskStampsFreed(t *testing.T) {
+	tr := newTracer(t, Config{})
+	_, _, a := busyPair(t)
+	pid := uint32(a.Process.Pid)
+	mask := tr.objs.TaskStamps.MaxEntries() - 1
+	entry := func() runqTaskStamp {
+		var e runqTaskStamp
+		if err := tr.objs.TaskStamps.Lookup(pid&mask, &e); err != nil {
+			t.Fatalf("reading task stamp %d: %v", pid&mask, err)
+		}
+		return e
+	}
+	held := func() bool { e := entry(); return e.Start != 0 && e.Pid == pid }
+	poll(t, 15*time.Second, "the busy loop's preemption to take its entry", held)
+	if e := entry(); e.S.Preemptor == 0 && e.S.Preempted == 0 && e.S.Ts == 0 {
+		t.Errorf("entry of pid %d: %+v, want a stamp", pid, e)
+	}
+	_ = a.Process.Kill()
+	_ = a.Wait()
+	poll(t, 15*time.Second, "the killed loop's entry to be free", func() bool { return !held() })
+	if e := entry(); e.Start != 0 && e.Pid == pid {
+		t.Errorf("entry of pid %d after its exit: %+v, want free", pid, e)
+	}
+}
+
+// stampPlaces says where pid's stamp is: its entry of the table, its task storage (looked
+// up by a pidfd), or neither.
+func stampPlaces(t *testing.T, tr *Tracer, pid int) (table, storage bool) {
+	t.Helper()
+	mask := tr.objs.TaskStamps.MaxEntries() - 1
+	var e runqTaskStamp
+	if err := tr.objs.TaskStamps.Lookup(uint32(pid)&mask, &e); err != nil {
+		t.Fatalf("reading task stamp %d: %v", uint32(pid)&mask, err)
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatalf("pidfd of %d: %v", pid, err)
+	}
+	defer unix.Close(fd)
+	var s runqStamp
+	err = tr.objs.Stamps.Lookup(int32(fd), &s)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Fatalf("reading the task storage of %d: %v", pid, err)
+	}
+	return e.Start != 0 && e.Pid == uint32(pid), err == nil
+}
+
+// poll calls cond until it holds, failing the test with what after d.
+func poll(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", d, what)
+		}
+	}
+}
+
+func TestTaskStampsFor(t *testing.T) {
+	for _, c := range []struct {
+		pidMax uint64
+		want   uint32
+	}{{32768, 32768}, {32769, 65536}, {4194304, maxTaskStamps}, {300, 512}, {1, 1}} {
+		if got := taskStampsFor(c.pidMax); got != c.want {
+			t.Errorf("taskStampsFor(%d) = %d, want %d", c.pidMax, got, c.want)
+		}
+	}
+}
+
 func TestDropsWhenFull(t *testing.T) {
 	tr := newTracer(t, Config{MaxCgroups: 1, MaxPairs: 1, slots: 1})
 	busyPair(t)
@@ -731,15 +834,17 @@ func TestWaitsMatchTheKernelsRunDelay(t *testing.T) {
 		tr := newTracer(t, Config{})
 		matchRunDelay(t, tr, cappedNextToNeighbour(t, 20000)["capped"])
 	})
-	t.Run("migrating", func(t *testing.T) {
-		tr := newTracer(t, Config{})
-		g := cgtest.Make(t, "cpu", "sleeper", "hogs")
-		for range runtime.NumCPU() + 1 {
-			g["hogs"].Busy(t, -1)
-		}
-		startSleeper(t, g["sleeper"], -1)
-		matchRunDelay(t, tr, g["sleeper"])
-	})
+	for _, c := range stampWays {
+		t.Run("migrating_"+c.name, func(t *testing.T) {
+			tr := newTracer(t, c.cfg)
+			g := cgtest.Make(t, "cpu", "sleeper", "hogs")
+			for range runtime.NumCPU() + 1 {
+				g["hogs"].Busy(t, -1)
+			}
+			startSleeper(t, g["sleeper"], -1)
+			matchRunDelay(t, tr, g["sleeper"])
+		})
+	}
 	// One slot a CPU: the sleeper's waits are in a slot on some CPUs, in the latency map on
 	// others, and a read of what changed adds them up.
 	t.Run("migrating_one_slot", func(t *testing.T) {
@@ -1122,3 +1227,4 @@ func cgroupsMade(t *testing.T, tr *Tracer) uint64 {
 	}
 	return n
 }
+
