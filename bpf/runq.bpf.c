@@ -62,13 +62,17 @@ struct stamp {
 
 /* A task's stamp lives in the entry of task_stamps that its pid indexes while it holds that
  * entry, and in its task storage (stamps) where another live task does. An array lookup is
- * inlined into the program and validated by the owner's pid and start time: the storage helper
- * it replaces on every switch cost about 30 ns of a 200 ns switch under PTI (BenchmarkSwitch).
- * The entries are as many as pids can be, up to a cap (max_entries, a power of two, and
+ * inlined into the program and validated by the owner's task pointer and pid: the storage
+ * helper it replaces cost about 30 ns of a 200 ns switch under PTI (BenchmarkSwitch). The
+ * entries are as many as pids can be, up to a cap (max_entries, a power of two, and
  * task_stamp_mask set by the loader), so that below the cap no two live tasks share one. An
- * entry is taken with the task's first stamp and given back when the task is freed (runq_free). */
+ * entry is taken with the task's first stamp and given back when the task is freed (runq_free)
+ * or, a thread that execs, takes its process leader's pid (runq_exec). A task with a stamp in
+ * the table has a mark in task storage (stamped), so that a switch to a task without any BPF
+ * storage, one never preempted, touches no entry: reading the table's page cost more than the
+ * helper for such a task (TestGoalsHold's perf bench). */
 struct task_stamp {
-	__u64 start; /* the owner's start_time; 0 when free */
+	__u64 task; /* the owner; 0 when free */
 	__u32 pid;
 	__u32 pad;
 	struct stamp s;
@@ -90,26 +94,52 @@ struct {
 	__type(value, struct stamp);
 } stamps SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u32);
+} stamped SEC(".maps");
+
+/* A pid's entry: pids made one after another (a process's threads, or two processes forked
+ * together) are far apart, not on one cache line that their CPUs would write in turn (perf
+ * bench's two processes: 40-50 ns a switch). Multiplying by an odd number permutes the
+ * entries, so that no two pids below the cap share one. */
+static __always_inline __u32 task_index(__u32 pid)
+{
+	return (pid * 0x9E3779B1U) & task_stamp_mask;
+}
+
+/* Whether t has any BPF storage, which a task with a stamp has (see task_stamps). */
+static __always_inline bool has_storage(struct task_struct *t)
+{
+	return !bpf_core_field_exists(t->bpf_storage) || t->bpf_storage;
+}
+
 /* t's stamp, made (zeroed) when create is set and it has none: in its pid's entry when that is
  * free (taken by compare-and-swap, as two tasks may reach for it at once), else in its storage.
- * A task with a stamp in storage (made while another task held its entry) keeps it there; the
- * helper is called only for a task that has BPF storage at all. A task's own stamp is not
- * raced: its switches and wakeups hold its run queue's lock. */
+ * A task with a stamp in storage (made while another task held its entry) keeps it there. A
+ * task's own stamp is not raced: its switches and wakeups hold its run queue's lock. */
 static __always_inline struct stamp *stamp_of(struct task_struct *t, bool create)
 {
-	__u32 idx = t->pid & task_stamp_mask;
+	if (!create && !has_storage(t))
+		return NULL;
+	__u32 idx = task_index(t->pid);
 	struct task_stamp *e = bpf_map_lookup_elem(&task_stamps, &idx);
-	__u64 start = t->start_time;
-	if (e && start && e->start == start && e->pid == t->pid)
+	if (e && e->task == (__u64)t && e->pid == t->pid)
 		return &e->s;
-	if (!bpf_core_field_exists(t->bpf_storage) || t->bpf_storage) {
+	if (has_storage(t)) {
 		struct stamp *s = bpf_task_storage_get(&stamps, t, 0, 0);
 		if (s)
 			return s;
 	}
 	if (!create)
 		return NULL;
-	if (e && start && !e->start && !__sync_val_compare_and_swap(&e->start, 0, start)) {
+	if (e && !e->task && !__sync_val_compare_and_swap(&e->task, 0, (__u64)t)) {
+		if (!bpf_task_storage_get(&stamped, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE)) {
+			e->task = 0;
+			return NULL;
+		}
 		e->pid = t->pid;
 		__builtin_memset(&e->s, 0, sizeof(e->s));
 		return &e->s;
@@ -123,15 +153,34 @@ static __always_inline struct stamp *stamp_of(struct task_struct *t, bool create
 SEC("tp_btf/sched_process_free")
 int BPF_PROG(runq_free, struct task_struct *p)
 {
-	__u32 idx = p->pid & task_stamp_mask;
+	__u32 idx = task_index(p->pid);
 	struct task_stamp *e = bpf_map_lookup_elem(&task_stamps, &idx);
-	if (e && e->start && e->start == p->start_time && e->pid == p->pid)
-		e->start = 0;
+	if (e && e->task == (__u64)p && e->pid == p->pid)
+		e->task = 0;
 	return 0;
 }
 
-/* The histograms of victims without a slot (see slots) and the pairs without a pair slot, one
- * value for all CPUs, added to atomically. Per-CPU maps took their size once per possible CPU
+/* A thread other than its process's leader that execs takes the leader's pid, and the leader,
+ * gone, its old one (de_thread): both entries are given back, and the thread takes one again
+ * at its next stamp. */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(runq_exec, struct task_struct *p, pid_t old_pid)
+{
+	if (old_pid == p->pid)
+		return 0;
+	__u32 idx = task_index(old_pid);
+	struct task_stamp *e = bpf_map_lookup_elem(&task_stamps, &idx);
+	if (e && e->task == (__u64)p)
+		e->task = 0;
+	idx = task_index(p->pid);
+	e = bpf_map_lookup_elem(&task_stamps, &idx);
+	if (e && e->task && e->task != (__u64)p && e->pid == p->pid)
+		e->task = 0;
+	return 0;
+}
+
+/* The histograms of victims without a slot (see slots) and the pairs without a place in one,
+ * one value for all CPUs, added to atomically. Per-CPU maps took their size once per possible CPU
  * in the kernel's memory, allocated at load and charged to the agent's memory cgroup: at 4,096
  * cgroups and 16,384 pairs, about 1.8 MB a CPU, 170 MB on a 96-vCPU node (make test-vm's wide
  * boot measured 52 MB at a test's smaller sizes). Only the slots stay per-CPU, a few KB a CPU.
@@ -150,16 +199,36 @@ struct {
 	__type(value, struct pair_val);
 } pairs SEC(".maps");
 
-/* Each CPU's own histograms of the victims it sees most, ahead of the latency hash: a slot is
- * an array index, found without hashing the key (a hash lookup was about 30 ns of a switch,
- * make bench), written without atomics, picked from the cgroup id and taken by the first victim
- * that lands on it while free. Victims whose slot another holds go to the latency map. Slots are freed when
- * their cgroup is removed (runq_rmdir), so that a churn of cgroups leaves them to the living.
- * User space adds each cgroup's slots, on every CPU, to its latency entry. */
+/* Each CPU's own histograms and pairs of the victims it sees most, ahead of the latency and
+ * pairs hashes: a slot is an array index, found without hashing the key (a hash lookup was
+ * about 30 ns of a switch, make bench), written without atomics, picked from the cgroup id and
+ * taken by the first victim that lands on it while free. Victims whose slot another holds go to
+ * the maps. Slots are freed when their cgroup is removed (runq_rmdir), so that a churn of
+ * cgroups leaves them to the living. User space adds each cgroup's slots, on every CPU, to its
+ * latency entry, and each pair's to its pairs entry.
+ *
+ * A victim's pairs are in its slot: a preemptor's is found by a short scan on the page of the
+ * histogram, where a pair slot of its own, found by a hash of the pair, was another page and
+ * about 20 ns of a switch under PTI (BenchmarkSwitch). A victim's pairs past SLOT_PAIRS go to
+ * the pairs map. 512 bytes a slot. */
+#define SLOT_PAIRS 4
+
+struct slot_pair {
+	__u64 preemptor;
+	__u32 kind;  /* enum wait_kind */
+	__u32 taken; /* 0 when free */
+	struct pair_val val;
+};
+
 struct slot {
 	__u64 cgroup; /* 0 when free */
 	struct cell c;
+	struct slot_pair pairs[SLOT_PAIRS];
 };
+
+/* How many of a slot's places a pair may take, set by the loader: a test takes fewer to send
+ * pairs to the map. Read only when a pair takes a place. */
+volatile const __u32 slot_pairs = SLOT_PAIRS;
 
 /* max_entries, a power of two, is set by the loader, and slot_mask to one less. */
 struct {
@@ -183,30 +252,6 @@ volatile const __u32 nr_cpus = 1;
 static __always_inline __u32 slot_of(__u64 cg)
 {
 	return (__u32)((cg * 0x9E3779B97F4A7C15ULL) >> 40) & slot_mask;
-}
-
-/* The pairs, too, first in slots of each CPU's own (as the victims' histograms; see slots),
- * more of them as there are more pairs than cgroups. A pair slot is free while its victim is
- * 0; removing a cgroup frees every pair slot it is in, as victim or preemptor. */
-struct pair_slot {
-	struct pair_key key;
-	struct pair_val val;
-};
-
-/* max_entries, a power of two, is set by the loader, and pair_slot_mask to one less. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 128);
-	__type(key, __u32);
-	__type(value, struct pair_slot);
-} pair_slots SEC(".maps");
-
-volatile const __u32 pair_slot_mask = 127;
-
-static __always_inline __u32 pair_slot_of(const struct pair_key *k)
-{
-	__u64 h = (k->victim ^ (k->preemptor * 0xC2B2AE3D27D4EB4FULL) ^ k->kind) * 0x9E3779B97F4A7C15ULL;
-	return (__u32)(h >> 40) & pair_slot_mask;
 }
 
 /* The cgroup of the task each CPU switched to last (0: the idle task). User space reads it
@@ -451,27 +496,27 @@ static __always_inline __u64 preemptor_of(struct task_struct *t, struct recent_i
 	return last == (__u64)t ? last_cgroup : cgroup_cached(r, t);
 }
 
-/* The histogram of cg's waits on this CPU: its slot when it holds it or takes it now, else
- * its entry in the latency map (also for id 0, an unreadable cgroup, which marks a free slot),
- * which all CPUs share: *shared says so. */
-static __always_inline struct cell *victim_cell(__u64 cg, bool *shared)
+/* The histogram of cg's waits on this CPU: its slot's (*slot) when it holds it or takes it
+ * now, else its entry in the latency map (also for id 0, an unreadable cgroup, which marks a
+ * free slot), which all CPUs share: *slot is NULL. */
+static __always_inline struct cell *victim_cell(__u64 cg, struct slot **slot)
 {
-	*shared = false;
 	__u32 idx = slot_of(cg);
 	struct slot *sl = use_slots ? bpf_map_lookup_elem(&slots, &idx) : NULL;
+	*slot = sl;
 	if (sl && cg) {
 		if (sl->cgroup == cg)
 			return &sl->c;
 		if (!sl->cgroup) {
 			/* Cleared before it is owned, so that a reader never sees the counts of
 			 * the removed cgroup that held it under the new one's id. */
-			__builtin_memset(&sl->c, 0, sizeof(sl->c));
+			__builtin_memset(&sl->c, 0, sizeof(*sl) - sizeof(sl->cgroup));
 			barrier();
 			sl->cgroup = cg;
 			return &sl->c;
 		}
 	}
-	*shared = true;
+	*slot = NULL;
 	struct cell *c = bpf_map_lookup_elem(&latency, &cg);
 	if (c)
 		return c;
@@ -482,24 +527,28 @@ static __always_inline struct cell *victim_cell(__u64 cg, bool *shared)
 	return bpf_map_lookup_elem(&latency, &cg);
 }
 
-/* bpf_loop's step i over the pair slots of every CPU: frees the one at i if the removed
- * cgroup *id is in it. */
-static long free_pair_slot(__u64 i, void *ctx)
+/* bpf_loop's step i over the slots of every CPU: frees the pairs of the one at i whose
+ * preemptor is the removed cgroup *id. */
+static long free_slot_pairs(__u64 i, void *ctx)
 {
 	__u64 id = *(__u64 *)ctx;
-	__u32 cpu = i / (pair_slot_mask + 1);
-	__u32 idx = i & pair_slot_mask;
-	struct pair_slot *sl = bpf_map_lookup_percpu_elem(&pair_slots, &idx, cpu);
-	if (sl && sl->key.victim && (sl->key.victim == id || sl->key.preemptor == id))
-		sl->key.victim = 0;
+	__u32 cpu = i / (slot_mask + 1);
+	__u32 idx = i & slot_mask;
+	struct slot *sl = bpf_map_lookup_percpu_elem(&slots, &idx, cpu);
+	if (!sl || !sl->cgroup)
+		return 0;
+	for (int j = 0; j < SLOT_PAIRS; j++)
+		if (sl->pairs[j].taken && sl->pairs[j].preemptor == id)
+			sl->pairs[j].taken = 0;
 	return 0;
 }
 
-/* A removed cgroup of the hierarchy the ids are from gives up its slot, and the pair slots
- * it is in, on every CPU. It has no task left to wait, so no CPU writes its slot meanwhile
- * (a pair of it may still be charged, to a task that waited behind it since before: counted
- * anew, of a cgroup that is gone); the CPU that takes a slot next clears it (victim_cell,
- * pair_get). The other hierarchies' ids are numbered apart and may be equal. */
+/* A removed cgroup of the hierarchy the ids are from gives up its slot, with its pairs, and
+ * its place as preemptor in other victims' slots, on every CPU. It has no task left to wait,
+ * so no CPU writes its slot meanwhile (a pair of it as preemptor may still be charged, to a
+ * task that waited behind it since before: counted anew, of a cgroup that is gone); the CPU
+ * that takes a slot or a pair's place next clears it (victim_cell, pair_get). The other
+ * hierarchies' ids are numbered apart and may be equal. */
 SEC("tp_btf/cgroup_rmdir")
 int BPF_PROG(runq_rmdir, struct cgroup *cgrp, const char *path)
 {
@@ -516,33 +565,41 @@ int BPF_PROG(runq_rmdir, struct cgroup *cgrp, const char *path)
 		if (sl && sl->cgroup == id)
 			sl->cgroup = 0;
 	}
-	/* A cgroup is in pairs with any other, at any index: every pair slot of every CPU, a few
-	 * µs a CPU, once per removed cgroup. */
-	bpf_loop(nr_cpus * (pair_slot_mask + 1), free_pair_slot, &id, 0);
+	/* A cgroup preempts any other: every slot of every CPU, a few µs a CPU, once per removed
+	 * cgroup. */
+	bpf_loop(nr_cpus * (slot_mask + 1), free_slot_pairs, &id, 0);
 	return 0;
 }
 
-/* The counters of pair k on this CPU: its slot when it holds it or takes it now, else its
- * entry in the pairs map, which all CPUs share: *shared says so. */
-static __always_inline struct pair_val *pair_get(struct pair_key *k, bool *shared)
+/* The counters of pair k on this CPU: its place in its victim's slot (sl, or NULL) when it
+ * holds one or takes a free one now, else its entry in the pairs map, which all CPUs share:
+ * *shared says so. */
+static __always_inline struct pair_val *pair_get(struct pair_key *k, struct slot *sl, bool *shared)
 {
 	*shared = false;
-	__u32 idx = pair_slot_of(k);
-	struct pair_slot *sl = use_slots ? bpf_map_lookup_elem(&pair_slots, &idx) : NULL;
-	if (sl && k->victim) {
-		if (sl->key.victim == k->victim && sl->key.preemptor == k->preemptor &&
-		    sl->key.kind == k->kind)
-			return &sl->val;
-		if (!sl->key.victim) {
-			/* Cleared, then owned: the victim, which marks it taken, last. */
-			sl->val.count = 0;
-			sl->val.wait_ns = 0;
-			sl->val.epoch = 0;
-			sl->key.preemptor = k->preemptor;
-			sl->key.kind = k->kind;
+	if (sl) {
+		int free = -1;
+		for (int j = 0; j < SLOT_PAIRS; j++) {
+			struct slot_pair *p = &sl->pairs[j];
+			if (!p->taken) {
+				if (free < 0)
+					free = j;
+				continue;
+			}
+			if (p->preemptor == k->preemptor && p->kind == k->kind)
+				return &p->val;
+		}
+		if (free >= 0 && free < SLOT_PAIRS && free < slot_pairs) {
+			/* Cleared, then taken. */
+			struct slot_pair *p = &sl->pairs[free];
+			p->val.count = 0;
+			p->val.wait_ns = 0;
+			p->val.epoch = 0;
+			p->preemptor = k->preemptor;
+			p->kind = k->kind;
 			barrier();
-			sl->key.victim = k->victim;
-			return &sl->val;
+			p->taken = 1;
+			return &p->val;
 		}
 	}
 	*shared = true;
@@ -712,8 +769,10 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	}
 
 	bool shared;
-	struct cell *c = victim_cell(cg, &shared);
+	struct slot *sl;
+	struct cell *c = victim_cell(cg, &sl);
 	if (c) {
+		shared = !sl;
 		if (shared)
 			hist_add_shared(&c->h, delta);
 		else
@@ -739,7 +798,7 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	/* The preemption is counted here too, not when it happened: one switch then adds at
 	 * most one pair (with per-CPU maps a second insert in the same switch failed: their
 	 * allocator keeps about one free value per CPU at hand). */
-	struct pair_val *v = pair_get(&k, &shared);
+	struct pair_val *v = pair_get(&k, sl, &shared);
 	if (!v) {
 		count_drop(DROP_PAIR_FULL);
 		return 0;
@@ -763,6 +822,11 @@ struct cgroup_sum {
 	struct hist h;
 };
 
+struct pair_sum {
+	struct pair_key key;
+	struct pair_val val;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 4096);
@@ -774,7 +838,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
-	__type(value, struct pair_slot);
+	__type(value, struct pair_sum);
 } pairs_out SEC(".maps");
 
 struct {
@@ -826,14 +890,18 @@ static long sum_cgroup_on(__u64 cpu, void *ctx)
 static long sum_pair_on(__u64 cpu, void *ctx)
 {
 	struct agg *a = ctx;
-	struct pair_slot *o = bpf_map_lookup_elem(&pairs_out, &a->out);
+	struct pair_sum *o = bpf_map_lookup_elem(&pairs_out, &a->out);
 	if (!o)
 		return 1;
-	struct pair_slot *sl = bpf_map_lookup_percpu_elem(&pair_slots, &a->slot, cpu);
-	if (sl && sl->key.victim == a->pair.victim && sl->key.preemptor == a->pair.preemptor &&
-	    sl->key.kind == a->pair.kind) {
-		o->val.count += sl->val.count;
-		o->val.wait_ns += sl->val.wait_ns;
+	struct slot *sl = bpf_map_lookup_percpu_elem(&slots, &a->slot, cpu);
+	if (!sl || sl->cgroup != a->pair.victim)
+		return 0;
+	for (int j = 0; j < SLOT_PAIRS; j++) {
+		struct slot_pair *p = &sl->pairs[j];
+		if (p->taken && p->preemptor == a->pair.preemptor && p->kind == a->pair.kind) {
+			o->val.count += p->val.count;
+			o->val.wait_ns += p->val.wait_ns;
+		}
 	}
 	return 0;
 }
@@ -911,14 +979,14 @@ static long aggregate_cgroup_again(__u64 i, void *ctx)
 static __always_inline bool hand_pair(struct pair_key *k, __u64 base, struct agg *a, __u64 *count)
 {
 	__u32 i = out_pairs;
-	struct pair_slot *o = bpf_map_lookup_elem(&pairs_out, &i);
+	struct pair_sum *o = bpf_map_lookup_elem(&pairs_out, &i);
 	if (!o)
 		return false;
 	__builtin_memset(o, 0, sizeof(*o));
 	o->key = *k;
 	a->pair = *k;
 	a->out = i;
-	a->slot = pair_slot_of(k);
+	a->slot = slot_of(k->victim);
 	struct pair_val *v = bpf_map_lookup_elem(&pairs, k);
 	if (v) {
 		o->val.count += v->count;

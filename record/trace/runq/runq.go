@@ -53,22 +53,20 @@ type Config struct {
 	// (bpf/runq.bpf.c, runq_aggregate): for the tests of that way.
 	noSums bool
 	// slots per CPU (bpf/runq.bpf.c, slots), a power of two; 0 means defaultSlots. A test
-	// takes one to send most cgroups to the latency map. pairSlots is the same for the pairs;
-	// 0 means pairSlotsPerSlot times slots.
-	slots, pairSlots uint32
+	// takes one to send most cgroups, and their pairs, to the maps. slotPairs is how many of
+	// a slot's places for pairs may be taken, 0 all (slot_pairs): a test takes one to send a
+	// victim's other pairs to the pairs map.
+	slots, slotPairs uint32
 	// taskStamps is how many tasks' stamps the table holds (bpf/runq.bpf.c, task_stamps), a
 	// power of two; 0 sizes it by pid_max (taskStampsFor). A test takes one to send the stamps
 	// of all tasks but one to task storage.
 	taskStamps uint32
 }
 
-// defaultSlots: 22 KiB a CPU (4.3 MiB at 192 CPUs), allocated at load; a CPU rarely sees
-// more busy cgroups at once, and the others are served by the latency map. Pair slots are
-// pairSlotsPerSlot times as many, 48 bytes each (12 KiB a CPU).
-const (
-	defaultSlots     = 64
-	pairSlotsPerSlot = 4
-)
+// defaultSlots: 512 bytes each with a victim's first four pairs, 32 KiB a CPU (6 MiB at 192
+// CPUs), allocated at load; a CPU rarely sees more busy cgroups at once, and the others are
+// served by the maps.
+const defaultSlots = 64
 
 // maxTaskStamps caps the table of tasks' stamps: 40 bytes each, 2.5 MiB at the cap, allocated
 // at load. Where pid_max is higher (4,194,304 where systemd raises it), two live tasks whose

@@ -61,7 +61,7 @@ type runqPairKey struct {
 	Pad       uint32
 }
 
-type runqPairSlot struct {
+type runqPairSum struct {
 	_   structs.HostLayout
 	Key runqPairKey
 	Val runqPairVal
@@ -92,6 +92,15 @@ type runqSlot struct {
 	_      structs.HostLayout
 	Cgroup uint64
 	C      runqCell
+	Pairs  [4]runqSlotPair
+}
+
+type runqSlotPair struct {
+	_         structs.HostLayout
+	Preemptor uint64
+	Kind      uint32
+	Taken     uint32
+	Val       runqPairVal
 }
 
 type runqStamp struct {
@@ -103,11 +112,11 @@ type runqStamp struct {
 }
 
 type runqTaskStamp struct {
-	_     structs.HostLayout
-	Start uint64
-	Pid   uint32
-	Pad   uint32
-	S     runqStamp
+	_    structs.HostLayout
+	Task uint64
+	Pid  uint32
+	Pad  uint32
+	S    runqStamp
 }
 
 type runqWaitKind uint32
@@ -130,14 +139,15 @@ const (
 	runqMapLatency          = "latency"
 	runqMapOncpu            = "oncpu"
 	runqMapOncpuOut         = "oncpu_out"
-	runqMapPairSlots        = "pair_slots"
 	runqMapPairs            = "pairs"
 	runqMapPairsOut         = "pairs_out"
 	runqMapRecentIds        = "recent_ids"
 	runqMapSlots            = "slots"
+	runqMapStamped          = "stamped"
 	runqMapStamps           = "stamps"
 	runqMapTaskStamps       = "task_stamps"
 	runqProgRunqAggregate   = "runq_aggregate"
+	runqProgRunqExec        = "runq_exec"
 	runqProgRunqFree        = "runq_free"
 	runqProgRunqMkdir       = "runq_mkdir"
 	runqProgRunqRmdir       = "runq_rmdir"
@@ -158,9 +168,9 @@ const (
 	runqVarOutCgroups       = "out_cgroups"
 	runqVarOutOncpu         = "out_oncpu"
 	runqVarOutPairs         = "out_pairs"
-	runqVarPairSlotMask     = "pair_slot_mask"
 	runqVarPairsAdded       = "pairs_added"
 	runqVarSlotMask         = "slot_mask"
+	runqVarSlotPairs        = "slot_pairs"
 	runqVarTaskStampMask    = "task_stamp_mask"
 	runqVarUnusedDropReason = "unused_drop_reason"
 	runqVarUnusedWaitKind   = "unused_wait_kind"
@@ -212,6 +222,7 @@ type runqSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type runqProgramSpecs struct {
 	RunqAggregate *ebpf.ProgramSpec `ebpf:"runq_aggregate"`
+	RunqExec      *ebpf.ProgramSpec `ebpf:"runq_exec"`
 	RunqFree      *ebpf.ProgramSpec `ebpf:"runq_free"`
 	RunqMkdir     *ebpf.ProgramSpec `ebpf:"runq_mkdir"`
 	RunqRmdir     *ebpf.ProgramSpec `ebpf:"runq_rmdir"`
@@ -233,11 +244,11 @@ type runqMapSpecs struct {
 	Latency    *ebpf.MapSpec `ebpf:"latency"`
 	Oncpu      *ebpf.MapSpec `ebpf:"oncpu"`
 	OncpuOut   *ebpf.MapSpec `ebpf:"oncpu_out"`
-	PairSlots  *ebpf.MapSpec `ebpf:"pair_slots"`
 	Pairs      *ebpf.MapSpec `ebpf:"pairs"`
 	PairsOut   *ebpf.MapSpec `ebpf:"pairs_out"`
 	RecentIds  *ebpf.MapSpec `ebpf:"recent_ids"`
 	Slots      *ebpf.MapSpec `ebpf:"slots"`
+	Stamped    *ebpf.MapSpec `ebpf:"stamped"`
 	Stamps     *ebpf.MapSpec `ebpf:"stamps"`
 	TaskStamps *ebpf.MapSpec `ebpf:"task_stamps"`
 }
@@ -260,9 +271,9 @@ type runqVariableSpecs struct {
 	OutCgroups       *ebpf.VariableSpec `ebpf:"out_cgroups"`
 	OutOncpu         *ebpf.VariableSpec `ebpf:"out_oncpu"`
 	OutPairs         *ebpf.VariableSpec `ebpf:"out_pairs"`
-	PairSlotMask     *ebpf.VariableSpec `ebpf:"pair_slot_mask"`
 	PairsAdded       *ebpf.VariableSpec `ebpf:"pairs_added"`
 	SlotMask         *ebpf.VariableSpec `ebpf:"slot_mask"`
+	SlotPairs        *ebpf.VariableSpec `ebpf:"slot_pairs"`
 	TaskStampMask    *ebpf.VariableSpec `ebpf:"task_stamp_mask"`
 	UnusedDropReason *ebpf.VariableSpec `ebpf:"unused_drop_reason"`
 	UnusedWaitKind   *ebpf.VariableSpec `ebpf:"unused_wait_kind"`
@@ -300,11 +311,11 @@ type runqMaps struct {
 	Latency    *ebpf.Map `ebpf:"latency"`
 	Oncpu      *ebpf.Map `ebpf:"oncpu"`
 	OncpuOut   *ebpf.Map `ebpf:"oncpu_out"`
-	PairSlots  *ebpf.Map `ebpf:"pair_slots"`
 	Pairs      *ebpf.Map `ebpf:"pairs"`
 	PairsOut   *ebpf.Map `ebpf:"pairs_out"`
 	RecentIds  *ebpf.Map `ebpf:"recent_ids"`
 	Slots      *ebpf.Map `ebpf:"slots"`
+	Stamped    *ebpf.Map `ebpf:"stamped"`
 	Stamps     *ebpf.Map `ebpf:"stamps"`
 	TaskStamps *ebpf.Map `ebpf:"task_stamps"`
 }
@@ -320,11 +331,11 @@ func (m *runqMaps) Close() error {
 		m.Latency,
 		m.Oncpu,
 		m.OncpuOut,
-		m.PairSlots,
 		m.Pairs,
 		m.PairsOut,
 		m.RecentIds,
 		m.Slots,
+		m.Stamped,
 		m.Stamps,
 		m.TaskStamps,
 	)
@@ -348,9 +359,9 @@ type runqVariables struct {
 	OutCgroups       *ebpf.Variable `ebpf:"out_cgroups"`
 	OutOncpu         *ebpf.Variable `ebpf:"out_oncpu"`
 	OutPairs         *ebpf.Variable `ebpf:"out_pairs"`
-	PairSlotMask     *ebpf.Variable `ebpf:"pair_slot_mask"`
 	PairsAdded       *ebpf.Variable `ebpf:"pairs_added"`
 	SlotMask         *ebpf.Variable `ebpf:"slot_mask"`
+	SlotPairs        *ebpf.Variable `ebpf:"slot_pairs"`
 	TaskStampMask    *ebpf.Variable `ebpf:"task_stamp_mask"`
 	UnusedDropReason *ebpf.Variable `ebpf:"unused_drop_reason"`
 	UnusedWaitKind   *ebpf.Variable `ebpf:"unused_wait_kind"`
@@ -364,6 +375,7 @@ type runqVariables struct {
 // It can be passed to loadRunqObjects or ebpf.CollectionSpec.LoadAndAssign.
 type runqPrograms struct {
 	RunqAggregate *ebpf.Program `ebpf:"runq_aggregate"`
+	RunqExec      *ebpf.Program `ebpf:"runq_exec"`
 	RunqFree      *ebpf.Program `ebpf:"runq_free"`
 	RunqMkdir     *ebpf.Program `ebpf:"runq_mkdir"`
 	RunqRmdir     *ebpf.Program `ebpf:"runq_rmdir"`
@@ -375,6 +387,7 @@ type runqPrograms struct {
 func (p *runqPrograms) Close() error {
 	return _RunqClose(
 		p.RunqAggregate,
+		p.RunqExec,
 		p.RunqFree,
 		p.RunqMkdir,
 		p.RunqRmdir,

@@ -54,15 +54,14 @@ type Tracer struct {
 	// gone are slot owners Forget found removed: their slots are freed at their rmdir, and
 	// one whose rmdir the program missed (a run skipped for recursion) is not read again.
 	gone map[uint64]bool
-	// The same for the pair slots: each slot pair's count at the last read of the pairs, and
+	// The same for the pairs in slots: each one's count at the last read of the pairs, and
 	// the pairs Forget found with a removed cgroup.
-	pairSlots loader.Batch[uint32, runqPairSlot]
-	pairSeen  map[runqPairKey]uint64
-	pairGone  map[runqPairKey]bool
-	changed   bool // Config.ChangedOnly
-	budget    int  // Config.PairsBudget
-	parts     int  // ReadPart calls since the pairs were last read
-	held      int  // pairs the map held at the last read of them
+	pairSeen map[runqPairKey]uint64
+	pairGone map[runqPairKey]bool
+	changed  bool // Config.ChangedOnly
+	budget   int  // Config.PairsBudget
+	parts    int  // ReadPart calls since the pairs were last read
+	held     int  // pairs the map held at the last read of them
 	// Entries Forget deleted, which the programs' counts of those they added are less.
 	deletedLatency, deletedPairs uint64
 }
@@ -71,7 +70,7 @@ type Tracer struct {
 type summedRead struct {
 	keys   []uint32
 	cgroup []runqCgroupSum
-	pairs  []runqPairSlot
+	pairs  []runqPairSum
 	oncpu  []uint64
 }
 
@@ -95,11 +94,11 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if cfg.slots == 0 {
 		cfg.slots = defaultSlots
 	}
-	if cfg.pairSlots == 0 {
-		cfg.pairSlots = pairSlotsPerSlot * cfg.slots
+	if cfg.slots&(cfg.slots-1) != 0 {
+		return nil, fmt.Errorf("runq slots %d: want a power of two", cfg.slots)
 	}
-	if cfg.slots&(cfg.slots-1) != 0 || cfg.pairSlots&(cfg.pairSlots-1) != 0 {
-		return nil, fmt.Errorf("runq slots %d and pair slots %d: want powers of two", cfg.slots, cfg.pairSlots)
+	if places := uint32(len(runqSlot{}.Pairs)); cfg.slotPairs == 0 || cfg.slotPairs > places {
+		cfg.slotPairs = places
 	}
 	if cfg.taskStamps == 0 {
 		pidMax, err := readPidMax()
@@ -177,8 +176,7 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	}
 	spec.Maps[runqMapSlots].MaxEntries = cfg.slots
 	spec.Maps[runqMapTaskStamps].MaxEntries = cfg.taskStamps
-	spec.Maps[runqMapPairSlots].MaxEntries = cfg.pairSlots
-	for name, v := range map[string]uint32{"slot_mask": cfg.slots - 1, "pair_slot_mask": cfg.pairSlots - 1, "nr_cpus": uint32(cpus), "task_stamp_mask": cfg.taskStamps - 1,
+	for name, v := range map[string]uint32{"slot_mask": cfg.slots - 1, "slot_pairs": cfg.slotPairs, "nr_cpus": uint32(cpus), "task_stamp_mask": cfg.taskStamps - 1,
 		"again_half": outputs[runqMapAgain] / 2, "again_pairs_half": outputs[runqMapAgainPairs] / 2} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("setting %s of runq: %w", name, err)
@@ -189,9 +187,10 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	}
 	// runq_mkdir before sched_switch: a cgroup made in between could take the memory of a
 	// freed one whose id a CPU's cache holds (bpf/runq.bpf.c, recent_ids).
-	// runq_free too: a task freed before it is attached would keep its entry of task_stamps.
+	// runq_free and runq_exec too: a task freed, or a thread that execs, before they are
+	// attached would keep its entry of task_stamps.
 	hooks := []loader.Attachment{loader.TpBTF("cgroup_mkdir", t.objs.RunqMkdir), loader.TpBTF("sched_process_free", t.objs.RunqFree),
-		loader.TpBTF("sched_switch", t.objs.RunqSwitch)}
+		loader.TpBTF("sched_process_exec", t.objs.RunqExec), loader.TpBTF("sched_switch", t.objs.RunqSwitch)}
 	if useSlots {
 		hooks = append(hooks, loader.TpBTF("cgroup_rmdir", t.objs.RunqRmdir))
 	}
@@ -349,9 +348,9 @@ func readOut[V any](m *ebpf.Map, n uint32, buf *[]V, keys *[]uint32, c *Cost) ([
 // changed.
 func (t *Tracer) readWhole(pairs bool) (Stats, error) {
 	st := Stats{Latency: map[uint64]hist.Log2{}}
-	before := t.latency.Cost.Add(t.slots.Cost).Add(t.pairs.Cost).Add(t.pairSlots.Cost)
+	before := t.latency.Cost.Add(t.slots.Cost).Add(t.pairs.Cost)
 
-	slots, err := t.readSlots()
+	slots, slotPairs, err := t.readSlots()
 	if err != nil {
 		return Stats{}, err
 	}
@@ -383,7 +382,7 @@ func (t *Tracer) readWhole(pairs bool) (Stats, error) {
 	t.slotSeen = seen
 
 	if pairs {
-		if err := t.readPairs(&st); err != nil {
+		if err := t.readPairs(&st, slotPairs); err != nil {
 			return Stats{}, err
 		}
 	}
@@ -399,19 +398,16 @@ func (t *Tracer) readWhole(pairs bool) (Stats, error) {
 			st.OnCPU = append(st.OnCPU, id)
 		}
 	}
-	after := t.latency.Cost.Add(t.slots.Cost).Add(t.pairs.Cost).Add(t.pairSlots.Cost)
+	after := t.latency.Cost.Add(t.slots.Cost).Add(t.pairs.Cost)
 	st.Cost.Calls += after.Calls - before.Calls + 1
 	st.Cost.Bytes += after.Bytes - before.Bytes + uint64(len(cur))*8
 	return st, nil
 }
 
 // readPairs adds the pairs to st: those of the pairs map (with ChangedOnly, that changed) with
-// their slots on every CPU added, and those only in slots (that changed).
-func (t *Tracer) readPairs(st *Stats) error {
-	slots, err := t.readPairSlots()
-	if err != nil {
-		return err
-	}
+// their places in slots on every CPU (slots, by readSlots) added, and those only in slots (that
+// changed).
+func (t *Tracer) readPairs(st *Stats, slots map[runqPairKey]runqPairVal) error {
 	seen := make(map[runqPairKey]uint64, len(slots))
 	for k, v := range slots {
 		seen[k] = v.Count
@@ -445,37 +441,12 @@ func (t *Tracer) readPairs(st *Stats) error {
 	return nil
 }
 
-// readPairSlots sums the pair slots of every CPU by pair, leaving out those Forget found
-// with a removed cgroup.
-func (t *Tracer) readPairSlots() (map[runqPairKey]runqPairVal, error) {
-	sums := map[runqPairKey]runqPairVal{}
-	stillGone := map[runqPairKey]bool{}
-	err := t.pairSlots.Each(t.objs.PairSlots, func(_ uint32, per []runqPairSlot) {
-		for _, s := range per {
-			switch {
-			case s.Key.Victim == 0:
-			case t.pairGone[s.Key]:
-				stillGone[s.Key] = true
-			default:
-				v := sums[s.Key]
-				v.Count += s.Val.Count
-				v.WaitNs += s.Val.WaitNs
-				sums[s.Key] = v
-			}
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reading runq pair slots: %w", err)
-	}
-	t.pairGone = stillGone
-	return sums, nil
-}
-
-// readSlots sums the slots of every CPU by the cgroup holding them, leaving out those Forget
-// found removed.
-func (t *Tracer) readSlots() (map[uint64]*loader.HistSum, error) {
+// readSlots sums the slots of every CPU by the cgroup holding them, and the pairs in them by
+// pair, leaving out those Forget found removed.
+func (t *Tracer) readSlots() (map[uint64]*loader.HistSum, map[runqPairKey]runqPairVal, error) {
 	sums := map[uint64]*loader.HistSum{}
-	stillGone := map[uint64]bool{}
+	pairs := map[runqPairKey]runqPairVal{}
+	stillGone, pairsStillGone := map[uint64]bool{}, map[runqPairKey]bool{}
 	err := t.slots.Each(t.objs.Slots, func(_ uint32, per []runqSlot) {
 		for _, s := range per {
 			if t.gone[s.Cgroup] {
@@ -490,13 +461,27 @@ func (t *Tracer) readSlots() (map[uint64]*loader.HistSum, error) {
 				sums[s.Cgroup] = sum
 			}
 			sum.Add(s.C.H.Slots[:], s.C.H.Count, s.C.H.SumNs)
+			for _, p := range s.Pairs {
+				if p.Taken == 0 {
+					continue
+				}
+				k := runqPairKey{Victim: s.Cgroup, Preemptor: p.Preemptor, Kind: p.Kind}
+				if t.pairGone[k] {
+					pairsStillGone[k] = true
+					continue
+				}
+				v := pairs[k]
+				v.Count += p.Val.Count
+				v.WaitNs += p.Val.WaitNs
+				pairs[k] = v
+			}
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("reading runq slots: %w", err)
+		return nil, nil, fmt.Errorf("reading runq slots: %w", err)
 	}
-	t.gone = stillGone
-	return sums, nil
+	t.gone, t.pairGone = stillGone, pairsStillGone
+	return sums, pairs, nil
 }
 
 // merged is a cgroup's histogram: its latency entry and its slots' sum.
