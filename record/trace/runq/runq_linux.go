@@ -8,16 +8,14 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/nodectl/nodectl/rundir"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"github.com/prometheus/procfs"
 
 	"github.com/nodectl/nodectl/record/trace/internal/features"
 	"github.com/nodectl/nodectl/record/trace/internal/loader"
@@ -350,7 +348,7 @@ func (t *Tracer) readWhole(pairs bool) (Stats, error) {
 	st := Stats{Latency: map[uint64]hist.Log2{}}
 	before := t.latency.Cost.Add(t.slots.Cost).Add(t.pairs.Cost)
 
-	slots, slotPairs, err := t.readSlots()
+	slots, slotPairs, err := t.readSlots(pairs)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -441,12 +439,15 @@ func (t *Tracer) readPairs(st *Stats, slots map[runqPairKey]runqPairVal) error {
 	return nil
 }
 
-// readSlots sums the slots of every CPU by the cgroup holding them, and the pairs in them by
-// pair, leaving out those Forget found removed.
-func (t *Tracer) readSlots() (map[uint64]*loader.HistSum, map[runqPairKey]runqPairVal, error) {
+// readSlots sums the slots of every CPU by the cgroup holding them, and, with withPairs, the
+// pairs in them by pair, leaving out those Forget found removed.
+func (t *Tracer) readSlots(withPairs bool) (map[uint64]*loader.HistSum, map[runqPairKey]runqPairVal, error) {
 	sums := map[uint64]*loader.HistSum{}
 	pairs := map[runqPairKey]runqPairVal{}
 	stillGone, pairsStillGone := map[uint64]bool{}, map[runqPairKey]bool{}
+	if !withPairs {
+		pairsStillGone = t.pairGone
+	}
 	err := t.slots.Each(t.objs.Slots, func(_ uint32, per []runqSlot) {
 		for _, s := range per {
 			if t.gone[s.Cgroup] {
@@ -461,6 +462,9 @@ func (t *Tracer) readSlots() (map[uint64]*loader.HistSum, map[runqPairKey]runqPa
 				sums[s.Cgroup] = sum
 			}
 			sum.Add(s.C.H.Slots[:], s.C.H.Count, s.C.H.SumNs)
+			if !withPairs {
+				continue
+			}
 			for _, p := range s.Pairs {
 				if p.Taken == 0 {
 					continue
@@ -588,13 +592,16 @@ func each[K, V comparable](changed bool, b *loader.Batch[K, V], m *ebpf.Map, sig
 
 // readPidMax reads the highest pid the kernel hands out, plus one (kernel.pid_max).
 func readPidMax() (uint64, error) {
-	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return 0, fmt.Errorf("sizing runq's task stamps: %w", err)
 	}
-	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	v, err := fs.SysctlInts("kernel.pid_max")
 	if err != nil {
-		return 0, fmt.Errorf("sizing runq's task stamps: kernel.pid_max: %w", err)
+		return 0, fmt.Errorf("sizing runq's task stamps: %w", err)
 	}
-	return n, nil
+	if len(v) != 1 || v[0] <= 0 {
+		return 0, fmt.Errorf("sizing runq's task stamps: kernel.pid_max reads %v, want one positive number", v)
+	}
+	return uint64(v[0]), nil
 }

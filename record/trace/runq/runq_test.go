@@ -101,12 +101,58 @@ func wokenWait(st Stats, victim uint64) uint64 {
 // sleeperEnv makes the test binary run sleeper instead of the tests.
 const sleeperEnv = "NODECTL_RUNQ_SLEEPER"
 
+// execerEnv makes the test binary run execer instead of the tests, with the path it waits for.
+const execerEnv = "NODECTL_RUNQ_EXECER"
+
+func init() {
+	// The main goroutine stays on the process's leader thread, which execer keeps busy.
+	if os.Getenv(execerEnv) != "" {
+		runtime.LockOSThread()
+	}
+}
+
 func TestMain(m *testing.M) {
 	if os.Getenv(sleeperEnv) != "" {
 		sleeper()
 		return
 	}
+	if when := os.Getenv(execerEnv); when != "" {
+		execer(when)
+		return
+	}
 	os.Exit(m.Run())
+}
+
+// execer spins on the leader thread and on a second thread, which writes its thread id to
+// when+".tid" and, once when exists, execs sleep: the kernel gives it the leader's pid and
+// frees the leader (de_thread).
+func execer(when string) {
+	go func() {
+		runtime.LockOSThread()
+		if err := os.WriteFile(when+".tid", []byte(strconv.Itoa(unix.Gettid())), 0o644); err != nil {
+			os.Exit(2)
+		}
+		spinUntil(when)
+		sleep, err := exec.LookPath("sleep")
+		if err == nil {
+			err = syscall.Exec(sleep, []string{"sleep", "600"}, os.Environ())
+		}
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}()
+	spinUntil(when)
+	select {} // until the exec ends this thread
+}
+
+// spinUntil keeps its thread running until path exists.
+func spinUntil(path string) {
+	for {
+		for i := 0; i < 1<<20; i++ {
+		}
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
 }
 
 // sleeper wakes up every millisecond for a short burst of work, as a latency-sensitive
@@ -602,6 +648,53 @@ func TestTaskStampsFreed(t *testing.T) {
 	if e := entry(); e.Task != 0 && e.Pid == pid {
 		t.Errorf("entry of pid %d after its exit: %+v, want free", pid, e)
 	}
+}
+
+// A thread other than its process's leader that execs takes the leader's pid and the leader
+// is freed under the thread's old one (de_thread): neither frees its own entry then, so
+// runq_exec gives both back.
+func TestTaskStampsFreedAtExec(t *testing.T) {
+	tr := newTracer(t, Config{})
+	g := cgtest.Make(t, "cpu", "a", "b")
+	cpu := cgtest.LastCPU(t)
+	g["b"].Busy(t, cpu)
+	when := filepath.Join(t.TempDir(), "exec")
+	p := g["a"].Start(t, cpu, "env", execerEnv+"="+when, os.Args[0], "-test.run=^$")
+	pid := uint32(p.Process.Pid)
+	var tid uint32
+	poll(t, 15*time.Second, "the execer's second thread", func() bool {
+		b, err := os.ReadFile(when + ".tid")
+		n, _ := strconv.ParseUint(string(b), 10, 32)
+		tid = uint32(n)
+		return err == nil && tid != 0
+	})
+	mask := tr.objs.TaskStamps.MaxEntries() - 1
+	entry := func(pid uint32) runqTaskStamp {
+		var e runqTaskStamp
+		if err := tr.objs.TaskStamps.Lookup(taskIndex(pid, mask), &e); err != nil {
+			t.Fatalf("reading task stamp %d: %v", taskIndex(pid, mask), err)
+		}
+		return e
+	}
+	// Both threads spin beside the busy loop, so both are preempted and take their entries.
+	var leader, thread uint64
+	poll(t, 15*time.Second, "both threads' preemptions to take their entries", func() bool {
+		l, th := entry(pid), entry(tid)
+		leader, thread = l.Task, th.Task
+		return l.Task != 0 && l.Pid == pid && th.Task != 0 && th.Pid == tid
+	})
+	if err := os.WriteFile(when, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 15*time.Second, "the second thread's exec", func() bool {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		return err == nil && strings.TrimSpace(string(comm)) == "sleep"
+	})
+	// The thread lives on (as the process, under the leader's pid) and the leader is freed:
+	// each entry may be taken again since, by a task of that pid, but not by either of them.
+	poll(t, 15*time.Second, "both entries given back", func() bool {
+		return entry(tid).Task != thread && entry(pid).Task != leader
+	})
 }
 
 // stampPlaces says where pid's stamp is: its entry of the table, its task storage (looked
