@@ -150,8 +150,26 @@ type cgOpen struct {
 // is its tier; usage that it holds the CPU or the memory usage, which tell a quiet turn.
 type cgFile struct {
 	controller, name string
-	read             func(out []rundir.Record, now time.Time, path string, b []byte) ([]rundir.Record, error)
+	read             cgRead
 	slow, usage      bool
+}
+
+// cgRead parses one cgroup's file b into records.
+type cgRead func(out []rundir.Record, now time.Time, path string, b []byte) ([]rundir.Record, error)
+
+// usageFile is a file of the fast tier that holds a usage (see cgFile).
+func usageFile(controller, name string, read cgRead) cgFile {
+	return cgFile{controller: controller, name: name, read: read, usage: true}
+}
+
+// fastFile is a file of the fast tier.
+func fastFile(controller, name string, read cgRead) cgFile {
+	return cgFile{controller: controller, name: name, read: read}
+}
+
+// slowFile is a file of the slow tier.
+func slowFile(controller, name string, read cgRead) cgFile {
+	return cgFile{controller: controller, name: name, read: read, slow: true}
 }
 
 // NewCgroups samples CPU usage and throttling, memory usage, swap, faults, refaults, OOM kills
@@ -167,7 +185,7 @@ func NewCgroups(l *cgroup.Layout, paths func() []string) *Cgroups {
 	if l.Unified != "" {
 		// On a hybrid host the v2 cgroup exists only if its creator made one.
 		for _, res := range pressureResources {
-			s.files = append(s.files, cgFile{cgroup.Unified, res + ".pressure", readPressure(res), true, false})
+			s.files = append(s.files, slowFile(cgroup.Unified, res+".pressure", readPressure(res)))
 		}
 	}
 	runtime.AddCleanup(s, func(o *openFiles) { o.closeAll() }, s.open)
@@ -200,21 +218,21 @@ func v1Files(l *cgroup.Layout) []cgFile {
 	var out []cgFile
 	mounted := func(c string) bool { _, ok := l.Mounts[c]; return ok }
 	if mounted(cgroup.CPUAcct) {
-		out = append(out, cgFile{cgroup.CPUAcct, "cpuacct.usage", readValue(rundir.MetricCPUUsage, 1e-9, nil), false, true})
+		out = append(out, usageFile(cgroup.CPUAcct, "cpuacct.usage", readValue(rundir.MetricCPUUsage, 1e-9, nil)))
 	}
 	// The usages come before cpu.stat, which reads all zeros without a CPU limit: a turn
 	// passed over (quietTurn) is told by them, and leaves that file unread too.
 	if mounted(cgroup.Memory) {
-		out = append(out, cgFile{cgroup.Memory, "memory.usage_in_bytes", readValue(rundir.MetricMemoryUsage, 1, nil), false, true})
+		out = append(out, usageFile(cgroup.Memory, "memory.usage_in_bytes", readValue(rundir.MetricMemoryUsage, 1, nil)))
 	}
 	if mounted(cgroup.CPU) {
-		out = append(out, cgFile{cgroup.CPU, "cpu.stat", readFlat(v1CPUStat), false, false})
+		out = append(out, fastFile(cgroup.CPU, "cpu.stat", readFlat(v1CPUStat)))
 	}
 	if mounted(cgroup.Memory) {
 		out = append(out,
-			cgFile{cgroup.Memory, "memory.stat", readV1MemoryStat, true, false},
-			cgFile{cgroup.Memory, "memory.oom_control", readFlat(v1OOMControl), true, false},
-			cgFile{cgroup.Memory, "memory.failcnt", readValue(rundir.MetricMemoryLimitEvents, 1, labelsMax), true, false},
+			slowFile(cgroup.Memory, "memory.stat", readV1MemoryStat),
+			slowFile(cgroup.Memory, "memory.oom_control", readFlat(v1OOMControl)),
+			slowFile(cgroup.Memory, "memory.failcnt", readValue(rundir.MetricMemoryLimitEvents, 1, labelsMax)),
 		)
 	}
 	return out
@@ -227,14 +245,14 @@ func v2Files(l *cgroup.Layout) []cgFile {
 	// Memory files exist only where the memory controller is enabled; swap.current only with
 	// swap accounting. cpu.stat always exists, its throttling keys only with the cpu controller.
 	return []cgFile{
-		{cgroup.Unified, "cpu.stat", readFlat(v2CPUStat), false, true},
-		{cgroup.Unified, "memory.current", readValue(rundir.MetricMemoryUsage, 1, nil), false, true},
-		{cgroup.Unified, "memory.swap.current", readValue(rundir.MetricMemorySwap, 1, nil), true, false},
-		{cgroup.Unified, "memory.swap.max", readLimit(rundir.MetricMemorySwapLimit), true, false},
-		{cgroup.Unified, "memory.stat", readFlat(v2MemoryStat), true, false},
-		{cgroup.Unified, "memory.events", readFlat(v2MemoryEvents), true, false},
-		{cgroup.Unified, "memory.swap.events", readFlat(v2SwapEvents), true, false},
-		{cgroup.Unified, "io.stat", readIOStat, true, false},
+		usageFile(cgroup.Unified, "cpu.stat", readFlat(v2CPUStat)),
+		usageFile(cgroup.Unified, "memory.current", readValue(rundir.MetricMemoryUsage, 1, nil)),
+		slowFile(cgroup.Unified, "memory.swap.current", readValue(rundir.MetricMemorySwap, 1, nil)),
+		slowFile(cgroup.Unified, "memory.swap.max", readLimit(rundir.MetricMemorySwapLimit)),
+		slowFile(cgroup.Unified, "memory.stat", readFlat(v2MemoryStat)),
+		slowFile(cgroup.Unified, "memory.events", readFlat(v2MemoryEvents)),
+		slowFile(cgroup.Unified, "memory.swap.events", readFlat(v2SwapEvents)),
+		slowFile(cgroup.Unified, "io.stat", readIOStat),
 	}
 }
 
