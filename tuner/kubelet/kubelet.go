@@ -189,8 +189,9 @@ func (d *dropIn) cpuManagerNote(ks []daemons.Proc) string {
 	if len(ks) != 1 {
 		return "if cpuManagerPolicy is static, " + fmt.Sprintf(advice, state)
 	}
+	// An empty command line is one not set up yet (a kubelet in the middle of its exec).
 	args, err := ks[0].CmdLine()
-	if err != nil {
+	if err != nil || len(args) == 0 {
 		return "if cpuManagerPolicy is static, " + fmt.Sprintf(advice, state)
 	}
 	if root := flag(args, "root-dir"); root != "" {

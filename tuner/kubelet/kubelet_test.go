@@ -203,6 +203,18 @@ func fakeKubelet(t *testing.T) (start func(args ...string) (stop func())) {
 		r.Close()
 		stop := func() { cmd.Process.Kill(); cmd.Wait(); w.Close() }
 		t.Cleanup(stop)
+		// Start returns once the exec has begun (the child closed its close-on-exec files), and
+		// the new program's arguments are set up after that: until then its cmdline reads empty
+		// and the kubelet would be taken for one without flags.
+		cmdline := fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid)
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			if b, err := os.ReadFile(cmdline); err == nil && len(b) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still empty after 5s", cmdline)
+			}
+		}
 		return stop
 	}
 }
